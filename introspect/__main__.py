@@ -1,0 +1,5 @@
+"""`python -m introspect` is the `introspect` command."""
+
+from introspect.cli import main
+
+raise SystemExit(main())

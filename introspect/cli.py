@@ -1,0 +1,70 @@
+"""The `introspect` command: one sub-command per job, each in ``introspect/commands/``.
+
+Every sub-command module has ``add_parser(subparsers)`` and ``run(args) -> int``. Bad
+input raises :class:`IntrospectError` (or ValueError from a spec/setup invariant); here it
+becomes one line on stderr and exit code 2 — a traceback only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from introspect.errors import IntrospectError
+
+#: Sub-command modules under introspect.commands, in the order --help lists them.
+COMMANDS = ("estimate", "sizes", "profile", "table", "measure")
+
+DESCRIPTION = """\
+How much memory will training this transformer take, where does it go, and what must
+change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
+
+  introspect estimate   the seed's equations for a shape you type in
+  introspect sizes      the seed's model-size table (10M ... 70B) against 4 and 8 GB
+  introspect profile    a Hub id, a checkpoint folder or a bundled model: exact
+                        parameters, the estimate, and where real architectures diverge
+  introspect table      the seed's real-world comparison table for published models
+  introspect measure    a real training step (MLX or torch) beside the estimates
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="introspect",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        module = importlib.import_module(f"introspect.commands.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    debug = args.debug or getattr(args, "sub_debug", False)
+    try:
+        return int(args.run(args) or 0)
+    except (IntrospectError, ValueError) as err:
+        if debug:
+            raise
+        print(f"introspect {args.command}: error: {err}", file=sys.stderr)
+        return getattr(err, "exit_code", 2)
+    except KeyboardInterrupt:
+        print("introspect: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Sub-commands of `introspect`, one module each, each with ``add_parser`` and ``run``."""

@@ -1,0 +1,233 @@
+"""Flags shared by the sub-commands: number parsing, the TrainingSetup flags, --json.
+
+Each flag's help states its unit and default. Parsing errors become argparse's one-line
+usage error (exit code 2) naming the flag and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+
+from introspect.setup import (
+    ATTENTIONS,
+    CROSS_ENTROPIES,
+    FRAMEWORKS,
+    OPTIMIZERS,
+    PRECISIONS,
+    TrainingSetup,
+)
+from introspect.units import DTYPE_CHOICES, dtype_bytes
+
+
+def positive_int(text: str) -> int:
+    """A positive integer; accepts ``2048``, ``7e9``, ``7_000_000_000``, ``1,024``."""
+    cleaned = text.replace("_", "").replace(",", "").strip()
+    try:
+        value = int(cleaned)
+    except ValueError:
+        try:
+            as_float = float(cleaned)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number; give a positive integer such as 2048 or 7e9"
+            ) from None
+        if not as_float.is_integer():
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number; give a positive integer"
+            ) from None
+        value = int(as_float)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def dtype_name(text: str) -> str:
+    """A dtype name known to :mod:`introspect.units`."""
+    try:
+        dtype_bytes(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text.lower()
+
+
+def choice(choices: tuple) -> Callable[[str], str]:
+    """A string from ``choices``, case-insensitive, with hyphens or underscores."""
+
+    def parse(text: str) -> str:
+        value = text.lower().replace("-", "_")
+        if value not in choices:
+            allowed = ", ".join(c.replace("_", "-") for c in choices)
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {allowed}")
+        return value
+
+    parse.__name__ = "choice"
+    return parse
+
+
+def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None) -> None:
+    """--json and --debug, which every sub-command takes."""
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=json_help or "print JSON (bytes as integers) instead of tables",
+    )
+    parser.add_argument(
+        "--debug",
+        dest="sub_debug",
+        action="store_true",
+        help="show the full traceback on errors",
+    )
+
+
+def add_setup_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    batch_default: int = 1,
+    seq_default: int | None = 2048,
+    act_default: str = "fp32",
+    sweep: bool = True,
+    execution: bool = True,
+) -> None:
+    """The TrainingSetup flags. With ``sweep``, --batch and --seq take several values and
+    every combination is one row. With ``execution``, the flags that only the refined
+    (execution) estimate reads are added too."""
+    g = parser.add_argument_group("training setup")
+    nargs = "+" if sweep else None
+    g.add_argument(
+        "--batch",
+        type=positive_int,
+        nargs=nargs,
+        default=[batch_default] if sweep else batch_default,
+        metavar="B",
+        help=f"micro-batch size B (default {batch_default})"
+        + ("; several values sweep" if sweep else ""),
+    )
+    seq_help = "sequence length T in tokens"
+    seq_help += f" (default {seq_default})" if seq_default else " (required)"
+    g.add_argument(
+        "--seq",
+        type=positive_int,
+        nargs=nargs,
+        default=([seq_default] if sweep else seq_default) if seq_default else None,
+        required=seq_default is None,
+        metavar="T",
+        help=seq_help + ("; several values sweep" if sweep else ""),
+    )
+    act = g.add_mutually_exclusive_group()
+    act.add_argument(
+        "--act-dtype",
+        type=dtype_name,
+        default=act_default,
+        metavar="DTYPE",
+        help=f"dtype of saved activations, sets s: {', '.join(DTYPE_CHOICES)} "
+        f"(default {act_default}; fp32 is 4 bytes, bf16/fp16 2)",
+    )
+    act.add_argument(
+        "--act-bytes",
+        type=positive_int,
+        default=None,
+        metavar="S",
+        help="bytes per saved activation s, given directly (overrides --act-dtype)",
+    )
+    g.add_argument(
+        "--weights-dtype",
+        type=dtype_name,
+        default="fp32",
+        metavar="DTYPE",
+        help="dtype of the working weights and their gradients (default fp32); a 16-bit "
+        "dtype adds the FP32 master copy of mixed precision",
+    )
+    if not execution:
+        return
+    e = parser.add_argument_group("execution (refined estimate)")
+    e.add_argument(
+        "--precision",
+        type=choice(PRECISIONS),
+        default="fp32",
+        help="fp32 (default), mixed (16-bit working weights and grads, FP32 master and "
+        "Adam), bf16 (pure BF16 weights, grads and state)",
+    )
+    e.add_argument(
+        "--optimizer",
+        type=choice(OPTIMIZERS),
+        default="adam",
+        help="adam (default, FP32 m and v: 8 bytes/param), adamw, adam8bit (2 bytes/param), "
+        "sgd-momentum (4), sgd (0), none (frozen weights: no grads, no state)",
+    )
+    e.add_argument(
+        "--attention",
+        type=choice(ATTENTIONS),
+        default="eager",
+        help="eager (default: T×T scores and probabilities kept) or memory-efficient "
+        "(flash/SDPA: a log-sum-exp per row instead)",
+    )
+    e.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="activation checkpointing: keep each layer's input, recompute one layer at a time",
+    )
+    e.add_argument(
+        "--cross-entropy",
+        type=choice(CROSS_ENTROPIES),
+        default="standard",
+        help="standard (default: B×T×V logits kept), fused, or chunked (never all logits)",
+    )
+    e.add_argument(
+        "--devices",
+        type=positive_int,
+        default=1,
+        metavar="D",
+        help="data-parallel devices (default 1); figures are per device",
+    )
+    e.add_argument(
+        "--zero",
+        type=int,
+        choices=(0, 1, 2, 3),
+        default=0,
+        metavar="STAGE",
+        help="ZeRO stage over the devices: 0 none (default), 1 optimizer state, 2 + grads, "
+        "3 + weights (= FSDP full sharding)",
+    )
+    e.add_argument(
+        "--framework",
+        type=choice(FRAMEWORKS),
+        default="generic",
+        help="generic (default), torch, mlx, mlx-compiled: whose peak the execution layer models",
+    )
+
+
+def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
+    """One TrainingSetup from the parsed flags (the first --batch/--seq value when swept;
+    ``overrides`` replace fields)."""
+    batch = args.batch[0] if isinstance(args.batch, list) else args.batch
+    seq = args.seq[0] if isinstance(args.seq, list) else args.seq
+    fields = dict(
+        batch_size=batch,
+        seq_len=seq,
+        activation_dtype=args.act_dtype,
+        activation_bytes_override=args.act_bytes,
+        weights_dtype=args.weights_dtype,
+    )
+    if hasattr(args, "precision"):
+        fields.update(
+            precision=args.precision,
+            optimizer=args.optimizer,
+            attention=args.attention,
+            activation_checkpointing=args.checkpointing,
+            cross_entropy=args.cross_entropy,
+            devices=args.devices,
+            zero_stage=args.zero,
+            framework=args.framework,
+        )
+    fields.update(overrides)
+    return TrainingSetup(**fields)
+
+
+def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:
+    """Every (--batch, --seq) combination, batch-major, as TrainingSetups."""
+    batches = args.batch if isinstance(args.batch, list) else [args.batch]
+    seqs = args.seq if isinstance(args.seq, list) else [args.seq]
+    for b in batches:
+        for t in seqs:
+            yield setup_from_args(args, batch_size=b, seq_len=t)

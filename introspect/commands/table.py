@@ -1,0 +1,18 @@
+"""`introspect table`: not built yet (see the open issues)."""
+
+from __future__ import annotations
+
+import argparse
+
+from introspect.commands._args import add_common
+from introspect.errors import IntrospectError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("table", help="(coming soon)")
+    add_common(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    raise IntrospectError("'introspect table' is not built yet")

@@ -1,0 +1,71 @@
+"""Reports: breakdowns and tables as terminal text (tabulate), JSON, markdown and CSV.
+
+Reports know Breakdowns, Measurements and plain rows; nothing about where a model came
+from. Memory columns are decimal GB unless a column name says otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from introspect.breakdown import Breakdown
+from introspect.units import fmt_gb
+
+#: Output formats every table-printing command offers.
+FORMATS = ("text", "markdown", "csv", "json")
+
+
+def summary(b: Breakdown) -> dict[str, int]:
+    """The seed's three parts of a breakdown, in bytes: weights, saved activations, the
+    backward values (gradients and optimizer state), and their total."""
+    weights = b.sum("weights")
+    activations = b.sum("activations")
+    backward = b.total - weights - activations
+    return {
+        "weights_bytes": weights,
+        "activations_bytes": activations,
+        "backward_bytes": backward,
+        "weights_and_backward_bytes": weights + backward,
+        "total_bytes": b.total,
+    }
+
+
+def table(
+    rows: Sequence[Sequence[Any]],
+    headers: Sequence[str],
+    fmt: str = "text",
+    *,
+    colalign: Sequence[str] | None = None,
+) -> str:
+    """Rows as a terminal table (``text``), GitHub ``markdown`` or ``csv``."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(headers)
+        writer.writerows(rows)
+        return buf.getvalue().rstrip("\n")
+    tablefmt = "github" if fmt == "markdown" else "simple"
+    return tabulate(
+        rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=colalign
+    )
+
+
+def gb(n_bytes: int | float, digits: int = 3) -> str:
+    """A table cell in decimal GB."""
+    return fmt_gb(n_bytes, digits)
+
+
+def dumps(obj: Any) -> str:
+    """JSON as the tool prints it: indented, keys in insertion order, UTF-8 kept."""
+    return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def key_value(pairs: Iterable[tuple[str, Any]]) -> str:
+    """Two aligned columns with no header, for a spec or a setup."""
+    return tabulate([(k, v) for k, v in pairs], tablefmt="plain", disable_numparse=True)

@@ -1,0 +1,241 @@
+"""ModelSpec: the one normalized description of a transformer that every estimator reads.
+
+Field names follow Hugging Face's config names (``hidden_size``, ``num_key_value_heads``,
+``tie_word_embeddings``, …) so nobody translates; the structural facts a formula needs
+(norm kind, gated or plain feed-forward, biases, experts, q/k norms) are explicit fields.
+Derived values are properties. Invariants raise ``ValueError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+NormKind = Literal["layernorm", "rmsnorm"]
+FFNKind = Literal["plain", "gated"]
+QKNorm = Literal["none", "head", "full"]
+PositionKind = Literal["rope", "learned", "none"]
+
+NORM_KINDS = ("layernorm", "rmsnorm")
+FFN_KINDS = ("plain", "gated")
+QK_NORMS = ("none", "head", "full")
+POSITION_KINDS = ("rope", "learned", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer, as far as memory is concerned.
+
+    The seed's symbols map as: ``L = num_hidden_layers``, ``d = hidden_size``,
+    ``h = num_attention_heads``, ``V = vocab_size``, ``N = n_params``.
+    """
+
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    vocab_size: int
+    #: GQA/MQA: heads that K and V have; ``None`` means as many as Q (multi-head attention).
+    num_key_value_heads: int | None = None
+    #: Width of one head; ``None`` means hidden_size / num_attention_heads.
+    head_dim: int | None = None
+    #: Feed-forward width (per projection for a gated FFN); ``None`` means 4·hidden_size.
+    intermediate_size: int | None = None
+    tie_word_embeddings: bool = False
+    norm: NormKind = "layernorm"
+    #: LayerNorm with a bias (``elementwise_affine`` with bias); RMSNorm never has one.
+    norm_bias: bool = True
+    ffn: FFNKind = "plain"
+    hidden_act: str = "gelu"
+    #: Bias on the q, k and v projections (Qwen2 has them; Llama does not).
+    qkv_bias: bool = False
+    #: Bias on the attention output projection.
+    o_bias: bool = False
+    #: Bias on the feed-forward projections.
+    mlp_bias: bool = False
+    #: Bias on the output (lm_head) projection (Phi has one).
+    lm_head_bias: bool = False
+    #: Extra norms on queries and keys: per head (Qwen3: head_dim weights), over the full
+    #: projection width (OLMo2: q_dim and kv_dim weights), or none.
+    qk_norm: QKNorm = "none"
+    #: Norms in each block: 2 for the seed's pre-norm block (before attention and before
+    #: the feed-forward), 1 for a parallel block (Phi), 4 with extra post-norms (Gemma-2).
+    norms_per_layer: int = 2
+    position_embedding: PositionKind = "rope"
+    #: Learned position table size (GPT-2's n_positions); only with ``learned`` positions.
+    max_position_embeddings: int | None = None
+    #: Mixture of experts: experts per layer (0 = dense) and experts used per token.
+    num_local_experts: int = 0
+    num_experts_per_tok: int = 0
+    #: The exact parameter count when the source knows it (checkpoint headers, a published
+    #: total, or the seed's N given by hand); ``None`` derives it from the structure.
+    num_parameters: int | None = None
+    #: Hugging Face's ``model_type`` (or a description such as ``"standard"``).
+    model_type: str = "standard"
+    #: Where this spec came from: a Hub id, a path, a module class, "seed formula", …
+    source: str = ""
+    #: Facts the source did not state and the adapter had to assume, in words.
+    assumptions: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
+            _require_positive(name, getattr(self, name))
+        for name in (
+            "num_key_value_heads",
+            "head_dim",
+            "intermediate_size",
+            "max_position_embeddings",
+            "num_parameters",
+        ):
+            value = getattr(self, name)
+            if value is not None:
+                _require_positive(name, value)
+        if self.num_attention_heads % self.kv_heads:
+            raise ValueError(
+                f"num_key_value_heads={self.kv_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must divide "
+                f"hidden_size={self.hidden_size} (or give head_dim)"
+            )
+        _require_choice("norm", self.norm, NORM_KINDS)
+        _require_choice("ffn", self.ffn, FFN_KINDS)
+        _require_choice("qk_norm", self.qk_norm, QK_NORMS)
+        _require_choice("position_embedding", self.position_embedding, POSITION_KINDS)
+        if self.num_local_experts < 0 or self.num_experts_per_tok < 0:
+            raise ValueError("num_local_experts and num_experts_per_tok must be >= 0")
+        if self.num_local_experts and not (0 < self.num_experts_per_tok <= self.num_local_experts):
+            raise ValueError(
+                f"num_experts_per_tok={self.num_experts_per_tok} must be between 1 and "
+                f"num_local_experts={self.num_local_experts}"
+            )
+        if self.position_embedding == "learned" and self.max_position_embeddings is None:
+            raise ValueError("max_position_embeddings is required with learned positions")
+        if self.norms_per_layer < 0:
+            raise ValueError(f"norms_per_layer must be >= 0, got {self.norms_per_layer}")
+
+    # ---- derived shapes -------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        """Heads of K and V (equal to the query heads without GQA)."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        """Width of one attention head: ``head_dim`` or ``d / h``."""
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection: heads · head width."""
+        return self.num_attention_heads * self.head_size
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of each of the key and value projections."""
+        return self.kv_heads * self.head_size
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per K/V head (1 without GQA)."""
+        return self.num_attention_heads // self.kv_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        """Feed-forward width: ``intermediate_size`` or the seed's 4·d."""
+        return self.intermediate_size or 4 * self.hidden_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_local_experts > 0
+
+    @property
+    def is_standard(self) -> bool:
+        """The seed's simplified transformer: LayerNorm, multi-head attention, a plain
+        d→4d→d feed-forward, untied embeddings, no biases, no extra norms, dense."""
+        return (
+            self.norm == "layernorm"
+            and self.kv_heads == self.num_attention_heads
+            and self.head_size * self.num_attention_heads == self.hidden_size
+            and self.ffn == "plain"
+            and self.ffn_dim == 4 * self.hidden_size
+            and not self.tie_word_embeddings
+            and not (self.qkv_bias or self.o_bias or self.mlp_bias or self.lm_head_bias)
+            and self.qk_norm == "none"
+            and self.norms_per_layer == 2
+            and self.position_embedding != "learned"
+            and not self.is_moe
+        )
+
+    @property
+    def n_params(self) -> int:
+        """N: the exact count when known, else the count the structure implies
+        (:func:`introspect.params.parameter_count`)."""
+        if self.num_parameters is not None:
+            return self.num_parameters
+        from introspect.params import parameter_count
+
+        return parameter_count(self)
+
+    # ---- conveniences ---------------------------------------------------------------
+    def replace(self, **changes: Any) -> ModelSpec:
+        """A copy with some fields changed (the spec itself never mutates)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Fields plus the derived shapes, JSON-ready."""
+        out = dataclasses.asdict(self)
+        out["assumptions"] = list(self.assumptions)
+        out.update(
+            head_size=self.head_size,
+            q_dim=self.q_dim,
+            kv_dim=self.kv_dim,
+            group_size=self.group_size,
+            ffn_dim=self.ffn_dim,
+        )
+        return out
+
+
+def standard_spec(
+    *,
+    num_hidden_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    vocab_size: int,
+    num_parameters: int | None = None,
+    source: str = "",
+) -> ModelSpec:
+    """The seed's simplified transformer of the given shape. Its N is the seed's
+    ``2·V·d + 12·L·d²`` unless ``num_parameters`` says otherwise (the worked example
+    gives N = 7e9 by hand)."""
+    from introspect.simplified import parameters
+
+    if num_parameters is None:
+        _require_positive("hidden_size", hidden_size)
+        num_parameters = parameters(
+            num_hidden_layers=num_hidden_layers, hidden_size=hidden_size, vocab_size=vocab_size
+        )
+        source = source or "standard transformer, N = 2·V·d + 12·L·d²"
+    return ModelSpec(
+        hidden_size=hidden_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        vocab_size=vocab_size,
+        num_parameters=num_parameters,
+        model_type="standard",
+        source=source or "standard transformer, N given",
+    )
+
+
+def _require_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+
+
+def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
