@@ -1,0 +1,463 @@
+"""Recognise a decoder-only transformer from the flat list of a live module's parameters.
+
+The torch and MLX walkers (:mod:`introspect.adapters.torch_module`,
+:mod:`introspect.adapters.mlx_module`) reduce a module tree to a :class:`ModuleTree`:
+every parameter as (qualified name, shape, tie key, owning module) plus the module objects
+by qualified name. Everything below is framework-independent and reads shapes and names
+only, never tensor data, so a 7B model on torch's meta device or as lazy MLX arrays is
+described without allocating its weights.
+
+How the structure is read (the role tables live in :mod:`introspect.adapters.module_roles`):
+
+- parameters sharing a tie key (the same Parameter/array object) are counted once;
+- the token embedding is the (V, d) table of an ``Embedding`` module (or the first 2-D
+  table named like one); a second embedding table of width d is a learned position table;
+- the repeated blocks are the list of same-class children (``layers.0``, ``layers.1`` …)
+  holding the most parameters; its length is ``num_hidden_layers``;
+- inside block 0, names give the roles (q/k/v/o, fused qkv, gate/up/down, experts,
+  router, norms) and shapes give the widths: a projection's side that is not d is its
+  width, so Linear (out, in) and GPT-2's Conv1D (in, out) read the same;
+- heads come from attributes (``num_heads``, ``n_kv_heads``, ``head_dim``, a ``config``
+  or ``args`` object …); without them head_dim 128 (or 64) is assumed and said so;
+- the output projection is the (V, d) matrix outside the blocks; none, or the
+  embedding's own Parameter, means tied embeddings.
+
+The exact count is the sum of the unique tensors' sizes; the spec carries it as
+``num_parameters``. Where the spec's structural count (:func:`introspect.params.
+parameter_count`) differs from it, a note names the components that differ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
+
+from introspect.adapters import module_roles as roles
+
+from introspect.errors import UnsupportedArchitecture
+from introspect.params import COMPONENTS, parameters_by_component
+from introspect.spec import ModelSpec
+
+
+class UnrecognizedModule(UnsupportedArchitecture):
+    """A live module that cannot be read as a decoder-only transformer."""
+
+
+@dataclass(frozen=True)
+class ParamEntry:
+    """One parameter as a walker saw it; ``tie_key`` is equal for shared storage."""
+
+    name: str
+    shape: tuple[int, ...]
+    tie_key: Hashable
+    owner: str  # qualified name of the module that holds it directly
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class ModuleTree:
+    """What a framework walker hands over: parameters in order (tied ones repeated)
+    and the module objects by qualified name (``""`` is the root)."""
+
+    framework: str
+    params: tuple[ParamEntry, ...]
+    modules: Mapping[str, object]
+
+    @property
+    def root_class(self) -> str:
+        return type(self.modules.get("")).__name__
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One parameter tensor and what it is; a tied alias has ``tied_to`` set and is
+    not counted again."""
+
+    name: str
+    shape: tuple[int, ...]
+    role: str
+    component: str
+    tied_to: str | None = None
+
+
+@dataclass(frozen=True)
+class ModuleDescription:
+    """A live module, described: the spec, the exact count and where it sits."""
+
+    spec: ModelSpec
+    parameter_count: int
+    params_by_component: dict[str, int]
+    tensors: tuple[TensorInfo, ...]
+    notes: tuple[str, ...]
+    framework: str
+
+
+@dataclass
+class _Block:
+    prefix: str  # e.g. "model.layers"
+    count: int
+
+
+def describe_tree(tree: ModuleTree, *, name: str | None = None) -> ModuleDescription:
+    """Recognise ``tree`` and return its description (see the module docstring)."""
+    return _Reader(tree, name).describe()
+
+
+class _Reader:
+    def __init__(self, tree: ModuleTree, name: str | None) -> None:
+        self.tree = tree
+        self.label = tree.root_class
+        self.source = name or f"{tree.framework} module {tree.root_class}"
+        self.notes: list[str] = []
+        self.assumptions: list[str] = []
+        self.unique: list[ParamEntry] = []
+        self.aliases: list[tuple[ParamEntry, str]] = []
+        first: dict[Hashable, str] = {}
+        for p in tree.params:
+            if p.tie_key in first:
+                self.aliases.append((p, first[p.tie_key]))
+            else:
+                first[p.tie_key] = p.name
+                self.unique.append(p)
+        self.placed: dict[str, tuple[str, str]] = {}  # name -> (role, component)
+
+    def fail(self, what: str) -> UnrecognizedModule:
+        return UnrecognizedModule(
+            f"cannot read {self.tree.framework} module {self.label} as a decoder-only "
+            f"transformer: {what}"
+        )
+
+    def assume(self, text: str) -> None:
+        self.assumptions.append(text)
+
+    # ---- the walk --------------------------------------------------------------------
+    def describe(self) -> ModuleDescription:
+        if not self.unique:
+            raise self.fail("it has no parameters")
+        block = self.find_blocks()
+        inside = [p for p in self.unique if p.name.startswith(block.prefix + ".")]
+        outside = [p for p in self.unique if not p.name.startswith(block.prefix + ".")]
+        embed, positions = self.find_embeddings(outside)
+        V, d = embed.shape
+        self.d = d
+        tied, lm_head_bias = self.read_outside(outside, embed, positions, V, d)
+        fields = self.read_blocks(block, inside, d)
+        spec_fields = dict(
+            hidden_size=d,
+            num_hidden_layers=block.count,
+            vocab_size=V,
+            tie_word_embeddings=tied,
+            lm_head_bias=lm_head_bias,
+            position_embedding="learned" if positions else self.rotary_or_none(),
+            max_position_embeddings=positions.shape[0] if positions else None,
+            model_type=self.lookup_str("model_type") or "module",
+            source=self.source,
+            **fields,
+        )
+        exact = sum(p.numel for p in self.unique)
+        try:
+            spec = ModelSpec(
+                **spec_fields, num_parameters=exact, assumptions=tuple(self.assumptions)
+            )
+        except ValueError as e:
+            raise self.fail(f"the shapes read give an impossible spec ({e})") from e
+        by_component = {c: 0 for c in COMPONENTS}
+        for p in self.unique:
+            by_component[self.placed[p.name][1]] += p.numel
+        self.compare_with_structure(spec, by_component)
+        return ModuleDescription(
+            spec=spec,
+            parameter_count=exact,
+            params_by_component=by_component,
+            tensors=self.tensors(),
+            notes=tuple(self.assumptions + self.notes),
+            framework=self.tree.framework,
+        )
+
+    def tensors(self) -> tuple[TensorInfo, ...]:
+        out = []
+        for p in self.tree.params:
+            role, component = self.placed.get(p.name, (None, None))
+            if role is not None:
+                out.append(TensorInfo(p.name, p.shape, role, component))
+        for p, canonical in self.aliases:
+            role, component = self.placed[canonical]
+            out.append(TensorInfo(p.name, p.shape, role, component, tied_to=canonical))
+        return tuple(out)
+
+    # ---- blocks ----------------------------------------------------------------------
+    def find_blocks(self) -> _Block:
+        """The list of same-class children (``<prefix>.<i>``, i = 0..n-1) that holds the
+        most parameters."""
+        children: dict[str, dict[int, str]] = {}
+        for qname, obj in self.tree.modules.items():
+            parent, _, index = qname.rpartition(".")
+            if index.isdigit() and parent:
+                children.setdefault(parent, {})[int(index)] = type(obj).__name__
+        best: tuple[int, int, str] | None = None
+        for prefix, kids in children.items():
+            if sorted(kids) != list(range(len(kids))) or len(set(kids.values())) != 1:
+                continue
+            held = sum(p.numel for p in self.unique if p.name.startswith(prefix + "."))
+            key = (held, -prefix.count("."), prefix)
+            if held and (best is None or key > best):
+                best = key
+        if best is None:
+            raise self.fail("no repeated blocks (a list of same-class layers) found")
+        prefix = best[2]
+        return _Block(prefix, len(children[prefix]))
+
+    def read_blocks(self, block: _Block, inside: list[ParamEntry], d: int) -> dict:
+        """Roles inside the blocks: block 0 sets the spec; other blocks inherit its roles
+        by relative name (a block that differs is noted)."""
+        by_block: dict[int, list[tuple[str, ParamEntry]]] = {}
+        for p in inside:
+            index, _, rel = p.name[len(block.prefix) + 1 :].partition(".")
+            by_block.setdefault(int(index), []).append((rel, p))
+        first = by_block.get(0, [])
+        owner_class = {rel: type(self.tree.modules.get(p.owner)).__name__ for rel, p in first}
+        found = roles.classify_block([(rel, p.shape, owner_class[rel]) for rel, p in first], d)
+        for note in found.notes:
+            self.notes.append(f"block 0: {note}")
+        block0 = {rel: p.shape for rel, p in first}
+        for i, entries in sorted(by_block.items()):
+            shapes = {rel: p.shape for rel, p in entries}
+            if shapes != block0:
+                self.notes.append(
+                    f"block {i} differs from block 0; the spec describes block 0 and the "
+                    "count includes every block as it is"
+                )
+            for rel, p in entries:
+                role = found.roles.get(rel) or roles.fallback_role(rel, p.shape)
+                self.placed[p.name] = role
+        return self.block_fields(block, found, d)
+
+    def block_fields(self, block: _Block, found: roles.BlockRoles, d: int) -> dict:
+        attn_obj = self.tree.modules.get(f"{block.prefix}.0.{found.attention_path}")
+        block_obj = self.tree.modules.get(f"{block.prefix}.0")
+        local = [attn_obj, block_obj]
+        heads, kv_heads, head_dim = self.heads(found.q_dim, found.kv_dim, local)
+        fields = dict(
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=found.ffn_width,
+            norm=found.norm or "rmsnorm",
+            norm_bias=found.norm_bias,
+            ffn=found.ffn,
+            hidden_act=self.activation(found, block.prefix),
+            qkv_bias=found.qkv_bias,
+            o_bias=found.o_bias,
+            mlp_bias=found.mlp_bias,
+            qk_norm=self.qk_norm_kind(found, head_dim),
+            norms_per_layer=found.norms_per_layer,
+        )
+        if found.norm is None:
+            self.assume("no norm module found in the blocks; assumed RMSNorm")
+        if found.num_experts:
+            moe_obj = self.tree.modules.get(f"{block.prefix}.0.{found.moe_path}")
+            top_k = self.lookup_int(roles.TOP_K_NAMES, [moe_obj, block_obj])
+            if top_k is None:
+                top_k = min(2, found.num_experts)
+                self.assume(f"experts used per token not stated; assumed {top_k}")
+            fields.update(num_local_experts=found.num_experts, num_experts_per_tok=top_k)
+        return fields
+
+    def heads(self, q_dim: int, kv_dim: int, local: list) -> tuple[int, int, int]:
+        """Query heads, K/V heads and head width: head_dim or the head count from
+        attributes, checked against the projection widths; else an assumed head_dim."""
+        head_dim = self.lookup_int(roles.HEAD_DIM_NAMES, local)
+        heads = self.lookup_int(roles.HEADS_NAMES, local)
+        if head_dim and q_dim % head_dim == 0 and kv_dim % head_dim == 0:
+            pass
+        elif heads and q_dim % heads == 0 and kv_dim % (q_dim // heads) == 0:
+            head_dim = q_dim // heads
+        else:
+            head_dim = 128 if q_dim % 128 == 0 and kv_dim % 128 == 0 else 64
+            if q_dim % head_dim or kv_dim % head_dim:
+                head_dim = math.gcd(q_dim, kv_dim)
+            self.assume(
+                f"head count not found on the module; assumed head_dim={head_dim} "
+                f"({q_dim // head_dim} heads)"
+            )
+        if heads and heads * head_dim != q_dim:
+            self.notes.append(
+                f"the module says {heads} heads but q width {q_dim} / head_dim {head_dim} "
+                f"gives {q_dim // head_dim}; the widths win"
+            )
+        return q_dim // head_dim, kv_dim // head_dim, head_dim
+
+    def qk_norm_kind(self, found: roles.BlockRoles, head_dim: int) -> str:
+        if not found.qk_norm_width:
+            return "none"
+        return "head" if found.qk_norm_width == head_dim else "full"
+
+    def activation(self, found: roles.BlockRoles, prefix: str) -> str:
+        named = self.lookup_str("hidden_act", "activation_function", "hidden_activation")
+        if named:
+            return named
+        mlp_prefix = f"{prefix}.0.{found.mlp_path}" if found.mlp_path else f"{prefix}.0"
+        for qname, obj in self.tree.modules.items():
+            if qname.startswith(mlp_prefix):
+                guess = roles.activation_from_class(type(obj).__name__)
+                if guess:
+                    return guess
+            if qname == mlp_prefix:
+                for attr in ("act_fn", "act", "activation", "activation_fn"):
+                    fn = getattr(obj, attr, None)
+                    guess = roles.activation_from_class(getattr(fn, "__name__", "") or "")
+                    if fn is not None and not guess:
+                        guess = roles.activation_from_class(type(fn).__name__)
+                    if guess:
+                        return guess
+        guess = "silu" if found.ffn == "gated" else "gelu"
+        self.assume(f"activation not visible on the module; assumed {guess}")
+        return guess
+
+    def rotary_or_none(self) -> str:
+        for qname, obj in self.tree.modules.items():
+            if roles.is_rotary(qname, type(obj).__name__):
+                return "rope"
+        if self.lookup_any(("rope_theta", "rotary_emb", "freqs_cis", "rope")) is not None:
+            return "rope"
+        self.assume("no learned position table and no rotary module seen; assumed RoPE")
+        return "rope"
+
+    # ---- outside the blocks ----------------------------------------------------------
+    def find_embeddings(self, outside: list[ParamEntry]) -> tuple[ParamEntry, ParamEntry | None]:
+        tables = [
+            p
+            for p in outside
+            if len(p.shape) == 2
+            and "embedding" in type(self.tree.modules.get(p.owner)).__name__.lower()
+        ]
+        if not tables:
+            tables = [
+                p for p in outside if len(p.shape) == 2 and roles.looks_like_embedding(p.name)
+            ]
+        if not tables:
+            raise self.fail("no token embedding (an Embedding module or a 2-D embedding table)")
+        token = next((p for p in tables if roles.is_token_table(p.name)), None)
+        positions_named = [p for p in tables if roles.is_position_table(p.name)]
+        if token is None:
+            rest = [p for p in tables if p not in positions_named] or tables
+            token = max(rest, key=lambda p: p.shape[0])
+        self.placed[token.name] = ("embed_tokens", "embeddings")
+        d = token.shape[1]
+        positions = next((p for p in positions_named if p is not token and p.shape[1] == d), None)
+        if positions is None:
+            others = [p for p in tables if p is not token and p.shape[1] == d]
+            positions = others[0] if len(others) == 1 else None
+        if positions is not None:
+            self.placed[positions.name] = ("position_embeddings", "embeddings")
+        for p in tables:
+            if p.name not in self.placed:
+                self.placed[p.name] = ("embedding (other)", "embeddings")
+                self.notes.append(f"{p.name}: an extra embedding table, counted in embeddings")
+        return token, positions
+
+    def read_outside(
+        self, outside: list[ParamEntry], embed: ParamEntry, positions, V: int, d: int
+    ) -> tuple[bool, bool]:
+        """Output projection, its bias and the final norm; returns (tied, lm_head_bias)."""
+        head = None
+        candidates = [
+            p
+            for p in outside
+            if p.name not in self.placed and len(p.shape) == 2 and sorted(p.shape) == sorted((V, d))
+        ]
+        if candidates:
+            head = next((p for p in candidates if roles.is_lm_head(p.name)), candidates[-1])
+            self.placed[head.name] = ("lm_head", "lm_head")
+        head_owner = head.owner if head else None
+        tied_alias = any(canonical == embed.name for _, canonical in self.aliases)
+        for p in outside:
+            if p.name in self.placed:
+                continue
+            owner_class = type(self.tree.modules.get(p.owner)).__name__
+            if head_owner is not None and p.owner == head_owner and p.shape == (V,):
+                self.placed[p.name] = ("lm_head.bias", "lm_head")
+            elif len(p.shape) == 1 and roles.is_norm(p.owner.rpartition(".")[2], owner_class):
+                self.placed[p.name] = ("norm.final", "norms")
+            elif len(p.shape) == 1 and p.shape == (V,) and roles.is_lm_head(p.name):
+                self.placed[p.name] = ("lm_head.bias", "lm_head")
+            else:
+                component = (
+                    "embeddings" if V in p.shape else "norms" if len(p.shape) == 1 else "embeddings"
+                )
+                self.placed[p.name] = ("unrecognised", component)
+                self.notes.append(
+                    f"{p.name} {p.shape}: not recognised outside the blocks; counted in {component}"
+                )
+        lm_head_bias = any(role == "lm_head.bias" for role, _ in self.placed.values())
+        if head is not None:
+            return False, lm_head_bias
+        if not tied_alias:
+            tied_flag = self.lookup_any(("tie_word_embeddings",))
+            text = (
+                "no output projection found: the embedding serves as the output (tied, as "
+                "mlx-lm's embed_tokens.as_linear)"
+            )
+            if tied_flag is True:
+                self.notes.append(f"{text}; the config agrees (tie_word_embeddings=True)")
+            else:
+                suffix = "" if tied_flag is None else f", though the config says {tied_flag!r}"
+                self.assume(text + suffix)
+        return True, lm_head_bias
+
+    # ---- attributes ------------------------------------------------------------------
+    def sources(self, local: list | None = None) -> list:
+        """Objects whose attributes may state heads etc.: the given module objects, then
+        the root and the modules on the path to the blocks, each with its config/args."""
+        objs = [o for o in (local or []) if o is not None]
+        for qname, obj in self.tree.modules.items():
+            if qname.count(".") <= 1 and not qname.rpartition(".")[2].isdigit():
+                objs.append(obj)
+        out = []
+        for obj in objs:
+            out.append(obj)
+            for attr in ("config", "args", "cfg", "params", "model_args"):
+                sub = getattr(obj, attr, None)
+                if sub is not None and not callable(sub):
+                    out.append(sub)
+        return out
+
+    def lookup_int(self, names: tuple[str, ...], local: list | None = None) -> int | None:
+        for obj in self.sources(local):
+            for attr in names:
+                value = getattr(obj, attr, None)
+                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                    return value
+        return None
+
+    def lookup_str(self, *names: str) -> str | None:
+        for obj in self.sources():
+            for attr in names:
+                value = getattr(obj, attr, None)
+                if isinstance(value, str) and value:
+                    return value
+        return None
+
+    def lookup_any(self, names: tuple[str, ...]):
+        for obj in self.sources():
+            for attr in names:
+                value = getattr(obj, attr, None)
+                if value is not None:
+                    return value
+        return None
+
+    def compare_with_structure(self, spec: ModelSpec, actual: dict[str, int]) -> None:
+        implied = parameters_by_component(spec)
+        differ = [
+            f"{c} {implied[c]:,} vs {actual[c]:,}" for c in COMPONENTS if implied[c] != actual[c]
+        ]
+        if differ:
+            self.notes.append(
+                "the spec's structure implies a different count than the module holds ("
+                + "; ".join(differ)
+                + "); num_parameters carries the exact count"
+            )
