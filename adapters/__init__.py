@@ -1,1 +1,210 @@
-"""Adapters: every input source (config.json, Hub, safetensors, live torch/MLX modules) reduced to a ModelSpec."""
+"""Adapters: every input source reduced to a ModelSpec with its exact parameter count.
+
+:func:`resolve` is the one entry point the commands call. It tries, in order:
+
+1. an existing local path — a ``config.json`` (or any JSON config file), a ``.safetensors``
+   file, or a folder holding safetensors and/or ``config.json`` (safetensors win: their
+   headers give the exact count);
+2. the reference models bundled in ``adapters/data/`` (by Hub id or folder name; skipped
+   when a ``revision`` is asked for, since the bundled copy is one fixed revision);
+3. the Hugging Face cache, then the Hub (``adapters/hub.py``), for a string shaped like a
+   Hub id ``org/name``.
+
+Anything else is one :class:`IntrospectError` line saying what was tried.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from introspect.errors import IntrospectError
+from introspect.spec import ModelSpec
+
+#: Where a resolved model came from.
+ORIGINS = ("bundled", "config", "checkpoint", "cache", "hub")
+
+# Hugging Face repo ids: "org/name", letters, digits, "-", "_", "." (no "--" or "..").
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model the tool can describe: its spec (``num_parameters`` set to the exact
+    count), where it came from, and its parameters by component (summing exactly to
+    ``spec.n_params``)."""
+
+    spec: ModelSpec
+    #: One of :data:`ORIGINS`.
+    origin: str
+    #: The path or Hub id it was read from.
+    location: str
+    params_by_component: dict[str, int]
+    #: What the reader wants the user to know about the source, in words.
+    notes: tuple[str, ...] = ()
+    revision: str | None = None
+    #: Origin-specific details (a checkpoint's tensor inventory, the config path, …).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_params(self) -> int:
+        return self.spec.n_params
+
+
+def resolve(source: str, *, revision: str | None = None) -> ResolvedModel:
+    """The model ``source`` names: a local path, a bundled model, or a Hub id (cache
+    first, then the Hub). ``revision`` (a branch, tag or commit) applies to the Hub."""
+    if not isinstance(source, str) or not source.strip():
+        raise IntrospectError("no model given; pass a config.json, a checkpoint, or a Hub id")
+    path = Path(source).expanduser()
+    if path.exists():
+        return _from_path(path)
+    from . import bundled
+
+    if revision is None:
+        model = bundled.lookup(source)
+        if model is not None:
+            return _from_bundled(model)
+    if _looks_like_path(source):
+        raise IntrospectError(f"{source}: no such file or folder")
+    if _HUB_ID.match(source) and "--" not in source and ".." not in source:
+        return _from_hub(source, revision)
+    raise IntrospectError(
+        f"{source!r} is not an existing path, a bundled model (see 'introspect profile "
+        "--list') or a Hub id of the form org/name"
+    )
+
+
+def _looks_like_path(source: str) -> bool:
+    return (
+        source.startswith(("/", "./", "../", "~", "."))
+        or "\\" in source
+        or source.count("/") > 1
+        or source.endswith((".json", ".safetensors"))
+    )
+
+
+def _from_path(path: Path) -> ResolvedModel:
+    if path.is_dir():
+        if _has_safetensors(path):
+            return _from_checkpoint(path)
+        if (path / "config.json").is_file():
+            return _from_config_file(path / "config.json")
+        raise IntrospectError(
+            f"{path}: no config.json or *.safetensors in this folder; point at a model "
+            "folder, a config.json or a .safetensors file"
+        )
+    if path.name.endswith((".safetensors", ".safetensors.index.json")):
+        return _from_checkpoint(path)
+    if path.is_file():
+        return _from_config_file(path)
+    raise IntrospectError(f"{path}: not a regular file or folder")
+
+
+def _has_safetensors(folder: Path) -> bool:
+    try:
+        names = os.listdir(folder)
+    except OSError as e:
+        raise IntrospectError(f"cannot read folder {folder}: {e.strerror}") from e
+    return any(n.endswith((".safetensors", ".safetensors.index.json")) for n in names)
+
+
+def _structural(spec: ModelSpec) -> tuple[ModelSpec, dict[str, int]]:
+    """The spec with N set to its structural count, and that count by component."""
+    from introspect.params import parameters_by_component
+
+    by_component = parameters_by_component(spec.replace(num_parameters=None))
+    return spec.replace(num_parameters=sum(by_component.values())), by_component
+
+
+def _from_config_file(path: Path) -> ResolvedModel:
+    from .hf_config import load_config, spec_from_config
+
+    config = load_config(path)
+    spec, by_component = _structural(spec_from_config(config, source=str(path), path=str(path)))
+    return ResolvedModel(
+        spec=spec,
+        origin="config",
+        location=str(path),
+        params_by_component=by_component,
+        notes=("count derived from the config's structure (no checkpoint read)",),
+        extra={"config_path": str(path)},
+    )
+
+
+def _from_bundled(model) -> ResolvedModel:
+    spec, by_component = _structural(model.spec())
+    notes = [f"bundled reference config ({model.source}); exact count from the checkpoint"]
+    if model.note:
+        notes.append(model.note)
+    if spec.n_params != model.parameters:  # the bundled-model tests keep this from happening
+        notes.append(
+            f"the structure gives {spec.n_params:,} but the checkpoint holds {model.parameters:,}"
+        )
+    return ResolvedModel(
+        spec=spec,
+        origin="bundled",
+        location=model.hub_id,
+        params_by_component=by_component,
+        notes=tuple(notes),
+        extra={"folder": model.folder, "published_parameters": model.parameters},
+    )
+
+
+def _from_checkpoint(path: Path) -> ResolvedModel:
+    from .safetensors import read_checkpoint
+
+    ckpt = read_checkpoint(path)
+    by_component = dict(ckpt.params_by_component)
+    spec = ckpt.spec.replace(num_parameters=ckpt.parameter_count)
+    if sum(by_component.values()) != ckpt.parameter_count:
+        raise IntrospectError(
+            f"{path}: components sum to {sum(by_component.values()):,} but the headers "
+            f"count {ckpt.parameter_count:,}; please report this checkpoint"
+        )
+    return ResolvedModel(
+        spec=spec,
+        origin="checkpoint",
+        location=str(path),
+        params_by_component=by_component,
+        notes=tuple(getattr(ckpt, "notes", ()) or ()),
+        extra={"tensors": ckpt.tensors, "buffers": ckpt.buffers},
+    )
+
+
+def _from_hub(repo_id: str, revision: str | None) -> ResolvedModel:
+    from .hf_config import spec_from_config
+    from .hub import fetch
+
+    model = fetch(repo_id, revision=revision)
+    config_path = str(model.config_path)
+    spec, by_component = _structural(
+        spec_from_config(model.config, source=repo_id, path=f"{repo_id}: {config_path}")
+    )
+    notes = list(getattr(model, "notes", ()) or ())
+    header_count = model.parameter_count
+    if header_count is None:
+        notes.append("count derived from config.json (no safetensors metadata available)")
+    elif header_count == spec.n_params:
+        notes.append("count agrees with the checkpoint's safetensors headers")
+    else:
+        notes.append(
+            f"the safetensors headers hold {header_count:,} values, the structure "
+            f"{spec.n_params:,} parameters (difference {header_count - spec.n_params:+,}: "
+            "buffers stored with the weights, or a variant the config does not describe)"
+        )
+    return ResolvedModel(
+        spec=spec,
+        origin=model.origin,
+        location=repo_id,
+        params_by_component=by_component,
+        notes=tuple(notes),
+        revision=revision,
+        extra={"config_path": config_path, "safetensors_parameter_count": header_count},
+    )
+
+
+__all__ = ["ORIGINS", "ResolvedModel", "resolve"]

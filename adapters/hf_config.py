@@ -361,11 +361,10 @@ REGISTRY: dict[str, Callable[[_Reader], dict]] = {
     "gpt2": _gpt2,
 }
 
-#: Other spellings of the same architecture (checkpoints in the wild use them).
+#: Other model_types with the same parameters as a registered family (same tensors, same
+#: config defaults): Ministral is Mistral with per-layer sliding windows.
 ALIASES: dict[str, str] = {
-    "llama2": "llama",
-    "llama3": "llama",
-    "qwen2.5": "qwen2",
+    "ministral": "mistral",
 }
 
 

@@ -1,18 +1,220 @@
-"""`introspect profile`: not built yet (see the open issues)."""
+"""`introspect profile`: a model from wherever it is — where the spec came from, the spec,
+its exact parameters by component, and the estimates for a training setup."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from introspect.commands._args import add_common
+from introspect import report, simplified
+from introspect.breakdown import Breakdown
+from introspect.commands._args import add_common, add_setup_flags, setup_from_args
 from introspect.errors import IntrospectError
+from introspect.params import COMPONENTS
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+EPILOG = """\
+SOURCE is tried in this order:
+  an existing path    a config.json, a .safetensors file, or a model folder
+  a bundled model     its Hub id or folder name (see --list); works offline
+  the Hub             org/name: the local Hugging Face cache first, then the Hub
+
+examples:
+  introspect profile --list
+  introspect profile Qwen/Qwen2.5-0.5B --seq 1024 --act-dtype bf16
+  introspect profile ./my-model/ --json
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("profile", help="(coming soon)")
-    add_common(p)
+    p = sub.add_parser(
+        "profile",
+        help="a Hub id, a checkpoint folder or a bundled model: exact parameters and estimates",
+        description="Profile one model: where its spec came from, the spec, its exact "
+        "parameters by component (summing to the total), and the training-memory "
+        "estimates for the setup. Decimal GB.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "source",
+        nargs="?",
+        metavar="SOURCE",
+        help="a path (config.json, .safetensors, model folder), a bundled model or a Hub id",
+    )
+    p.add_argument(
+        "--revision",
+        default=None,
+        metavar="REV",
+        help="Hub branch, tag or commit (default: the main branch); skips bundled data",
+    )
+    p.add_argument("--list", action="store_true", help="list the bundled reference models and exit")
+    add_setup_flags(p, sweep=False)
+    add_common(
+        p,
+        json_help="print JSON: source, spec, params (exact integers), estimates (bytes)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    raise IntrospectError("'introspect profile' is not built yet")
+    if args.list:
+        print(render_list(args.json))
+        return 0
+    if not args.source:
+        raise IntrospectError(
+            "profile needs a SOURCE (a path, a bundled model or a Hub id), or --list"
+        )
+    from introspect.adapters import resolve
+
+    setup = setup_from_args(args)  # check the flags before any file or network work
+    model = resolve(args.source, revision=args.revision)
+    results = estimates(model.spec, setup)
+    if args.json:
+        print(report.dumps(to_json(model, setup, results)))
+    else:
+        print(render(model, setup, results))
+    return 0
+
+
+def estimates(spec: ModelSpec, setup: TrainingSetup) -> dict[str, Breakdown]:
+    """Every estimate for ``spec`` trained as ``setup``, by estimator name. Today the
+    seed's (``simplified``); the architecture-aware one joins here."""
+    return {"simplified": simplified.estimate(spec, setup)}
+
+
+def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[str, Any]:
+    """The stable JSON contract: ``source``, ``spec``, ``params``, ``estimates``."""
+    by_component = {name: model.params_by_component.get(name, 0) for name in COMPONENTS}
+    by_component.update(model.params_by_component)
+    out_estimates: dict[str, Any] = {"setup": setup.to_dict()}
+    out_estimates.update({name: b.to_json() for name, b in results.items()})
+    return {
+        "source": {
+            "origin": model.origin,
+            "location": model.location,
+            "revision": model.revision,
+            "notes": list(model.notes),
+        },
+        "spec": model.spec.to_dict(),
+        "params": {"total": model.spec.n_params, "by_component": by_component},
+        "estimates": out_estimates,
+    }
+
+
+def render(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
+    """Four sections: source, spec, parameters, estimates."""
+    return "\n\n".join(
+        (
+            _source_section(model),
+            _spec_section(model.spec),
+            _params_section(model),
+            _estimates_section(model.spec, setup, results),
+        )
+    )
+
+
+def _source_section(model) -> str:
+    where = model.location + (f" @ {model.revision}" if model.revision else "")
+    lines = [f"source: {where} ({model.origin})"]
+    lines += [f"  note: {n}" for n in model.notes]
+    lines += [f"  assumed: {a}" for a in model.spec.assumptions]
+    return "\n".join(lines)
+
+
+def _spec_section(spec: ModelSpec) -> str:
+    biases = [
+        name
+        for name, on in (
+            ("qkv", spec.qkv_bias),
+            ("o", spec.o_bias),
+            ("mlp", spec.mlp_bias),
+            ("lm_head", spec.lm_head_bias),
+        )
+        if on
+    ]
+    norm = spec.norm + (" with bias" if spec.norm == "layernorm" and spec.norm_bias else "")
+    ffn_kind = "gated (gate, up, down)" if spec.ffn == "gated" else "plain (up, down)"
+    pairs = [
+        ("model_type", spec.model_type),
+        ("layers L", spec.num_hidden_layers),
+        ("hidden size d", spec.hidden_size),
+        ("heads h (K/V heads)", f"{spec.num_attention_heads} ({spec.kv_heads})"),
+        ("head size", spec.head_size),
+        ("q_dim / kv_dim", f"{spec.q_dim} / {spec.kv_dim}"),
+        ("query heads per K/V head", spec.group_size),
+        ("feed-forward", f"{ffn_kind}, width {spec.ffn_dim}, {spec.hidden_act}"),
+        ("vocabulary V", spec.vocab_size),
+        ("norm", f"{norm}, {spec.norms_per_layer} per layer"),
+        ("q/k norm", spec.qk_norm),
+        ("biases", ", ".join(biases) or "none"),
+        ("positions", _positions(spec)),
+        ("tied embeddings", "yes" if spec.tie_word_embeddings else "no"),
+    ]
+    if spec.is_moe:
+        pairs.append(
+            ("experts", f"{spec.num_local_experts} per layer, {spec.num_experts_per_tok} active")
+        )
+    return "spec\n" + _indent(report.key_value(pairs))
+
+
+def _positions(spec: ModelSpec) -> str:
+    if spec.position_embedding == "learned":
+        return f"learned, {spec.max_position_embeddings} rows"
+    return spec.position_embedding
+
+
+def _params_section(model) -> str:
+    total = model.spec.n_params
+    rows = [
+        (name, f"{n:,}", f"{100 * n / total:.2f}")
+        for name, n in model.params_by_component.items()
+        if n
+    ]
+    rows.append(("total", f"{total:,}", "100.00"))
+    body = report.table(rows, ["component", "parameters", "%"], colalign=("left", "right", "right"))
+    return "parameters (exact)\n" + _indent(body)
+
+
+def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
+    head = (
+        f"training memory for B={setup.batch_size}, T={setup.seq_len}, "
+        f"s={setup.activation_bytes} bytes, weights {setup.weights_dtype} (decimal GB)"
+    )
+    parts = [head]
+    for name, b in results.items():
+        sm = report.summary(b)
+        rows = [
+            (simplified.TERM_NAMES.get(term, term), report.gb(value)) for term, value in b.items()
+        ]
+        rows.append(("weights + backward values", report.gb(sm["weights_and_backward_bytes"])))
+        rows.append(("saved activations", report.gb(sm["activations_bytes"])))
+        rows.append(("total", report.gb(sm["total_bytes"])))
+        label = b.label or name
+        parts.append(
+            label + "\n" + _indent(report.table(rows, ["term", "GB"], colalign=("left", "right")))
+        )
+    return "\n\n".join(parts)
+
+
+def render_list(as_json: bool) -> str:
+    """The bundled reference models as a table (or JSON)."""
+    from introspect.adapters import bundled
+
+    models = bundled.models()
+    if as_json:
+        return report.dumps({"bundled": [m.to_dict() for m in models]})
+    rows = [
+        (m.hub_id, m.model_type, f"{m.parameters:,}", "yes" if m.tied else "no") for m in models
+    ]
+    body = report.table(
+        rows,
+        ["hub id", "model_type", "exact parameters", "tied"],
+        colalign=("left", "left", "right", "left"),
+    )
+    return f"{body}\n\nbundled with the package; profile any of them offline by hub id."
+
+
+def _indent(text: str, by: str = "  ") -> str:
+    return "\n".join(by + line if line else line for line in text.splitlines())
