@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from introspect.errors import IntrospectError
+from introspect.errors import HubError, IntrospectError
 from introspect.spec import ModelSpec
 
 #: Where a resolved model came from.
@@ -71,7 +71,14 @@ def resolve(source: str, *, revision: str | None = None) -> ResolvedModel:
     if _looks_like_path(source):
         raise IntrospectError(f"{source}: no such file or folder")
     if _HUB_ID.match(source) and "--" not in source and ".." not in source:
-        return _from_hub(source, revision)
+        try:
+            return _from_hub(source, revision)
+        except HubError as e:
+            if revision is not None and bundled.lookup(source) is not None:
+                raise HubError(
+                    f"{e} (the bundled copy of {source} is used only without --revision)"
+                ) from e
+            raise
     raise IntrospectError(
         f"{source!r} is not an existing path, a bundled model (see 'introspect profile "
         "--list') or a Hub id of the form org/name"
@@ -159,43 +166,50 @@ def _from_checkpoint(path: Path) -> ResolvedModel:
 
     ckpt = read_checkpoint(path)
     by_component = dict(ckpt.params_by_component)
-    spec = ckpt.spec.replace(num_parameters=ckpt.parameter_count)
-    if sum(by_component.values()) != ckpt.parameter_count:
-        raise IntrospectError(
-            f"{path}: components sum to {sum(by_component.values()):,} but the headers "
-            f"count {ckpt.parameter_count:,}; please report this checkpoint"
-        )
+    _check_sum(str(path), by_component, ckpt.parameter_count)
+    notes = [*ckpt.notes, *(f"config.json vs tensor shapes: {m}" for m in ckpt.mismatches)]
     return ResolvedModel(
-        spec=spec,
+        spec=ckpt.spec.replace(num_parameters=ckpt.parameter_count),
         origin="checkpoint",
         location=str(path),
         params_by_component=by_component,
-        notes=tuple(getattr(ckpt, "notes", ()) or ()),
-        extra={"tensors": ckpt.tensors, "buffers": ckpt.buffers},
+        notes=tuple(notes),
+        extra={
+            "files": [str(f) for f in ckpt.files],
+            "config_path": str(ckpt.config_path) if ckpt.config_path else None,
+            "params_by_dtype": dict(ckpt.params_by_dtype),
+            "tensors": ckpt.tensors,
+            "buffers": ckpt.buffers,
+        },
     )
 
 
 def _from_hub(repo_id: str, revision: str | None) -> ResolvedModel:
+    """The config read through the registry; the exact count from the safetensors
+    headers when the cache or the Hub has them (they are the checkpoint), else from the
+    config's structure."""
     from .hf_config import spec_from_config
     from .hub import fetch
 
     model = fetch(repo_id, revision=revision)
-    config_path = str(model.config_path)
-    spec, by_component = _structural(
-        spec_from_config(model.config, source=repo_id, path=f"{repo_id}: {config_path}")
+    config_spec = spec_from_config(
+        model.config, source=repo_id, path=f"{repo_id}: {model.config_path}"
     )
-    notes = list(getattr(model, "notes", ()) or ())
-    header_count = model.parameter_count
-    if header_count is None:
-        notes.append("count derived from config.json (no safetensors metadata available)")
-    elif header_count == spec.n_params:
+    spec, by_component = _structural(config_spec)
+    notes = list(model.notes)
+    held = model.parameter_count
+    if held is None:
+        notes.append("exact count from the config's structure (no safetensors headers to check)")
+    elif held == spec.n_params:
         notes.append("count agrees with the checkpoint's safetensors headers")
     else:
         notes.append(
-            f"the safetensors headers hold {header_count:,} values, the structure "
-            f"{spec.n_params:,} parameters (difference {header_count - spec.n_params:+,}: "
-            "buffers stored with the weights, or a variant the config does not describe)"
+            f"the safetensors headers hold {held:,} parameters, the config's structure "
+            f"{spec.n_params:,} (difference {held - spec.n_params:+,}); the headers are used"
         )
+        by_component = dict(model.params_by_component or {})
+        _check_sum(repo_id, by_component, held)
+        spec = spec.replace(num_parameters=held)
     return ResolvedModel(
         spec=spec,
         origin=model.origin,
@@ -203,8 +217,21 @@ def _from_hub(repo_id: str, revision: str | None) -> ResolvedModel:
         params_by_component=by_component,
         notes=tuple(notes),
         revision=revision,
-        extra={"config_path": config_path, "safetensors_parameter_count": header_count},
+        extra={
+            "config_path": model.config_path,
+            "commit": model.commit,
+            "safetensors_parameter_count": held,
+            "params_by_dtype": dict(model.params_by_dtype),
+        },
     )
+
+
+def _check_sum(where: str, by_component: dict[str, int], total: int) -> None:
+    if sum(by_component.values()) != total:
+        raise IntrospectError(
+            f"{where}: components sum to {sum(by_component.values()):,} but the headers "
+            f"count {total:,}; please report this checkpoint"
+        )
 
 
 __all__ = ["ORIGINS", "ResolvedModel", "resolve"]
