@@ -116,14 +116,23 @@ class _Reader:
         self.assumptions: list[str] = []
         self.unique: list[ParamEntry] = []
         self.aliases: list[tuple[ParamEntry, str]] = []
-        first: dict[Hashable, str] = {}
+        # One canonical name per tie key: the embedding's when an embedding holds it (so
+        # an lm_head declared before the embedding it shares still reads as tied).
+        canonical: dict[Hashable, ParamEntry] = {}
         for p in tree.params:
-            if p.tie_key in first:
-                self.aliases.append((p, first[p.tie_key]))
-            else:
-                first[p.tie_key] = p.name
+            held = canonical.get(p.tie_key)
+            if held is None or (not self.in_embedding(held) and self.in_embedding(p)):
+                canonical[p.tie_key] = p
+        for p in tree.params:
+            chosen = canonical[p.tie_key]
+            if p is chosen:
                 self.unique.append(p)
+            else:
+                self.aliases.append((p, chosen.name))
         self.placed: dict[str, tuple[str, str]] = {}  # name -> (role, component)
+
+    def in_embedding(self, p: ParamEntry) -> bool:
+        return "embedding" in type(self.tree.modules.get(p.owner)).__name__.lower()
 
     def fail(self, what: str) -> UnrecognizedModule:
         return UnrecognizedModule(
@@ -329,12 +338,7 @@ class _Reader:
 
     # ---- outside the blocks ----------------------------------------------------------
     def find_embeddings(self, outside: list[ParamEntry]) -> tuple[ParamEntry, ParamEntry | None]:
-        tables = [
-            p
-            for p in outside
-            if len(p.shape) == 2
-            and "embedding" in type(self.tree.modules.get(p.owner)).__name__.lower()
-        ]
+        tables = [p for p in outside if len(p.shape) == 2 and self.in_embedding(p)]
         if not tables:
             tables = [
                 p for p in outside if len(p.shape) == 2 and roles.looks_like_embedding(p.name)
