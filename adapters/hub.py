@@ -1,0 +1,266 @@
+"""A Hub id → its config.json and exact parameter counts, without downloading weights.
+
+Order: the local Hugging Face cache first (``hf_hub_download(..., local_files_only=True)``),
+then the Hub: ``hf_hub_download`` for config.json and ``get_safetensors_metadata`` for
+the safetensors headers (ranged reads of each file's first bytes; never the tensors).
+Everything environmental is huggingface_hub's own: HF_HOME / HF_HUB_CACHE (where the cache
+is), HF_HUB_OFFLINE (no requests at all), HF_ENDPOINT (which server), HF_TOKEN (gated and
+private repos). Its exceptions become one :class:`HubError` line that says what to do.
+
+Counts exclude buffers (rotary ``inv_freq``) with the same role table the local reader
+uses, so Llama-2-7B is 6,738,415,616 parameters, not the 6,738,417,664 values its
+safetensors files hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from introspect.errors import CheckpointError, HubError
+
+from .tensor_roles import TensorInfo, tally, tensor_info
+
+CONFIG_FILE = "config.json"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """What the cache or the Hub told us about one repo at one revision."""
+
+    repo_id: str
+    #: The revision asked for (``None`` = the default branch).
+    revision: str | None
+    config: dict
+    #: The cached config.json (inside HF_HUB_CACHE).
+    config_path: str
+    #: Exact parameters from the safetensors headers (buffers excluded); ``None`` when
+    #: the repo has no safetensors files or their headers could not be read.
+    parameter_count: int | None
+    params_by_dtype: dict[str, int]
+    #: Values stored in buffers (rotary inv_freq, causal masks), not parameters.
+    buffers_count: int
+    #: Where config.json came from.
+    origin: str  # "cache" | "hub"
+    #: The commit the cache or the Hub resolved the revision to.
+    commit: str | None = None
+    #: Exact parameters per component (keys of introspect.params.COMPONENTS), or None.
+    params_by_component: dict[str, int] | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+def fetch(repo_id: str, *, revision: str | None = None) -> HubModel:
+    """config.json and exact counts for ``repo_id``: from the cache when it holds the
+    config, else from the Hub. Raises :class:`HubError` (offline and not cached, gated,
+    missing repo/revision/file, a failing Hub, no connection)."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError, HFValidationError
+
+    from .hf_config import load_config
+
+    with _quiet():
+        try:
+            config_path = hf_hub_download(
+                repo_id, CONFIG_FILE, revision=revision, local_files_only=True
+            )
+            origin = "cache"
+        except HFValidationError as e:
+            raise HubError(_invalid_id(repo_id, e)) from e
+        except EntryNotFoundError:
+            if constants.is_offline_mode():
+                raise HubError(
+                    f"offline (HF_HUB_OFFLINE is set) and {_at(repo_id, revision)} is not in "
+                    f"the cache (HF_HUB_CACHE={constants.HF_HUB_CACHE}); run once online or "
+                    "unset HF_HUB_OFFLINE"
+                ) from None
+            try:
+                config_path = hf_hub_download(repo_id, CONFIG_FILE, revision=revision)
+            except Exception as e:
+                raise HubError(_explain(e, repo_id, revision, CONFIG_FILE)) from e
+            origin = "hub"
+
+        config = load_config(config_path)
+        commit = Path(config_path).parent.name
+        tensors, notes = _cached_headers(repo_id, revision)
+        if tensors is None and not constants.is_offline_mode():
+            tensors, notes = _hub_headers(repo_id, revision)
+        elif tensors is None:
+            notes = ("offline: no cached safetensors headers, so no exact parameter count",)
+
+    if tensors is None:
+        return HubModel(
+            repo_id=repo_id,
+            revision=revision,
+            config=config,
+            config_path=str(config_path),
+            parameter_count=None,
+            params_by_dtype={},
+            buffers_count=0,
+            origin=origin,
+            commit=commit,
+            notes=notes,
+        )
+    counts = tally(tensors)
+    if counts.unknown:
+        notes += (f"{len(counts.unknown)} tensors with unrecognised names counted as 'other'",)
+    if counts.buffers:
+        notes += (
+            f"{len(counts.buffers)} buffers ({counts.buffer_count:,} values, e.g. "
+            f"{counts.buffers[0].name}) are stored but are not parameters",
+        )
+    return HubModel(
+        repo_id=repo_id,
+        revision=revision,
+        config=config,
+        config_path=str(config_path),
+        parameter_count=counts.parameter_count,
+        params_by_dtype=counts.params_by_dtype,
+        buffers_count=counts.buffer_count,
+        origin=origin,
+        commit=commit,
+        params_by_component=counts.params_by_component,
+        notes=notes,
+    )
+
+
+def _cached_headers(
+    repo_id: str, revision: str | None
+) -> tuple[list[TensorInfo] | None, tuple[str, ...]]:
+    """Headers of safetensors files already in the cache (a model downloaded before),
+    read locally with ``safe_open``; ``None`` unless every file is cached."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from .safetensors import _read_index, read_header
+
+    def cached(name: str) -> Path | None:
+        found = try_to_load_from_cache(repo_id, name, revision=revision)
+        return Path(found) if isinstance(found, str) else None
+
+    files = []
+    single = cached(SINGLE_FILE)
+    if single is not None:
+        files = [single]
+    elif (index := cached(INDEX_FILE)) is not None:
+        try:
+            shards = sorted(set(_read_index(index).values()))
+        except CheckpointError:
+            return None, ()
+        files = [cached(name) for name in shards]
+        if not files or any(f is None for f in files):
+            return None, ()
+    else:
+        return None, ()
+    tensors = [t for file in files for t in read_header(file)]
+    return tensors, ("counts from the cached safetensors headers",)
+
+
+def _hub_headers(
+    repo_id: str, revision: str | None
+) -> tuple[list[TensorInfo] | None, tuple[str, ...]]:
+    """Headers from the Hub via ``get_safetensors_metadata`` (ranged reads of each file's
+    first bytes). A failure here leaves the count unknown rather than failing the call:
+    config.json, which the estimate needs, is already in hand."""
+    from huggingface_hub import get_safetensors_metadata
+    from huggingface_hub.errors import NotASafetensorsRepoError
+
+    try:
+        meta = get_safetensors_metadata(repo_id, revision=revision)
+    except NotASafetensorsRepoError:
+        return None, (f"{repo_id} has no safetensors files: parameters follow from config.json",)
+    except Exception as e:  # any Hub failure: the count is optional, the reason is kept
+        reason = _explain(e, repo_id, revision, "safetensors headers")
+        return None, (f"no exact parameter count: {reason}",)
+    tensors = [
+        tensor_info(name, info.shape, info.dtype, file)
+        for file, file_meta in sorted(meta.files_metadata.items())
+        for name, info in file_meta.tensors.items()
+    ]
+    return tensors, ("counts from the Hub's safetensors headers",)
+
+
+def _at(repo_id: str, revision: str | None) -> str:
+    return f"{repo_id}@{revision}" if revision else repo_id
+
+
+def _invalid_id(repo_id: str, e: Exception) -> str:
+    return f"'{repo_id}' is not a valid Hub id ({e}); give owner/name, e.g. Qwen/Qwen2.5-0.5B"
+
+
+def _explain(e: Exception, repo_id: str, revision: str | None, what: str) -> str:
+    """One line for a huggingface_hub exception: what failed and what to do."""
+    import httpx2
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        FileMetadataError,
+        GatedRepoError,
+        HfHubHTTPError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+        SafetensorsParsingError,
+    )
+
+    endpoint = constants.ENDPOINT
+    where = _at(repo_id, revision)
+    cause = e.__cause__ if isinstance(e, LocalEntryNotFoundError) and e.__cause__ else e
+    if isinstance(cause, HFValidationError):
+        return _invalid_id(repo_id, cause)
+    if isinstance(cause, GatedRepoError):
+        return (
+            f"{repo_id} is gated: accept its terms at {endpoint}/{repo_id}, then set HF_TOKEN "
+            "(or run `hf auth login`) with a token that has access"
+        )
+    if isinstance(cause, RevisionNotFoundError):
+        return f"{repo_id} has no revision '{revision}'; check --revision (a branch, tag or commit)"
+    if isinstance(cause, RepositoryNotFoundError):
+        return f"no model {repo_id} at {endpoint} (or it is private: set HF_TOKEN); check the id"
+    if isinstance(cause, RemoteEntryNotFoundError):
+        return f"{where} has no {what}; introspect needs a transformers-style repo with config.json"
+    if isinstance(cause, HfHubHTTPError) and cause.response is not None:
+        status = cause.response.status_code
+        if status in (401, 403):
+            return f"not authorised to read {where} ({status}); check HF_TOKEN and its permissions"
+        if status >= 500:
+            return (
+                f"the Hub at {endpoint} failed ({status}) fetching {what} for {where}; "
+                "try again later, or use a cached copy with HF_HUB_OFFLINE=1"
+            )
+        return f"the Hub at {endpoint} answered {status} fetching {what} for {where}"
+    if isinstance(cause, FileMetadataError):
+        return f"{endpoint} does not answer like the Hugging Face Hub ({cause}); check HF_ENDPOINT"
+    if isinstance(cause, SafetensorsParsingError):
+        return f"a safetensors header of {where} is unreadable ({' '.join(str(cause).split())})"
+    if isinstance(cause, (httpx2.TransportError, OSError)):
+        return (
+            f"cannot reach the Hub at {endpoint} for {where} ({type(cause).__name__}); check "
+            "the connection, or set HF_HUB_OFFLINE=1 to use only the cache"
+        )
+    return f"fetching {what} for {where} failed: {' '.join(str(cause).split())}"
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No progress bars or retry warnings from huggingface_hub on our one-line output."""
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    hub_logger = logging.getLogger("huggingface_hub")
+    level, bars_off = hub_logger.level, are_progress_bars_disabled()
+    hub_logger.setLevel(logging.ERROR)
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        hub_logger.setLevel(level)
+        if not bars_off:
+            enable_progress_bars()

@@ -1,0 +1,237 @@
+"""Small real safetensors checkpoints laid out as Hugging Face families store them.
+
+Names and shapes are written out by hand from the families' modeling code (Linear weights
+``[out, in]``, GPT-2's Conv1D ``[in, out]``), so a reader that gets a role or a shape
+wrong disagrees with the config-derived count. Tensors are zeros; only headers matter.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import save_file
+
+F16, F32 = np.float16, np.float32
+
+
+def _z(*shape: int, dtype=F16) -> np.ndarray:
+    return np.zeros(shape, dtype=dtype)
+
+
+def llama(
+    *,
+    layers: int = 2,
+    hidden: int = 32,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int | None = None,
+    ffn: int = 48,
+    vocab: int = 64,
+    tied: bool = False,
+    inv_freq: bool = False,
+    qkv_bias: bool = False,
+    qk_norm: str = "none",
+) -> tuple[dict[str, np.ndarray], dict]:
+    """Llama / Mistral / Qwen2 / Qwen3 / OLMo2 layout and the matching config.json.
+    ``inv_freq`` adds Llama-2-era rotary buffers (head_dim/2 float32 values per layer)."""
+    hd = head_dim or hidden // heads
+    q, kv = heads * hd, kv_heads * hd
+    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": _z(vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t |= {
+            p + "self_attn.q_proj.weight": _z(q, hidden),
+            p + "self_attn.k_proj.weight": _z(kv, hidden),
+            p + "self_attn.v_proj.weight": _z(kv, hidden),
+            p + "self_attn.o_proj.weight": _z(hidden, q),
+            p + "mlp.gate_proj.weight": _z(ffn, hidden),
+            p + "mlp.up_proj.weight": _z(ffn, hidden),
+            p + "mlp.down_proj.weight": _z(hidden, ffn),
+            p + "input_layernorm.weight": _z(hidden, dtype=F32),
+            p + "post_attention_layernorm.weight": _z(hidden, dtype=F32),
+        }
+        if qkv_bias:
+            t |= {
+                p + f"self_attn.{n}_proj.bias": _z(w) for n, w in (("q", q), ("k", kv), ("v", kv))
+            }
+        if qk_norm == "head":
+            t |= {p + "self_attn.q_norm.weight": _z(hd), p + "self_attn.k_norm.weight": _z(hd)}
+        elif qk_norm == "full":
+            t |= {p + "self_attn.q_norm.weight": _z(q), p + "self_attn.k_norm.weight": _z(kv)}
+        if inv_freq:
+            t[p + "self_attn.rotary_emb.inv_freq"] = _z(hd // 2, dtype=F32)
+    t["model.norm.weight"] = _z(hidden, dtype=F32)
+    if not tied:
+        t["lm_head.weight"] = _z(vocab, hidden)
+    model_type = {"head": "qwen3", "full": "olmo2"}.get(qk_norm, "qwen2" if qkv_bias else "llama")
+    config = {
+        "model_type": model_type,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": ffn,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+        "hidden_act": "silu",
+    }
+    if head_dim:
+        config["head_dim"] = head_dim
+    return t, config
+
+
+def mixtral(*, layers=2, hidden=32, heads=4, kv_heads=2, ffn=40, vocab=64, experts=4):
+    """Mixtral: block_sparse_moe with w1 (gate), w3 (up), w2 (down) per expert."""
+    t, config = llama(
+        layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, vocab=vocab
+    )
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for n in ("gate", "up", "down"):
+            del t[p + f"mlp.{n}_proj.weight"]
+        t[p + "block_sparse_moe.gate.weight"] = _z(experts, hidden)
+        for e in range(experts):
+            q = p + f"block_sparse_moe.experts.{e}."
+            t |= {
+                q + "w1.weight": _z(ffn, hidden),
+                q + "w3.weight": _z(ffn, hidden),
+                q + "w2.weight": _z(hidden, ffn),
+            }
+    config |= {"model_type": "mixtral", "num_local_experts": experts, "num_experts_per_tok": 2}
+    return t, config
+
+
+def gpt2(*, layers=2, hidden=32, heads=4, vocab=64, positions=16):
+    """GPT-2 (no prefix, as openai-community/gpt2 stores it): Conv1D [in, out] weights,
+    learned positions, tied lm_head, and the causal-mask ``attn.bias`` buffers."""
+    t = {"wte.weight": _z(vocab, hidden), "wpe.weight": _z(positions, hidden)}
+    for i in range(layers):
+        p = f"h.{i}."
+        t |= {
+            p + "ln_1.weight": _z(hidden),
+            p + "ln_1.bias": _z(hidden),
+            p + "attn.c_attn.weight": _z(hidden, 3 * hidden),
+            p + "attn.c_attn.bias": _z(3 * hidden),
+            p + "attn.c_proj.weight": _z(hidden, hidden),
+            p + "attn.c_proj.bias": _z(hidden),
+            p + "attn.bias": _z(1, 1, positions, positions, dtype=np.uint8),
+            p + "ln_2.weight": _z(hidden),
+            p + "ln_2.bias": _z(hidden),
+            p + "mlp.c_fc.weight": _z(hidden, 4 * hidden),
+            p + "mlp.c_fc.bias": _z(4 * hidden),
+            p + "mlp.c_proj.weight": _z(4 * hidden, hidden),
+            p + "mlp.c_proj.bias": _z(hidden),
+        }
+    t |= {"ln_f.weight": _z(hidden), "ln_f.bias": _z(hidden)}
+    config = {
+        "model_type": "gpt2",
+        "n_embd": hidden,
+        "n_layer": layers,
+        "n_head": heads,
+        "vocab_size": vocab,
+        "n_positions": positions,
+    }
+    return t, config
+
+
+def qwen(*, layers=2, hidden=32, heads=4, ffn=96, vocab=64):
+    """Original Qwen (remote code): transformer.h.{}, fused c_attn [3d, d] with bias, w1/w2
+    each ffn/2 wide, config intermediate_size = ffn."""
+    t = {"transformer.wte.weight": _z(vocab, hidden)}
+    for i in range(layers):
+        p = f"transformer.h.{i}."
+        t |= {
+            p + "ln_1.weight": _z(hidden),
+            p + "ln_2.weight": _z(hidden),
+            p + "attn.c_attn.weight": _z(3 * hidden, hidden),
+            p + "attn.c_attn.bias": _z(3 * hidden),
+            p + "attn.c_proj.weight": _z(hidden, hidden),
+            p + "mlp.w1.weight": _z(ffn // 2, hidden),
+            p + "mlp.w2.weight": _z(ffn // 2, hidden),
+            p + "mlp.c_proj.weight": _z(hidden, ffn // 2),
+        }
+    t |= {"transformer.ln_f.weight": _z(hidden), "lm_head.weight": _z(vocab, hidden)}
+    config = {
+        "model_type": "qwen",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "kv_channels": hidden // heads,
+        "intermediate_size": ffn,
+        "vocab_size": vocab,
+    }
+    return t, config
+
+
+def phi(*, layers=2, hidden=32, heads=4, ffn=64, vocab=64):
+    """Phi-2: one LayerNorm per block, biases everywhere, ``dense`` output, fc1/fc2."""
+    t = {"model.embed_tokens.weight": _z(vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for n in ("q_proj", "k_proj", "v_proj", "dense"):
+            t |= {
+                p + f"self_attn.{n}.weight": _z(hidden, hidden),
+                p + f"self_attn.{n}.bias": _z(hidden),
+            }
+        t |= {
+            p + "mlp.fc1.weight": _z(ffn, hidden),
+            p + "mlp.fc1.bias": _z(ffn),
+            p + "mlp.fc2.weight": _z(hidden, ffn),
+            p + "mlp.fc2.bias": _z(hidden),
+            p + "input_layernorm.weight": _z(hidden),
+            p + "input_layernorm.bias": _z(hidden),
+        }
+    t |= {
+        "model.final_layernorm.weight": _z(hidden),
+        "model.final_layernorm.bias": _z(hidden),
+        "lm_head.weight": _z(vocab, hidden),
+        "lm_head.bias": _z(vocab),
+    }
+    config = {
+        "model_type": "phi",
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "intermediate_size": ffn,
+        "vocab_size": vocab,
+    }
+    return t, config
+
+
+def write(
+    folder: Path,
+    tensors: dict[str, np.ndarray],
+    config: dict | None = None,
+    *,
+    shards: int = 1,
+) -> Path:
+    """Write ``tensors`` into ``folder`` as model.safetensors, or as ``shards`` files with
+    a model.safetensors.index.json; add config.json when given. Returns the folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(tensors)
+    if shards == 1:
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for s in range(shards):
+            file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+            part = {n: tensors[n] for n in names[s::shards]}
+            save_file(part, str(folder / file), metadata={"format": "pt"})
+            weight_map |= dict.fromkeys(part, file)
+        total = sum(a.nbytes for a in tensors.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def numel(tensors: dict[str, np.ndarray], *, buffers: bool = False) -> int:
+    """Elements in the parameters (names without inv_freq / attn.bias), or in the buffers."""
+
+    def is_buffer(name: str) -> bool:
+        return name.endswith(".inv_freq") or name.endswith(".attn.bias")
+
+    return sum(a.size for n, a in tensors.items() if is_buffer(n) == buffers)
