@@ -39,7 +39,7 @@ MLP_KEYS = {
     ),
     "gate_up": ("gate_up_proj", "w12", "gate_up"),
 }  # fmt: skip
-ROUTER_KEYS = ("gate", "router", "gate_network", "wg", "classifier")
+ROUTER_KEYS = ("gate", "router", "gate_network", "wg", "classifier", "shared_expert_gate")
 EXPERT_SEGMENTS = ("experts", "switch_mlp", "expert")
 MLP_SEGMENTS = ("mlp", "ffn", "feed_forward", "feedforward", "ff", "ffwd", "moe", "mlp_block")
 
@@ -148,7 +148,7 @@ def fallback_role(rel: str, shape: tuple[int, ...]) -> tuple[str, str]:
     lower = rel.lower()
     if any(s in lower for s in EXPERT_SEGMENTS):
         return ("unrecognised", "experts")
-    if "attn" in lower or "attention" in lower and "norm" not in lower:
+    if ("attn" in lower or "attention" in lower) and "norm" not in lower:
         return ("unrecognised", "attention")
     if len(shape) == 1:
         return ("unrecognised", "norms")
@@ -227,7 +227,8 @@ def classify_block(entries: list[tuple[str, tuple[int, ...], str]], d: int) -> B
             and key.lower() in ROUTER_KEYS
             or (experts and "router" in owner.lower())
         ):
-            if experts in shape or kind == "bias":
+            # Qwen2-MoE's shared_expert_gate is (1, d): a router for the shared expert.
+            if experts in shape or 1 in shape or kind == "bias":
                 out.roles[rel] = ("router", "router")
                 continue
         in_attn = any("attn" in s or "attention" in s for s in lowered)

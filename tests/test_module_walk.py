@@ -240,6 +240,36 @@ def test_unrecognisable_modules_fail_in_one_line():
         describe_torch("gpt2")
 
 
+def test_torch_transformer_encoder_layers():
+    """Blocks from torch.nn.TransformerEncoderLayer: MultiheadAttention's in_proj_weight
+    (fused qkv), linear1/linear2, norm1/norm2, heads from ``num_heads``."""
+    torch = pytest.importorskip("torch")
+    from introspect.adapters.torch_module import describe_torch
+
+    nn = torch.nn
+    V, P, d, h, L = 100, 32, 64, 4, 3
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(V, d)
+            self.pos = nn.Embedding(P, d)
+            self.blocks = nn.ModuleList(
+                nn.TransformerEncoderLayer(d, h, 4 * d, batch_first=True, norm_first=True)
+                for _ in range(L)
+            )
+            self.ln_f = nn.LayerNorm(d)
+            self.head = nn.Linear(d, V, bias=False)
+
+    desc = describe_torch(Model())
+    layer = 3 * d * d + 3 * d + d * d + d + 8 * d * d + 4 * d + d + 4 * d
+    assert desc.parameter_count == (V + P) * d + L * layer + 2 * d + V * d
+    s = desc.spec
+    assert (s.num_attention_heads, s.head_size, s.ffn, s.ffn_dim) == (h, d // h, "plain", 4 * d)
+    assert (s.norm, s.norm_bias, s.qkv_bias, s.hidden_act) == ("layernorm", True, True, "relu")
+    assert parameter_count(s) == desc.parameter_count
+
+
 def llama_mlx(V, L, d, heads, kv_heads, ffn, *, tied=False):
     """A Llama-style MLX model with Hugging Face names and mlx.nn.RMSNorm; a tied one
     assigns the embedding's own array to the output projection."""
@@ -363,6 +393,78 @@ def test_transformers_models(case):
     assert s.num_experts_per_tok == getattr(config, "num_experts_per_tok", 0)
 
 
+#: More transformers families, each exact against ``model.parameters()`` and against the
+#: structural count of the recognised spec: fused qkv/gate_up (Phi-3), GPT-NeoX's
+#: query_key_value with a parallel block, Falcon's multi-query, OLMo2's full-width q/k
+#: norms, Gemma's head_dim, Gemma-2's four norms, Phi's single norm, OPT's offset learned
+#: positions, GPT-J, Starcoder2's biases, Qwen3-MoE's fused experts.
+SMALL_HEADS = dict(SMALL, num_attention_heads=4)
+HF_FAMILIES = {
+    "phi3": ("Phi3Config", dict(SMALL_HEADS, num_key_value_heads=2, pad_token_id=0)),
+    "gpt_neox": ("GPTNeoXConfig", SMALL_HEADS),
+    "falcon": ("FalconConfig", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4)),
+    "olmo2": ("Olmo2Config", dict(SMALL_HEADS, pad_token_id=0)),
+    "gemma": ("GemmaConfig", dict(SMALL_HEADS, num_key_value_heads=1, head_dim=32)),
+    "gemma2": ("Gemma2Config", dict(SMALL_HEADS, num_key_value_heads=2, head_dim=32)),
+    "phi": ("PhiConfig", SMALL_HEADS),
+    "opt": ("OPTConfig", dict(vocab_size=128, hidden_size=64, ffn_dim=96, num_hidden_layers=2,
+                              num_attention_heads=4, word_embed_proj_dim=64,
+                              max_position_embeddings=32)),
+    "gptj": ("GPTJConfig", dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                n_positions=32, bos_token_id=0, eos_token_id=0)),
+    "starcoder2": ("Starcoder2Config", dict(SMALL_HEADS, num_key_value_heads=2)),
+    "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL_HEADS, num_key_value_heads=2, num_experts=4,
+                                         num_experts_per_tok=2, moe_intermediate_size=32,
+                                         head_dim=32)),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", list(HF_FAMILIES), ids=list(HF_FAMILIES))
+def test_transformers_families_exact(family):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from introspect.adapters.torch_module import describe_torch
+
+    config_class, kwargs = HF_FAMILIES[family]
+    config = getattr(transformers, config_class)(**kwargs)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    desc = describe_torch(model)
+    check_consistent(desc)
+    assert desc.parameter_count == sum(p.numel() for p in model.parameters())
+    assert parameter_count(desc.spec) == desc.parameter_count, desc.notes
+    s = desc.spec
+    assert s.num_attention_heads == config.num_attention_heads
+    assert s.kv_heads == (getattr(config, "num_key_value_heads", None) or s.kv_heads)
+    assert s.head_size == (getattr(config, "head_dim", None) or 64 // 4)
+    assert s.num_hidden_layers == config.num_hidden_layers
+    assert s.tie_word_embeddings == bool(config.tie_word_embeddings)
+
+
+@pytest.mark.slow
+def test_shared_expert_is_counted_and_said():
+    """Qwen2-MoE's shared expert has no ModelSpec field: the count stays exact and a
+    note says where the structure and the module differ."""
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from introspect.adapters.torch_module import describe_torch
+
+    config = transformers.Qwen2MoeConfig(
+        **SMALL_HEADS, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, shared_expert_intermediate_size=48,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    desc = describe_torch(model)
+    check_consistent(desc)
+    assert desc.parameter_count == sum(p.numel() for p in model.parameters())
+    assert (desc.spec.num_local_experts, desc.spec.intermediate_size) == (4, 32)
+    assert any("shared expert" in n for n in desc.notes)
+    assert any("num_parameters carries the exact count" in n for n in desc.notes)
+
+
 # ---- mlx-lm models (optional) ---------------------------------------------------------
 MLX_LM_CASES = {
     "llama": dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
@@ -441,3 +543,75 @@ def test_7b_mlx_lazy_allocates_nothing():
     assert desc.parameter_count == LLAMA2_7B_PARAMETERS
     assert parameter_count(desc.spec) == LLAMA2_7B_PARAMETERS
     assert (desc.spec.num_attention_heads, desc.spec.intermediate_size) == (32, 11008)
+
+
+# ---- round trip through the project's own reference models ----------------------------
+def _reference_specs():
+    from introspect.spec import ModelSpec
+
+    common = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2)
+    return {
+        "llama-gqa-untied": ModelSpec(
+            **common, num_attention_heads=4, num_key_value_heads=2, intermediate_size=80,
+            norm="rmsnorm", ffn="gated", hidden_act="silu",
+        ),
+        "gpt-learned-tied-biases": ModelSpec(
+            **common, num_attention_heads=4, norm="layernorm", ffn="plain", hidden_act="gelu",
+            tie_word_embeddings=True, qkv_bias=True, o_bias=True, mlp_bias=True,
+            position_embedding="learned", max_position_embeddings=16,
+        ),
+        "qwen3-qk-norm-head": ModelSpec(
+            **common, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            intermediate_size=48, norm="rmsnorm", ffn="gated", hidden_act="silu",
+            tie_word_embeddings=True, qk_norm="head", qkv_bias=True,
+        ),
+        "olmo2-qk-norm-full": ModelSpec(
+            **common, num_attention_heads=4, intermediate_size=64, norm="rmsnorm", ffn="gated",
+            hidden_act="silu", qk_norm="full",
+        ),
+        "layernorm-no-bias-lm-head-bias": ModelSpec(
+            **common, num_attention_heads=2, norm="layernorm", norm_bias=False,
+            hidden_act="gelu", lm_head_bias=True,
+        ),
+    }  # fmt: skip
+
+
+ROUND_TRIP_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "kv_heads", "head_size",
+    "ffn_dim", "vocab_size", "tie_word_embeddings", "norm", "ffn", "hidden_act", "qkv_bias",
+    "o_bias", "mlp_bias", "lm_head_bias", "qk_norm", "norms_per_layer", "position_embedding",
+    "max_position_embeddings",
+)  # fmt: skip
+
+
+def _assert_round_trip(spec, desc, reference_count):
+    check_consistent(desc)
+    assert desc.parameter_count == reference_count == parameter_count(spec)
+    for name in ROUND_TRIP_FIELDS:
+        assert getattr(desc.spec, name) == getattr(spec, name), name
+    if spec.norm == "layernorm":
+        assert desc.spec.norm_bias == spec.norm_bias
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(_reference_specs()))
+def test_round_trip_torch_reference_model(case):
+    pytest.importorskip("torch")
+    from introspect.adapters.torch_module import describe_torch
+
+    torch_model = pytest.importorskip("introspect.measure.torch_model")
+    spec = _reference_specs()[case]
+    model = torch_model.build(spec, device="meta")
+    _assert_round_trip(spec, describe_torch(model), torch_model.parameter_count(model))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(_reference_specs()))
+def test_round_trip_mlx_reference_model(case):
+    pytest.importorskip("mlx.core")
+    from introspect.adapters.mlx_module import describe_mlx
+
+    mlx_model = pytest.importorskip("introspect.measure.mlx_model")
+    spec = _reference_specs()[case]
+    model = mlx_model.build(spec)
+    _assert_round_trip(spec, describe_mlx(model), mlx_model.parameter_count(model))
