@@ -181,7 +181,7 @@ def _explain(message: str) -> str:
     text = " ".join(message.split()).replace("Error while deserializing header: ", "")
     if "unknown variant" in text:
         dtype = text.split("unknown variant", 1)[1].split(",")[0].strip(" `")
-        return f"unknown dtype '{dtype}' in the header; the file is corrupt or from a newer format"
+        return f"unknown dtype {dtype!r} in the header; the file is corrupt or from a newer format"
     if "invalid JSON" in text:
         return f"header is not valid JSON ({text}); the file is corrupt (re-download it)"
     if "offset" in text or "invalid shape" in text:
