@@ -152,7 +152,6 @@ class _Reader:
         outside = [p for p in self.unique if not p.name.startswith(block.prefix + ".")]
         embed, positions = self.find_embeddings(outside)
         V, d = embed.shape
-        self.d = d
         tied, lm_head_bias = self.read_outside(outside, embed, positions, V, d)
         fields = self.read_blocks(block, inside, d)
         spec_fields = dict(
@@ -229,20 +228,25 @@ class _Reader:
             by_block.setdefault(int(index), []).append((rel, p))
         first = by_block.get(0, [])
         owner_class = {rel: type(self.tree.modules.get(p.owner)).__name__ for rel, p in first}
-        found = roles.classify_block([(rel, p.shape, owner_class[rel]) for rel, p in first], d)
+        try:
+            found = roles.classify_block([(rel, p.shape, owner_class[rel]) for rel, p in first], d)
+        except roles.RoleError as e:
+            raise self.fail(f"{e} (blocks at {block.prefix})") from e
         for note in found.notes:
             self.notes.append(f"block 0: {note}")
         block0 = {rel: p.shape for rel, p in first}
+        differing = []
         for i, entries in sorted(by_block.items()):
-            shapes = {rel: p.shape for rel, p in entries}
-            if shapes != block0:
-                self.notes.append(
-                    f"block {i} differs from block 0; the spec describes block 0 and the "
-                    "count includes every block as it is"
-                )
+            if {rel: p.shape for rel, p in entries} != block0:
+                differing.append(str(i))
             for rel, p in entries:
                 role = found.roles.get(rel) or roles.fallback_role(rel, p.shape)
                 self.placed[p.name] = role
+        if differing:
+            self.notes.append(
+                f"blocks {', '.join(differing)} differ from block 0; the spec describes block 0 "
+                "and the count includes every block as it is"
+            )
         return self.block_fields(block, found, d)
 
     def block_fields(self, block: _Block, found: roles.BlockRoles, d: int) -> dict:
@@ -311,7 +315,7 @@ class _Reader:
             return named
         mlp_prefix = f"{prefix}.0.{found.mlp_path}" if found.mlp_path else f"{prefix}.0"
         for qname, obj in self.tree.modules.items():
-            if qname.startswith(mlp_prefix):
+            if qname == mlp_prefix or qname.startswith(mlp_prefix + "."):
                 guess = roles.activation_from_class(type(obj).__name__)
                 if guess:
                     return guess
@@ -425,34 +429,28 @@ class _Reader:
         for obj in objs:
             out.append(obj)
             for attr in ("config", "args", "cfg", "params", "model_args"):
-                sub = getattr(obj, attr, None)
+                sub = _safe_getattr(obj, attr)
                 if sub is not None and not callable(sub):
                     out.append(sub)
         return out
 
-    def lookup_int(self, names: tuple[str, ...], local: list | None = None) -> int | None:
+    def lookup(self, names: tuple[str, ...], accept, local: list | None = None):
+        """The first attribute among ``names`` that ``accept`` takes, over the sources."""
         for obj in self.sources(local):
             for attr in names:
-                value = getattr(obj, attr, None)
-                if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                value = _safe_getattr(obj, attr)
+                if value is not None and accept(value):
                     return value
         return None
+
+    def lookup_int(self, names: tuple[str, ...], local: list | None = None) -> int | None:
+        return self.lookup(names, _positive_int, local)
 
     def lookup_str(self, *names: str) -> str | None:
-        for obj in self.sources():
-            for attr in names:
-                value = getattr(obj, attr, None)
-                if isinstance(value, str) and value:
-                    return value
-        return None
+        return self.lookup(names, lambda v: isinstance(v, str) and bool(v))
 
     def lookup_any(self, names: tuple[str, ...]):
-        for obj in self.sources():
-            for attr in names:
-                value = getattr(obj, attr, None)
-                if value is not None:
-                    return value
-        return None
+        return self.lookup(names, lambda v: True)
 
     def compare_with_structure(self, spec: ModelSpec, actual: dict[str, int]) -> None:
         implied = parameters_by_component(spec)
@@ -465,3 +463,16 @@ class _Reader:
                 + "; ".join(differ)
                 + "); num_parameters carries the exact count"
             )
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _safe_getattr(obj: object, attr: str):
+    """An attribute or None: config properties may raise more than AttributeError, and
+    a description must not fail on a property it only hoped to read."""
+    try:
+        return getattr(obj, attr, None)
+    except Exception:
+        return None

@@ -236,6 +236,15 @@ def test_unrecognisable_modules_fail_in_one_line():
 
     with pytest.raises(IntrospectError, match="NoEmbedding.*no token embedding"):
         describe_torch(NoEmbedding())
+
+    class NoAttention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 8)
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(3))
+
+    with pytest.raises(UnrecognizedModule, match="NoAttention.*no attention projections"):
+        describe_torch(NoAttention())
     with pytest.raises(IntrospectError, match="expected a torch.nn.Module"):
         describe_torch("gpt2")
 
@@ -615,3 +624,20 @@ def test_round_trip_mlx_reference_model(case):
     spec = _reference_specs()[case]
     model = mlx_model.build(spec)
     _assert_round_trip(spec, describe_mlx(model), mlx_model.parameter_count(model))
+
+
+def test_mlx_rejects_non_modules_and_blockless_modules():
+    nn = pytest.importorskip("mlx.nn")
+    from introspect.adapters.mlx_module import describe_mlx
+
+    with pytest.raises(IntrospectError, match="expected an mlx.nn.Module"):
+        describe_mlx(object())
+
+    class Flat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(10, 8)
+            self.out = nn.Linear(8, 10)
+
+    with pytest.raises(UnrecognizedModule, match="mlx module Flat.*repeated blocks"):
+        describe_mlx(Flat())
