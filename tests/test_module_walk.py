@@ -641,3 +641,22 @@ def test_mlx_rejects_non_modules_and_blockless_modules():
 
     with pytest.raises(UnrecognizedModule, match="mlx module Flat.*repeated blocks"):
         describe_mlx(Flat())
+
+
+@pytest.mark.slow
+def test_7b_transformers_llama_on_meta():
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from introspect.adapters.torch_module import describe_torch
+
+    config = transformers.LlamaConfig(
+        vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+        num_attention_heads=32, num_key_value_heads=32,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    desc = describe_torch(model)
+    assert all(p.is_meta for p in model.parameters())
+    assert desc.parameter_count == LLAMA2_7B_PARAMETERS
+    assert desc.spec.assumptions == ()
+    assert desc.params_by_component["lm_head"] == 32000 * 4096
