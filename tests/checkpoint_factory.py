@@ -235,3 +235,85 @@ def numel(tensors: dict[str, np.ndarray], *, buffers: bool = False) -> int:
         return name.endswith(".inv_freq") or name.endswith(".attn.bias")
 
     return sum(a.size for n, a in tensors.items() if is_buffer(n) == buffers)
+
+
+# ---- full-size checkpoints as headers over sparse files (no tensor bytes on disk) -------
+
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+
+
+def llama_entries(config: dict, *, inv_freq: bool = False, dtype: str = "BF16") -> list:
+    """(name, dtype, shape) for every tensor a Llama / Qwen2 / Qwen3 checkpoint of this
+    config stores, in Hugging Face's names; ``inv_freq`` adds Llama-2-era F32 rotary
+    buffers (head_dim / 2 values per layer)."""
+    d, L, V = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
+    heads = config["num_attention_heads"]
+    hd = config.get("head_dim") or d // heads
+    q, kv = heads * hd, config.get("num_key_value_heads", heads) * hd
+    f = config["intermediate_size"]
+    qwen2, qwen3 = config["model_type"] == "qwen2", config["model_type"] == "qwen3"
+    out = [("model.embed_tokens.weight", dtype, [V, d])]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "self_attn.q_proj.weight", dtype, [q, d]),
+            (p + "self_attn.k_proj.weight", dtype, [kv, d]),
+            (p + "self_attn.v_proj.weight", dtype, [kv, d]),
+            (p + "self_attn.o_proj.weight", dtype, [d, q]),
+            (p + "mlp.gate_proj.weight", dtype, [f, d]),
+            (p + "mlp.up_proj.weight", dtype, [f, d]),
+            (p + "mlp.down_proj.weight", dtype, [d, f]),
+            (p + "input_layernorm.weight", dtype, [d]),
+            (p + "post_attention_layernorm.weight", dtype, [d]),
+        ]
+        if qwen2:
+            out += [
+                (p + f"self_attn.{n}_proj.bias", dtype, [w])
+                for n, w in zip("qkv", (q, kv, kv), strict=True)
+            ]
+        if qwen3:
+            out += [(p + f"self_attn.{n}_norm.weight", dtype, [hd]) for n in "qk"]
+        if inv_freq:
+            out.append((p + "self_attn.rotary_emb.inv_freq", "F32", [hd // 2]))
+    out.append(("model.norm.weight", dtype, [d]))
+    if not config.get("tie_word_embeddings", False):
+        out.append(("lm_head.weight", dtype, [V, d]))
+    return out
+
+
+def write_sparse(
+    folder: Path, entries: list, config: dict | None = None, *, shards: int = 1
+) -> Path:
+    """Write safetensors files whose headers describe ``entries`` and whose data region is
+    a hole (a sparse file): full-size checkpoints in a few kB of disk. Sharded with a
+    model.safetensors.index.json when ``shards`` > 1."""
+    folder.mkdir(parents=True, exist_ok=True)
+    per = -(-len(entries) // shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        part = entries[s * per : (s + 1) * per]
+        name = (
+            "model.safetensors" if shards == 1 else f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        )
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for tensor, dtype, shape in part:
+            size = DTYPE_BYTES[dtype] * int(np.prod(shape))
+            header[tensor] = {
+                "dtype": dtype,
+                "shape": shape,
+                "data_offsets": [offset, offset + size],
+            }
+            offset += size
+            weight_map[tensor] = name
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with (folder / name).open("wb") as fh:
+            fh.write(len(raw).to_bytes(8, "little") + raw)
+            fh.truncate(8 + len(raw) + offset)
+        total += offset
+    if shards > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config))
+    return folder

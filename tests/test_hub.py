@@ -196,3 +196,25 @@ def test_failing_hub_is_one_line(tmp_path, home):
 def test_invalid_id_is_one_line(home):
     got = fetch(home, None, "not/a/valid/id")
     assert got["type"] == "HubError" and "not a valid Hub id" in got["error"]
+
+
+def test_llama2_7b_sized_repo_counts_without_downloading_weights(tmp_path, home):
+    """Llama-2-7b-hf's layout at full size (13.5 GB of sparse shards served from disk):
+    the published parameter count, its 32 inv_freq buffers apart, ~100 kB per shard read."""
+    config = json.loads(
+        (
+            Path(__file__).resolve().parents[1]
+            / "adapters/data/meta-llama__Llama-2-7b-hf/config.json"
+        ).read_text()
+    )
+    entries = cf.llama_entries(config, inv_freq=True, dtype="F16")
+    folder = cf.write_sparse(tmp_path / "repo", entries, config, shards=2)
+    with HubServer() as server:
+        server.add("meta-llama/Llama-2-7b-hf", folder_files(folder, by_path=True))
+        got = fetch(home, server, "meta-llama/Llama-2-7b-hf")
+        served = server.safetensors_bytes["meta-llama/Llama-2-7b-hf"]
+    assert got["parameter_count"] == 6_738_415_616  # published
+    assert got["parameter_count"] + got["buffers_count"] == 6_738_417_664  # the Hub's total
+    stored = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    assert served <= 2 * 100_001 and stored > 13e9
+    assert not any(p.stat().st_size > 1e6 for p in home.rglob("*") if p.is_file())

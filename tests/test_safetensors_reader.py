@@ -49,6 +49,48 @@ def test_llama2_inv_freq_buffers_are_reported_apart(tmp_path):
     assert any("3 buffers" in n for n in ckpt.notes)
 
 
+DATA = Path(__file__).resolve().parents[1] / "adapters" / "data"
+#: Published exact parameter counts (adapters/data/index.json; facts, not our output).
+PUBLISHED = {
+    m["folder"]: m["parameters"] for m in json.loads((DATA / "index.json").read_text())["models"]
+}
+#: The Hub's safetensors total for Llama-2-7b-hf: parameters plus 32 × 64 inv_freq values.
+LLAMA2_STORED = 6_738_417_664
+
+
+def _published_config(folder: str) -> dict:
+    return json.loads((DATA / folder / "config.json").read_text())
+
+
+def test_llama2_7b_full_size_headers_give_the_published_count(tmp_path):
+    """Llama-2-7b-hf's real layout (two shards, 291 tensors plus 32 inv_freq buffers) as
+    headers over sparse files: the count is the published one, the buffers apart."""
+    config = _published_config("meta-llama__Llama-2-7b-hf")
+    entries = cf.llama_entries(config, inv_freq=True, dtype="F16")
+    ckpt = read_checkpoint(cf.write_sparse(tmp_path, entries, config, shards=2))
+    assert ckpt.parameter_count == PUBLISHED["meta-llama__Llama-2-7b-hf"] == 6_738_415_616
+    assert ckpt.parameter_count + ckpt.buffer_count == LLAMA2_STORED
+    assert len(ckpt.buffers) == 32 and ckpt.params_by_dtype == {"F16": ckpt.parameter_count}
+    assert ckpt.mismatches == ()
+    assert sum(f.stat().st_size for f in ckpt.files) > 13e9  # the sizes headers describe
+
+
+@pytest.mark.parametrize(
+    "folder", ["Qwen__Qwen2.5-0.5B", "Qwen__Qwen3-0.6B", "meta-llama__Llama-3.1-8B"]
+)
+def test_published_layouts_with_and_without_config(tmp_path, folder):
+    config = _published_config(folder)
+    entries = cf.llama_entries(config)
+    with_config = read_checkpoint(cf.write_sparse(tmp_path / "a", entries, config, shards=3))
+    bare = read_checkpoint(cf.write_sparse(tmp_path / "b", entries))
+    assert with_config.parameter_count == bare.parameter_count == PUBLISHED[folder]
+    assert with_config.mismatches == ()
+    assert parameter_count(bare.spec) == PUBLISHED[folder]  # the inferred structure, exactly
+    if folder == "Qwen__Qwen3-0.6B":  # q_norm holds head_dim: the heads are known, not assumed
+        assert (bare.spec.num_attention_heads, bare.spec.kv_heads) == (16, 8)
+        assert not any("assumed: head_dim" in n for n in bare.notes)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_components_match_the_config_exactly(tmp_path, family):
     tensors, config = FAMILIES[family]()
