@@ -66,6 +66,8 @@ class ModuleTree:
     framework: str
     params: tuple[ParamEntry, ...]
     modules: Mapping[str, object]
+    #: What the walker itself had to say (e.g. quantized layers read at full size).
+    notes: tuple[str, ...] = ()
 
     @property
     def root_class(self) -> str:
@@ -112,7 +114,7 @@ class _Reader:
         self.tree = tree
         self.label = tree.root_class
         self.source = name or f"{tree.framework} module {tree.root_class}"
-        self.notes: list[str] = []
+        self.notes: list[str] = list(tree.notes)
         self.assumptions: list[str] = []
         self.unique: list[ParamEntry] = []
         self.aliases: list[tuple[ParamEntry, str]] = []

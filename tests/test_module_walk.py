@@ -660,3 +660,20 @@ def test_7b_transformers_llama_on_meta():
     assert desc.parameter_count == LLAMA2_7B_PARAMETERS
     assert desc.spec.assumptions == ()
     assert desc.params_by_component["lm_head"] == 32000 * 4096
+
+
+def test_mlx_quantized_model_counts_unpacked_parameters():
+    """A 4-bit model (mlx.nn.quantize) has the parameters of the model it came from;
+    the packed uint32 shapes and the scales/biases are not parameters."""
+    nn = pytest.importorskip("mlx.nn")
+    from introspect.adapters.mlx_module import describe_mlx
+
+    args = dict(V=128, L=2, d=64, heads=4, kv_heads=2, ffn=128)
+    model = llama_mlx(*args.values())
+    nn.quantize(model, group_size=64, bits=4)
+    desc = describe_mlx(model)
+    check_consistent(desc)
+    assert desc.parameter_count == llama_count(*args.values())
+    s = desc.spec
+    assert (s.hidden_size, s.num_key_value_heads, s.intermediate_size) == (64, 2, 128)
+    assert any("quantized layers at 4 bits" in n for n in desc.notes)
