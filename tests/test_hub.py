@@ -218,3 +218,30 @@ def test_llama2_7b_sized_repo_counts_without_downloading_weights(tmp_path, home)
     stored = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     assert served <= 2 * 100_001 and stored > 13e9
     assert not any(p.stat().st_size > 1e6 for p in home.rglob("*") if p.is_file())
+
+
+def _cli(home: Path, server: HubServer | None, *args: str, **env: str):
+    return subprocess.run(
+        [sys.executable, "-m", "introspect", "profile", *args],
+        env=_env(home, server, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_profile_hub_id_end_to_end(tmp_path, home):
+    files, tensors, _ = _llama2_repo(tmp_path)
+    with HubServer() as server:
+        server.add(LLAMA2, files)
+        run = _cli(home, server, LLAMA2)
+    assert run.returncode == 0, run.stderr
+    assert f"{cf.numel(tensors):,}" in run.stdout and "hub" in run.stdout
+    assert "inv_freq" in run.stdout  # the buffers are named apart from the parameters
+
+
+def test_cli_profile_offline_not_cached_exits_2_with_one_line(home):
+    run = _cli(home, None, "acme/never-downloaded", HF_HUB_OFFLINE="1")
+    assert run.returncode == 2
+    assert len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+    assert "not in the cache" in run.stderr and run.stdout == ""
