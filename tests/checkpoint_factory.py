@@ -243,15 +243,17 @@ DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
 
 
 def llama_entries(config: dict, *, inv_freq: bool = False, dtype: str = "BF16") -> list:
-    """(name, dtype, shape) for every tensor a Llama / Qwen2 / Qwen3 checkpoint of this
-    config stores, in Hugging Face's names; ``inv_freq`` adds Llama-2-era F32 rotary
-    buffers (head_dim / 2 values per layer)."""
+    """(name, dtype, shape) for every tensor a Llama / Qwen2 / Qwen3 / Gemma / Mixtral
+    checkpoint of this config stores, in Hugging Face's names; ``inv_freq`` adds
+    Llama-2-era F32 rotary buffers (head_dim / 2 values per layer)."""
     d, L, V = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
     heads = config["num_attention_heads"]
     hd = config.get("head_dim") or d // heads
     q, kv = heads * hd, config.get("num_key_value_heads", heads) * hd
     f = config["intermediate_size"]
     qwen2, qwen3 = config["model_type"] == "qwen2", config["model_type"] == "qwen3"
+    experts = config.get("num_local_experts", 0)
+    tied = config.get("tie_word_embeddings", config["model_type"] == "gemma")  # Gemma ties
     out = [("model.embed_tokens.weight", dtype, [V, d])]
     for i in range(L):
         p = f"model.layers.{i}."
@@ -260,12 +262,21 @@ def llama_entries(config: dict, *, inv_freq: bool = False, dtype: str = "BF16") 
             (p + "self_attn.k_proj.weight", dtype, [kv, d]),
             (p + "self_attn.v_proj.weight", dtype, [kv, d]),
             (p + "self_attn.o_proj.weight", dtype, [d, q]),
-            (p + "mlp.gate_proj.weight", dtype, [f, d]),
-            (p + "mlp.up_proj.weight", dtype, [f, d]),
-            (p + "mlp.down_proj.weight", dtype, [d, f]),
             (p + "input_layernorm.weight", dtype, [d]),
             (p + "post_attention_layernorm.weight", dtype, [d]),
         ]
+        if experts:
+            out.append((p + "block_sparse_moe.gate.weight", dtype, [experts, d]))
+            for e in range(experts):
+                q_ = p + f"block_sparse_moe.experts.{e}."
+                out += [(q_ + "w1.weight", dtype, [f, d]), (q_ + "w3.weight", dtype, [f, d])]
+                out.append((q_ + "w2.weight", dtype, [d, f]))
+        else:
+            out += [
+                (p + "mlp.gate_proj.weight", dtype, [f, d]),
+                (p + "mlp.up_proj.weight", dtype, [f, d]),
+                (p + "mlp.down_proj.weight", dtype, [d, f]),
+            ]
         if qwen2:
             out += [
                 (p + f"self_attn.{n}_proj.bias", dtype, [w])
@@ -276,7 +287,7 @@ def llama_entries(config: dict, *, inv_freq: bool = False, dtype: str = "BF16") 
         if inv_freq:
             out.append((p + "self_attn.rotary_emb.inv_freq", "F32", [hd // 2]))
     out.append(("model.norm.weight", dtype, [d]))
-    if not config.get("tie_word_embeddings", False):
+    if not tied:
         out.append(("lm_head.weight", dtype, [V, d]))
     return out
 

@@ -76,7 +76,14 @@ def test_llama2_7b_full_size_headers_give_the_published_count(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "folder", ["Qwen__Qwen2.5-0.5B", "Qwen__Qwen3-0.6B", "meta-llama__Llama-3.1-8B"]
+    "folder",
+    [
+        "Qwen__Qwen2.5-0.5B",
+        "Qwen__Qwen3-0.6B",
+        "meta-llama__Llama-3.1-8B",
+        "google__gemma-2b",
+        "mistralai__Mixtral-8x7B-v0.1",
+    ],
 )
 def test_published_layouts_with_and_without_config(tmp_path, folder):
     config = _published_config(folder)
