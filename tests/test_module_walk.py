@@ -677,3 +677,63 @@ def test_mlx_quantized_model_counts_unpacked_parameters():
     s = desc.spec
     assert (s.hidden_size, s.num_key_value_heads, s.intermediate_size) == (64, 2, 128)
     assert any("quantized layers at 4 bits" in n for n in desc.notes)
+
+
+def test_qwen_remote_code_layout():
+    """Qwen-7B's remote-code layout: transformer.h, fused c_attn with bias, and a gated
+    MLP written as w1/w2 (each intermediate_size/2 wide) with c_proj as the down side."""
+    torch = pytest.importorskip("torch")
+    from introspect.adapters.torch_module import describe_torch
+
+    nn = torch.nn
+    V, d, h, L, f = 151, 64, 4, 2, 96
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+    class QWenAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.num_heads = h
+            self.c_attn = nn.Linear(d, 3 * d)
+            self.c_proj = nn.Linear(d, d, bias=False)
+
+    class QWenMLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = nn.Linear(d, f, bias=False)
+            self.w2 = nn.Linear(d, f, bias=False)
+            self.c_proj = nn.Linear(f, d, bias=False)
+
+    class QWenBlock(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn, self.ln_2, self.mlp = (
+                RMSNorm(),
+                QWenAttention(),
+                RMSNorm(),
+                QWenMLP(),
+            )
+
+    class QWenLMHeadModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.transformer = nn.Module()
+            self.transformer.wte = nn.Embedding(V, d)
+            self.transformer.h = nn.ModuleList(QWenBlock() for _ in range(L))
+            self.transformer.ln_f = RMSNorm()
+            self.lm_head = nn.Linear(d, V, bias=False)
+
+    desc = describe_torch(QWenLMHeadModel())
+    layer = 3 * d * d + 3 * d + d * d + 3 * d * f + 2 * d
+    assert desc.parameter_count == V * d + L * layer + d + V * d
+    s = desc.spec
+    assert (s.norm, s.ffn, s.intermediate_size, s.qkv_bias, s.o_bias) == (
+        "rmsnorm", "gated", f, True, False,
+    )  # fmt: skip
+    assert parameter_count(s) == desc.parameter_count
+    roles = {t.name: t.role for t in desc.tensors}
+    assert roles["transformer.h.0.mlp.c_proj.weight"] == "mlp.down"
+    assert roles["transformer.h.0.attn.c_proj.weight"] == "attention.o"
