@@ -22,10 +22,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from introspect.errors import CheckpointError, ConfigError, UnsupportedArchitecture
+from introspect.errors import CheckpointError, UnsupportedArchitecture
 from introspect.params import parameter_count
 from introspect.spec import ModelSpec
 
+from .hf_config import load_config
 from .shape_spec import cross_check, infer_spec
 from .tensor_roles import TensorInfo, tally, tensor_info
 
@@ -107,7 +108,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     count, by_component = counts.parameter_count, counts.params_by_component
 
     where = str(root)
-    config = _read_config(config_path) if config_path else None
+    config = load_config(config_path) if config_path else None
     spec, mismatches, spec_notes = _spec(tensors, by_component, config, config_path, where)
     notes.extend(spec_notes)
     spec = spec.replace(num_parameters=count, source=where)
@@ -275,13 +276,6 @@ def _check_index(index: Path, weight_map: dict[str, str], found: dict[str, str])
             f"{index}: weight_map disagrees with the shard headers in {len(problems)} places "
             f"({'; '.join(problems[:_SHOWN])}); re-download the checkpoint"
         )
-
-
-def _read_config(path: Path) -> dict:
-    try:
-        return _load_json(path, "config.json")
-    except CheckpointError as e:
-        raise ConfigError(str(e)) from e
 
 
 def _spec(

@@ -17,7 +17,7 @@ from introspect.adapters.hf_config import spec_from_config
 from introspect.adapters.safetensors import read_checkpoint
 from safetensors.numpy import save_file
 
-from introspect.errors import CheckpointError
+from introspect.errors import CheckpointError, ConfigError
 from introspect.params import COMPONENTS, parameter_count, parameters_by_component
 
 FAMILIES = {
@@ -186,6 +186,23 @@ def test_config_mismatch_is_reported(tmp_path):
     assert "ffn_dim: config.json says 64, the tensors say 48" in text
     assert "total parameters" in text
     assert ckpt.parameter_count == cf.numel(tensors)  # the headers stay the truth
+
+
+def test_broken_config_is_one_config_error(tmp_path):
+    tensors, _ = cf.llama()
+    folder = cf.write(tmp_path, tensors)
+    (folder / "config.json").write_text('{"model_type": "llama",')
+    with pytest.raises(ConfigError) as err:
+        read_checkpoint(folder)
+    assert "config.json" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unsupported_model_type_falls_back_to_the_shapes_with_a_note(tmp_path):
+    tensors, config = cf.llama()
+    ckpt = read_checkpoint(cf.write(tmp_path, tensors, config | {"model_type": "llama9"}))
+    assert ckpt.parameter_count == cf.numel(tensors)
+    assert ckpt.spec.hidden_size == config["hidden_size"]
+    assert any("llama9" in n and "inferred from tensor shapes" in n for n in ckpt.notes)
 
 
 def test_single_file_picks_up_its_config(tmp_path):
