@@ -1,0 +1,159 @@
+"""One MLX training step with Adam, compiled as the seed's (mlx-lm style) or not, and its
+measured memory.
+
+    loss_and_grad = nn.value_and_grad(model, loss_fn)
+    state = [model.state, optimizer.state]
+
+    @partial(mx.compile, inputs=state, outputs=state)     # only when compiled
+    def step(x, y):
+        loss, grads = loss_and_grad(model, x, y)
+        optimizer.update(model, grads)
+        return loss
+
+    mx.eval(step(x, y), state)
+
+The peak is ``mx.get_peak_memory()``: read after a warm-up step (so Adam's m and v exist
+and the compiled graph is built), with ``mx.reset_peak_memory()`` just before the
+measured step. ``mx.get_active_memory()`` and ``mx.get_cache_memory()`` are read after
+it. MLX cannot say which buffers are gradients or activations, so the split is
+parameters and optimizer state (counted from their trees) and the step's working memory
+(gradients, activations and temporaries together) as ``other``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+from mlx.utils import tree_flatten
+
+from introspect.errors import IntrospectError
+from introspect.measure.record import Measurement, versions
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+MLX_DTYPES = {"fp32": mx.float32, "bf16": mx.bfloat16, "fp16": mx.float16}
+
+
+def check_setup(setup: TrainingSetup):
+    """One dtype throughout, Adam/AdamW/SGD, one device. Returns the MLX dtype."""
+    if setup.precision not in ("fp32", "bf16"):
+        raise IntrospectError(
+            f"--precision {setup.precision} is not measured on MLX; use fp32 or bf16"
+        )
+    if setup.activation_checkpointing or setup.devices != 1 or setup.zero_stage:
+        raise IntrospectError(
+            "measured steps run on one device without checkpointing or ZeRO; "
+            "drop --checkpointing/--devices/--zero"
+        )
+    if setup.optimizer not in ("adam", "adamw", "sgd", "sgd_momentum"):
+        raise IntrospectError(f"--optimizer {setup.optimizer} is not measured on MLX")
+    if setup.cross_entropy != "standard":
+        raise IntrospectError("measured steps use the standard cross-entropy loss")
+    name = "bf16" if setup.precision == "bf16" else setup.weights_dtype
+    if name not in MLX_DTYPES:
+        raise IntrospectError(f"weights dtype {name!r} is not measured; use fp32 or bf16")
+    return MLX_DTYPES[name]
+
+
+def make_optimizer(setup: TrainingSetup) -> optim.Optimizer:
+    if setup.optimizer == "adam":
+        return optim.Adam(learning_rate=1e-4)
+    if setup.optimizer == "adamw":
+        return optim.AdamW(learning_rate=1e-4)
+    return optim.SGD(learning_rate=1e-4, momentum=0.9 if setup.optimizer != "sgd" else 0.0)
+
+
+def loss_fn(model: nn.Module, input_ids: mx.array, targets: mx.array) -> mx.array:
+    """Causal-LM cross-entropy, mean over tokens (mlx-lm's ``default_loss`` without the
+    padding mask)."""
+    logits = model(input_ids)
+    return nn.losses.cross_entropy(logits, targets).astype(mx.float32).mean()
+
+
+def tree_bytes(tree) -> int:
+    return sum(v.nbytes for _, v in tree_flatten(tree) if isinstance(v, mx.array))
+
+
+def make_step(model: nn.Module, optimizer: optim.Optimizer, compiled: bool, loss=loss_fn):
+    loss_and_grad = nn.value_and_grad(model, loss)
+
+    def step(input_ids, targets):
+        value, grads = loss_and_grad(model, input_ids, targets)
+        optimizer.update(model, grads)
+        return value
+
+    if compiled:
+        state = [model.state, optimizer.state]
+        return partial(mx.compile, inputs=state, outputs=state)(step)
+    return step
+
+
+def batch(vocab: int, setup: TrainingSetup) -> tuple[mx.array, mx.array]:
+    tokens = mx.random.randint(
+        0, vocab, (setup.batch_size, setup.seq_len + 1), key=mx.random.key(0)
+    )
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def measure_step(
+    model: nn.Module,
+    setup: TrainingSetup,
+    *,
+    vocab: int,
+    compiled: bool,
+    implementation: str = "reference",
+    loss: Callable = loss_fn,
+) -> Measurement:
+    """Warm up, reset the peak, measure one step of ``model``."""
+    check_setup(setup)
+    optimizer = make_optimizer(setup)
+    optimizer.init(model.trainable_parameters())
+    step = make_step(model, optimizer, compiled, loss)
+    input_ids, targets = batch(vocab, setup)
+    mx.eval(input_ids, targets)
+    state = [model.state, optimizer.state]
+    mx.eval(step(input_ids, targets), state)  # warm-up: Adam state exists, graph compiled
+    mx.synchronize()
+    mx.reset_peak_memory()
+    start = time.perf_counter()
+    mx.eval(step(input_ids, targets), state)
+    mx.synchronize()
+    seconds = time.perf_counter() - start
+    peak = mx.get_peak_memory()
+    params = tree_bytes(model.parameters())
+    opt_state = tree_bytes(optimizer.state)
+    n_params = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    categories = {
+        "parameters": params,
+        "optimizer_state": opt_state,
+        "other": peak - params - opt_state,
+    }
+    return Measurement(
+        peak_bytes=peak,
+        categories=categories,
+        active_bytes=mx.get_active_memory(),
+        cache_bytes=mx.get_cache_memory(),
+        step_seconds=seconds,
+        tokens_per_second=setup.tokens / seconds,
+        backend="mlx",
+        device=str(mx.default_device()).replace("Device(", "").rstrip(")").split(",")[0],
+        compiled=compiled,
+        implementation=implementation,
+        n_params=n_params,
+        versions=versions("mlx", "mlx-lm"),
+        setup=setup.to_dict(),
+        notes=("peak from mx.get_peak_memory(); other = gradients + activations + temporaries",),
+    )
+
+
+def measure_reference(spec: ModelSpec, setup: TrainingSetup, *, compiled: bool) -> Measurement:
+    """Build the MLX reference model for ``spec`` and measure one step."""
+    from introspect.measure.mlx_model import build
+
+    model = build(spec, setup.attention, check_setup(setup))
+    return measure_step(model, setup, vocab=spec.vocab_size, compiled=compiled)

@@ -1,0 +1,84 @@
+"""Measurement: what one real training step (or a dry run of one) saw.
+
+One record type for every backend, as torchtitan keeps one for its memory monitor. The
+peak is the authoritative figure of the backend (``mx.get_peak_memory()``,
+``torch.cuda.max_memory_allocated()``, or the live-storage tracker on CPU and in a dry
+run); ``categories`` splits it only as far as the backend can tell things apart, and the
+split always sums to the peak it describes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Category names, in report order. A backend reports the subset it can tell apart.
+CATEGORIES = (
+    "parameters",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "temporary",
+    "other",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """One measured (or dry-run) training step.
+
+    ``peak_bytes`` is the step's peak after a warm-up step, with the peak counter reset
+    just before the measured step. ``categories`` is what was alive at that peak, by kind.
+    ``active_bytes``/``cache_bytes`` are MLX's (or torch CUDA's allocated/reserved) after
+    the step. ``peak_phase`` is forward, backward or optimizer where the backend can tell.
+    """
+
+    peak_bytes: int
+    categories: dict[str, int] = field(default_factory=dict)
+    active_bytes: int | None = None
+    cache_bytes: int | None = None
+    step_seconds: float | None = None
+    tokens_per_second: float | None = None
+    peak_phase: str | None = None
+    backend: str = ""
+    device: str = ""
+    compiled: bool = False
+    #: Whose model ran: "reference", "mlx_lm" or "transformers".
+    implementation: str = "reference"
+    n_params: int = 0
+    versions: dict[str, str] = field(default_factory=dict)
+    setup: dict[str, Any] = field(default_factory=dict)
+    #: Saved-tensor census (torch only): term → bytes autograd kept for backward.
+    census: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def framework(self) -> str:
+        """The ``TrainingSetup.framework`` this step ran as."""
+        if self.backend == "mlx":
+            return "mlx_compiled" if self.compiled else "mlx"
+        return self.backend
+
+    def category_total(self) -> int:
+        return sum(self.categories.values())
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["framework"] = self.framework
+        out["notes"] = list(self.notes)
+        return out
+
+
+def versions(*modules: str) -> dict[str, str]:
+    """Versions of python, the platform, and the named packages that are importable."""
+    import importlib.metadata
+
+    out = {"python": platform.python_version(), "platform": platform.platform(terse=True)}
+    for name in modules:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
