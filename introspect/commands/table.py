@@ -1,18 +1,278 @@
-"""`introspect table`: not built yet (see the open issues)."""
+"""`introspect table`: the seed's "Does this hold in the real world?" table.
+
+For each model (by default the bundled Qwen and Llama models) at the seed's setup — B=1,
+T=2048, BF16 activations, FP32 Adam — the exact parameter count, the 16N of weights +
+gradients + Adam, the seed's activations and total, the refined activations and total
+(architecture layer), the execution peak and its phase, and the features that make the
+model diverge from the seed's block. ``--reported qwen-7b`` prints Qwen's published
+measurement of Qwen-7B beside both estimates instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from introspect.commands._args import add_common
+from introspect import divergence, refined, report, simplified
+from introspect.commands._args import add_common, add_setup_flags, setup_from_args
 from introspect.errors import IntrospectError
+from introspect.reported import REPORTED, Reported
+from introspect.setup import TrainingSetup
+from introspect.units import GB, fmt_count
+
+#: The model-card count the seed used for Qwen2.5-0.5B ("requires 7.84 GB" = 16 × 0.49e9).
+SEED_QWEN_05B_PARAMS = 490_000_000
+
+EPILOG = """\
+examples:
+  introspect table                              the bundled Qwen and Llama models
+  introspect table --markdown                   the same as a GitHub table
+  introspect table Qwen/Qwen2.5-7B ./my-model   any sources 'introspect profile' takes
+  introspect table --seq 4096 --attention memory-efficient --checkpointing
+  introspect table --reported qwen-7b           Qwen's measured Qwen-7B beside the estimates
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("table", help="(coming soon)")
+    p = sub.add_parser(
+        "table",
+        help="the seed's real-world table: published models, seed vs refined estimates",
+        description="The seed's 'Does this hold in the real world?' table: exact "
+        "parameters, 16N, the seed's activations and total, the refined (architecture) "
+        "activations and total, the execution peak, and what diverges. Decimal GB.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "sources",
+        nargs="*",
+        metavar="SOURCE",
+        help="bundled model names, Hub ids, config.json files or checkpoint folders "
+        "(default: the bundled Qwen and Llama models)",
+    )
+    p.add_argument(
+        "--reported",
+        choices=sorted(REPORTED),
+        default=None,
+        help="compare a published measurement with both estimates for its setup",
+    )
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+    add_setup_flags(p, act_default="bf16", sweep=False)
     add_common(p)
     p.set_defaults(run=run)
 
 
+def default_sources() -> list[str]:
+    """The bundled Qwen and Llama models, in the bundle's order."""
+    from introspect.adapters import bundled
+
+    return [m.hub_id for m in bundled.models() if m.hub_id.startswith(("Qwen/", "meta-llama/"))]
+
+
+def _fmt(args: argparse.Namespace) -> str:
+    if args.json:
+        return "json"
+    return "markdown" if args.markdown else "csv" if args.csv else "text"
+
+
 def run(args: argparse.Namespace) -> int:
-    raise IntrospectError("'introspect table' is not built yet")
+    from introspect.adapters import resolve
+
+    fmt = _fmt(args)
+    if args.reported:
+        if args.sources:
+            raise IntrospectError("--reported takes no SOURCE; it names its own model")
+        rep = REPORTED[args.reported]
+        out = reported_comparison(resolve(rep.hub_id), rep)
+        print(report.dumps(out) if fmt == "json" else render_reported(out, fmt))
+        return 0
+    setup = setup_from_args(args)
+    models = [resolve(s) for s in (args.sources or default_sources())]
+    rows = [row(m, setup) for m in models]
+    if fmt == "json":
+        print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(rows)}))
+    else:
+        print(render(rows, setup, fmt))
+    return 0
+
+
+def row(model: Any, setup: TrainingSetup) -> dict[str, Any]:
+    """One model's row, bytes as integers."""
+    spec = model.spec
+    seed = simplified.estimate(spec, setup)
+    est = refined.estimate(spec, setup)
+    sm = report.summary(seed)
+    flags = divergence.flags(spec, setup)
+    return {
+        "source": model.location,
+        "origin": model.origin,
+        "params": {"total": spec.n_params, "by_component": dict(model.params_by_component)},
+        "state_16n_bytes": sm["weights_and_backward_bytes"],
+        "simplified": {
+            "activations_bytes": sm["activations_bytes"],
+            "total_bytes": seed.total,
+        },
+        "refined": {
+            "activations_bytes": est.architecture.sum("activations"),
+            "total_bytes": est.architecture.total,
+            "execution_total_bytes": est.execution.total,
+            "peak_phase": est.peak_phase,
+        },
+        "flags": [f.to_json() for f in flags],
+    }
+
+
+def notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Notes printed under the table: the Qwen2.5-0.5B parameter count the seed used."""
+    out = []
+    for r in rows:
+        if r["source"].lower().endswith("qwen2.5-0.5b"):
+            n = r["params"]["total"]
+            out.append(
+                f"{r['source']}: the seed's 7.84 GB used the model card's 0.49B "
+                f"(16 × {fmt_count(SEED_QWEN_05B_PARAMS)} = "
+                f"{16 * SEED_QWEN_05B_PARAMS / GB:.2f} GB); the exact count "
+                f"{fmt_count(n)} gives 16 × {fmt_count(n)} = {16 * n / GB:.2f} GB."
+            )
+    return out
+
+
+HEADERS = [
+    "model",
+    "exact params",
+    "16N GB",
+    "seed act. GB",
+    "seed total GB",
+    "refined act. GB",
+    "refined total GB",
+    "exec. peak GB (phase)",
+    "flags",
+]
+
+
+def _short(flag: dict[str, str]) -> str:
+    return flag.get("short") or flag["name"]
+
+
+def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str) -> str:
+    cells = [
+        (
+            r["source"],
+            fmt_count(r["params"]["total"]),
+            report.gb(r["state_16n_bytes"], 2),
+            report.gb(r["simplified"]["activations_bytes"], 2),
+            report.gb(r["simplified"]["total_bytes"], 2),
+            report.gb(r["refined"]["activations_bytes"], 2),
+            report.gb(r["refined"]["total_bytes"], 2),
+            f"{report.gb(r['refined']['execution_total_bytes'], 2)} ({r['refined']['peak_phase']})",
+            ", ".join(_short(f) for f in r["flags"]),
+        )
+        for r in rows
+    ]
+    body = report.table(cells, HEADERS, fmt, colalign=("left",) + ("right",) * 7 + ("left",))
+    if fmt == "csv":
+        return body
+    head = (
+        f"B={setup.batch_size}, T={setup.seq_len}, s={setup.activation_bytes} bytes "
+        f"({setup.activation_dtype} activations), weights {setup.weights_dtype}, "
+        f"{setup.optimizer}, {setup.attention} attention; decimal GB.\n"
+        "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "
+        "refined = the seed's bookkeeping for the real architecture; exec. peak = what "
+        f"a framework ({setup.framework}) holds at its peak, and when."
+    )
+    tail = "\n".join(notes(rows))
+    return f"{head}\n\n{body}" + (f"\n\n{tail}" if tail else "")
+
+
+def reported_comparison(model: Any, rep: Reported) -> dict[str, Any]:
+    """The published runs beside the seed and refined estimates for the same setup,
+    summed over the devices and per device, with ratios reported / estimate.
+
+    Seed: its terms with ZeRO-3's division of the 16N state, as the seed describes fully
+    sharded training — per device 16N/D + activations(B=1), summed 16N + D·activations.
+    Refined: the execution layer per device; summed = D × per device.
+    """
+    spec, D = model.spec, rep.devices
+    runs = []
+    for run_ in rep.runs:
+        setup = rep.setup(run_.seq_len)
+        seed = simplified.estimate(spec, setup)
+        sm = report.summary(seed)
+        seed_summed = sm["weights_and_backward_bytes"] + D * sm["activations_bytes"]
+        seed_per = -(-sm["weights_and_backward_bytes"] // D) + sm["activations_bytes"]
+        est = refined.estimate(spec, setup)
+        ref_per = est.execution.total
+        reported_bytes = round(run_.peak_gb * GB)
+        runs.append(
+            {
+                "seq_len": run_.seq_len,
+                "reported_bytes": reported_bytes,
+                "seed": {"summed_bytes": seed_summed, "per_device_bytes": seed_per},
+                "refined": {
+                    "summed_bytes": D * ref_per,
+                    "per_device_bytes": ref_per,
+                    "peak_phase": est.peak_phase,
+                },
+                "ratios": {
+                    "reported_over_seed_summed": reported_bytes / seed_summed,
+                    "reported_over_refined_summed": reported_bytes / (D * ref_per),
+                    "reported_over_seed_per_device": reported_bytes / seed_per,
+                    "reported_over_refined_per_device": reported_bytes / ref_per,
+                },
+            }
+        )
+    return {
+        "name": rep.name,
+        "model": rep.hub_id,
+        "params": {"total": spec.n_params},
+        "source": rep.source,
+        "url": rep.url,
+        "hardware": rep.hardware,
+        "devices": D,
+        "setup_text": rep.setup_text,
+        "setup": rep.setup(rep.runs[0].seq_len).to_dict(),
+        "caveats": list(rep.caveats),
+        "runs": runs,
+    }
+
+
+def render_reported(out: dict[str, Any], fmt: str) -> str:
+    rows = []
+    for r in out["runs"]:
+        rat = r["ratios"]
+        rows.append(
+            (
+                r["seq_len"],
+                report.gb(r["reported_bytes"], 1),
+                report.gb(r["seed"]["summed_bytes"], 1),
+                f"{rat['reported_over_seed_summed']:.2f}",
+                report.gb(r["refined"]["summed_bytes"], 1),
+                f"{rat['reported_over_refined_summed']:.2f}",
+                report.gb(r["seed"]["per_device_bytes"], 1),
+                report.gb(r["refined"]["per_device_bytes"], 1),
+                f"{rat['reported_over_refined_per_device']:.2f}",
+            )
+        )
+    headers = [
+        "tokens",
+        "reported GB",
+        "seed Σ GB",
+        "rep/seed Σ",
+        "refined Σ GB",
+        "rep/refined Σ",
+        "seed per GPU GB",
+        "refined per GPU GB",
+        "rep/refined per GPU",
+    ]
+    body = report.table(rows, headers, fmt, colalign=("right",) * 9)
+    if fmt == "csv":
+        return body
+    head = (
+        f"{out['model']} ({fmt_count(out['params']['total'])} parameters), "
+        f"{out['hardware']}: {out['setup_text']}.\n"
+        f"Reported by {out['source']} ({out['url']}).\n"
+        "Σ = summed over the two GPUs; per GPU = one device. Ratios are reported / estimate."
+    )
+    return f"{head}\n\n{body}\n\n" + "\n".join(out["caveats"])

@@ -1,0 +1,103 @@
+"""The refined estimate: the seed's terms for the real model, in two layers.
+
+* :mod:`~introspect.refined.architecture` — the seed's own bookkeeping (every tensor the
+  forward pass produces, plus the persistent training state) for the real shapes. Equal
+  to :func:`introspect.simplified.estimate`, term by term, for the seed's standard
+  transformer. Holds on any framework.
+* :mod:`~introspect.refined.execution` — what a framework actually holds at its peak for
+  the :class:`~introspect.setup.TrainingSetup`: which tensors autograd keeps
+  (:mod:`~introspect.refined.saved`), FP32 upcasts, the attention kernel, checkpointing,
+  the loss, precision, optimizer, sharding, and in which phase the peak falls.
+
+:func:`estimate` is the entry point; it returns a :class:`RefinedEstimate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from introspect.breakdown import Breakdown
+from introspect.refined import architecture, execution
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+__all__ = ["PHASES", "RefinedEstimate", "estimate", "execution_estimate"]
+
+#: The phases the execution layer compares, in step order.
+PHASES = ("forward_end", "backward", "optimizer_step")
+
+
+@dataclass(frozen=True)
+class RefinedEstimate:
+    """Both refined layers for one model and setup.
+
+    ``execution.meta`` holds ``peak_phase`` (one of :data:`PHASES`), ``phases`` (the
+    total of each phase's largest moment, bytes) and ``framework``. ``causes`` maps each
+    term of either layer to why it has the size it has.
+    """
+
+    architecture: Breakdown
+    execution: Breakdown
+    causes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def peak_phase(self) -> str:
+        return self.execution.meta["peak_phase"]
+
+    @property
+    def phases(self) -> dict[str, int]:
+        return dict(self.execution.meta["phases"])
+
+    @property
+    def total(self) -> int:
+        """The execution total: the refined estimate of the peak."""
+        return self.execution.total
+
+    def to_json(self) -> dict[str, Any]:
+        """``total_bytes`` (the execution peak), both layers as breakdowns, the peak
+        phase and the per-phase totals."""
+        return {
+            "total_bytes": self.execution.total,
+            "architecture_total_bytes": self.architecture.total,
+            "execution_total_bytes": self.execution.total,
+            "peak_phase": self.peak_phase,
+            "phases": self.phases,
+            "architecture": self.architecture.to_json(),
+            "execution": self.execution.to_json(),
+        }
+
+
+def execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
+    """The execution layer: every phase's moments built, the largest one returned as the
+    breakdown (its terms sum to the peak), ``meta`` naming the phase."""
+    candidates: list[tuple[str, dict[str, int]]] = [
+        ("forward_end", execution.forward_end(spec, setup))
+    ]
+    candidates += [("backward", m) for m in execution.backward_moments(spec, setup)]
+    step = execution.optimizer_step(spec, setup)
+    if step is not None:
+        candidates.append(("optimizer_step", step))
+    phases: dict[str, int] = {}
+    for phase, terms in candidates:
+        phases[phase] = max(phases.get(phase, 0), sum(terms.values()))
+    phase, terms = max(candidates, key=lambda c: sum(c[1].values()))
+    terms, extra = execution.framework_extra(spec, setup, terms)
+    if extra:
+        phases = {k: v + extra for k, v in phases.items()}
+    return Breakdown(
+        terms,
+        label=f"refined: execution ({setup.framework})",
+        notes=execution.causes(spec, setup, terms),
+        meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},
+    )
+
+
+def estimate(spec: ModelSpec, setup: TrainingSetup) -> RefinedEstimate:
+    """The refined estimate of training ``spec`` as ``setup``: the architecture layer and
+    the execution layer, with the causes of every term."""
+    arch = architecture.estimate(spec, setup)
+    exe = execution_estimate(spec, setup)
+    causes = {f"architecture:{k}": v for k, v in arch.notes.items()}
+    causes.update({f"execution:{k}": v for k, v in exe.notes.items()})
+    return RefinedEstimate(architecture=arch, execution=exe, causes=causes)

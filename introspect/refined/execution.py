@@ -1,0 +1,359 @@
+"""The execution layer: what a framework actually holds at its peak for a TrainingSetup.
+
+Three phases of a steady-state step (after a warm-up step, gradients set to ``None`` by
+``zero_grad``, Adam's state already allocated) are modelled as explicit moments, each a
+full breakdown; the largest is the execution total and its name the peak phase:
+
+* ``forward_end`` — end of forward / start of backward, inside the loss's backward:
+  weights and optimizer state, every saved activation (:mod:`introspect.refined.saved`),
+  the logits the training loop still holds, and the gradient of the log-probabilities
+  and of the logits (two FP32 B·T·V tensors alive at once while the log-softmax's saved
+  output is still needed). No gradients are allocated yet.
+* ``backward`` — each layer's attention backward, top to bottom: gradients of
+  everything above (and of this layer's feed-forward) allocated, activations of
+  everything above freed, plus the attention backward's own transients (eager: the
+  gradients of the probabilities and of the scores, two B·h·T² FP32 tensors).
+* ``optimizer_step`` — weights, full gradients, optimizer state and the update's
+  temporaries (see :func:`optimizer_temporaries`), the loop's logits still held.
+
+Sharding (ZeRO 1/2/3, FSDP full sharding = ZeRO-3) divides the state per device; B is
+the per-device micro-batch. Figures are per device.
+"""
+
+from __future__ import annotations
+
+import math
+
+from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
+from introspect.refined import saved
+from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
+from introspect.spec import ModelSpec
+
+FP32 = 4
+
+#: Tokens per chunk of a chunked or fused cross-entropy (an assumption: Liger's fused
+#: linear cross-entropy and most chunked losses work on chunks of this order).
+CE_CHUNK_TOKENS = 1024
+
+#: MLX keeps more than torch's saved set at its peak. Measured with
+#: ``/tmp``-style runs of the same reference shapes (d=256, L=4, h=8, V=8000, FP32 Adam,
+#: ``mx.get_peak_memory()`` after a warm-up step) against the torch model of this module;
+#: see the derivation in :func:`mlx_extra`.
+MLX_FACTORS: dict[str, float] = {"mlx": 0.0, "mlx_compiled": 0.0}
+
+
+def working_weight_bytes(setup: TrainingSetup) -> int:
+    """Bytes per working weight: 2 under mixed or pure BF16 precision, else the
+    weights dtype (FP32 by default)."""
+    return 2 if setup.precision in ("mixed", "bf16") else setup.weight_bytes
+
+
+def master_bytes(setup: TrainingSetup) -> int:
+    """Bytes per parameter of the FP32 master copy: mixed precision (or 16-bit working
+    weights under ``fp32`` precision, as the seed arranges it) keeps one; pure BF16 and
+    plain FP32 do not; a frozen model has no optimizer to keep it for."""
+    if setup.optimizer == "none":
+        return 0
+    if setup.precision == "mixed" or (setup.precision == "fp32" and setup.weight_bytes < FP32):
+        return FP32
+    return 0
+
+
+def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
+    """Optimizer state bytes per parameter, by term: Adam/AdamW m and v (FP32, 4 + 4;
+    BF16 under pure BF16), 8-bit Adam 1 + 1, SGD with momentum one buffer, SGD and a
+    frozen model nothing."""
+    per = OPTIMIZER_STATE_BYTES[setup.optimizer]
+    if setup.precision == "bf16" and setup.optimizer != "adam8bit":
+        per //= 2
+    if setup.optimizer in ("adam", "adamw", "adam8bit"):
+        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+    if setup.optimizer == "sgd_momentum":
+        return {"optimizer/momentum": per}
+    return {}
+
+
+def layer_parameters(spec: ModelSpec) -> int:
+    """Parameters of one block: attention, feed-forward (every expert) and router, its
+    norms and q/k norms."""
+    ffn = ffn_params(spec) * (spec.num_local_experts or 1)
+    return (
+        attention_params(spec)
+        + ffn
+        + spec.hidden_size * spec.num_local_experts
+        + spec.norms_per_layer * norm_params(spec, spec.hidden_size)
+        + qk_norm_params(spec)
+    )
+
+
+def largest_tensor(spec: ModelSpec) -> int:
+    """Elements of the largest parameter tensor: the embedding V·d or one projection."""
+    d = spec.hidden_size
+    return max(spec.vocab_size * d, d * spec.ffn_dim, d * spec.q_dim)
+
+
+def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: int) -> int:
+    """Bytes the optimizer step allocates on top of its state.
+
+    * torch (CPU): ``torch.optim.Adam`` runs its single-tensor loop (foreach kernels exist
+      only for cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``); per parameter it makes
+      ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the largest
+      parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``, reference
+      model, FP32 Adam).
+    * generic (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
+      and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
+      parameter, one at a time: ``4·N_local``.
+    * MLX: the update is part of the step's graph; see :func:`mlx_extra`.
+    SGD (with or without momentum) and 8-bit Adam update in place.
+    """
+    if setup.optimizer not in ("adam", "adamw"):
+        return 0
+    if setup.framework == "torch":
+        return 2 * largest_tensor(spec) * FP32
+    if setup.framework == "generic":
+        return local_params * FP32
+    return 0
+
+
+def _share(n: int, devices: int, sharded: bool) -> int:
+    return math.ceil(n / devices) if sharded else n
+
+
+def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Per-device persistent state: working weights (÷D at ZeRO-3, plus the gathered
+    units), FP32 master weights and optimizer state (÷D from ZeRO-1)."""
+    N, D, z = spec.n_params, setup.devices, setup.zero_stage
+    wb = working_weight_bytes(setup)
+    terms = {"weights": _share(wb * N, D, z >= 3)}
+    if z >= 3 and D > 1:
+        # FSDP/ZeRO-3 gathers one unit (a block, or the embedding) and prefetches the next.
+        unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
+        terms["weights/gathered"] = 2 * unit * wb
+    m = master_bytes(setup)
+    if m:
+        terms["optimizer/master_weights"] = _share(m * N, D, z >= 1)
+    for name, per in optimizer_state(setup).items():
+        terms[name] = _share(per * N, D, z >= 1)
+    return terms
+
+
+def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
+    """Bytes of the gradients of ``n_params`` parameters on one device (÷D from
+    ZeRO-2; none for a frozen model)."""
+    if setup.optimizer == "none":
+        return 0
+    return _share(working_weight_bytes(setup) * n_params, setup.devices, setup.zero_stage >= 2)
+
+
+def _prefixed(terms: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, value in terms.items():
+        key = name if name.startswith("activations/") else f"activations/{name}"
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Every saved activation at the end of forward, as breakdown terms (all layers)."""
+    L, s = spec.num_hidden_layers, setup.activation_bytes
+    layer = saved.per_layer(spec, setup)
+    if setup.activation_checkpointing:
+        layer = saved.checkpointed_layer(spec, setup)
+    terms = {"activations/embedding": setup.tokens * spec.hidden_size * s}
+    terms.update(_prefixed({f"layer/{k}": L * v for k, v in layer.items()}))
+    terms.update(_prefixed(saved.final(spec, setup)))
+    terms.update(_prefixed(saved.logits_saved(spec, setup)))
+    return terms
+
+
+def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The loss backward's transient: with a standard cross-entropy, the gradient of the
+    log-probabilities and then of the logits, two FP32 B·T·V tensors alive together
+    (measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward); a chunked or
+    fused loss holds one chunk's logits, log-softmax and gradient instead."""
+    V = spec.vocab_size
+    if setup.cross_entropy == "standard":
+        return 2 * setup.tokens * V * FP32
+    return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
+
+
+def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """One layer's attention backward transient: eager softmax backward holds the
+    gradient of the probabilities and of the scores (two B·h·T² FP32 tensors); SDPA's
+    backward makes the gradients of Q, K and V. Either way the residual stream's gradient
+    and grad-of-V (two B·T·d tensors) are alive too."""
+    B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
+    stream = 2 * B * T * spec.hidden_size * s
+    if setup.attention == "eager":
+        return 2 * B * spec.num_attention_heads * T * T * FP32 + stream
+    return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
+
+
+def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    out = dict(terms)
+    for name, value in more.items():
+        out[name] = out.get(name, 0) + value
+    return out
+
+
+def head_parameters(spec: ModelSpec) -> int:
+    """Parameters whose gradients the loss backward makes first: the output projection
+    (V·d, shared with the embedding when tied: its gradient is allocated here) and its
+    bias, and the final norm."""
+    V, d = spec.vocab_size, spec.hidden_size
+    return V * d + (V if spec.lm_head_bias else 0) + norm_params(spec, d)
+
+
+def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """End of forward / start of backward: state, every saved activation, the loop's
+    logits and the loss backward's transient; no gradients yet."""
+    terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
+    terms["activations/logits/grad"] = logits_transient(spec, setup)
+    terms["grads"] = 0
+    return terms
+
+
+def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, int]]:
+    """Moments inside backward: the output projection's backward (the log-softmax freed,
+    the logits' gradient alive, lm_head's gradient made), then each layer's attention
+    backward from the top layer down (that layer's feed-forward side freed and its
+    gradients made; with checkpointing, that layer recomputed)."""
+    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
+    state = state_terms(spec, setup)
+    saved_all = saved_terms(spec, setup)
+    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+    head = dict(saved_all)
+    head.pop("activations/logits/log_softmax", None)
+    head["activations/logits/grad"] = (
+        BT * spec.vocab_size * FP32 if setup.cross_entropy == "standard" else 0
+    ) + BT * d * s
+    head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
+    moments = [_add(state, head)]
+
+    full = saved.per_layer(spec, setup)
+    below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
+    current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
+    n = spec.norms_per_layer or 1
+    for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
+        if name in full:
+            current[name] = full[name] // n
+    per_layer = layer_parameters(spec)
+    attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
+    attention_side_params += norm_params(spec, d)
+    for i in range(L - 1, -1, -1):
+        terms = dict(state)
+        terms["activations/embedding"] = BT * d * s
+        terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
+        terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
+        terms = _add(terms, loop_logits)
+        terms["activations/layer/attention/grad"] = attention_transient(spec, setup)
+        done = head_parameters(spec) + (L - 1 - i) * per_layer + per_layer - attention_side_params
+        terms["grads"] = grad_bytes(spec, setup, done)
+        moments.append(terms)
+    return moments
+
+
+def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
+    """The optimizer step: state, full gradients, the loop's logits, the update's
+    temporaries. None for a frozen model (no step)."""
+    if setup.optimizer == "none":
+        return None
+    terms = dict(state_terms(spec, setup))
+    terms["grads"] = grad_bytes(spec, setup, spec.n_params)
+    saved_all = saved_terms(spec, setup)
+    if "activations/logits/output" in saved_all:
+        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    local = _share(spec.n_params, setup.devices, setup.zero_stage >= 1)
+    terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
+    return terms
+
+
+def framework_extra(
+    spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]
+) -> tuple[dict[str, int], int]:
+    """The peak moment's terms plus what the framework holds beyond torch's saved set,
+    and that extra in bytes (added to every phase). Only MLX has one; see
+    :func:`mlx_extra`."""
+    if setup.framework not in ("mlx", "mlx_compiled"):
+        return terms, 0
+    extra = mlx_extra(spec, setup)
+    out = dict(terms)
+    out.update(extra)
+    return out, sum(extra.values())
+
+
+def mlx_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """MLX's peak beyond the torch model (placeholder until measured)."""
+    return {}
+
+
+#: Why each execution term has its size (terms not listed take their parent's cause).
+CAUSES: dict[str, str] = {
+    "weights": "working weights ({wb} bytes each, ÷D at ZeRO-3)",
+    "weights/gathered": "ZeRO-3/FSDP: one gathered unit plus one prefetched, full size",
+    "grads": "gradients at this moment ({phase_grads}); the seed counts all of them on top "
+    "of all activations",
+    "optimizer/master_weights": "FP32 master copy of mixed precision",
+    "optimizer/adam_m": "Adam first moment",
+    "optimizer/adam_v": "Adam second moment",
+    "optimizer/momentum": "SGD momentum buffer",
+    "optimizer/temporaries": "the update's temporaries ({framework})",
+    "activations/embedding": "layer 0's input, saved by its first norm",
+    "activations/layer/layernorm": "norm outputs, saved by the next matmul",
+    "activations/layer/layernorm/statistics": "{norm} statistics, FP32 per token "
+    "(LayerNorm: mean and rstd; RMSNorm: rstd)",
+    "activations/layer/layernorm/normalized": "RMSNorm keeps x·rstd for its weight's "
+    "gradient (composite nn.RMSNorm)",
+    "activations/layer/layernorm/qk_norm": "q/k norms keep their input (and x·rstd)",
+    "activations/layer/attention/linear/k": "K as the attention matmul keeps it{kv}",
+    "activations/layer/attention/linear/v": "V as the attention matmul keeps it{kv}",
+    "activations/layer/attention/linear/context": "attention context, saved by o_proj",
+    "activations/layer/attention/linear/out": "residual x + attn, saved by the second norm",
+    "activations/layer/attention/quadratic/probs": "ONE T×T tensor per layer: the FP32 "
+    "softmax output (QKᵀ's backward needs Q and K, not the scores)",
+    "activations/layer/attention/quadratic/probs_cast": "the softmax cast back to the "
+    "activation dtype, saved by probs·V",
+    "activations/layer/attention/logsumexp": "memory-efficient attention: a log-sum-exp "
+    "per row instead of the T×T tensors",
+    "activations/layer/attention/rope": "RoPE cos/sin tables saved by each rotary multiply",
+    "activations/layer/attention/grad": "attention backward transients (gradients of "
+    "probs and scores, or of Q/K/V)",
+    "activations/layer/feed_forward/down": "layer output = next layer's input{ckpt}",
+    "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
+    "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
+    "activations/logits/output": "the logits the training loop holds until the step ends",
+    "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
+    "activations/logits/logsumexp": "{ce} cross-entropy: one log-sum-exp per token, never "
+    "all logits",
+}
+
+
+def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict[str, str]:
+    """A cause for every term of ``terms`` (from :data:`CAUSES`, filled in for this
+    setup)."""
+    kv = ""
+    if spec.group_size > 1:
+        kv = (
+            f": repeated to all {spec.num_attention_heads} heads (eager)"
+            if setup.attention == "eager"
+            else f": {spec.kv_heads} heads (GQA kept by the kernel)"
+        )
+    fill = {
+        "wb": working_weight_bytes(setup),
+        "phase_grads": "none before backward" if terms.get("grads", 0) == 0 else "allocated",
+        "framework": setup.framework,
+        "norm": spec.norm,
+        "kv": kv,
+        "ckpt": "; with checkpointing, the only per-layer tensor kept"
+        if setup.activation_checkpointing
+        else "",
+        "ce": setup.cross_entropy,
+    }
+    out: dict[str, str] = {}
+    for name in terms:
+        key = name
+        while key and key not in CAUSES:
+            key = key.rpartition("/")[0]
+        if key:
+            out[name] = CAUSES[key].format(**fill)
+    return out
