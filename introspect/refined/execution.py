@@ -35,11 +35,24 @@ FP32 = 4
 #: linear cross-entropy and most chunked losses work on chunks of this order).
 CE_CHUNK_TOKENS = 1024
 
-#: MLX keeps more than torch's saved set at its peak. Measured with
-#: ``/tmp``-style runs of the same reference shapes (d=256, L=4, h=8, V=8000, FP32 Adam,
-#: ``mx.get_peak_memory()`` after a warm-up step) against the torch model of this module;
-#: see the derivation in :func:`mlx_extra`.
-MLX_FACTORS: dict[str, float] = {"mlx": 0.0, "mlx_compiled": 0.0}
+#: MLX calibration, derived from measured MLX CPU steps (``mx.get_peak_memory()`` after a
+#: warm-up step, FP32 Adam, eager attention) of the reference model
+#: (``introspect.measure.mlx_step.measure_reference``, or the same model written out in
+#: a scratch script) against this module's moments with MLX's saved set:
+#: standard blocks L=4, d=256, h=8, V=8000 at T = 256, 512, 1024, 2048 and the seed's
+#: 10M shape (L=8, d=256, h=4, V=8192) at T = 256, 1024; their Llama-style variants
+#: (RMSNorm, SwiGLU, GQA) at T = 1024 and at T = 256, 1024. The excess over the moment
+#: fitted ``0.68·(gradient bytes) + k·L·B·T·d·s`` within 2.5% of the peak on every row,
+#: with k = 10.4 for the standard block and 5.0 for the Llama-style one. Reading: MLX
+#: evaluates forward, backward and the update as one graph, so at its peak most weight
+#: gradients already exist while k B·T·d activation-gradient buffers per layer are still
+#: referenced by pending weight-gradient matmuls. The two families differ in norm, FFN and
+#: attention at once, so k is keyed by the norm kind but is not attributed to the norm.
+MLX_GRADIENTS_ALIVE = 0.68
+MLX_ACTIVATION_GRADS_PER_LAYER: dict[str, float] = {"layernorm": 10.4, "rmsnorm": 5.0}
+#: ``mx.compile`` raised the same steps' peaks by 1.116–1.176× (mean 1.15) over
+#: uncompiled: the fused graph keeps its intermediates for the whole step.
+MLX_COMPILED_FACTOR = 1.15
 
 
 def working_weight_bytes(setup: TrainingSetup) -> int:
@@ -184,7 +197,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     stream = 2 * B * T * spec.hidden_size * s
-    if setup.attention == "eager":
+    if saved.keeps_t2(setup):
         return 2 * B * spec.num_attention_heads * T * T * FP32 + stream
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
@@ -271,20 +284,29 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
 def framework_extra(
     spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]
 ) -> tuple[dict[str, int], int]:
-    """The peak moment's terms plus what the framework holds beyond torch's saved set,
-    and that extra in bytes (added to every phase). Only MLX has one; see
-    :func:`mlx_extra`."""
+    """The peak moment's terms plus what the framework holds beyond torch's moments, and
+    that extra in bytes (added to every phase). Only MLX has one (:func:`mlx_extra`)."""
     if setup.framework not in ("mlx", "mlx_compiled"):
         return terms, 0
-    extra = mlx_extra(spec, setup)
-    out = dict(terms)
-    out.update(extra)
-    return out, sum(extra.values())
+    out = _add(terms, mlx_extra(spec, setup))
+    if setup.framework == "mlx_compiled":
+        out["activations/mlx_compiled"] = round((MLX_COMPILED_FACTOR - 1) * sum(out.values()))
+    return out, sum(out.values()) - sum(terms.values())
 
 
 def mlx_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """MLX's peak beyond the torch model (placeholder until measured)."""
-    return {}
+    """What MLX holds beyond torch's peak moment, from the named calibration above:
+    ``grads/mlx_alive`` (the share of weight gradients alive at MLX's peak),
+    ``activations/mlx_activation_grads`` (activation gradients still referenced), and for
+    ``mx.compile`` ``activations/mlx_compiled`` (the compiled graph's extra,
+    ``MLX_COMPILED_FACTOR − 1`` of the uncompiled peak, added by the caller's total)."""
+    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
+    return {
+        "grads/mlx_alive": round(MLX_GRADIENTS_ALIVE * grad_bytes(spec, setup, spec.n_params)),
+        "activations/mlx_activation_grads": round(
+            MLX_ACTIVATION_GRADS_PER_LAYER[spec.norm] * L * BT * d * s
+        ),
+    }
 
 
 #: Why each execution term has its size (terms not listed take their parent's cause).
@@ -305,6 +327,7 @@ CAUSES: dict[str, str] = {
     "activations/layer/layernorm/normalized": "RMSNorm keeps x·rstd for its weight's "
     "gradient (composite nn.RMSNorm)",
     "activations/layer/layernorm/qk_norm": "q/k norms keep their input (and x·rstd)",
+    "activations/layer/attention/linear/q": "Q as the attention matmul keeps it (after RoPE)",
     "activations/layer/attention/linear/k": "K as the attention matmul keeps it{kv}",
     "activations/layer/attention/linear/v": "V as the attention matmul keeps it{kv}",
     "activations/layer/attention/linear/context": "attention context, saved by o_proj",
@@ -318,8 +341,23 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/rope": "RoPE cos/sin tables saved by each rotary multiply",
     "activations/layer/attention/grad": "attention backward transients (gradients of "
     "probs and scores, or of Q/K/V)",
+    "activations/layer/feed_forward/gate": "gate projection output, saved by the activation",
+    "activations/layer/feed_forward/up": "up projection output, saved by the activation "
+    "(plain) or the product (gated)",
+    "activations/layer/feed_forward/act": "activation output, saved by down (plain) or the "
+    "product (gated)",
+    "activations/layer/feed_forward/product": "act·up, saved by the down projection",
+    "activations/layer/feed_forward/router": "router logits and softmax",
     "activations/layer/feed_forward/down": "layer output = next layer's input{ckpt}",
     "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
+    "activations/final_norm/statistics": "final {norm} statistics, FP32 per token",
+    "activations/final_norm/normalized": "final RMSNorm keeps x·rstd",
+    "grads/mlx_alive": "MLX: weight gradients alive at its peak (one graph for forward, "
+    "backward and update; calibrated, see MLX_GRADIENTS_ALIVE)",
+    "activations/mlx_activation_grads": "MLX: activation gradients still referenced by "
+    "pending weight-gradient matmuls (calibrated, MLX_ACTIVATION_GRADS_PER_LAYER)",
+    "activations/mlx_compiled": "mx.compile: the fused graph keeps its intermediates "
+    "(calibrated, MLX_COMPILED_FACTOR)",
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
     "activations/logits/output": "the logits the training loop holds until the step ends",
     "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
@@ -335,7 +373,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     if spec.group_size > 1:
         kv = (
             f": repeated to all {spec.num_attention_heads} heads (eager)"
-            if setup.attention == "eager"
+            if saved.keeps_t2(setup)
             else f": {spec.kv_heads} heads (GQA kept by the kernel)"
         )
     fill = {

@@ -30,8 +30,10 @@ Checked by ``/tmp`` census runs against the reference model (standard and Llama-
 eager and SDPA, T = 256 and 1024): the sum of these terms matched the census to the
 byte. With activation checkpointing only each layer's input is kept.
 
-MLX (``mlx``/``mlx_compiled``) keeps the same set here; its extra peak is a named
-factor in :mod:`introspect.refined.execution`.
+MLX (``mlx``/``mlx_compiled``) keeps the same set except: ``mx.fast.rms_norm`` and
+``mx.fast.rope`` keep no normalized tensor and no cos/sin tables, and its fast attention
+keeps the T×T probabilities (:func:`keeps_t2`). What MLX holds beyond this set at its
+peak is calibrated in :mod:`introspect.refined.execution`.
 
 Every function returns bytes for all L layers (per device: B is the per-device batch).
 """
@@ -44,12 +46,24 @@ from introspect.spec import ModelSpec
 FP32 = 4
 
 
+def is_mlx(setup: TrainingSetup) -> bool:
+    return setup.framework in ("mlx", "mlx_compiled")
+
+
+def keeps_t2(setup: TrainingSetup) -> bool:
+    """Whether the T×T probabilities are kept: eager attention, and on MLX always —
+    ``mx.fast.scaled_dot_product_attention`` has no fused backward on the CPU backend;
+    its vjp runs the unfused composition (measured: 496.7 MB memory-efficient vs 493.5 MB
+    eager, L=4, d=256, h=8, V=8000, T=1024)."""
+    return setup.attention == "eager" or is_mlx(setup)
+
+
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Width of the K and V tensors the attention keeps: eager attention repeats them to
     every query head (``repeat_interleave``, as Hugging Face's ``repeat_kv``) before the
     matmuls, which then save the repeated copies; SDPA with ``enable_gqa`` keeps
     ``kv_dim``."""
-    if setup.attention == "eager" and spec.group_size > 1:
+    if keeps_t2(setup) and spec.group_size > 1:
         return spec.q_dim
     return spec.kv_dim
 
@@ -76,7 +90,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         "layernorm": n * BT * d * s,
         "layernorm/statistics": n * norm_statistics(spec, BT),
     }
-    if spec.norm == "rmsnorm":
+    if spec.norm == "rmsnorm" and not is_mlx(setup):
         out["layernorm/normalized"] = n * norm_extra(spec, BT, d, s)
     if spec.qk_norm != "none":
         # The norm keeps its input (the raw q/k projection) and, for RMSNorm, x·rstd.
@@ -95,13 +109,13 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             "attention/linear/out": BT * d * s,
         }
     )
-    if setup.attention == "eager":
+    if keeps_t2(setup):
         out["attention/quadratic/probs"] = B * h * T * T * FP32
         if s < FP32:
             out["attention/quadratic/probs_cast"] = B * h * T * T * s
     else:
         out["attention/logsumexp"] = B * h * T * FP32
-    if spec.position_embedding == "rope":
+    if spec.position_embedding == "rope" and not is_mlx(setup):
         # cos and sin, for Q and for K, each T × head_dim (not per batch row).
         out["attention/rope"] = 4 * T * spec.head_size * s
     f = spec.ffn_dim
@@ -150,7 +164,7 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     input) is the ``activations/embedding`` term."""
     BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
     out = {"final_norm": BT * d * s, "final_norm/statistics": norm_statistics(spec, BT)}
-    if spec.norm == "rmsnorm":
+    if spec.norm == "rmsnorm" and not is_mlx(setup):
         out["final_norm/normalized"] = norm_extra(spec, BT, d, s)
     return out
 
