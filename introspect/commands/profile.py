@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from introspect import report, simplified
+from introspect import divergence, refined, report, simplified
 from introspect.breakdown import Breakdown
 from introspect.commands._args import add_common, add_setup_flags, setup_from_args
 from introspect.errors import IntrospectError
 from introspect.params import COMPONENTS
+from introspect.refined import RefinedEstimate
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -78,14 +79,19 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def estimates(spec: ModelSpec, setup: TrainingSetup) -> dict[str, Breakdown]:
-    """Every estimate for ``spec`` trained as ``setup``, by estimator name. Today the
-    seed's (``simplified``); the architecture-aware one joins here."""
-    return {"simplified": simplified.estimate(spec, setup)}
+def estimates(spec: ModelSpec, setup: TrainingSetup) -> dict[str, Breakdown | RefinedEstimate]:
+    """Every estimate for ``spec`` trained as ``setup``, by estimator name: the seed's
+    (``simplified``) and the architecture-aware one (``refined``: its architecture and
+    execution layers)."""
+    return {
+        "simplified": simplified.estimate(spec, setup),
+        "refined": refined.estimate(spec, setup),
+    }
 
 
 def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[str, Any]:
-    """The stable JSON contract: ``source``, ``spec``, ``params``, ``estimates``."""
+    """The stable JSON contract: ``source``, ``spec``, ``params``, ``estimates``,
+    ``divergences`` (simplified vs refined rows and the features found)."""
     by_component = {name: model.params_by_component.get(name, 0) for name in COMPONENTS}
     by_component.update(model.params_by_component)
     out_estimates: dict[str, Any] = {"setup": setup.to_dict()}
@@ -100,7 +106,13 @@ def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[
         "spec": model.spec.to_dict(),
         "params": {"total": model.spec.n_params, "by_component": by_component},
         "estimates": out_estimates,
+        "divergences": _divergences(model.spec, setup, results),
     }
+
+
+def _divergences(spec: ModelSpec, setup: TrainingSetup, results: dict) -> dict[str, Any]:
+    rows = divergence.rows(results["simplified"], results["refined"])
+    return divergence.to_json(rows, divergence.flags(spec, setup))
 
 
 def render(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
@@ -184,6 +196,8 @@ def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str,
     )
     parts = [head]
     for name, b in results.items():
+        if not isinstance(b, Breakdown):
+            continue
         sm = report.summary(b)
         rows = [
             (simplified.TERM_NAMES.get(term, term), report.gb(value)) for term, value in b.items()
@@ -195,6 +209,12 @@ def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str,
         parts.append(
             label + "\n" + _indent(report.table(rows, ["term", "GB"], colalign=("left", "right")))
         )
+    if "refined" in results:
+        from introspect.commands import _divergence_view as view
+
+        parts.append(view.refined_section(results["refined"]))
+        rows_ = divergence.rows(results["simplified"], results["refined"])
+        parts.append(view.divergence_section(rows_, divergence.flags(spec, setup)))
     return "\n\n".join(parts)
 
 

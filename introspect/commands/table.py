@@ -18,6 +18,7 @@ from introspect.commands._args import add_common, add_setup_flags, setup_from_ar
 from introspect.errors import IntrospectError
 from introspect.reported import REPORTED, Reported
 from introspect.setup import TrainingSetup
+from introspect.spec import standard_spec
 from introspect.units import GB, fmt_count
 
 #: The model-card count the seed used for Qwen2.5-0.5B ("requires 7.84 GB" = 16 × 0.49e9).
@@ -30,6 +31,7 @@ examples:
   introspect table Qwen/Qwen2.5-7B ./my-model   any sources 'introspect profile' takes
   introspect table --seq 4096 --attention memory-efficient --checkpointing
   introspect table --reported qwen-7b           Qwen's measured Qwen-7B beside the estimates
+  introspect table --seed-example --framework torch   the seed's 7B: where execution diverges
 """
 
 
@@ -49,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SOURCE",
         help="bundled model names, Hub ids, config.json files or checkpoint folders "
         "(default: the bundled Qwen and Llama models)",
+    )
+    p.add_argument(
+        "--seed-example",
+        action="store_true",
+        help="the seed's worked 7B example (N=7e9, L=33, d=4096, h=32, V=43,520): seed, "
+        "architecture layer (equal) and execution layer side by side, with the causes",
     )
     p.add_argument(
         "--reported",
@@ -89,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
         print(report.dumps(out) if fmt == "json" else render_reported(out, fmt))
         return 0
     setup = setup_from_args(args)
+    if args.seed_example:
+        if args.sources:
+            raise IntrospectError("--seed-example takes no SOURCE; it is the seed's 7B shape")
+        out = seed_example(setup)
+        print(report.dumps(out["json"]) if fmt == "json" else out["text"])
+        return 0
     models = [resolve(s) for s in (args.sources or default_sources())]
     rows = [row(m, setup) for m in models]
     if fmt == "json":
@@ -276,3 +290,52 @@ def render_reported(out: dict[str, Any], fmt: str) -> str:
         "Σ = summed over the two GPUs; per GPU = one device. Ratios are reported / estimate."
     )
     return f"{head}\n\n{body}\n\n" + "\n".join(out["caveats"])
+
+
+def seed_example(setup: TrainingSetup) -> dict[str, Any]:
+    """The seed's worked 7B example under ``setup``: the seed's total, the architecture
+    layer (equal to it term by term for this standard shape), the execution layer's peak
+    and phase, and every execution divergence with its cause."""
+    from introspect.commands import _divergence_view as view
+
+    spec = standard_spec(
+        num_hidden_layers=33,
+        hidden_size=4096,
+        num_attention_heads=32,
+        vocab_size=43520,
+        num_parameters=7_000_000_000,
+        source="the seed's worked example, N = 7e9 by hand",
+    )
+    seed = simplified.estimate(spec, setup)
+    est = refined.estimate(spec, setup)
+    equal = all(est.architecture.sum(t) == v for t, v in seed.items())
+    equal = equal and est.architecture.total == seed.total
+    rows = divergence.rows(seed, est)
+    flags = divergence.flags(spec, setup)
+    phases = ", ".join(f"{k} {report.gb(v, 2)}" for k, v in est.phases.items())
+    pairs = [
+        ("seed (eq:training_memory)", f"{report.gb(seed.total, 2)} GB"),
+        (
+            "refined: architecture",
+            f"{report.gb(est.architecture.total, 2)} GB "
+            f"({'equals the seed term by term' if equal else 'DIFFERS from the seed'})",
+        ),
+        (
+            f"refined: execution ({setup.framework})",
+            f"{report.gb(est.execution.total, 2)} GB at {est.peak_phase} "
+            f"({est.execution.total / seed.total:.2f} of the seed; phases: {phases})",
+        ),
+    ]
+    head = (
+        f"the seed's 7B example: N = 7e9, L=33, d=4096, h=32, V=43,520; B={setup.batch_size}, "
+        f"T={setup.seq_len}, s={setup.activation_bytes}; decimal GB"
+    )
+    text = "\n\n".join((head, report.key_value(pairs), view.divergence_section(rows, flags)))
+    data = {
+        "spec": spec.to_dict(),
+        "setup": setup.to_dict(),
+        "estimates": {"simplified": seed.to_json(), "refined": est.to_json()},
+        "architecture_equals_simplified": equal,
+        "divergences": divergence.to_json(rows, flags),
+    }
+    return {"text": text, "json": data}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from introspect.breakdown import Breakdown
-from introspect.refined import architecture, execution
+from introspect.refined import architecture, causes, execution
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -88,7 +88,7 @@ def execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     return Breakdown(
         terms,
         label=f"refined: execution ({setup.framework})",
-        notes=execution.causes(spec, setup, terms),
+        notes=causes.causes(spec, setup, terms),
         meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},
     )
 
@@ -98,6 +98,6 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> RefinedEstimate:
     the execution layer, with the causes of every term."""
     arch = architecture.estimate(spec, setup)
     exe = execution_estimate(spec, setup)
-    causes = {f"architecture:{k}": v for k, v in arch.notes.items()}
-    causes.update({f"execution:{k}": v for k, v in exe.notes.items()})
-    return RefinedEstimate(architecture=arch, execution=exe, causes=causes)
+    why = {f"architecture:{k}": v for k, v in arch.notes.items()}
+    why.update({f"execution:{k}": v for k, v in exe.notes.items()})
+    return RefinedEstimate(architecture=arch, execution=exe, causes=why)

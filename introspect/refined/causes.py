@@ -1,0 +1,96 @@
+"""Why each execution term has the size it has: one sentence per term, filled in for the
+model and setup (the ``notes`` of the execution breakdown)."""
+
+from __future__ import annotations
+
+from introspect.refined import saved
+from introspect.refined.execution import working_weight_bytes
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+#: Why each execution term has its size (terms not listed take their parent's cause).
+CAUSES: dict[str, str] = {
+    "weights": "working weights ({wb} bytes each, ÷D at ZeRO-3)",
+    "weights/gathered": "ZeRO-3/FSDP: one gathered unit plus one prefetched, full size",
+    "grads": "gradients at this moment ({phase_grads}); the seed counts all of them on top "
+    "of all activations",
+    "optimizer/master_weights": "FP32 master copy of mixed precision",
+    "optimizer/adam_m": "Adam first moment",
+    "optimizer/adam_v": "Adam second moment",
+    "optimizer/momentum": "SGD momentum buffer",
+    "optimizer/temporaries": "the update's temporaries ({framework})",
+    "activations/embedding": "layer 0's input, saved by its first norm",
+    "activations/layer/layernorm": "norm outputs, saved by the next matmul",
+    "activations/layer/layernorm/statistics": "{norm} statistics, FP32 per token "
+    "(LayerNorm: mean and rstd; RMSNorm: rstd)",
+    "activations/layer/layernorm/normalized": "RMSNorm keeps x·rstd for its weight's "
+    "gradient (composite nn.RMSNorm)",
+    "activations/layer/layernorm/qk_norm": "q/k norms keep their input (and x·rstd)",
+    "activations/layer/attention/linear/q": "Q as the attention matmul keeps it (after RoPE)",
+    "activations/layer/attention/linear/k": "K as the attention matmul keeps it{kv}",
+    "activations/layer/attention/linear/v": "V as the attention matmul keeps it{kv}",
+    "activations/layer/attention/linear/context": "attention context, saved by o_proj",
+    "activations/layer/attention/linear/out": "residual x + attn, saved by the second norm",
+    "activations/layer/attention/quadratic/probs": "ONE T×T tensor per layer: the FP32 "
+    "softmax output (QKᵀ's backward needs Q and K, not the scores)",
+    "activations/layer/attention/quadratic/probs_cast": "the softmax cast back to the "
+    "activation dtype, saved by probs·V",
+    "activations/layer/attention/logsumexp": "memory-efficient attention: a log-sum-exp "
+    "per row instead of the T×T tensors",
+    "activations/layer/attention/rope": "RoPE cos/sin tables saved by each rotary multiply",
+    "activations/layer/attention/grad": "attention backward transients (gradients of "
+    "probs and scores, or of Q/K/V)",
+    "activations/layer/feed_forward/gate": "gate projection output, saved by the activation",
+    "activations/layer/feed_forward/up": "up projection output, saved by the activation "
+    "(plain) or the product (gated)",
+    "activations/layer/feed_forward/act": "activation output, saved by down (plain) or the "
+    "product (gated)",
+    "activations/layer/feed_forward/product": "act·up, saved by the down projection",
+    "activations/layer/feed_forward/router": "router logits and softmax",
+    "activations/layer/feed_forward/down": "layer output = next layer's input{ckpt}",
+    "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
+    "activations/final_norm/statistics": "final {norm} statistics, FP32 per token",
+    "activations/final_norm/normalized": "final RMSNorm keeps x·rstd",
+    "grads/mlx_alive": "MLX: weight gradients alive at its peak (one graph for forward, "
+    "backward and update; calibrated, see MLX_GRADIENTS_ALIVE)",
+    "activations/mlx_activation_grads": "MLX: activation gradients still referenced by "
+    "pending weight-gradient matmuls (calibrated, MLX_ACTIVATION_GRADS_PER_LAYER)",
+    "activations/mlx_compiled": "mx.compile: the fused graph keeps its intermediates "
+    "(calibrated, MLX_COMPILED_FACTOR)",
+    "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
+    "activations/logits/output": "the logits the training loop holds until the step ends",
+    "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
+    "activations/logits/logsumexp": "{ce} cross-entropy: one log-sum-exp per token, never "
+    "all logits",
+}
+
+
+def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict[str, str]:
+    """A cause for every term of ``terms`` (from :data:`CAUSES`, filled in for this
+    setup)."""
+    kv = ""
+    if spec.group_size > 1:
+        kv = (
+            f": repeated to all {spec.num_attention_heads} heads (eager)"
+            if saved.keeps_t2(setup)
+            else f": {spec.kv_heads} heads (GQA kept by the kernel)"
+        )
+    fill = {
+        "wb": working_weight_bytes(setup),
+        "phase_grads": "none before backward" if terms.get("grads", 0) == 0 else "allocated",
+        "framework": setup.framework,
+        "norm": spec.norm,
+        "kv": kv,
+        "ckpt": "; with checkpointing, the only per-layer tensor kept"
+        if setup.activation_checkpointing
+        else "",
+        "ce": setup.cross_entropy,
+    }
+    out: dict[str, str] = {}
+    for name in terms:
+        key = name
+        while key and key not in CAUSES:
+            key = key.rpartition("/")[0]
+        if key:
+            out[name] = CAUSES[key].format(**fill)
+    return out
