@@ -51,8 +51,8 @@ CAUSES: dict[str, str] = {
     "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
     "activations/final_norm/statistics": "final {norm} statistics, FP32 per token",
     "activations/final_norm/normalized": "final RMSNorm keeps x·rstd",
-    "grads/mlx_alive": "MLX: weight gradients alive at its peak (one graph for forward, "
-    "backward and update; calibrated, see MLX_GRADIENTS_ALIVE)",
+    "grads/mlx_vd_buffers": "MLX: the V·d gradients and their update temporaries, alive "
+    "at its peak (one graph for forward, backward and update; calibrated, MLX_VD_BUFFERS)",
     "activations/mlx_activation_grads": "MLX: activation gradients still referenced by "
     "pending weight-gradient matmuls (calibrated, MLX_ACTIVATION_GRADS_PER_LAYER)",
     "activations/mlx_compiled": "mx.compile: the fused graph keeps its intermediates "
