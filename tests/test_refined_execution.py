@@ -25,8 +25,22 @@ CASES = [
     (LLAMA, "eager"),
     (LLAMA, "memory_efficient"),
     (LLAMA.replace(tie_word_embeddings=True, qkv_bias=True), "eager"),
+    (LLAMA.replace(qk_norm="head", head_dim=24), "eager"),
+    (LLAMA.replace(qk_norm="head", head_dim=24), "memory_efficient"),
+    (STD.replace(qk_norm="full"), "memory_efficient"),
+    (STD.replace(position_embedding="learned", max_position_embeddings=64, mlp_bias=True), "eager"),
 ]
-IDS = ["std-eager", "std-sdpa", "llama-eager", "llama-sdpa", "tied-bias-eager"]
+IDS = [
+    "std-eager",
+    "std-sdpa",
+    "llama-eager",
+    "llama-sdpa",
+    "tied-bias-eager",
+    "qk-head-eager",
+    "qk-head-sdpa",
+    "qk-full-sdpa",
+    "learned-pos-bias",
+]
 
 
 def _census_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:

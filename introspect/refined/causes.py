@@ -30,6 +30,8 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/linear/k": "K as the attention matmul keeps it{kv}",
     "activations/layer/attention/linear/v": "V as the attention matmul keeps it{kv}",
     "activations/layer/attention/linear/context": "attention context, saved by o_proj",
+    "activations/layer/attention/linear/context_copy": "per-head q/k norms leave SDPA's "
+    "output head-major: it and its reshaped copy for o_proj are both kept",
     "activations/layer/attention/linear/out": "residual x + attn, saved by the second norm",
     "activations/layer/attention/quadratic/probs": "ONE T×T tensor per layer: the FP32 "
     "softmax output (QKᵀ's backward needs Q and K, not the scores)",

@@ -109,6 +109,10 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             "attention/linear/out": BT * d * s,
         }
     )
+    if spec.qk_norm == "head" and not keeps_t2(setup):
+        # Per-head q/k norms leave Q head-major, so SDPA's saved output is head-major too
+        # and the reshape for o_proj copies it: the context is kept twice (census).
+        out["attention/linear/context_copy"] = BT * spec.q_dim * s
     if keeps_t2(setup):
         out["attention/quadratic/probs"] = B * h * T * T * FP32
         if s < FP32:
