@@ -49,6 +49,8 @@ CAUSES: dict[str, str] = {
     "product (gated)",
     "activations/layer/feed_forward/product": "act·up, saved by the down projection",
     "activations/layer/feed_forward/router": "router logits and softmax",
+    "activations/layer/feed_forward/grad": "feed-forward backward transients (gradients "
+    "of the activation, up and product)",
     "activations/layer/feed_forward/down": "layer output = next layer's input{ckpt}",
     "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
     "activations/final_norm/statistics": "final {norm} statistics, FP32 per token",

@@ -204,6 +204,16 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
 
+def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """One layer's feed-forward backward transient: the gradient of the activation and of
+    the up projection (plain: one after the other, both alive at the activation's
+    backward), plus the product's gradient for a gated FFN; and the residual stream's
+    gradient. k experts per token for MoE."""
+    k = spec.num_experts_per_tok if spec.is_moe else 1
+    buffers = 3 if spec.ffn == "gated" else 2
+    return (buffers * k * spec.ffn_dim + spec.hidden_size) * setup.tokens * setup.activation_bytes
+
+
 def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
     out = dict(terms)
     for name, value in more.items():
@@ -230,9 +240,10 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
 def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, int]]:
     """Moments inside backward: the output projection's backward (the log-softmax freed,
-    the logits' gradient alive, lm_head's gradient made), then each layer's attention
-    backward from the top layer down (that layer's feed-forward side freed and its
-    gradients made; with checkpointing, that layer recomputed)."""
+    the logits' gradient alive, lm_head's gradient made), then for each layer from the
+    top down its feed-forward backward (the whole layer alive; with checkpointing,
+    recomputed) and its attention backward (its feed-forward side freed, those
+    gradients made)."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
@@ -255,7 +266,19 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     per_layer = layer_parameters(spec)
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
+    whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
     for i in range(L - 1, -1, -1):
+        # The layer's feed-forward backward: the whole layer still (or, checkpointed,
+        # again) alive, the gradients of everything above made.
+        terms = dict(state)
+        terms["activations/embedding"] = BT * d * s
+        terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
+        terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
+        terms = _add(terms, loop_logits)
+        terms["activations/layer/feed_forward/grad"] = ffn_transient(spec, setup)
+        terms["grads"] = grad_bytes(spec, setup, head_parameters(spec) + (L - 1 - i) * per_layer)
+        moments.append(terms)
+        # The layer's attention backward.
         terms = dict(state)
         terms["activations/embedding"] = BT * d * s
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
