@@ -157,9 +157,12 @@ def census_of(spec, setup):
     return torch_step.run_census(model, setup, spec)
 
 
-def test_census_eager_attention_keeps_one_quadratic_tensor_per_layer():
+# T = 16 equals the head width (Q, K are T×T-shaped too); T = 64 equals d (the context
+# is (B·T, d) = T×T-shaped); T = 24 is neither.
+@pytest.mark.parametrize("T", [16, 64, 24])
+def test_census_eager_attention_keeps_one_quadratic_tensor_per_layer(T):
     spec = VARIANTS["standard"]
-    B, T = 2, 16
+    B = 2
     c = census_of(spec, TrainingSetup(batch_size=B, seq_len=T))
     # Softmax saves its output and probs·V saves that same storage: one B·h·T×T FP32
     # tensor per layer, where the seed counts two (scores and probabilities).

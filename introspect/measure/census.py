@@ -107,14 +107,21 @@ def _is_tensor(t) -> bool:
 
 
 def term_for(
-    path: str, op: str, t: torch.Tensor, tokens: int, seq_len: int, head_size: int | None = None
+    path: str,
+    op: str,
+    t: torch.Tensor,
+    tokens: int,
+    seq_len: int,
+    head_size: int | None = None,
+    heads: int | None = None,
 ) -> str:
     """The seed term (with a finer sub-path) for a saved tensor made by ``op`` inside the
     module at ``path``.
 
-    A T×T tensor in attention is quadratic; when a head is exactly T wide, Q, K and the
-    context are T×T-shaped too, so then only softmax and dropout outputs count as
-    quadratic."""
+    A B·h·T×T tensor in attention is quadratic (with ``heads`` given, its size must be
+    exactly that, so a (B·T, d) context with d = T is not taken for one); when a head is
+    exactly T wide, Q, K and the context are T×T-shaped too, so then only softmax and
+    dropout outputs count as quadratic."""
     parts = path.split(".") if path else []
     if not t.is_floating_point():
         return "activations/inputs"
@@ -122,6 +129,8 @@ def term_for(
     last = parts[-1] if parts else ""
     if in_layer and any(p in ("self_attn", "attn", "attention") for p in parts):
         square = t.dim() >= 2 and t.shape[-1] == t.shape[-2] == seq_len and seq_len > 1
+        if heads is not None:
+            square = square and t.numel() == tokens * heads * seq_len
         probs = "softmax" in op or "dropout" in op
         if square and (probs or head_size != seq_len):
             sub = "probabilities" if "softmax" in op else "scores" if "mm" in op else "other"
@@ -157,6 +166,7 @@ def census(
     tokens: int,
     seq_len: int,
     head_size: int | None = None,
+    heads: int | None = None,
 ) -> Census:
     """Run ``run_forward`` (the forward pass and loss, returning the loss) under the
     census and return what autograd saved. ``tokens`` = B·T, ``seq_len`` = T."""
@@ -185,7 +195,7 @@ def census(
     result = Census()
     for key, t in saved.items():
         path, op = producers.tags.get(key, ("", "input"))
-        term = term_for(path, op, t, tokens, seq_len, head_size)
+        term = term_for(path, op, t, tokens, seq_len, head_size, heads)
         nbytes = t.untyped_storage().nbytes()
         result.terms[term] = result.terms.get(term, 0) + nbytes
         result.rows.append((path, op, tuple(t.shape), str(t.dtype), nbytes, term))

@@ -75,7 +75,32 @@ def refined_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown | None:
     return getattr(result, "execution", result)
 
 
+#: Path components that mark a term as a transient, whatever its prefix
+#: (``optimizer/temporaries`` is the update's scratch, not optimizer state).
+TRANSIENT_PARTS = ("temporaries", "temporary", "transient", "workspace")
+
+
+def refined_saved(spec: ModelSpec, setup: TrainingSetup) -> Breakdown | None:
+    """What the refined estimate says autograd saves by the end of forward (its saved
+    set), to lay beside the census; ``None`` where it is not available."""
+    try:
+        from introspect.refined.execution import saved_terms
+    except ImportError:
+        return None
+    return Breakdown(saved_terms(spec, setup), label="refined: saved for backward")
+
+
+#: The refined estimate's phase names → the tracker's.
+PHASE_NAMES = {"forward_end": "forward", "optimizer_step": "optimizer"}
+
+
+def phase_name(phase: str | None) -> str | None:
+    return PHASE_NAMES.get(phase, phase) if phase else phase
+
+
 def category_of(term: str) -> str:
+    if any(part in TRANSIENT_PARTS for part in term.split("/")):
+        return "temporary"
     for prefix, category in CATEGORY_OF_PREFIX:
         if term == prefix or term.startswith(prefix + "/"):
             return category
@@ -113,20 +138,23 @@ def largest_gap(m: Measurement, estimate: Breakdown) -> tuple[str, int] | None:
         return None
     name = max(gaps, key=lambda k: abs(gaps[k]))
     if name == "activations" and m.census:
-        name = _largest_census_gap(m.census, estimate) or name
+        term = _largest_census_gap(m.census, estimate)
+        if term is not None:
+            return f"activations ({term[0]})", gaps[name]
     return name, gaps[name]
 
 
-def _largest_census_gap(census: dict[str, int], estimate: Breakdown) -> str | None:
-    """The seed term whose saved bytes (census) differ most from the estimate's."""
+def _largest_census_gap(census: dict[str, int], estimate: Breakdown) -> tuple[str, int] | None:
+    """The seed term whose saved bytes (census) differ most from the estimate's, with
+    census − estimate bytes."""
     seeds = [k for k in simplified.TERM_NAMES if k.startswith("activations/")]
     seeds += ["activations/layer/residual", "activations/final_norm", "activations/inputs"]
-    best, best_gap = None, 0
+    best: tuple[str, int] | None = None
     for term in seeds:
         saved = sum(v for k, v in census.items() if k == term or k.startswith(term + "/"))
-        gap = abs(saved - estimate.sum(term))
-        if gap > best_gap:
-            best, best_gap = f"activations: {term}", gap
+        gap = saved - estimate.sum(term)
+        if best is None or abs(gap) > abs(best[1]):
+            best = (term.removeprefix("activations/"), gap)
     return best
 
 
@@ -135,6 +163,6 @@ def compare(spec: ModelSpec, setup: TrainingSetup, m: Measurement) -> Comparison
     setup = setup.replace(framework=m.framework)
     simple = simplified.estimate(spec, setup)
     refined = refined_estimate(spec, setup)
-    phase = refined.meta.get("peak_phase") if refined is not None else None
+    phase = phase_name(refined.meta.get("peak_phase")) if refined is not None else None
     gap = largest_gap(m, refined if refined is not None else simple)
     return Comparison(m, simple, refined, phase, gap)

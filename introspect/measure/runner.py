@@ -17,6 +17,7 @@ class Row:
     comparison: Comparison
     #: The saved-tensor census (torch), or None.
     census: object | None = None
+    spec: ModelSpec | None = None
 
 
 def measure(
@@ -86,7 +87,7 @@ def run_one(
 
         saved = Census(terms=dict(m.census))
     del model
-    return Row(compare(spec, setup, m), saved)
+    return Row(compare(spec, setup, m), saved, spec)
 
 
 def to_json(spec: ModelSpec, impl: str, rows: list[Row]) -> dict:
@@ -99,6 +100,13 @@ def to_json(spec: ModelSpec, impl: str, rows: list[Row]) -> dict:
             for r in rows
         ],
     }
+
+
+def _setup_fields(d: dict) -> dict:
+    import dataclasses as dc
+
+    names = {f.name for f in dc.fields(TrainingSetup)}
+    return {k: v for k, v in d.items() if k in names}
 
 
 def _versions(versions: dict[str, str]) -> str:
@@ -133,7 +141,7 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
                 _ratio(c.simplified_ratio),
                 report.gb(c.refined.total) if c.refined is not None else "n/a",
                 _ratio(c.refined_ratio),
-                m.peak_phase or "",
+                f"{m.peak_phase or 'n/a'} / {c.refined_phase or 'n/a'}",
                 "" if m.step_seconds is None else f"{m.step_seconds:.2f}",
                 "" if m.tokens_per_second is None else f"{m.tokens_per_second:,.0f}",
             )
@@ -148,7 +156,7 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
             "meas/simp",
             "refined GB",
             "meas/ref",
-            "peak in",
+            "peak in (meas/ref)",
             "step s",
             "tokens/s",
         ],
@@ -210,7 +218,11 @@ def _categories(r: Row) -> str:
 
 
 def _census(r: Row) -> str:
+    from introspect.measure.compare import refined_saved
+
     c = r.comparison
+    setup = TrainingSetup(**_setup_fields(c.measurement.setup))
+    refined = refined_saved(r.spec, setup) if r.spec is not None else None
     rows = []
     for term, value in r.census.seed_terms().items():
         rows.append(
@@ -218,7 +230,7 @@ def _census(r: Row) -> str:
                 term,
                 report.gb(value, 4),
                 report.gb(c.simplified.sum(term), 4),
-                report.gb(c.refined.sum(term), 4) if c.refined is not None else "n/a",
+                report.gb(refined.sum(term), 4) if refined is not None else "n/a",
             )
         )
     rows.append(
@@ -226,11 +238,11 @@ def _census(r: Row) -> str:
             "total saved",
             report.gb(r.census.total, 4),
             report.gb(c.simplified.sum("activations"), 4),
-            report.gb(c.refined.sum("activations"), 4) if c.refined is not None else "n/a",
+            report.gb(refined.sum("activations"), 4) if refined is not None else "n/a",
         )
     )
     return report.table(
         rows,
-        ["term", "census", "simplified", "refined"],
+        ["term", "census", "simplified", "refined saved set"],
         colalign=("left", "right", "right", "right"),
     )

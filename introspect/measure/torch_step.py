@@ -206,4 +206,11 @@ def run_census(
         logits = forward(model, input_ids)
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
-    return census(model, run, tokens=setup.tokens, seq_len=setup.seq_len, head_size=spec.head_size)
+    return census(
+        model,
+        run,
+        tokens=setup.tokens,
+        seq_len=setup.seq_len,
+        head_size=spec.head_size,
+        heads=spec.num_attention_heads,
+    )

@@ -1,0 +1,291 @@
+"""Estimate vs measured peak on a grid of real training steps.
+
+Run:  .venv/bin/python benchmarks/accuracy.py            # the grid (this machine's budget)
+      .venv/bin/python benchmarks/accuracy.py --quick    # a small subset, ~1 minute
+      .venv/bin/python benchmarks/accuracy.py --full     # every cell for real (fast machines)
+
+The grid: the seed's synthetic 10M, 40M and 100M shapes (introspect.sizes) as a standard
+transformer and as a Llama-style variant (RMSNorm, SwiGLU, GQA; introspect.measure.shapes),
+at T = 256, 512, 1024, 2048, B = 1, FP32 Adam, eager attention — on torch CPU (and torch
+CUDA when a GPU is present), MLX CPU uncompiled and MLX compiled as the seed measured;
+plus real implementations (Hugging Face's LlamaForCausalLM, mlx-lm's Llama) trained the
+way users write them. Each row: measured peak, the seed's simplified estimate, the
+refined estimate (with the framework in the setup), both ratios, the peak phase, the term
+most responsible for the refined estimate's gap, step time and tokens per second.
+
+On a small CPU machine a full grid of real steps takes hours (MLX's CPU matmul is slow),
+so by default the torch cells above a size's budget run as dry runs — the same step and
+tracker under FakeTensorMode, whose figures equal the real CPU step's byte for byte
+(tests/test_measure_torch.py) — and the MLX cells above the budget are left out and
+listed. Writes benchmarks/results/accuracy.md (+ .json, and a .png when matplotlib is
+installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from introspect import report
+from introspect.measure import runner
+from introspect.measure.shapes import llama_style, nominal_spec
+from introspect.setup import TrainingSetup
+
+RESULTS = Path(__file__).parent / "results"
+SIZES = ("10M", "40M", "100M")
+SEQS = (256, 512, 1024, 2048)
+VARIANTS = ("standard", "llama")
+#: Largest T run for real on torch CPU / on MLX per size (2 cores: see the docstring).
+TORCH_REAL = {"10M": 2048, "40M": 512, "100M": 256}
+MLX_REAL = {"10M": 512, "40M": 256}
+#: (implementation, framework, size, T): real implementations, Llama-style shapes.
+IMPL_ROWS = (
+    ("transformers", "torch", "10M", 512),
+    ("transformers", "torch", "40M", 512),
+    ("mlx_lm", "mlx", "10M", 256),
+    ("mlx_lm", "mlx_compiled", "10M", 256),
+)
+BAND = 0.05
+
+
+def spec_for(size: str, variant: str):
+    spec = nominal_spec(size)
+    return llama_style(spec) if variant == "llama" else spec
+
+
+def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
+    """Rows to run as (impl, variant, size, framework, device, T), and skipped cells."""
+    rows, skipped = [], []
+    sizes, seqs = (("10M",), (256,)) if quick else (SIZES, SEQS)
+    for variant in VARIANTS:
+        for size in sizes:
+            for T in seqs:
+                torch_device = "cpu" if full or T <= TORCH_REAL[size] else "fake"
+                rows.append(("reference", variant, size, "torch", torch_device, T))
+                if cuda:
+                    rows.append(("reference", variant, size, "torch", "cuda", T))
+                for fw in ("mlx", "mlx_compiled"):
+                    if full or T <= MLX_REAL.get(size, 0):
+                        rows.append(("reference", variant, size, fw, "cpu", T))
+                    else:
+                        skipped.append(f"{fw} {variant} {size} T={T}")
+    for impl, fw, size, T in IMPL_ROWS[:: 2 if quick else 1]:
+        rows.append((impl, "llama", size, fw, "cpu", 256 if quick else T))
+    return rows, skipped
+
+
+def run_row(impl, variant, size, framework, device, T) -> dict:
+    spec = spec_for(size, variant)
+    setup = TrainingSetup(seq_len=T, framework=framework)
+    start = time.perf_counter()
+    row = runner.run_one(spec, setup, device=device, impl=impl, census=framework == "torch")
+    wall = time.perf_counter() - start
+    c, m = row.comparison, row.comparison.measurement
+    gap = c.largest_gap
+    return {
+        "implementation": impl,
+        "variant": variant,
+        "size": size,
+        "framework": framework,
+        "device": device,
+        "seq_len": T,
+        "n_params": m.n_params,
+        "measured_bytes": m.peak_bytes,
+        "simplified_bytes": c.simplified.total,
+        "refined_bytes": c.refined.total if c.refined is not None else None,
+        "measured_over_simplified": c.simplified_ratio,
+        "measured_over_refined": c.refined_ratio,
+        "peak_phase": m.peak_phase,
+        "refined_peak_phase": c.refined_phase,
+        "largest_gap_term": gap[0] if gap else None,
+        "largest_gap_bytes": gap[1] if gap else None,
+        "categories": m.categories,
+        "census_total_bytes": sum(m.census.values()) if m.census else None,
+        "active_bytes": m.active_bytes,
+        "cache_bytes": m.cache_bytes,
+        "step_seconds": m.step_seconds,
+        "tokens_per_second": m.tokens_per_second,
+        "wall_seconds": wall,
+        "versions": m.versions,
+    }
+
+
+def error(estimate: int | None, measured: int) -> float | None:
+    """(estimate − measured) / measured."""
+    return None if estimate is None else estimate / measured - 1
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def within(x: float | None) -> bool:
+    return x is not None and abs(x) <= BAND
+
+
+def table(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        se = error(r["simplified_bytes"], r["measured_bytes"])
+        re_ = error(r["refined_bytes"], r["measured_bytes"])
+        gap = ""
+        if r["largest_gap_term"] and not within(re_):
+            gap = f"{r['largest_gap_term']} {r['largest_gap_bytes'] / 1e9:+.3f}"
+        out.append(
+            (
+                r["implementation"],
+                f"{r['size']} {r['variant']}",
+                r["framework"],
+                r["device"],
+                r["seq_len"],
+                f"{r['n_params']:,}",
+                report.gb(r["measured_bytes"]),
+                report.gb(r["simplified_bytes"]),
+                pct(se),
+                report.gb(r["refined_bytes"]) if r["refined_bytes"] else "n/a",
+                pct(re_),
+                "yes" if within(re_) else "no",
+                f"{r['peak_phase'] or 'n/a'} / {r['refined_peak_phase'] or 'n/a'}",
+                gap,
+                "" if r["step_seconds"] is None else f"{r['step_seconds']:.2f}",
+                "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
+            )
+        )
+    headers = [
+        "impl", "model", "framework", "device", "T", "N", "measured GB", "simplified GB",
+        "simplified err", "refined GB", "refined err", "±5%", "peak (meas / ref)",
+        "largest gap (GB, where missed)", "step s", "tokens/s",
+    ]  # fmt: skip
+    return report.table(out, headers, "markdown")
+
+
+def summary(rows: list[dict]) -> list[str]:
+    refined = [error(r["refined_bytes"], r["measured_bytes"]) for r in rows]
+    simple = [error(r["simplified_bytes"], r["measured_bytes"]) for r in rows]
+    n = len(rows)
+    lines = [
+        f"- refined estimate within ±5% of the measured peak: **{sum(map(within, refined))} of "
+        f"{n} rows**; the seed's simplified formula: {sum(map(within, simple))} of {n}.",
+        f"- simplified error range: {pct(min(simple))} to {pct(max(simple))}; "
+        + (
+            f"refined: {pct(min(x for x in refined if x is not None))} to "
+            f"{pct(max(x for x in refined if x is not None))}."
+            if any(x is not None for x in refined)
+            else "refined: not available."
+        ),
+    ]
+    by_fw: dict[str, list[dict]] = {}
+    for r in rows:
+        by_fw.setdefault(f"{r['framework']} ({r['device']})", []).append(r)
+    for fw, rs in by_fw.items():
+        ok = sum(within(error(r["refined_bytes"], r["measured_bytes"])) for r in rs)
+        worst = max(rs, key=lambda r: abs(error(r["simplified_bytes"], r["measured_bytes"])))
+        lines.append(
+            f"- {fw}: refined within ±5% on {ok} of {len(rs)}; seed formula's largest error "
+            f"{pct(error(worst['simplified_bytes'], worst['measured_bytes']))} "
+            f"({worst['size']} {worst['variant']}, T={worst['seq_len']})."
+        )
+    misses = [r for r in rows if not within(error(r["refined_bytes"], r["measured_bytes"]))]
+    misses.sort(key=lambda r: -abs(error(r["refined_bytes"], r["measured_bytes"]) or 0))
+    for r in misses[:6]:
+        lines.append(
+            f"- miss: {r['implementation']} {r['size']} {r['variant']} {r['framework']} "
+            f"T={r['seq_len']}: refined {pct(error(r['refined_bytes'], r['measured_bytes']))}; "
+            f"largest gap {r['largest_gap_term']} "
+            f"({(r['largest_gap_bytes'] or 0) / 1e9:+.3f} GB measured − estimate)."
+        )
+    return lines
+
+
+def write(rows: list[dict], skipped: list[str], command: str, seconds: float, out: Path) -> None:
+    import torch
+
+    versions = rows[0]["versions"] if rows else {}
+    mlx_version = next((r["versions"].get("mlx") for r in rows if "mlx" in r["versions"]), "")
+    lines = [
+        "# Estimate vs measured peak",
+        "",
+        f"Command: `{command}`  ",
+        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} "
+        f"{platform.system()}, {os.cpu_count()} cores; python {versions.get('python', '')}, "
+        f"torch {torch.__version__}, mlx {mlx_version}; {seconds / 60:.1f} minutes.",
+        "",
+        "B = 1, FP32 weights, gradients, Adam state and activations, eager attention; a "
+        "warm-up step first, the peak counter reset before the measured step. Peaks: "
+        "torch CPU — live tensor storages (torch's MemTracker); torch fake — the same step "
+        "and tracker under FakeTensorMode (no step time); MLX — `mx.get_peak_memory()`. "
+        "Error = estimate / measured − 1. The refined estimate takes the framework "
+        "(torch, mlx, mlx_compiled) as part of the setup. 'largest gap' names the "
+        "category (or, for activations, the seed term from autograd's saved-tensor census) "
+        "whose measured bytes differ most from the refined estimate's.",
+        "",
+        "## Summary",
+        "",
+        *summary(rows),
+        "",
+        "## Rows",
+        "",
+        table(rows),
+        "",
+    ]
+    if skipped:
+        lines += [
+            "## Not run here",
+            "",
+            "MLX cells above this machine's time budget (MLX's CPU matmul runs at a few "
+            "GFLOP/s here); `--full` runs them: " + "; ".join(skipped) + ".",
+            "",
+        ]
+    out.write_text("\n".join(lines))
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10M at T=256 only")
+    parser.add_argument("--full", action="store_true", help="every cell for real")
+    parser.add_argument("--out", type=Path, default=RESULTS / "accuracy.md")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args(argv)
+    import torch
+    from tqdm.auto import tqdm
+
+    rows_plan, skipped = plan(args.quick, args.full, torch.cuda.is_available())
+    rows: list[dict] = []
+    start = time.perf_counter()
+    bar = tqdm(rows_plan, file=sys.stderr, unit="row")
+    for cell in bar:
+        bar.set_description(" ".join(map(str, cell)))
+        rows.append(run_row(*cell))
+    seconds = time.perf_counter() - start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    command = "python benchmarks/accuracy.py" + "".join(
+        f" {a}" for a in (argv if argv is not None else sys.argv[1:])
+    )
+    write(rows, skipped, command, seconds, args.out)
+    from introspect import plot
+
+    if not args.no_plot and plot.available():
+        labels = [
+            f"{r['size']} {r['variant'][0]} {r['framework']}{'*' if r['device'] == 'fake' else ''}"
+            f" {r['seq_len']}"
+            + ("" if r["implementation"] == "reference" else " " + r["implementation"])
+            for r in rows
+        ]
+        plot.accuracy(
+            [r | {"label": lbl} for r, lbl in zip(rows, labels, strict=True)],
+            args.out.with_suffix(".png"),
+        )
+    print("\n".join(summary(rows)))
+    print(f"wrote {args.out} in {seconds / 60:.1f} minutes")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
