@@ -174,7 +174,7 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str) -> str:
     cells = [
         (
             r["source"],
-            fmt_count(r["params"]["total"]),
+            str(r["params"]["total"]) if fmt == "csv" else fmt_count(r["params"]["total"]),
             report.gb(r["state_16n_bytes"], 2),
             report.gb(r["simplified"]["activations_bytes"], 2),
             report.gb(r["simplified"]["total_bytes"], 2),
