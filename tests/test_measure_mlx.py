@@ -102,3 +102,11 @@ def test_mlx_lm_llama_step():
     )
     assert m.implementation == "mlx_lm" and m.compiled
     assert m.peak_bytes >= 16 * parameter_count(spec)
+
+
+def test_repeats_report_the_largest_peak():
+    spec = VARIANTS["standard"]
+    m = mlx_step.measure_reference(spec, TrainingSetup(seq_len=16), compiled=True, repeats=3)
+    assert len(m.peak_samples) == 3
+    assert m.peak_bytes == max(m.peak_samples)
+    assert min(m.peak_samples) >= 16 * parameter_count(spec)

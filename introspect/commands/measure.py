@@ -78,6 +78,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "need a Llama-style shape",
     )
     run_g.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="MLX: measure K steps after the warm-up, each with its own peak reset, and "
+        "report the largest peak (MLX's peak varies a few percent step to step; default 1)",
+    )
+    run_g.add_argument(
         "--no-census",
         action="store_true",
         help="skip the saved-tensor census (torch: one more forward pass)",
@@ -284,7 +292,14 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.set_description(f"B={s.batch_size} T={s.seq_len}")
         results.append(
-            runner.run_one(spec, s, device=args.device, impl=args.impl, census=not args.no_census)
+            runner.run_one(
+                spec,
+                s,
+                device=args.device,
+                impl=args.impl,
+                census=not args.no_census,
+                repeats=args.repeats,
+            )
         )
         if bar is not None:
             bar.update()

@@ -108,8 +108,11 @@ def measure_step(
     compiled: bool,
     implementation: str = "reference",
     loss: Callable = loss_fn,
+    repeats: int = 1,
 ) -> Measurement:
-    """Warm up, reset the peak, measure one step of ``model``."""
+    """Warm up, reset the peak, measure one step of ``model`` — or ``repeats`` steps,
+    each with its own reset, reporting the largest peak (MLX's evaluation order, and so
+    its peak, varies by a few percent from step to step) and the fastest time."""
     check_setup(setup)
     optimizer = make_optimizer(setup)
     optimizer.init(model.trainable_parameters())
@@ -119,12 +122,15 @@ def measure_step(
     state = [model.state, optimizer.state]
     mx.eval(step(input_ids, targets), state)  # warm-up: Adam state exists, graph compiled
     mx.synchronize()
-    mx.reset_peak_memory()
-    start = time.perf_counter()
-    mx.eval(step(input_ids, targets), state)
-    mx.synchronize()
-    seconds = time.perf_counter() - start
-    peak = mx.get_peak_memory()
+    samples, times = [], []
+    for _ in range(repeats):
+        mx.reset_peak_memory()
+        start = time.perf_counter()
+        mx.eval(step(input_ids, targets), state)
+        mx.synchronize()
+        times.append(time.perf_counter() - start)
+        samples.append(mx.get_peak_memory())
+    peak, seconds = max(samples), min(times)
     params = tree_bytes(model.parameters())
     opt_state = tree_bytes(optimizer.state)
     n_params = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
@@ -147,13 +153,16 @@ def measure_step(
         n_params=n_params,
         versions=versions("mlx", "mlx-lm"),
         setup=setup.to_dict(),
+        peak_samples=tuple(samples),
         notes=("peak from mx.get_peak_memory(); other = gradients + activations + temporaries",),
     )
 
 
-def measure_reference(spec: ModelSpec, setup: TrainingSetup, *, compiled: bool) -> Measurement:
-    """Build the MLX reference model for ``spec`` and measure one step."""
+def measure_reference(
+    spec: ModelSpec, setup: TrainingSetup, *, compiled: bool, repeats: int = 1
+) -> Measurement:
+    """Build the MLX reference model for ``spec`` and measure one step (or ``repeats``)."""
     from introspect.measure.mlx_model import build
 
     model = build(spec, setup.attention, check_setup(setup))
-    return measure_step(model, setup, vocab=spec.vocab_size, compiled=compiled)
+    return measure_step(model, setup, vocab=spec.vocab_size, compiled=compiled, repeats=repeats)

@@ -52,6 +52,9 @@ class Measurement:
     setup: dict[str, Any] = field(default_factory=dict)
     #: Saved-tensor census (torch only): term → bytes autograd kept for backward.
     census: dict[str, int] = field(default_factory=dict)
+    #: Each measured step's peak when several were measured (MLX); ``peak_bytes`` is the
+    #: largest.
+    peak_samples: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
 
     @property
@@ -68,6 +71,7 @@ class Measurement:
         out = dataclasses.asdict(self)
         out["framework"] = self.framework
         out["notes"] = list(self.notes)
+        out["peak_samples"] = list(self.peak_samples)
         return out
 
 

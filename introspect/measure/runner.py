@@ -27,8 +27,10 @@ def measure(
     device: str = "cpu",
     impl: str = "reference",
     census: bool = True,
+    repeats: int = 1,
 ):
-    """One Measurement (and the model, for a census) for the setup's framework."""
+    """One Measurement (and the model, for a census) for the setup's framework;
+    ``repeats`` measured steps on MLX (the largest peak is reported)."""
     if setup.framework.startswith("mlx"):
         from introspect.measure import mlx_step
 
@@ -38,9 +40,14 @@ def measure(
 
             model = mlx_lm_llama(spec, mlx_step.check_setup(setup))
             return mlx_step.measure_step(
-                model, setup, vocab=spec.vocab_size, compiled=compiled, implementation=impl
+                model,
+                setup,
+                vocab=spec.vocab_size,
+                compiled=compiled,
+                implementation=impl,
+                repeats=repeats,
             ), None
-        return mlx_step.measure_reference(spec, setup, compiled=compiled), None
+        return mlx_step.measure_reference(spec, setup, compiled=compiled, repeats=repeats), None
     from introspect.measure import torch_step
 
     if device == "fake":
@@ -72,9 +79,19 @@ def run_one(
     device: str = "cpu",
     impl: str = "reference",
     census: bool = True,
+    repeats: int = 1,
 ) -> Row:
-    """Measure, take the census (torch, when asked), compare with both estimates."""
-    m, model = measure(spec, setup, device=device, impl=impl, census=census)
+    """Measure, take the census (torch, when asked), compare with both estimates.
+
+    mlx-lm's Llama always calls ``mx.fast.scaled_dot_product_attention``, so its setup
+    is memory-efficient attention whatever was asked (and the row says so)."""
+    notes: tuple[str, ...] = ()
+    if impl == "mlx_lm" and setup.attention != "memory_efficient":
+        setup = setup.replace(attention="memory_efficient")
+        notes = ("mlx-lm's Llama always uses memory-efficient attention (mx.fast SDPA)",)
+    m, model = measure(spec, setup, device=device, impl=impl, census=census, repeats=repeats)
+    if notes:
+        m = dataclasses.replace(m, notes=m.notes + notes)
     saved = None
     if census and model is not None:
         from introspect.measure import torch_step
