@@ -199,8 +199,12 @@ def test_census_covers_the_seed_terms_and_logits_are_exact():
     )
     # The embedding output is the first norm's input: B·T·d FP32.
     assert terms["activations/embedding"] == B * T * spec.hidden_size * 4
-    # Each saved storage is counted once.
+    # Each saved storage is counted once, and the per-module view folds layers together
+    # without losing a byte.
     assert c.total == sum(r[4] for r in c.rows)
+    by_module = c.by_module()
+    assert sum(sum(t.values()) for t in by_module.values()) == c.total
+    assert "layers.N.self_attn" in by_module and "layers.0.self_attn" not in by_module
 
 
 def test_census_counts_every_storage_once_and_no_parameters():

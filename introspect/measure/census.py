@@ -59,6 +59,16 @@ class Census:
             out[key] = out.get(key, 0) + value
         return out
 
+    def by_module(self) -> dict[str, dict[str, int]]:
+        """Saved bytes per producing module, layers folded together (``layers.N.mlp``),
+        then per term: where in the model each term's bytes come from."""
+        out: dict[str, dict[str, int]] = {}
+        for path, _op, _shape, _dtype, nbytes, term in self.rows:
+            module = _LAYER.sub(lambda m: f"{m.group(1)}{m.group(2)}.N{m.group(4)}", path)
+            terms = out.setdefault(module or "(model)", {})
+            terms[term] = terms.get(term, 0) + nbytes
+        return out
+
     def seed_terms(self) -> dict[str, int]:
         """Terms cut to the seed's own paths (``…/layernorm/stats`` into ``…/layernorm``,
         ``…/quadratic/scores`` into ``…/quadratic``)."""

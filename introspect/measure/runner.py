@@ -113,7 +113,10 @@ def to_json(spec: ModelSpec, impl: str, rows: list[Row]) -> dict:
         "implementation": impl,
         "rows": [
             r.comparison.to_json()
-            | {"quadratic_saved_per_layer": getattr(r.census, "quadratic_per_layer", None)}
+            | {
+                "quadratic_saved_per_layer": getattr(r.census, "quadratic_per_layer", None),
+                "census_by_module": r.census.by_module() if r.census is not None else None,
+            }
             for r in rows
         ],
     }
