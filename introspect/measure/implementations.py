@@ -53,7 +53,13 @@ def llama_config(spec: ModelSpec) -> dict:
 def transformers_llama(spec: ModelSpec, attention: str = "eager", dtype=None):
     """``LlamaForCausalLM`` for ``spec`` with random weights, eager or SDPA attention."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as err:
+        raise IntrospectError(
+            "--impl transformers needs Hugging Face transformers: pip install 'introspect[compare]'"
+        ) from err
 
     config = LlamaConfig(
         **llama_config(spec),
@@ -71,7 +77,13 @@ def mlx_lm_llama(spec: ModelSpec, dtype=None):
     mlx-lm's attention is always ``mx.fast.scaled_dot_product_attention`` (memory
     efficient); its eager path does not exist."""
     import mlx.core as mx
-    from mlx_lm.models import llama
+
+    try:
+        from mlx_lm.models import llama
+    except ImportError as err:
+        raise IntrospectError(
+            "--impl mlx-lm needs mlx-lm: pip install 'introspect[compare]'"
+        ) from err
 
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs(model_type="llama", **llama_config(spec)))
