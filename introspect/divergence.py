@@ -42,7 +42,11 @@ NOT_KEPT: dict[str, str] = {
 @dataclass(frozen=True)
 class Divergence:
     """One row: a term, the seed's bytes, the refined layer's bytes, this layer's own
-    delta, its cause and its kind (``architecture`` or ``execution``)."""
+    delta, its cause and its kind (``architecture`` or ``execution``).
+
+    ``baseline_bytes`` is what the delta is measured from: the seed's value for an
+    architecture row, the architecture layer's value for an execution row, so that
+    ``baseline_bytes + delta_bytes == refined_bytes`` on every row."""
 
     term: str
     simplified_bytes: int
@@ -50,6 +54,7 @@ class Divergence:
     delta_bytes: int
     cause: str
     kind: str
+    baseline_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,7 +191,9 @@ def rows(seed: Breakdown, estimate: refined.RefinedEstimate) -> list[Divergence]
         a = arch.sum(term)
         if a != seed[term]:
             cause = _cause(dict(arch.notes), arch, term) or "real shapes"
-            out.append(Divergence(term, seed[term], a, a - seed[term], cause, ARCHITECTURE))
+            out.append(
+                Divergence(term, seed[term], a, a - seed[term], cause, ARCHITECTURE, seed[term])
+            )
     covered = set()
     for term in seed_names:
         a, e = arch.sum(term), exe.sum(term)
@@ -197,7 +204,7 @@ def rows(seed: Breakdown, estimate: refined.RefinedEstimate) -> list[Divergence]
                 if _under(name, term) and arch[name] and not exe.sum(name) and NOT_KEPT.get(name):
                     parts.append(NOT_KEPT[name])
             cause = "; ".join(p for p in parts if p) or "not held at the peak"
-            out.append(Divergence(term, seed[term], e, e - a, cause, EXECUTION))
+            out.append(Divergence(term, seed[term], e, e - a, cause, EXECUTION, a))
     extra: dict[str, int] = {}
     for name, value in exe.items():
         if name in covered or not value:
@@ -207,7 +214,7 @@ def rows(seed: Breakdown, estimate: refined.RefinedEstimate) -> list[Divergence]
         extra[key] = extra.get(key, 0) + value
     for name, value in extra.items():
         cause = _cause(dict(exe.notes), exe, name) or "held by the framework at the peak"
-        out.append(Divergence(name, 0, value, value, cause, EXECUTION))
+        out.append(Divergence(name, 0, value, value, cause, EXECUTION, 0))
     return out
 
 

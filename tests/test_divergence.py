@@ -108,8 +108,10 @@ def test_json_shape():
         "delta_bytes",
         "cause",
         "kind",
+        "baseline_bytes",
     }
     assert all(isinstance(r["delta_bytes"], int) for r in out["rows"])
+    assert all(r["baseline_bytes"] + r["delta_bytes"] == r["refined_bytes"] for r in out["rows"])
 
 
 def test_profile_json_has_refined_and_divergences(capsys, monkeypatch):

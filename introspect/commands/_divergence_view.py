@@ -4,9 +4,14 @@ features found. Decimal GB."""
 
 from __future__ import annotations
 
+from tabulate import tabulate
+
 from introspect import report
 from introspect.divergence import Divergence, Flag
 from introspect.refined import RefinedEstimate
+
+#: Characters of cause text per line before it wraps.
+CAUSE_WIDTH = 72
 
 
 def _indent(text: str, by: str = "  ") -> str:
@@ -35,26 +40,35 @@ def refined_section(est: RefinedEstimate) -> str:
 
 
 def divergence_section(rows: list[Divergence], flags: list[Flag]) -> str:
-    """Every diverging term with its kind, the seed's GB, the layer's GB, the layer's own
-    delta and the cause; then the features found."""
+    """Every diverging term with its kind, the GB it diverges from and to, the delta and
+    the cause; then the features found. An architecture row goes from the seed to the
+    architecture layer; an execution row from the architecture layer to what the
+    framework holds, so the deltas add up from the seed's total to the peak."""
     cells = [
         (
             r.term,
             r.kind,
             report.gb(r.simplified_bytes),
+            report.gb(r.baseline_bytes),
             report.gb(r.refined_bytes),
             f"{r.delta_bytes / 1e9:+.3f}",
             r.cause,
         )
         for r in rows
     ]
-    body = report.table(
+    body = tabulate(
         cells,
-        ["term", "kind", "seed GB", "refined GB", "delta GB", "cause"],
-        colalign=("left", "left", "right", "right", "right", "left"),
+        headers=["term", "kind", "seed GB", "from GB", "to GB", "delta GB", "cause"],
+        tablefmt="simple",
+        disable_numparse=True,
+        colalign=("left", "left", "right", "right", "right", "right", "left"),
+        maxcolwidths=[None, None, None, None, None, None, CAUSE_WIDTH],
     )
     found = "\n".join(f"  - {f.name}: {f.detail}" for f in flags) or "  (none: the seed's block)"
     return (
-        "divergence: seed vs refined (architecture delta = architecture − seed; "
-        "execution delta = execution − architecture)\n" + _indent(body) + "\n\nfeatures\n" + found
+        "divergence: seed vs refined. architecture rows: seed → architecture layer; "
+        "execution rows: architecture layer → what the framework holds at its peak\n"
+        + _indent(body)
+        + "\n\nfeatures\n"
+        + found
     )
