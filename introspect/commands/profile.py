@@ -131,7 +131,8 @@ def _source_section(model) -> str:
     where = model.location + (f" @ {model.revision}" if model.revision else "")
     lines = [f"source: {where} ({model.origin})"]
     lines += [f"  note: {n}" for n in model.notes]
-    lines += [f"  assumed: {a}" for a in model.spec.assumptions]
+    # A checkpoint's notes already repeat the spec's assumptions; say each thing once.
+    lines += [f"  assumed: {a}" for a in model.spec.assumptions if a not in model.notes]
     return "\n".join(lines)
 
 
