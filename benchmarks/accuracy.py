@@ -125,6 +125,7 @@ def run_row(impl, variant, size, framework, device, T) -> dict:
         "categories": m.categories,
         "census_total_bytes": sum(m.census.values()) if m.census else None,
         "peak_samples": list(m.peak_samples),
+        "phase_peaks": m.phase_peaks,
         "active_bytes": m.active_bytes,
         "cache_bytes": m.cache_bytes,
         "step_seconds": m.step_seconds,
@@ -220,6 +221,19 @@ def summary(rows: list[dict]) -> list[str]:
             f"steps of a row (median {sorted(spreads)[len(spreads) // 2]:.1%}); the table "
             "reports the larger."
         )
+    lifted = [r for r in rows if r.get("phase_peaks") and r["peak_phase"] == "optimizer"]
+    mlx_rows = [r for r in rows if r.get("phase_peaks")]
+    if mlx_rows:
+        rises = sorted(
+            (r["phase_peaks"]["step"] - r["phase_peaks"]["loss_and_gradients"]) / r["n_params"]
+            for r in mlx_rows
+        )
+        lines.append(
+            f"- MLX: the optimizer update raised the peak above the loss-and-gradients peak "
+            f"in {len(lifted)} of {len(mlx_rows)} rows, by {rises[0]:.1f} to {rises[-1]:.1f} "
+            f"bytes per parameter (median {rises[len(rises) // 2]:.1f}): MLX's update builds "
+            "new weights, m and v before the old ones are freed."
+        )
     misses = [r for r in rows if not within(error(r["refined_bytes"], r["measured_bytes"]))]
     misses.sort(key=lambda r: -abs(error(r["refined_bytes"], r["measured_bytes"]) or 0))
     for r in misses[:6]:
@@ -227,7 +241,13 @@ def summary(rows: list[dict]) -> list[str]:
             f"- miss: {r['implementation']} {r['size']} {r['variant']} {r['framework']} "
             f"T={r['seq_len']}: refined {pct(error(r['refined_bytes'], r['measured_bytes']))}; "
             f"largest gap {r['largest_gap_term']} "
-            f"({(r['largest_gap_bytes'] or 0) / 1e9:+.3f} GB measured − estimate)."
+            f"({(r['largest_gap_bytes'] or 0) / 1e9:+.3f} GB measured − estimate)"
+            + (
+                f"; measured peak in {r['peak_phase']}, refined puts it in "
+                f"{r['refined_peak_phase']}."
+                if r["peak_phase"] and r["peak_phase"] != r["refined_peak_phase"]
+                else "."
+            )
         )
     return lines
 

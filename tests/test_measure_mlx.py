@@ -110,3 +110,15 @@ def test_repeats_report_the_largest_peak():
     assert len(m.peak_samples) == 3
     assert m.peak_bytes == max(m.peak_samples)
     assert min(m.peak_samples) >= 16 * parameter_count(spec)
+
+
+def test_phases_place_the_peak():
+    spec = VARIANTS["standard"]
+    m = mlx_step.measure_reference(spec, TrainingSetup(seq_len=32), compiled=True, phases=True)
+    grads = m.phase_peaks["loss_and_gradients"]
+    assert m.phase_peaks["step"] == m.peak_bytes
+    # Evaluating the gradients keeps the weights and every gradient alive: 8N at least.
+    assert grads >= 8 * parameter_count(spec)
+    assert m.peak_phase == (
+        "optimizer" if m.peak_bytes > grads * (1 + mlx_step.PHASE_MARGIN) else "forward/backward"
+    )

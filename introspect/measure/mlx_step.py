@@ -109,10 +109,14 @@ def measure_step(
     implementation: str = "reference",
     loss: Callable = loss_fn,
     repeats: int = 1,
+    phases: bool = False,
 ) -> Measurement:
     """Warm up, reset the peak, measure one step of ``model`` — or ``repeats`` steps,
     each with its own reset, reporting the largest peak (MLX's evaluation order, and so
-    its peak, varies by a few percent from step to step) and the fastest time."""
+    its peak, varies by a few percent from step to step) and the fastest time.
+
+    With ``phases``, the loss and gradients are also evaluated alone (compiled likewise)
+    to place the peak: a step peak above that one means the optimizer update raised it."""
     check_setup(setup)
     optimizer = make_optimizer(setup)
     optimizer.init(model.trainable_parameters())
@@ -139,11 +143,19 @@ def measure_step(
         "optimizer_state": opt_state,
         "other": peak - params - opt_state,
     }
+    active, cache = mx.get_active_memory(), mx.get_cache_memory()
+    phase, phase_peaks = None, {}
+    if phases:
+        grads_peak = gradient_peak(model, loss, input_ids, targets, compiled)
+        phase_peaks = {"loss_and_gradients": grads_peak, "step": peak}
+        phase = "optimizer" if peak > grads_peak * (1 + PHASE_MARGIN) else "forward/backward"
     return Measurement(
         peak_bytes=peak,
         categories=categories,
-        active_bytes=mx.get_active_memory(),
-        cache_bytes=mx.get_cache_memory(),
+        active_bytes=active,
+        cache_bytes=cache,
+        peak_phase=phase,
+        phase_peaks=phase_peaks,
         step_seconds=seconds,
         tokens_per_second=setup.tokens / seconds,
         backend="mlx",
@@ -158,11 +170,45 @@ def measure_step(
     )
 
 
+#: How far the step's peak must exceed the gradients-only peak to be put on the update:
+#: MLX's peaks move by about a percent from one evaluation to the next.
+PHASE_MARGIN = 0.01
+
+
+def gradient_peak(model: nn.Module, loss: Callable, input_ids, targets, compiled: bool) -> int:
+    """Peak of evaluating the loss and all gradients without the update (the gradients
+    stay alive, as they are when the update begins)."""
+    loss_and_grad = nn.value_and_grad(model, loss)
+
+    def grads(x, y):
+        return loss_and_grad(model, x, y)
+
+    if compiled:
+        # value_and_grad swaps the parameters in and out: the state is an output too.
+        grads = partial(mx.compile, inputs=[model.state], outputs=[model.state])(grads)
+    mx.eval(grads(input_ids, targets))  # warm-up (and compilation)
+    mx.synchronize()
+    mx.reset_peak_memory()
+    out = grads(input_ids, targets)
+    mx.eval(out)
+    mx.synchronize()
+    peak = mx.get_peak_memory()
+    del out
+    return peak
+
+
 def measure_reference(
-    spec: ModelSpec, setup: TrainingSetup, *, compiled: bool, repeats: int = 1
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    *,
+    compiled: bool,
+    repeats: int = 1,
+    phases: bool = False,
 ) -> Measurement:
     """Build the MLX reference model for ``spec`` and measure one step (or ``repeats``)."""
     from introspect.measure.mlx_model import build
 
     model = build(spec, setup.attention, check_setup(setup))
-    return measure_step(model, setup, vocab=spec.vocab_size, compiled=compiled, repeats=repeats)
+    return measure_step(
+        model, setup, vocab=spec.vocab_size, compiled=compiled, repeats=repeats, phases=phases
+    )

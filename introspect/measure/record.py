@@ -55,6 +55,9 @@ class Measurement:
     #: Each measured step's peak when several were measured (MLX); ``peak_bytes`` is the
     #: largest.
     peak_samples: tuple[int, ...] = ()
+    #: Peaks of parts of the step measured apart (MLX: loss and gradients alone, whole
+    #: step), which place the peak where no tracker can.
+    phase_peaks: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
     @property

@@ -28,9 +28,11 @@ def measure(
     impl: str = "reference",
     census: bool = True,
     repeats: int = 1,
+    phases: bool = True,
 ):
     """One Measurement (and the model, for a census) for the setup's framework;
-    ``repeats`` measured steps on MLX (the largest peak is reported)."""
+    ``repeats`` measured steps on MLX (the largest peak is reported), and with
+    ``phases`` the MLX gradients-only peak that places the step's peak."""
     if setup.framework.startswith("mlx"):
         from introspect.measure import mlx_step
 
@@ -46,8 +48,11 @@ def measure(
                 compiled=compiled,
                 implementation=impl,
                 repeats=repeats,
+                phases=phases,
             ), None
-        return mlx_step.measure_reference(spec, setup, compiled=compiled, repeats=repeats), None
+        return mlx_step.measure_reference(
+            spec, setup, compiled=compiled, repeats=repeats, phases=phases
+        ), None
     from introspect.measure import torch_step
 
     if device == "fake":
@@ -80,6 +85,7 @@ def run_one(
     impl: str = "reference",
     census: bool = True,
     repeats: int = 1,
+    phases: bool = True,
 ) -> Row:
     """Measure, take the census (torch, when asked), compare with both estimates.
 
@@ -89,7 +95,9 @@ def run_one(
     if impl == "mlx_lm" and setup.attention != "memory_efficient":
         setup = setup.replace(attention="memory_efficient")
         notes = ("mlx-lm's Llama always uses memory-efficient attention (mx.fast SDPA)",)
-    m, model = measure(spec, setup, device=device, impl=impl, census=census, repeats=repeats)
+    m, model = measure(
+        spec, setup, device=device, impl=impl, census=census, repeats=repeats, phases=phases
+    )
     if notes:
         m = dataclasses.replace(m, notes=m.notes + notes)
     saved = None
