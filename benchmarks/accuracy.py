@@ -90,22 +90,26 @@ def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
     return rows, skipped
 
 
+def setup_for(impl: str, framework: str, T: int) -> TrainingSetup:
+    # mlx-lm's Llama always runs mx.fast.scaled_dot_product_attention.
+    attention = "memory_efficient" if impl == "mlx_lm" else "eager"
+    return TrainingSetup(seq_len=T, framework=framework, attention=attention)
+
+
 def run_row(impl, variant, size, framework, device, T) -> dict:
     spec = spec_for(size, variant)
-    setup = TrainingSetup(seq_len=T, framework=framework)
     start = time.perf_counter()
     row = runner.run_one(
         spec,
-        setup,
+        setup_for(impl, framework, T),
         device=device,
         impl=impl,
         census=framework == "torch",
         repeats=MLX_REPEATS if framework.startswith("mlx") else 1,
     )
     wall = time.perf_counter() - start
-    c, m = row.comparison, row.comparison.measurement
-    gap = c.largest_gap
-    return {
+    m = row.comparison.measurement
+    out = {
         "implementation": impl,
         "variant": variant,
         "size": size,
@@ -114,15 +118,9 @@ def run_row(impl, variant, size, framework, device, T) -> dict:
         "seq_len": T,
         "n_params": m.n_params,
         "measured_bytes": m.peak_bytes,
-        "simplified_bytes": c.simplified.total,
-        "refined_bytes": c.refined.total if c.refined is not None else None,
-        "measured_over_simplified": c.simplified_ratio,
-        "measured_over_refined": c.refined_ratio,
         "peak_phase": m.peak_phase,
-        "refined_peak_phase": c.refined_phase,
-        "largest_gap_term": gap[0] if gap else None,
-        "largest_gap_bytes": gap[1] if gap else None,
         "categories": m.categories,
+        "census": m.census,
         "census_total_bytes": sum(m.census.values()) if m.census else None,
         "peak_samples": list(m.peak_samples),
         "phase_peaks": m.phase_peaks,
@@ -133,6 +131,41 @@ def run_row(impl, variant, size, framework, device, T) -> dict:
         "wall_seconds": wall,
         "versions": m.versions,
     }
+    return out | estimates(row.comparison)
+
+
+def estimates(c) -> dict:
+    """The estimate columns of a row from a Comparison."""
+    gap = c.largest_gap
+    return {
+        "simplified_bytes": c.simplified.total,
+        "refined_bytes": c.refined.total if c.refined is not None else None,
+        "measured_over_simplified": c.simplified_ratio,
+        "measured_over_refined": c.refined_ratio,
+        "refined_peak_phase": c.refined_phase,
+        "largest_gap_term": gap[0] if gap else None,
+        "largest_gap_bytes": gap[1] if gap else None,
+    }
+
+
+def reestimate(row: dict) -> dict:
+    """A stored row with its estimates recomputed by today's code (no step is run)."""
+    from introspect.measure.compare import compare
+    from introspect.measure.record import Measurement
+
+    fw = row["framework"]
+    m = Measurement(
+        peak_bytes=row["measured_bytes"],
+        categories=row["categories"],
+        peak_phase=row["peak_phase"],
+        backend="mlx" if fw.startswith("mlx") else "torch",
+        compiled=fw == "mlx_compiled",
+        device=row["device"],
+        census=row.get("census") or {},
+        n_params=row["n_params"],
+    )
+    spec = spec_for(row["size"], row["variant"])
+    return row | estimates(compare(spec, setup_for(row["implementation"], fw, row["seq_len"]), m))
 
 
 def error(estimate: int | None, measured: int) -> float | None:
@@ -252,16 +285,30 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
-def write(rows: list[dict], skipped: list[str], command: str, seconds: float, out: Path) -> None:
+def write(
+    rows: list[dict],
+    skipped: list[str],
+    command: str,
+    seconds: float,
+    out: Path,
+    reestimated_by: str | None = None,
+    run_at: str | None = None,
+) -> None:
     import torch
 
+    run_at = run_at or f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"
     versions = rows[0]["versions"] if rows else {}
     mlx_version = next((r["versions"].get("mlx") for r in rows if "mlx" in r["versions"]), "")
     lines = [
         "# Estimate vs measured peak",
         "",
         f"Command: `{command}`  ",
-        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} "
+        *(
+            [f"Estimates recomputed from the stored measurements by `{reestimated_by}`  "]
+            if reestimated_by
+            else []
+        ),
+        f"Run {run_at} UTC on {platform.machine()} "
         f"{platform.system()}, {os.cpu_count()} cores; python {versions.get('python', '')}, "
         f"torch {torch.__version__}, mlx {mlx_version}; {seconds / 60:.1f} minutes.",
         "",
@@ -292,7 +339,14 @@ def write(rows: list[dict], skipped: list[str], command: str, seconds: float, ou
             "",
         ]
     out.write_text("\n".join(lines))
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    stored = {
+        "command": command,
+        "run_at": run_at,
+        "seconds": seconds,
+        "skipped": skipped,
+        "rows": rows,
+    }
+    out.with_suffix(".json").write_text(json.dumps(stored, indent=1) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -301,23 +355,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full", action="store_true", help="every cell for real")
     parser.add_argument("--out", type=Path, default=RESULTS / "accuracy.md")
     parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--reestimate",
+        action="store_true",
+        help="keep the measurements stored in the .json beside --out and recompute only "
+        "the estimates (after a change to the estimators; runs no step)",
+    )
     args = parser.parse_args(argv)
     import torch
     from tqdm.auto import tqdm
 
     rows_plan, skipped = plan(args.quick, args.full, torch.cuda.is_available())
-    rows: list[dict] = []
-    start = time.perf_counter()
-    bar = tqdm(rows_plan, file=sys.stderr, unit="row")
-    for cell in bar:
-        bar.set_description(" ".join(map(str, cell)))
-        rows.append(run_row(*cell))
-    seconds = time.perf_counter() - start
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/accuracy.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
-    write(rows, skipped, command, seconds, args.out)
+    stored = args.out.with_suffix(".json")
+    if args.reestimate:
+        saved = json.loads(stored.read_text())
+        rows = [reestimate(r) for r in saved["rows"]]
+        seconds, skipped = saved["seconds"], saved["skipped"]
+        reestimated_by, command = command, saved["command"]
+        run_at = saved.get("run_at")
+    else:
+        reestimated_by = run_at = None
+        rows = []
+        start = time.perf_counter()
+        bar = tqdm(rows_plan, file=sys.stderr, unit="row")
+        for cell in bar:
+            bar.set_description(" ".join(map(str, cell)))
+            rows.append(run_row(*cell))
+        seconds = time.perf_counter() - start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write(rows, skipped, command, seconds, args.out, reestimated_by, run_at)
     from introspect import plot
 
     if not args.no_plot and plot.available():
