@@ -149,6 +149,8 @@ def measure_step(
         grads_peak = gradient_peak(model, loss, input_ids, targets, compiled)
         phase_peaks = {"loss_and_gradients": grads_peak, "step": peak}
         phase = "optimizer" if peak > grads_peak * (1 + PHASE_MARGIN) else "forward/backward"
+    # Freed buffers stay in MLX's cache; give them back before the next measurement.
+    mx.clear_cache()
     return Measurement(
         peak_bytes=peak,
         categories=categories,
