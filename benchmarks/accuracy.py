@@ -330,10 +330,18 @@ def write(
         table(rows),
         "",
     ]
+    has_cuda = any(r.get("device") == "cuda" for r in rows)
+    if skipped or not has_cuda:
+        lines += ["## Not run here", ""]
+    if not has_cuda:
+        lines += [
+            "torch CUDA rows: pending — no GPU was present for this run (the grid adds "
+            "`torch.cuda.max_memory_allocated()` rows by itself wherever "
+            "`torch.cuda.is_available()`).",
+            "",
+        ]
     if skipped:
         lines += [
-            "## Not run here",
-            "",
             "MLX cells above this machine's time budget (MLX's CPU matmul runs at a few "
             "GFLOP/s here); `--full` runs them: " + "; ".join(skipped) + ".",
             "",
