@@ -7,39 +7,13 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
+from specs import VARIANTS  # noqa: E402
+
 from introspect.measure import mlx_model, mlx_step  # noqa: E402
 from introspect.params import parameter_count  # noqa: E402
 from introspect.setup import TrainingSetup  # noqa: E402
-from introspect.spec import ModelSpec  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-BASE = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
-
-VARIANTS = {
-    "standard": ModelSpec(**BASE),
-    "rmsnorm-gqa-gated": ModelSpec(
-        **BASE,
-        norm="rmsnorm",
-        num_key_value_heads=2,
-        ffn="gated",
-        hidden_act="silu",
-        intermediate_size=96,
-    ),
-    "tied-biases": ModelSpec(
-        **BASE, tie_word_embeddings=True, qkv_bias=True, o_bias=True, mlp_bias=True
-    ),
-    "learned-qknorm-lm-head-bias": ModelSpec(
-        **BASE,
-        norm_bias=False,
-        position_embedding="learned",
-        max_position_embeddings=64,
-        qk_norm="head",
-        lm_head_bias=True,
-        tie_word_embeddings=True,
-    ),
-    "head-dim-full-qknorm": ModelSpec(**BASE, head_dim=32, qk_norm="full", norm="rmsnorm"),
-}
 
 
 @pytest.mark.parametrize("name", list(VARIANTS))

@@ -5,33 +5,12 @@ terms."""
 from __future__ import annotations
 
 import pytest
+from specs import QWEN25_05B, SEED_7B
 
 from introspect import refined, simplified
 from introspect.setup import TrainingSetup
-from introspect.spec import ModelSpec, standard_spec
+from introspect.spec import ModelSpec
 
-SEED_7B = standard_spec(
-    num_hidden_layers=33,
-    hidden_size=4096,
-    num_attention_heads=32,
-    vocab_size=43520,
-    num_parameters=7_000_000_000,
-)
-QWEN25_05B = ModelSpec(
-    hidden_size=896,
-    num_hidden_layers=24,
-    num_attention_heads=14,
-    num_key_value_heads=2,
-    intermediate_size=4864,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    norm="rmsnorm",
-    norm_bias=False,
-    ffn="gated",
-    hidden_act="silu",
-    qkv_bias=True,
-    model_type="qwen2",
-)
 SMALL = ModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=320)
 
 
