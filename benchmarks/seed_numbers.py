@@ -13,17 +13,13 @@ import argparse
 from introspect import simplified
 from introspect.report import summary, table
 from introspect.setup import TrainingSetup
-from introspect.sizes import shape
-from introspect.spec import standard_spec
+from introspect.sizes import shape, worked_example
 from introspect.units import GB
-
-WORKED = dict(num_hidden_layers=33, hidden_size=4096, num_attention_heads=32, vocab_size=43520)
 
 
 def _worked(batch: int = 1, seq: int = 2048) -> dict[str, int]:
-    spec = standard_spec(**WORKED, num_parameters=7_000_000_000)
     setup = TrainingSetup(batch_size=batch, seq_len=seq, activation_dtype="bf16")
-    return summary(simplified.estimate(spec, setup))
+    return summary(simplified.estimate(worked_example(), setup))
 
 
 def _size_row(nominal: str, seq: int) -> dict[str, int]:
@@ -36,7 +32,7 @@ def rows() -> list[tuple[str, str, float, float]]:
     m40, m100 = _size_row("40M", 2048), _size_row("100M", 2048)
     m40_512 = _size_row("40M", 512)
     quad = "activations/layer/attention/quadratic"
-    spec = standard_spec(**WORKED, num_parameters=7_000_000_000)
+    spec = worked_example()
     a = simplified.estimate(spec, TrainingSetup(batch_size=8, seq_len=2048))
     b = simplified.estimate(spec, TrainingSetup(batch_size=16, seq_len=1024))
     n_7b = simplified.parameters(num_hidden_layers=33, hidden_size=4096, vocab_size=43520)

@@ -50,6 +50,20 @@ SHAPES: tuple[NominalShape, ...] = (
 DEFAULT_SEQS = (512, 2048)
 
 
+def worked_example() -> ModelSpec:
+    """The seed's worked example: N = 7e9 given by hand, L = 33, d = 4096, h = 32,
+    V = 43,520 (the 7B row's shape, whose own N by the formula is 7.0003e9)."""
+    seven = shape("7B")
+    return standard_spec(
+        num_hidden_layers=seven.num_hidden_layers,
+        hidden_size=seven.hidden_size,
+        num_attention_heads=seven.num_attention_heads,
+        vocab_size=seven.vocab_size,
+        num_parameters=7_000_000_000,
+        source="the seed's worked example, N = 7e9 by hand",
+    )
+
+
 def shape(nominal: str) -> NominalShape:
     """The shape for a nominal size such as ``"40M"``."""
     for s in SHAPES:

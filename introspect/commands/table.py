@@ -18,7 +18,7 @@ from introspect.commands._args import add_common, add_setup_flags, setup_from_ar
 from introspect.errors import IntrospectError
 from introspect.reported import REPORTED, Reported
 from introspect.setup import TrainingSetup
-from introspect.spec import standard_spec
+from introspect.sizes import worked_example
 from introspect.units import GB, fmt_count
 
 #: The model-card count the seed used for Qwen2.5-0.5B ("requires 7.84 GB" = 16 × 0.49e9).
@@ -325,14 +325,7 @@ def seed_example(setup: TrainingSetup) -> dict[str, Any]:
     and phase, and every execution divergence with its cause."""
     from introspect.commands import _divergence_view as view
 
-    spec = standard_spec(
-        num_hidden_layers=33,
-        hidden_size=4096,
-        num_attention_heads=32,
-        vocab_size=43520,
-        num_parameters=7_000_000_000,
-        source="the seed's worked example, N = 7e9 by hand",
-    )
+    spec = worked_example()
     seed = simplified.estimate(spec, setup)
     est = refined.estimate(spec, setup)
     equal = all(est.architecture.sum(t) == v for t, v in seed.items())
