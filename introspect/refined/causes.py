@@ -58,7 +58,8 @@ CAUSES: dict[str, str] = {
     "grads/mlx_vd_buffers": "MLX: the V·d gradients and their update temporaries, alive "
     "at its peak (one graph for forward, backward and update; calibrated, MLX_VD_BUFFERS)",
     "activations/mlx_activation_grads": "MLX: activation gradients still referenced by "
-    "pending weight-gradient matmuls (calibrated, MLX_ACTIVATION_GRADS_PER_LAYER)",
+    "pending weight-gradient matmuls, for the layers whose weight gradients are not made "
+    "yet (calibrated, MLX_ACTIVATION_GRADS_PER_LAYER)",
     "activations/mlx_compiled": "mx.compile: the fused graph keeps its intermediates "
     "(calibrated, MLX_COMPILED_FACTOR)",
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
