@@ -31,8 +31,8 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten
 
-from introspect.errors import IntrospectError
 from introspect.measure.record import Measurement, versions
+from introspect.measure.supported import measured_dtype
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -40,24 +40,8 @@ MLX_DTYPES = {"fp32": mx.float32, "bf16": mx.bfloat16, "fp16": mx.float16}
 
 
 def check_setup(setup: TrainingSetup):
-    """One dtype throughout, Adam/AdamW/SGD, one device. Returns the MLX dtype."""
-    if setup.precision not in ("fp32", "bf16"):
-        raise IntrospectError(
-            f"--precision {setup.precision} is not measured on MLX; use fp32 or bf16"
-        )
-    if setup.activation_checkpointing or setup.devices != 1 or setup.zero_stage:
-        raise IntrospectError(
-            "measured steps run on one device without checkpointing or ZeRO; "
-            "drop --checkpointing/--devices/--zero"
-        )
-    if setup.optimizer not in ("adam", "adamw", "sgd", "sgd_momentum"):
-        raise IntrospectError(f"--optimizer {setup.optimizer} is not measured on MLX")
-    if setup.cross_entropy != "standard":
-        raise IntrospectError("measured steps use the standard cross-entropy loss")
-    name = "bf16" if setup.precision == "bf16" else setup.weights_dtype
-    if name not in MLX_DTYPES:
-        raise IntrospectError(f"weights dtype {name!r} is not measured; use fp32 or bf16")
-    return MLX_DTYPES[name]
+    """The MLX dtype of a measured step (see :func:`measured_dtype`)."""
+    return MLX_DTYPES[measured_dtype(setup, "MLX")]
 
 
 def make_optimizer(setup: TrainingSetup) -> optim.Optimizer:

@@ -24,6 +24,7 @@ from torch import nn
 
 from introspect.errors import IntrospectError
 from introspect.measure.record import Measurement, versions
+from introspect.measure.supported import measured_dtype
 from introspect.measure.tracker import (
     PhaseMemTracker,
     categories_at_peak,
@@ -48,27 +49,8 @@ def hf_forward(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
 
 
 def check_setup(setup: TrainingSetup) -> torch.dtype:
-    """The setups a measured step supports: one dtype throughout, Adam/AdamW/SGD, no
-    checkpointing or sharding. Returns the torch dtype."""
-    if setup.precision != "fp32" and setup.precision != "bf16":
-        raise IntrospectError(
-            f"--precision {setup.precision} is not measured yet; use fp32 or bf16"
-        )
-    if setup.activation_checkpointing or setup.devices != 1 or setup.zero_stage:
-        raise IntrospectError(
-            "measured steps run on one device without checkpointing or ZeRO; "
-            "drop --checkpointing/--devices/--zero"
-        )
-    if setup.optimizer not in ("adam", "adamw", "sgd", "sgd_momentum"):
-        raise IntrospectError(
-            f"--optimizer {setup.optimizer} is not measured; use adam, adamw, sgd or sgd-momentum"
-        )
-    if setup.cross_entropy != "standard":
-        raise IntrospectError("measured steps use the standard cross-entropy loss")
-    name = "bf16" if setup.precision == "bf16" else setup.weights_dtype
-    if name not in TORCH_DTYPES:
-        raise IntrospectError(f"weights dtype {name!r} is not measured; use fp32 or bf16")
-    return TORCH_DTYPES[name]
+    """The torch dtype of a measured step (see :func:`measured_dtype`)."""
+    return TORCH_DTYPES[measured_dtype(setup, "torch")]
 
 
 def make_optimizer(model: nn.Module, setup: TrainingSetup) -> torch.optim.Optimizer:
