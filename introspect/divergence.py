@@ -155,10 +155,6 @@ def flags(spec: ModelSpec, setup: TrainingSetup) -> list[Flag]:
     return out
 
 
-def _seed_terms(seed: Breakdown) -> list[str]:
-    return list(seed.terms)
-
-
 def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + "/")
 
@@ -185,7 +181,7 @@ def rows(seed: Breakdown, estimate: refined.RefinedEstimate) -> list[Divergence]
     execution rows (each seed term and each term the seed lacks, execution layer vs
     architecture layer). Rows with a zero delta are left out."""
     arch, exe = estimate.architecture, estimate.execution
-    seed_names = _seed_terms(seed)
+    seed_names = list(seed.terms)
     out: list[Divergence] = []
     for term in seed_names:
         a = arch.sum(term)

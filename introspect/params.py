@@ -82,13 +82,3 @@ def parameters_by_component(spec: ModelSpec) -> dict[str, int]:
 def parameter_count(spec: ModelSpec) -> int:
     """N from the structure: the sum of :func:`parameters_by_component`."""
     return sum(parameters_by_component(spec).values())
-
-
-def active_parameter_count(spec: ModelSpec) -> int:
-    """Parameters one token passes through: for MoE, only ``num_experts_per_tok`` of the
-    ``num_local_experts`` experts; for a dense model, all of them."""
-    total = parameter_count(spec)
-    if not spec.is_moe:
-        return total
-    inactive = spec.num_local_experts - spec.num_experts_per_tok
-    return total - spec.num_hidden_layers * inactive * ffn_params(spec)

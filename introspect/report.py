@@ -17,9 +17,6 @@ from tabulate import tabulate
 from introspect.breakdown import Breakdown
 from introspect.units import fmt_gb
 
-#: Output formats every table-printing command offers.
-FORMATS = ("text", "markdown", "csv", "json")
-
 
 def summary(b: Breakdown) -> dict[str, int]:
     """The seed's three parts of a breakdown, in bytes: weights, saved activations, the

@@ -152,24 +152,6 @@ class ModelSpec:
         return self.num_local_experts > 0
 
     @property
-    def is_standard(self) -> bool:
-        """The seed's simplified transformer: LayerNorm, multi-head attention, a plain
-        d→4d→d feed-forward, untied embeddings, no biases, no extra norms, dense."""
-        return (
-            self.norm == "layernorm"
-            and self.kv_heads == self.num_attention_heads
-            and self.head_size * self.num_attention_heads == self.hidden_size
-            and self.ffn == "plain"
-            and self.ffn_dim == 4 * self.hidden_size
-            and not self.tie_word_embeddings
-            and not (self.qkv_bias or self.o_bias or self.mlp_bias or self.lm_head_bias)
-            and self.qk_norm == "none"
-            and self.norms_per_layer == 2
-            and self.position_embedding != "learned"
-            and not self.is_moe
-        )
-
-    @property
     def n_params(self) -> int:
         """N: the exact count when known, else the count the structure implies
         (:func:`introspect.params.parameter_count`)."""

@@ -1,8 +1,7 @@
 """Units, in one place. Memory is decimal GB (1 GB = 1e9 bytes) as the seed writes it;
-GiB (2**30 bytes) only when asked for, and then printed as GiB."""
+nothing in the tool prints GiB."""
 
 GB = 10**9
-GiB = 2**30
 
 #: Bytes per element of each dtype name the tool accepts (CLI flags and configs).
 DTYPE_BYTES: dict[str, int] = {
@@ -32,19 +31,9 @@ def dtype_bytes(name: str) -> int:
         ) from None
 
 
-def to_gb(n_bytes: int | float) -> float:
-    """Bytes → decimal GB."""
-    return n_bytes / GB
-
-
 def fmt_gb(n_bytes: int | float, digits: int = 3) -> str:
     """Bytes as a decimal-GB string with ``digits`` decimals, e.g. ``'26.771'``."""
     return f"{n_bytes / GB:.{digits}f}"
-
-
-def fmt_gib(n_bytes: int | float, digits: int = 3) -> str:
-    """Bytes as a GiB string that says GiB, e.g. ``'24.932 GiB'``."""
-    return f"{n_bytes / GiB:.{digits}f} GiB"
 
 
 def fmt_count(n: int) -> str:
