@@ -208,6 +208,9 @@ def setups_from_args(args: argparse.Namespace) -> list[TrainingSetup]:
             optimizer=args.optimizer,
             attention=args.attention,
             framework=args.framework,
+            # A dry run's fake tensors live on the CPU: torch runs its CPU optimizer path.
+            device="cuda" if args.device == "cuda" else "cpu",
+            implementation=args.impl,
         )
         for b in args.batch
         for t in args.seq

@@ -31,7 +31,8 @@ examples:
   introspect table Qwen/Qwen2.5-7B ./my-model   any sources 'introspect profile' takes
   introspect table --seq 4096 --attention memory-efficient --checkpointing
   introspect table --reported qwen-7b           Qwen's measured Qwen-7B beside the estimates
-  introspect table --seed-example --framework torch   the seed's 7B: where execution diverges
+  introspect table --seed-example --framework torch --device cpu
+                                                the seed's 7B: where execution diverges
 """
 
 
@@ -188,13 +189,15 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str) -> str:
     body = report.table(cells, HEADERS, fmt, colalign=("left",) + ("right",) * 7 + ("left",))
     if fmt == "csv":
         return body
+    optimizer_impl = setup.resolved_optimizer_impl.replace("_", "-")
     head = (
         f"B={setup.batch_size}, T={setup.seq_len}, s={setup.activation_bytes} bytes "
         f"({setup.activation_dtype} activations), weights {setup.weights_dtype}, "
         f"{setup.optimizer}, {setup.attention} attention; decimal GB.\n"
         "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "
         "refined = the seed's bookkeeping for the real architecture; exec. peak = what "
-        f"a framework ({setup.framework}) holds at its peak, and when."
+        f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
+        "holds at its peak, and when."
     )
     tail = "\n".join(notes(rows))
     return f"{head}\n\n{body}" + (f"\n\n{tail}" if tail else "")
@@ -341,7 +344,7 @@ def seed_example(setup: TrainingSetup) -> dict[str, Any]:
             f"({'equals the seed term by term' if equal else 'DIFFERS from the seed'})",
         ),
         (
-            f"refined: execution ({setup.framework})",
+            f"refined: execution ({setup.framework} on {setup.resolved_device})",
             f"{report.gb(est.execution.total, 2)} GB at {est.peak_phase} "
             f"({est.execution.total / seed.total:.2f} of the seed; phases: {phases})",
         ),

@@ -24,7 +24,7 @@ Adam after a warm-up step, peak from live storages (``PhaseMemTracker``): L=4, d
 h=8, V=8000, standard and Llama-style, eager and SDPA, T = 256–2048, with and without
 per-block ``torch.utils.checkpoint``: every peak within 0.5%, and the same phase; the
 seed's 40M and 100M shapes (fake-tensor dry runs, T = 256 and 2048): within 0.15%.
-Sharding, mixed precision and the ``generic`` (CUDA foreach) optimizer follow the
+Sharding, mixed precision and the foreach (CUDA default) optimizer follow the
 libraries' source and are not measured here.
 """
 
@@ -121,24 +121,27 @@ def largest_tensor(spec: ModelSpec) -> int:
 
 
 def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: int) -> int:
-    """Bytes the optimizer step allocates on top of its state.
+    """Bytes the optimizer step allocates on top of its state, by the implementation
+    torch runs (:attr:`TrainingSetup.resolved_optimizer_impl`):
 
-    * torch (CPU): ``torch.optim.Adam`` runs its single-tensor loop (foreach kernels exist
-      only for cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``); per parameter it makes
-      ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the largest
-      parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``, reference
-      model, FP32 Adam).
-    * generic (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
+    * ``single_tensor`` (torch's CPU default: foreach kernels exist only for
+      cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``): per parameter, ``_single_tensor_adam``
+      makes ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the
+      largest parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``,
+      reference model, FP32 Adam).
+    * ``foreach`` (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
       and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
       parameter, one at a time: ``4·N_local``.
+    * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
     * MLX: the update is part of the step's graph; see :func:`mlx_extra`.
     SGD (with or without momentum) and 8-bit Adam update in place.
     """
     if setup.optimizer not in ("adam", "adamw"):
         return 0
-    if setup.framework == "torch":
+    impl = setup.resolved_optimizer_impl
+    if impl == "single_tensor":
         return 2 * largest_tensor(spec) * FP32
-    if setup.framework == "generic":
+    if impl == "foreach":
         return local_params * FP32
     return 0
 
