@@ -12,8 +12,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tabulate import tabulate
-
+from introspect._tabulate import tabulate
 from introspect.breakdown import Breakdown
 from introspect.units import fmt_gb
 

@@ -26,10 +26,11 @@ shape flags describe the model. Shape flags given with a SOURCE change that fiel
 
 The step is FP32 Adam at B=1 unless flags say otherwise, written as users write it:
 zero_grad(set_to_none=True), F.cross_entropy(logits.view(-1, V), targets.view(-1)),
-backward(), step(). A warm-up step runs first so Adam's state exists; the peak counter
-is reset before the measured step. Peaks: mx.get_peak_memory() on MLX,
-torch.cuda.max_memory_allocated() on CUDA, torch's live-storage tracker (MemTracker) on
-CPU and in a dry run (--device fake: FakeTensorMode, no memory used, any size).
+backward(), step(). Adam's state exists first (torch on CPU and fake: made directly at its
+real shapes; MLX and CUDA: a warm-up step, then the peak counter is reset). Peaks:
+mx.get_peak_memory() on MLX, torch.cuda.max_memory_allocated() on CUDA, a live-storage
+tracker with torch MemTracker's rules on CPU and in a dry run (--device fake:
+FakeTensorMode, no memory used, any size).
 
 examples:
   introspect measure 10M --framework torch --seq 256 512 1024
