@@ -54,9 +54,19 @@ class ResolvedModel:
         return self.spec.n_params
 
 
-def resolve(source: str, *, revision: str | None = None) -> ResolvedModel:
+def resolve(source: str, *, revision: str | None = None, force: bool = False) -> ResolvedModel:
     """The model ``source`` names: a local path, a bundled model, or a Hub id (cache
-    first, then the Hub). ``revision`` (a branch, tag or commit) applies to the Hub."""
+    first, then the Hub). ``revision`` (a branch, tag or commit) applies to the Hub.
+    An implausible shape (:mod:`introspect.bounds`) is an error unless ``force``."""
+    from introspect import bounds
+
+    model = _resolve(source, revision)
+    where = model.extra.get("config_path") or model.location
+    bounds.check_spec(model.spec, str(where), force=force)
+    return model
+
+
+def _resolve(source: str, revision: str | None) -> ResolvedModel:
     if not isinstance(source, str) or not source.strip():
         raise IntrospectError("no model given; pass a config.json, a checkpoint, or a Hub id")
     path = Path(source).expanduser()

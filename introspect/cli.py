@@ -30,8 +30,17 @@ change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line and a pointer to ``--help`` (not the usage
+    block): ``introspect profile: error: argument --seq: 'x' is not a number (see
+    'introspect profile --help')``. Sub-command parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="introspect",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
