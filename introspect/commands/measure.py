@@ -181,7 +181,7 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         if spec is None:
             from introspect.adapters import resolve
 
-            spec = resolve(args.source).spec
+            spec = resolve(args.source, force=args.force).spec
         spec = spec.replace(num_parameters=None, **fields) if fields else spec
     else:
         needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -284,9 +284,8 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
-    from introspect.measure import runner
-
     from introspect import bounds
+    from introspect.measure import runner
 
     check_args(args)
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
