@@ -84,6 +84,14 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         action="store_true",
         help="accept values beyond the sanity bounds (10^6 layers, T over 10^8, …)",
     )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the most to wait for the Hub, all requests and retries together "
+        "(default 30, or $INTROSPECT_TIMEOUT)",
+    )
 
 
 def add_setup_flags(

@@ -181,7 +181,7 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         if spec is None:
             from introspect.adapters import resolve
 
-            spec = resolve(args.source, force=args.force).spec
+            spec = resolve(args.source, force=args.force, timeout=args.timeout).spec
         spec = spec.replace(num_parameters=None, **fields) if fields else spec
     else:
         needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)  # check the flags before any file or network work
-    model = resolve(args.source, revision=args.revision, force=args.force)
+    model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     results = estimates(model.spec, setup)
     if args.json:
         print(report.dumps(to_json(model, setup, results)))

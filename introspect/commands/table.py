@@ -109,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
-    rows = [_row_or_error(s, setup, args.force) for s in (args.sources or default_sources())]
+    sources = args.sources or default_sources()
+    rows = [_row_or_error(s, setup, args.force, args.timeout) for s in sources]
     good = [r for r in rows if "error" not in r]
     if fmt == "json":
         print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(good)}))
@@ -124,12 +125,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row_or_error(source: str, setup: TrainingSetup, force: bool) -> dict[str, Any]:
+def _row_or_error(
+    source: str, setup: TrainingSetup, force: bool, timeout: float | None
+) -> dict[str, Any]:
     """The source's row, or ``{"source", "error"}`` when it cannot be read."""
     from introspect.adapters import resolve
 
     try:
-        return row(resolve(source, force=force), setup)
+        return row(resolve(source, force=force, timeout=timeout), setup)
     except (IntrospectError, ValueError, OverflowError, RecursionError) as err:
         return {"source": source, "error": str(err)}
 
