@@ -31,11 +31,20 @@ change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
 """
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line and a pointer to ``--help`` (not the usage
+    block): ``introspect profile: error: argument --seq: 'x' is not a number (see
+    'introspect profile --help')``. Sub-command parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The top-level parser with only ``command``'s sub-parser (none for ``--help``, whose
     command list is the static :data:`DESCRIPTION`): building every sub-command's parser
     would import every command's modules, a large part of a closed-form command's start."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="introspect",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -57,9 +57,37 @@ def gb(n_bytes: int | float, digits: int = 3) -> str:
     return fmt_gb(n_bytes, digits)
 
 
+#: Version of every command's JSON output. 2: ``total_bytes`` is the refined estimate of
+#: the peak everywhere (``table`` gave the architecture total, now
+#: ``architecture_total_bytes``); ``table`` rows may carry an ``error``.
+SCHEMA_VERSION = 2
+
+
 def dumps(obj: Any) -> str:
-    """JSON as the tool prints it: indented, keys in insertion order, UTF-8 kept."""
+    """JSON as the tool prints it: indented, keys in insertion order, UTF-8 kept; a
+    top-level object starts with ``schema_version`` (:data:`SCHEMA_VERSION`)."""
+    if isinstance(obj, dict):
+        obj = {"schema_version": SCHEMA_VERSION, **obj}
     return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def setup_line(setup: Any) -> str:
+    """Every setting of a TrainingSetup that changes the figures, on one line."""
+    parts = [
+        f"B={setup.batch_size}",
+        f"T={setup.seq_len}",
+        f"s={setup.activation_bytes} bytes ({setup.activation_dtype} activations)",
+        f"weights {setup.weights_dtype}",
+        f"precision {setup.precision}",
+        f"optimizer {setup.optimizer}",
+        f"{setup.attention} attention",
+        "checkpointing" if setup.activation_checkpointing else "no checkpointing",
+        f"{setup.cross_entropy} cross-entropy",
+        f"{setup.devices} device{'s' if setup.devices > 1 else ''}",
+        f"ZeRO {setup.zero_stage}",
+        f"framework {setup.framework}",
+    ]
+    return ", ".join(parts)
 
 
 def key_value(pairs: Iterable[tuple[str, Any]]) -> str:

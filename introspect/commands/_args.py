@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 
+from introspect import bounds
 from introspect.setup import (
     ATTENTIONS,
     CROSS_ENTROPIES,
@@ -88,6 +89,19 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         action="store_true",
         help="show the full traceback on errors",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="accept values beyond the sanity bounds (10^6 layers, T over 10^8, …)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the most to wait for the Hub, all requests and retries together "
+        "(default 30, or $INTROSPECT_TIMEOUT)",
+    )
 
 
 def add_setup_flags(
@@ -148,7 +162,7 @@ def add_setup_flags(
     g.add_argument(
         "--weights-dtype",
         type=dtype_name,
-        default="fp32",
+        default=None,
         metavar="DTYPE",
         help="dtype of the working weights and their gradients (default fp32); a 16-bit "
         "dtype adds the FP32 master copy of mixed precision",
@@ -274,9 +288,15 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
         seq_len=seq,
         activation_dtype=activation_dtype_for(args),
         activation_bytes_override=args.act_bytes,
-        weights_dtype=args.weights_dtype,
+        weights_dtype=args.weights_dtype or "fp32",
     )
     if hasattr(args, "precision"):
+        bounds.contradictions(
+            precision=args.precision,
+            weights_dtype=args.weights_dtype,
+            zero_stage=args.zero,
+            devices=args.devices,
+        )
         fields.update(
             precision=args.precision,
             optimizer=args.optimizer,
@@ -292,7 +312,9 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             optimizer_impl=args.optimizer_impl,
         )
     fields.update(overrides)
-    return TrainingSetup(**fields)
+    setup = TrainingSetup(**fields)
+    bounds.check_setup(setup, force=getattr(args, "force", False))
+    return setup
 
 
 def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:

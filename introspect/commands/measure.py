@@ -41,6 +41,19 @@ examples:
 """
 
 
+SHAPE_FLAGS = (
+    ("--layers", "num_hidden_layers", "L", "transformer layers"),
+    ("--d-emb", "hidden_size", "D", "embedding dimension d"),
+    ("--heads", "num_attention_heads", "H", "attention heads"),
+    ("--vocab", "vocab_size", "V", "vocabulary size"),
+    ("--kv-heads", "num_key_value_heads", "H_KV", "K/V heads (GQA; default = --heads)"),
+    ("--head-dim", "head_dim", "N", "width of one head (default d/h)"),
+    ("--intermediate", "intermediate_size", "F", "feed-forward width (default 4d)"),
+)
+#: The flag that sets each spec field, for the sanity bounds' messages.
+FLAGS = {dest: flag for flag, dest, _, _ in SHAPE_FLAGS}
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "measure",
@@ -128,15 +141,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(torch SDPA / mx.fast.scaled_dot_product_attention)",
     )
     shape = p.add_argument_group("model shape (without SOURCE, or changing it)")
-    for flag, dest, meta, text in (
-        ("--layers", "num_hidden_layers", "L", "transformer layers"),
-        ("--d-emb", "hidden_size", "D", "embedding dimension d"),
-        ("--heads", "num_attention_heads", "H", "attention heads"),
-        ("--vocab", "vocab_size", "V", "vocabulary size"),
-        ("--kv-heads", "num_key_value_heads", "H_KV", "K/V heads (GQA; default = --heads)"),
-        ("--head-dim", "head_dim", "N", "width of one head (default d/h)"),
-        ("--intermediate", "intermediate_size", "F", "feed-forward width (default 4d)"),
-    ):
+    for flag, dest, meta, text in SHAPE_FLAGS:
         shape.add_argument(flag, dest=dest, type=positive_int, metavar=meta, help=text)
     shape.add_argument("--norm", type=choice(("layernorm", "rmsnorm")), help="layernorm or rmsnorm")
     shape.add_argument("--ffn", type=choice(("plain", "gated")), help="plain d→f→d or gated")
@@ -177,7 +182,7 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         if spec is None:
             from introspect.adapters import resolve
 
-            spec = resolve(args.source).spec
+            spec = resolve(args.source, force=args.force, timeout=args.timeout).spec
         spec = spec.replace(num_parameters=None, **fields) if fields else spec
     else:
         needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -283,11 +288,14 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    from introspect import bounds
     from introspect.measure import runner
 
     check_args(args)
-    spec = spec_from_args(args)
+    spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
     setups = setups_from_args(args)
+    for s in setups:
+        bounds.check_setup(s, force=args.force)
     for s in setups:
         refuse_if_too_big(spec, s, args.device)
     results = []
