@@ -79,13 +79,14 @@ def setup_line(setup: Any) -> str:
         f"s={setup.activation_bytes} bytes ({setup.activation_dtype} activations)",
         f"weights {setup.weights_dtype}",
         f"precision {setup.precision}",
-        f"optimizer {setup.optimizer}",
+        f"optimizer {setup.optimizer} ({setup.resolved_optimizer_impl.replace('_', '-')})",
         f"{setup.attention} attention",
         "checkpointing" if setup.activation_checkpointing else "no checkpointing",
         f"{setup.cross_entropy} cross-entropy",
         f"{setup.devices} device{'s' if setup.devices > 1 else ''}",
         f"ZeRO {setup.zero_stage}",
-        f"framework {setup.framework}",
+        f"{setup.framework} on {setup.resolved_device}",
+        f"{setup.implementation.replace('_', '-')} implementation, loop {setup.loop}",
     ]
     return ", ".join(parts)
 
