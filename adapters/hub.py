@@ -139,7 +139,7 @@ def _config(repo_id: str, revision: str | None, clock) -> tuple[dict, str, str, 
         except ConfigError as e:
             if constants.is_offline_mode():
                 raise HubError(
-                    f"the cached config.json of {_at(repo_id, revision)} is unusable ({e}); "
+                    f"the cached config.json of {_at(repo_id, revision)} is {_what(path)}: "
                     f"delete {path} and run online to fetch it again"
                 ) from e
             notes = (f"the cached {path} was unusable ({_what(path)}); fetched it again",)
@@ -177,7 +177,7 @@ def _what(path: str) -> str:
             head = f.read(512).lstrip().lower()
     except OSError:
         return "unreadable"
-    if head.startswith((b"<!doctype html", b"<html", b"<")):
+    if head.startswith(b"<"):
         return "an HTML page, not JSON"
     return "not a JSON object"
 
