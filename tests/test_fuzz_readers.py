@@ -12,9 +12,9 @@ from pathlib import Path
 from corpus.cases import CONFIG, header, st, tensors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
-
 from introspect.adapters.hf_config import load_config, spec_from_config
 from introspect.adapters.safetensors import read_checkpoint, read_header
+
 from introspect.errors import IntrospectError
 
 BUDGET = settings(
