@@ -69,6 +69,8 @@ def resolve(
 
     model = _resolve(source, revision, timeout)
     where = model.extra.get("config_path") or model.location
+    if model.origin in ("hub", "cache"):
+        where = f"{model.location} (config.json)"
     bounds.check_spec(model.spec, str(where), force=force)
     return model
 

@@ -53,6 +53,8 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         ) from e
     except RecursionError as e:
         raise ConfigError(f"{path}: JSON nested too deeply to be a config.json") from e
+    except ValueError as e:  # an integer of over 4300 digits: Python will not read it
+        raise ConfigError(f"{path}: a value is too large to read ({e})") from e
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object, found {type(config).__name__}")
     return config

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,6 @@ def timeout_seconds(flag: float | None = None) -> float:
     """The deadline: ``--timeout`` when given, else ``$INTROSPECT_TIMEOUT``, else
     :data:`DEFAULT_TIMEOUT_S`; a value that is not a positive number is one line."""
     import math
-    import os
 
     if flag is not None:
         value, origin = flag, f"--timeout {flag}"
@@ -139,10 +139,21 @@ def _config(repo_id: str, revision: str | None, clock) -> tuple[dict, str, str, 
         except ConfigError as e:
             if constants.is_offline_mode():
                 raise HubError(
-                    f"the cached config.json of {_at(repo_id, revision)} is unusable ({e}); "
+                    f"the cached config.json of {_at(repo_id, revision)} is {_what(path)}: "
                     f"delete {path} and run online to fetch it again"
                 ) from e
-            notes = (f"the cached {path} was unusable ({_what(path)}); fetched it again",)
+            # hf_hub_download(force_download=True) fetches a new blob but keeps an existing
+            # snapshot pointer (huggingface_hub/file_download.py creates the pointer only
+            # when missing), so the bad pointer goes first.
+            what = _what(path)
+            try:
+                os.remove(path)
+            except OSError as err:
+                raise HubError(
+                    f"the cached config.json of {_at(repo_id, revision)} is {what} and "
+                    f"cannot be removed ({err.strerror}); delete {path} by hand"
+                ) from err
+            notes = (f"the cached {path} was unusable ({what}); fetched it again",)
     elif constants.is_offline_mode():
         raise HubError(
             f"offline (HF_HUB_OFFLINE is set) and {_at(repo_id, revision)} is not in "
@@ -177,7 +188,7 @@ def _what(path: str) -> str:
             head = f.read(512).lstrip().lower()
     except OSError:
         return "unreadable"
-    if head.startswith((b"<!doctype html", b"<html", b"<")):
+    if head.startswith(b"<"):
         return "an HTML page, not JSON"
     return "not a JSON object"
 

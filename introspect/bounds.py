@@ -60,16 +60,16 @@ def check_spec(spec, where: str, *, force: bool = False, flags: dict[str, str] |
     for name, (limit, what) in SPEC_LIMITS.items():
         value = getattr(spec, name, None)
         if isinstance(value, int) and value > limit:
-            origin = flags.get(name) or f"{where}: {name}"
+            origin = f"{flags[name]} " if name in flags else f"{where}: {name} = "
             raise IntrospectError(
-                f"{origin} = {fmt_big(value)} is implausible (over {limit:,} {what}); "
+                f"{origin}{fmt_big(value)} is implausible (over {limit:,} {what}); "
                 f"check the value, or {FORCE_HINT}"
             )
     n = spec.n_params
     if n > MAX_PARAMETERS:
-        origin = flags.get("num_parameters") or f"{where}: the parameter count"
+        origin = flags.get("num_parameters", f"{where}: the parameter count =")
         raise IntrospectError(
-            f"{origin} = {fmt_big(n)} is implausible (over {MAX_PARAMETERS:.0e} parameters); "
+            f"{origin} {fmt_big(n)} is implausible (over {MAX_PARAMETERS:.0e} parameters); "
             f"check the shape, or {FORCE_HINT}"
         )
     return spec

@@ -51,6 +51,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds (``30``, ``2.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
 def dtype_name(text: str) -> str:
     """A dtype name known to :mod:`introspect.units`."""
     try:
@@ -96,7 +107,7 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=positive_seconds,
         default=None,
         metavar="SECONDS",
         help="the most to wait for the Hub, all requests and retries together "

@@ -254,22 +254,80 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def available_bytes(device: str) -> int | None:
-    """Memory a real step may use: free CUDA memory, else the OS's available RAM."""
+    """Memory a real step may use: free CUDA memory, else the least of the OS's
+    available RAM, the cgroup's limit less its usage and this process's address-space
+    limit (:func:`process_limit_bytes`)."""
     if device == "cuda":
         import torch
 
         return torch.cuda.mem_get_info()[0]
+    found = [n for n in (_mem_available(), process_limit_bytes()) if n is not None]
+    return min(found) if found else None
+
+
+def _mem_available() -> int | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+#: cgroup v2 (memory.max, memory.current) and v1 (limit and usage) files.
+CGROUP_FILES = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+
+
+def process_limit_bytes() -> int | None:
+    """What this process may still allocate under its limits: the cgroup memory limit
+    less the cgroup's usage (v2 ``memory.max``/``memory.current``, or v1), and
+    ``RLIMIT_AS`` (``ulimit -v``) less this process's address space. None when neither
+    is set. MemAvailable alone misses both: a container or ``ulimit -v`` kills or fails
+    a step long before the machine runs out."""
+    limits = []
+    for limit_file, usage_file in CGROUP_FILES:
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and limit < 2**60:  # v1 says "no limit" with a huge number
+            limits.append(limit - (usage or 0))
+            break
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft - _address_space_bytes())
+    except (ImportError, OSError, ValueError):
+        pass
+    return max(0, min(limits)) if limits else None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text != "max" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _address_space_bytes() -> int:
+    """This process's virtual size (``VmSize`` in /proc/self/status), 0 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> None:
@@ -303,8 +361,8 @@ def run(args: argparse.Namespace) -> int:
     for s in setups:
         if bar is not None:
             bar.set_description(f"B={s.batch_size} T={s.seq_len}")
-        results.append(
-            runner.run_one(
+        try:
+            row = runner.run_one(
                 spec,
                 s,
                 device=args.device,
@@ -312,7 +370,20 @@ def run(args: argparse.Namespace) -> int:
                 census=not args.no_census,
                 repeats=args.repeats,
             )
-        )
+        except MemoryError as e:
+            raise IntrospectError(
+                f"B={s.batch_size}, T={s.seq_len}: the step ran out of memory on {args.device}; "
+                "use a smaller --seq/--batch, or --device fake for a dry run"
+            ) from e
+        except RuntimeError as e:
+            if "memory" not in str(e).lower() and "alloc" not in str(e).lower():
+                raise
+            raise IntrospectError(
+                f"B={s.batch_size}, T={s.seq_len}: the step could not allocate memory on "
+                f"{args.device} ({str(e).strip().splitlines()[0][:160]}); use a smaller "
+                "--seq/--batch, or --device fake for a dry run"
+            ) from e
+        results.append(row)
         if bar is not None:
             bar.update()
     if bar is not None:
