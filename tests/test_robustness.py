@@ -231,7 +231,8 @@ def test_table_header_lists_every_setting(capsys):
         "optimizer adam",
         "4 devices",
         "ZeRO 2",
-        "framework torch",
+        "torch on cuda",
+        "loop logits",
         "cross-entropy",
         "checkpointing",
     ):
