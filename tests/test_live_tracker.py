@@ -149,3 +149,29 @@ def test_recomputation_in_backward_counts_as_activations_as_memtracker():
     assert ours[0] == theirs[0]
     assert ours[1] == {k: theirs[1].get(k, 0) for k in KINDS}
     assert ours[2] == theirs[2]
+
+
+def test_a_dry_run_does_not_import_memtracker():
+    """torch.distributed._tools (MemTracker's package) imports torch._dynamo and FSDP,
+    seconds on a real CPU step's path. (A dry run still loads them: FakeTensorMode imports
+    torch._dynamo, which imports FSDP.)"""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from introspect.measure.fake import dry_run\n"
+        "from introspect.setup import TrainingSetup\n"
+        "from introspect.spec import ModelSpec\n"
+        "spec = ModelSpec(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,"
+        " vocab_size=64)\n"
+        "m = dry_run(spec, TrainingSetup(seq_len=8, framework='torch'))\n"
+        "print(json.dumps([m.peak_bytes, sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    peak, modules = json.loads(out)
+    assert peak > 0
+    assert not [m for m in modules if m.startswith("torch.distributed._tools")]
