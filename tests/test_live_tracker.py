@@ -94,3 +94,84 @@ def test_peak_and_marks_follow_the_live_storages():
     assert tracker.peak_kinds["Activation"] == 4000
     assert tracker.peak_phase == "forward"
     assert tracker.marks == {"forward": 256, "end": 256 + c.nbytes}
+
+
+class _Block(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class _Checkpointed(torch.nn.Module):
+    """Blocks recomputed in backward (torch.utils.checkpoint, non-reentrant)."""
+
+    def __init__(self, width: int = 32, blocks: int = 3) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block(width) for _ in range(blocks))
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)
+        return x.square().mean()
+
+
+def test_recomputation_in_backward_counts_as_activations_as_memtracker():
+    from introspect.measure.tracker import PhaseMemTracker
+
+    def tracked(kind):
+        torch.manual_seed(0)
+        model = _Checkpointed()
+        opt = torch.optim.Adam(model.parameters())
+        assert prime_optimizer(model, opt)
+        x = torch.randn(16, 32)
+        if kind == "memtracker":
+            t = PhaseMemTracker()
+            t.track_external(model, opt)
+        else:
+            t = LiveStorageTracker(model, opt)
+        with t:
+            opt.zero_grad(set_to_none=True)
+            model(x).backward()
+            opt.step()
+        if kind == "memtracker":
+            (snap,) = t.get_tracker_snapshot("peak").values()
+            kinds = {getattr(k, "value", k): v for k, v in snap.items()}
+            return kinds.pop("Total"), kinds, t.peak_phase
+        return t.peak_bytes, t.peak_kinds, t.peak_phase
+
+    theirs, ours = tracked("memtracker"), tracked("live")
+    assert ours[0] == theirs[0]
+    assert ours[1] == {k: theirs[1].get(k, 0) for k in KINDS}
+    assert ours[2] == theirs[2]
+
+
+def test_a_dry_run_does_not_import_memtracker():
+    """torch.distributed._tools (MemTracker's package) imports torch._dynamo and FSDP,
+    seconds on a real CPU step's path. (A dry run still loads them: FakeTensorMode imports
+    torch._dynamo, which imports FSDP.)"""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from introspect.measure.fake import dry_run\n"
+        "from introspect.setup import TrainingSetup\n"
+        "from introspect.spec import ModelSpec\n"
+        "spec = ModelSpec(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,"
+        " vocab_size=64)\n"
+        "m = dry_run(spec, TrainingSetup(seq_len=8, framework='torch'))\n"
+        "print(json.dumps([m.peak_bytes, sorted(sys.modules)]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    ).stdout
+    peak, modules = json.loads(out)
+    assert peak > 0
+    assert not [m for m in modules if m.startswith("torch.distributed._tools")]
