@@ -165,7 +165,7 @@ def _bad_inputs(tmp_path) -> dict[str, str]:
 
     llama = bundled.lookup("meta-llama/Llama-2-7b-hf").config()
     return {
-        "unknown model_type": write("a.json", json.dumps(llama | {"model_type": "falcon"})),
+        "unknown model_type": write("a.json", json.dumps(llama | {"model_type": "not_a_model"})),
         "missing key": write(
             "b.json", json.dumps({k: v for k, v in llama.items() if k != "vocab_size"})
         ),
@@ -178,7 +178,7 @@ def _bad_inputs(tmp_path) -> dict[str, str]:
 
 
 _WORDS = {
-    "unknown model_type": "model_type 'falcon' is not supported",
+    "unknown model_type": "model_type 'not_a_model' is not supported",
     "missing key": "vocab_size is missing",
     "wrong type": "hidden_size must be an integer",
     "not JSON": "not valid JSON",
@@ -212,4 +212,4 @@ def test_cli_bad_input_as_a_process_has_no_traceback(tmp_path):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert "supported: " in proc.stderr and source in proc.stderr
+    assert "readers cover: " in proc.stderr and source in proc.stderr
