@@ -113,8 +113,10 @@ def spec_from_config(
             "folder's safetensors headers still give the exact count; readers cover: "
             f"{', '.join(supported_model_types())}"
         )
-    defaults, cls = hft.filled(config, model_type, where) if known else ({}, "")
+    defaults, cls, rejected = hft.filled(config, model_type, where) if known else ({}, "", "")
     reader = Reader(config, model_type, where, defaults=defaults, cls=cls)
+    if rejected:
+        reader.assumptions.append(rejected)
     try:
         fields = read(reader)
     except ValueError as e:  # a layer kind's own invariant (top-k, window, heads)

@@ -57,15 +57,16 @@ def hf_config(config: dict[str, Any], model_type: str):
         return AutoConfig.for_model(model_type, **keys)
 
 
-def filled(config: dict[str, Any], model_type: str, where: str) -> tuple[dict[str, Any], str]:
-    """The config with transformers' class defaults applied, and the class name; empty
-    when the class rejects the config (the family reader's own checks then name the
-    key)."""
+def filled(config: dict[str, Any], model_type: str, where: str) -> tuple[dict[str, Any], str, str]:
+    """The config with transformers' class defaults applied, the class name, and why it
+    is empty when the class rejects the config (the family reader's hand-written
+    defaults and its own checks, which name the key, then apply)."""
     try:
         cfg = hf_config(config, model_type)
-    except Exception:  # noqa: BLE001 - any rejection falls back to the hand-written reader
-        return {}, ""
-    return cfg.to_dict(), type(cfg).__name__
+    except Exception as e:  # noqa: BLE001 - any rejection falls back to the hand-written reader
+        text = " ".join(str(e).split())[:160] or type(e).__name__
+        return {}, "", f"transformers rejects this config ({text}); hand-written defaults used"
+    return cfg.to_dict(), type(cfg).__name__, ""
 
 
 def _torch():

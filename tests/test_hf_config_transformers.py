@@ -237,8 +237,12 @@ CASES = {**_BUNDLED, **VARIATIONS}
 
 
 def hf_model(config: dict, auto: str = "AutoModelForCausalLM"):
-    """The transformers class for ``config``, built on meta."""
+    """The transformers class for ``config``, built on meta. Llama-4-Scout's published
+    ``attn_temperature_tuning: 4`` is read as ``true`` (transformers 5's strict
+    Llama4TextConfig rejects the integer; it adds no parameters)."""
     keys = {k: v for k, v in config.items() if k != "model_type"}
+    if isinstance(keys.get("attn_temperature_tuning"), int):
+        keys["attn_temperature_tuning"] = bool(keys["attn_temperature_tuning"])
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **keys)
     with torch.device("meta"):
         return getattr(transformers, auto).from_config(hf_config)

@@ -62,6 +62,7 @@ def deepseek_v3(r: Reader) -> dict:
     fields.update(
         num_key_value_heads=None,
         head_dim=att.qk_head_dim,
+        intermediate_size=width if first_dense < L else fields["intermediate_size"],
         num_local_experts=experts if first_dense < L else 0,
         num_experts_per_tok=top_k if first_dense < L else 0,
         tie_word_embeddings=r.tied(False, cls),

@@ -109,6 +109,8 @@ def _qwen_moe(r: Reader, cls: str, *, shared: bool) -> dict:
         num_experts_per_tok=top_k,
         tie_word_embeddings=r.tied(False, cls),
         layers=runs_from_list(kinds),
+        # The flat fields describe the main (routed) kind: an expert's width.
+        intermediate_size=width if any(_sparse_layers(r, L, cls)) else fields["intermediate_size"],
     )
     return fields
 
