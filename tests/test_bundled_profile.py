@@ -120,7 +120,8 @@ def test_json_contract(capsys):
     out = _profile_json(capsys, "Qwen/Qwen2.5-0.5B", "--batch", "2", "--seq", "512")
     assert list(out) == ["source", "spec", "params", "estimates", "divergences"]
     assert set(out["source"]) == {"origin", "location", "revision", "notes"}
-    assert list(out["params"]) == ["total", "by_component"]
+    assert list(out["params"]) == ["total", "active_per_token", "by_component"]
+    assert out["params"]["active_per_token"] == out["params"]["total"]  # dense
     assert list(out["params"]["by_component"]) == list(COMPONENTS)
     assert out["spec"]["num_parameters"] == out["params"]["total"]
     # The seed's estimate for the exact count and the setup given.
