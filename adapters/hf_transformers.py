@@ -63,10 +63,10 @@ def filled(config: dict[str, Any], model_type: str, where: str) -> tuple[dict[st
     defaults and its own checks, which name the key, then apply)."""
     try:
         cfg = hf_config(config, model_type)
+        return cfg.to_dict(), type(cfg).__name__, ""
     except Exception as e:  # noqa: BLE001 - any rejection falls back to the hand-written reader
         text = " ".join(str(e).split())[:160] or type(e).__name__
         return {}, "", f"transformers rejects this config ({text}); hand-written defaults used"
-    return cfg.to_dict(), type(cfg).__name__, ""
 
 
 def _torch():

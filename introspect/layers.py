@@ -25,6 +25,7 @@ AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla"]
 ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla")
 QK_NORMS = ("none", "head", "full", "l2")
 FFN_KINDS = ("plain", "gated")
+ROUTERS = ("softmax", "topk_softmax", "sigmoid")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +164,12 @@ class FeedForward:
     router_bias: bool = False
     #: DeepSeek-V3: ``e_score_correction_bias`` (E values), a buffer, not a parameter.
     router_correction_bias: bool = False
+    #: How the router scores: a softmax over all E (Qwen, Mixtral), a softmax over the
+    #: top-k logits only (gpt-oss), or a sigmoid over E (DeepSeek-V3, Llama 4).
+    router: str = "softmax"
+    #: gpt-oss's clamped SwiGLU (``GptOssExperts._apply_gate``: clamp, sigmoid, +1) keeps
+    #: three more tensors per routed row than a plain SwiGLU.
+    clamped_glu: bool = False
 
     def __post_init__(self) -> None:
         if self.ffn not in FFN_KINDS:
@@ -170,6 +177,8 @@ class FeedForward:
         _positive("intermediate_size", self.intermediate_size)
         if self.num_experts < 0 or self.top_k < 0 or self.shared_intermediate_size < 0:
             raise ValueError("num_experts, num_experts_per_tok and shared sizes must be >= 0")
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}; got {self.router!r}")
         if self.num_experts and not 0 < self.top_k <= self.num_experts:
             raise ValueError(
                 f"num_experts_per_tok={self.top_k} must be between 1 and "

@@ -54,6 +54,7 @@ def deepseek_v3(r: Reader) -> dict:
         top_k=top_k,
         shared_intermediate_size=shared * width,
         router_correction_bias=True,
+        router="sigmoid",
     )
     kinds = [
         LayerKind(attention=att, feed_forward=dense(fields) if i < first_dense else moe)
@@ -109,7 +110,9 @@ def llama4_text(r: Reader) -> dict:
     ]
     qk_norm = r.flag("use_qk_norm", True, f"{cls} default true")
     width = fields["intermediate_size"]
-    moe = dense(fields, num_experts=experts, top_k=top_k, shared_intermediate_size=width)
+    moe = dense(
+        fields, num_experts=experts, top_k=top_k, shared_intermediate_size=width, router="sigmoid"
+    )
     mlp = dense(
         fields,
         intermediate_size=r.integer("intermediate_size_mlp", default=16384, why=f"{cls} default"),

@@ -154,7 +154,15 @@ def gpt_oss(r: Reader) -> dict:
     types = r.items("layer_types", str, length=L) or [
         "sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)
     ]
-    moe = dense(fields, bias=True, num_experts=experts, top_k=top_k, router_bias=True)
+    moe = dense(
+        fields,
+        bias=True,
+        num_experts=experts,
+        top_k=top_k,
+        router_bias=True,
+        router="topk_softmax",
+        clamped_glu=True,
+    )
     kinds = []
     for t in types:
         slides = LAYER_TYPES.get(t) == "sliding" and window is not None
