@@ -223,7 +223,12 @@ def stack_flags(spec: ModelSpec) -> list[Flag]:
     n, kind = _layers_with(spec, lambda k: k.attention.kind == "linear")
     if kind is not None:
         out.append(
-            Flag("linear_attention", f"linear attention on {n} of {L} layers", f"linear {n}/{L}")
+            Flag(
+                "linear_attention",
+                f"linear attention (Gated DeltaNet) on {n} of {L} layers: no T×T scores; "
+                "the execution layer's saved set for its chunked kernel is a lower bound",
+                f"linear {n}/{L}",
+            )
         )
     if spec.tower_parameters:
         out.append(Flag("tower", f"{spec.tower}: {spec.tower_parameters:,} parameters", "tower"))

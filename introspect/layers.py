@@ -54,6 +54,9 @@ class Attention:
     sinks: bool = False
     #: Rotary positions in this layer (Llama 4's NoPE layers have none; no parameters).
     rope: bool = True
+    #: Qwen3-Next's gated attention: q_proj also makes a per-channel gate (2·q_dim wide)
+    #: whose sigmoid multiplies the attention output.
+    output_gate: bool = False
     # -- MLA (DeepSeek): q_lora_rank None = a plain q_proj.
     q_lora_rank: int | None = None
     kv_lora_rank: int = 0

@@ -41,7 +41,8 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
     """One layer's attention (``att``, default the spec's own block):
 
     * full / sliding / chunked: Q (d×q_dim), K and V (d×kv_dim each), O (q_dim×d), their
-      biases where present, and one sink logit per query head (gpt-oss);
+      biases where present, one sink logit per query head (gpt-oss), and Qwen3-Next's
+      output gate (q_proj twice as wide);
     * MLA: q_a (d×r_q) + its RMSNorm + q_b (r_q × h·(nope+rope)), or a plain q_proj;
       kv_a (d × (r_kv + rope)) + its RMSNorm + kv_b (r_kv × h·(nope+v)); O (h·v × d);
       ``qkv_bias`` on q_a/kv_a, ``o_bias`` on O;
@@ -84,6 +85,8 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
         total += d
     if att.sinks:
         total += att.num_attention_heads
+    if att.output_gate:
+        total += d * q + (q if att.qkv_bias else 0)
     return total
 
 

@@ -163,3 +163,56 @@ def test_sdpa_sliding_window_keeps_its_mask_per_layer():
     masks = [r for r in cen.rows if r[1] == "where" and ".self_attn" in r[0]]
     assert len(masks) == BASE["num_hidden_layers"]
     assert ours["attention/mask"] == masks[0][4]
+
+
+NEXT = dict(
+    model_type="qwen3_next",
+    hidden_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    vocab_size=128,
+    intermediate_size=96,
+    num_key_value_heads=2,
+    head_dim=16,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=16,
+    linear_value_head_dim=16,
+    num_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    shared_expert_intermediate_size=48,
+)
+
+
+def test_qwen3_next_gated_attention_and_the_linear_layers_lower_bound():
+    from introspect.measure.census import census
+
+    keys = {k: v for k, v in NEXT.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model("qwen3_next", **keys, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    x = torch.randint(0, 128, (B, 2 * T))
+    cen = census(model, lambda: model(input_ids=x, labels=x).loss, tokens=2 * B * T, seq_len=2 * T)
+    spec = spec_from_config(NEXT)
+    setup = TrainingSetup(batch_size=B, seq_len=2 * T, attention="eager")
+    (linear, _), (full, _) = spec.kinds
+    assert (linear.attention.kind, full.attention.kind) == ("linear", "full")
+
+    def attention_bytes(kind):
+        terms = saved.per_layer(spec, setup, kind)
+        outside = ("attention/rope", "attention/linear/out")
+        return sum(
+            v
+            for k, v in terms.items()
+            if (k.startswith("attention/") and k not in outside) or k == "layernorm/qk_norm"
+        )
+
+    def census_bytes(layer, module):
+        return sum(r[4] for r in cen.rows if f".layers.{layer}.{module}" in r[0] + ".")
+
+    # Full attention (layer 3): exact but for Qwen3NextRMSNorm's (1 + weight), computed
+    # and kept once per q/k norm (head_dim FP32 values each).
+    assert census_bytes(3, "self_attn") - attention_bytes(full) == 2 * 16 * 4
+    # Linear attention (layer 0): the saved set is a lower bound.
+    assert 0 < attention_bytes(linear) < census_bytes(0, "linear_attn")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from introspect.adapters.config_reader import Reader
 
-from . import classic, deepseek, gemma, llama, moe
+from . import classic, deepseek, gemma, hybrid, llama, moe
 
 #: model_type → the function that reads that family's config.
 REGISTRY: dict[str, Callable[[Reader], dict]] = {
@@ -34,6 +34,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "deepseek_v3": deepseek.deepseek_v3,
     "llama4_text": deepseek.llama4_text,
     "llama4": deepseek.llama4,
+    "qwen3_next": hybrid.qwen3_next,
 }
 
 #: Other model_types with the same parameters as a registered family (same tensors, same

@@ -59,7 +59,8 @@ def _sparse_layers(r: Reader, L: int, cls: str) -> list[bool]:
     """Qwen-MoE's rule for which layers are sparse."""
     step = r.integer("decoder_sparse_step", default=1, why=f"{cls} default 1")
     only_mlp = set(r.items("mlp_only_layers", int) or [])
-    experts = r.count("num_experts", 60 if cls == "Qwen2MoeConfig" else 128)
+    default = {"Qwen2MoeConfig": 60, "Qwen3NextConfig": 512}.get(cls, 128)
+    experts = r.count("num_experts", default)
     return [experts > 0 and i not in only_mlp and (i + 1) % step == 0 for i in range(L)]
 
 

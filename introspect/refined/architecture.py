@@ -81,6 +81,8 @@ def attention_linear_values(
         "context": tokens * att.context_dim,
         "out": tokens * spec.hidden_size,
     }
+    if att.output_gate:
+        out["gate"] = 3 * tokens * att.q_dim  # gate, its sigmoid, the gated context
     if att.kind == "mla":
         q_latent = 2 * att.q_lora_rank if att.q_lora_rank else 0
         out["latent"] = tokens * (

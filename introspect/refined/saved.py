@@ -99,7 +99,11 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
     * Sinks (gpt-oss): the softmax runs over T + 1 columns.
     * Linear attention (Gated DeltaNet, ``torch_chunk_gated_delta_rule``): the projected
       q, k, v, z, the conv input and output, the gates, and one FP32 ``d_k × d_v`` state
-      per value head and chunk of :data:`~introspect.refined.architecture.LINEAR_CHUNK`.
+      per value head and chunk of :data:`~introspect.refined.architecture.LINEAR_CHUNK`
+      — a LOWER BOUND: the chunked kernel also keeps FP32 copies of q, k, v per value
+      head and several ``chunk × chunk`` matrices per chunk and head (a census of a
+      small Qwen3-Next finds about 5× this; ``tests/test_refined_moe.py``), not modelled
+      here.
     """
     from introspect.refined.architecture import LINEAR_CHUNK
 
@@ -133,6 +137,10 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         "attention/linear/context": BT * att.context_dim * s,
         "attention/linear/out": BT * spec.hidden_size * s,
     }
+    if att.output_gate:
+        # Qwen3-Next: q_proj's gate half (its storage is kept whole by the q norm), the
+        # gate's sigmoid and the gated context (kept by o_proj).
+        out["attention/linear/output_gate"] = 3 * BT * att.q_dim * s
     if att.kind == "mla":
         q_latent = 3 * att.q_lora_rank if att.q_lora_rank else 0
         widths = q_latent + att.kv_lora_rank + att.qk_rope_head_dim + 2 * att.kv_lora_rank
