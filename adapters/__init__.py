@@ -139,11 +139,17 @@ def _has_safetensors(folder: Path) -> bool:
 
 
 def _structural(spec: ModelSpec) -> tuple[ModelSpec, dict[str, int]]:
-    """The spec with N set to its structural count, and that count by component."""
+    """The spec with N set to its structural count, and that count by component. A spec
+    that already carries an exact count (a model_type read from transformers' meta-device
+    build) keeps it; what the structure read does not place is ``other``."""
     from introspect.params import parameters_by_component
 
     by_component = parameters_by_component(spec.replace(num_parameters=None))
-    return spec.replace(num_parameters=sum(by_component.values())), by_component
+    structural = sum(by_component.values())
+    if spec.num_parameters is not None and spec.num_parameters != structural:
+        by_component["other"] = spec.num_parameters - structural
+        return spec, by_component
+    return spec.replace(num_parameters=structural), by_component
 
 
 def _from_config_file(path: Path) -> ResolvedModel:

@@ -95,6 +95,12 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     if weight_map is not None:
         _check_index(index_path, weight_map, seen)
 
+    # Quantized weights (FP8, MXFP4, packed 4-bit) count the parameters they stand for.
+    from .quantized import unpack
+
+    quant_config = load_config(config_path) if config_path else None
+    tensors, quant_notes = unpack(tensors, quant_config)
+    notes.extend(quant_notes)
     counts = tally(tensors)
     if counts.unknown:
         notes.append(

@@ -26,7 +26,7 @@ SEED_QWEN_05B_PARAMS = 490_000_000
 
 EPILOG = """\
 examples:
-  introspect table                              the bundled Qwen and Llama models
+  introspect table                              bundled Qwen, Llama and today's MoE models
   introspect table --markdown                   the same as a GitHub table
   introspect table Qwen/Qwen2.5-7B ./my-model   any sources 'introspect profile' takes
   introspect table --seq 4096 --attention memory-efficient --checkpointing
@@ -79,11 +79,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+#: Today's models beside the seed's Qwen and Llama rows (mixture of experts, sliding
+#: windows, sinks, MLA, a vision tower).
+TODAY = (
+    "openai/gpt-oss-20b",
+    "google/gemma-3-1b-pt",
+    "google/gemma-3-4b-pt",
+    "deepseek-ai/DeepSeek-V3",
+)
+
+
 def default_sources() -> list[str]:
-    """The bundled Qwen and Llama models, in the bundle's order."""
+    """The bundled Qwen and Llama models in the bundle's order (the new Qwen3-30B-A3B and
+    Llama-4-Scout among them), then :data:`TODAY`'s."""
     from introspect.adapters import bundled
 
-    return [m.hub_id for m in bundled.models() if m.hub_id.startswith(("Qwen/", "meta-llama/"))]
+    seed = [m.hub_id for m in bundled.models() if m.hub_id.startswith(("Qwen/", "meta-llama/"))]
+    return seed + [m for m in TODAY if bundled.lookup(m) is not None]
 
 
 def _fmt(args: argparse.Namespace) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
+from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import saved
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
@@ -104,15 +104,12 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
 
 def layer_parameters(spec: ModelSpec) -> int:
     """Parameters of one block: attention, feed-forward (every expert) and router, its
-    norms and q/k norms."""
-    ffn = ffn_params(spec) * (spec.num_local_experts or 1)
-    return (
-        attention_params(spec)
-        + ffn
-        + spec.hidden_size * spec.num_local_experts
-        + spec.norms_per_layer * norm_params(spec, spec.hidden_size)
-        + qk_norm_params(spec)
-    )
+    norms and q/k norms — for a heterogeneous stack the mean over its layers
+    (:func:`introspect.params.layer_parameters` per kind, each kind once)."""
+    from introspect.params import layer_parameters as kind_parameters
+
+    total = sum(count * kind_parameters(spec, kind) for kind, count in spec.kinds)
+    return total // spec.num_hidden_layers
 
 
 def largest_tensor(spec: ModelSpec) -> int:
@@ -188,11 +185,12 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers)."""
     L, s = spec.num_hidden_layers, setup.activation_bytes
-    layer = saved.per_layer(spec, setup)
     if setup.activation_checkpointing:
-        layer = saved.checkpointed_layer(spec, setup)
+        layers = {k: L * v for k, v in saved.checkpointed_layer(spec, setup).items()}
+    else:
+        layers = saved.stack(spec, setup)  # each layer kind once, times its count
     terms = {"activations/embedding": setup.tokens * spec.hidden_size * s}
-    terms.update(_prefixed({f"layer/{k}": L * v for k, v in layer.items()}))
+    terms.update(_prefixed({f"layer/{k}": v for k, v in layers.items()}))
     terms.update(_prefixed(saved.final(spec, setup)))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))
     return terms
