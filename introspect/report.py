@@ -6,7 +6,6 @@ from. Memory columns are decimal GB unless a column name says otherwise.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Iterable, Sequence
@@ -41,6 +40,8 @@ def table(
 ) -> str:
     """Rows as a terminal table (``text``), GitHub ``markdown`` or ``csv``."""
     if fmt == "csv":
+        import csv  # only here: most commands never write CSV
+
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(headers)
