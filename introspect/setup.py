@@ -60,6 +60,10 @@ class TrainingSetup:
     #: ZeRO stage 0 (plain data parallel), 1 (optimizer), 2 (+ grads), 3 (+ weights; FSDP).
     zero_stage: int = 0
     framework: Framework = "generic"
+    # ---- multimodal (issue 10) ---------------------------------------------------------
+    #: Freeze a multimodal wrapper's vision/audio tower (``ModelSpec.tower_parameters``):
+    #: its weights stay, it gets no gradients, master copy or optimizer state.
+    freeze_tower: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "devices"):
