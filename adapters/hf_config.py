@@ -126,7 +126,6 @@ def spec_from_config(
     except ValueError as e:  # a layer kind's own invariant (top-k, window, heads)
         raise ConfigError(f"{where}: {e}") from e
     mtp = fields.pop("_mtp", None)
-    tower_from_build = fields.pop("_tower_from_build", None)
     try:
         spec = ModelSpec(
             **fields,
@@ -140,8 +139,4 @@ def spec_from_config(
         from .families.deepseek import mtp_parameters
 
         spec = spec.replace(unbuilt_parameters=mtp_parameters(spec, *mtp))
-    if tower_from_build:
-        spec = hft.with_tower(
-            spec, config, model_type, where, with_hf=with_hf and hft.knows(model_type)
-        )
     return spec

@@ -6,8 +6,6 @@ it builds from a config on the meta device (shapes only, no weights).
 * :func:`spec_from_build` — a model_type no family reader covers: the causal-LM class
   built under ``with torch.device("meta")`` and read by
   :func:`introspect.adapters.torch_module.describe_torch`; its count is exact.
-* :func:`with_tower` — a multimodal wrapper: the image-text-to-text class built on meta;
-  the parameters outside its language model are the tower's.
 
 Imports of transformers and torch stay inside these functions.
 """
@@ -160,32 +158,3 @@ def _generic(config, model_type, where, source, exact, why) -> ModelSpec:
             f"{where}: model_type {model_type!r}: the config's generic keys do not give a "
             f"decoder ({e}); a checkpoint's safetensors headers still give the exact count"
         ) from e
-
-
-def with_tower(
-    spec: ModelSpec, config: dict[str, Any], model_type: str, where: str, *, with_hf: bool
-) -> ModelSpec:
-    """``spec`` (the language model) with its multimodal tower counted: the
-    image-text-to-text class built on meta, parameters outside ``language_model`` and
-    ``lm_head``. Without transformers (or torch) the tower is left out and said so."""
-    if with_hf and importlib.util.find_spec("torch") is not None:
-        model = build_on_meta(config, model_type, where, auto="AutoModelForImageTextToText")
-        seen: set[int] = set()
-        tower = 0
-        for name, p in model.named_parameters():
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            if "language_model" not in name and not name.startswith("lm_head"):
-                tower += p.numel()
-        return spec.replace(
-            tower_parameters=tower,
-            tower=f"vision tower and projector of {type(model).__name__} (meta-device build)",
-        )
-    return spec.replace(
-        assumptions=(
-            *spec.assumptions,
-            "vision tower not counted (needs transformers and torch to build it); a "
-            "checkpoint's safetensors headers give the whole count",
-        )
-    )

@@ -191,3 +191,9 @@ def active_parameter_count(spec: ModelSpec) -> int:
             routed = ff.num_experts * ffn_params(spec, ff)
             total -= count * (routed - ff.top_k * ffn_params(spec, ff))
     return total
+
+
+def trainable_parameter_count(spec: ModelSpec, *, freeze_tower: bool = False) -> int:
+    """Parameters that get gradients and optimizer state: N, less the multimodal tower
+    when it is frozen."""
+    return spec.n_params - (spec.tower_parameters if freeze_tower else 0)

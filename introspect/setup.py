@@ -88,6 +88,10 @@ class TrainingSetup:
     implementation: Implementation = "reference"
     loop: Loop = "logits"
     optimizer_impl: OptimizerImpl = "auto"
+    # ---- multimodal (issue 10) ---------------------------------------------------------
+    #: Freeze a multimodal wrapper's vision/audio tower (``ModelSpec.tower_parameters``):
+    #: its weights stay, it gets no gradients, master copy or optimizer state.
+    freeze_tower: bool = False
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "devices"):

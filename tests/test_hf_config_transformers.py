@@ -323,17 +323,47 @@ WRAPPERS = {
 }
 
 
-def test_llama4_wrapper_counts_its_tower_apart_with_transformers_and_says_so_without():
+@PATHS
+def test_llama4_wrapper_counts_its_tower_apart(use_transformers):
     config = WRAPPERS["llama4-multimodal"]
-    with_hf = spec_from_config(config, use_transformers=True)
+    spec = spec_from_config(config, use_transformers=use_transformers)
     whole = hf_parameter_count(config, "AutoModelForImageTextToText")
     language = hf_parameter_count(config)
-    assert parameter_count(with_hf) == whole
-    assert with_hf.tower_parameters == whole - language > 0
-    assert parameters_by_component(with_hf)["vision_tower"] == whole - language
-    without = spec_from_config(config, use_transformers=False)
-    assert parameter_count(without) == language and without.tower_parameters == 0
-    assert any("vision tower not counted" in a for a in without.assumptions)
+    assert parameter_count(spec) == whole
+    assert spec.tower_parameters == whole - language > 0
+    assert parameters_by_component(spec)["vision_tower"] == whole - language
+
+
+def test_llama4_scout_published_wrapper_counts_language_model_and_tower_as_built():
+    """Llama-4-Scout's published config: the bundled text part and its vision_config, built
+    by transformers on meta as the image-text-to-text model."""
+    vision = dict(
+        hidden_act="gelu",
+        hidden_size=1408,
+        image_size=336,
+        intermediate_size=5632,
+        model_type="llama4_vision_model",
+        multi_modal_projector_bias=False,
+        norm_eps=1e-05,
+        num_attention_heads=16,
+        num_channels=3,
+        num_hidden_layers=34,
+        patch_size=14,
+        pixel_shuffle_ratio=0.5,
+        projector_input_dim=4096,
+        projector_output_dim=4096,
+        rope_theta=10000,
+        vision_feature_layer=-1,
+        vision_output_dim=4096,
+    )
+    text = bundled.lookup("meta-llama/Llama-4-Scout-17B-16E").config()
+    config = _cfg("llama4", text_config=text, vision_config=vision, tie_word_embeddings=False)
+    hf_text = {**text, "attn_temperature_tuning": True}  # see hf_model
+    whole = hf_parameter_count({**config, "text_config": hf_text}, "AutoModelForImageTextToText")
+    for use in (True, False):
+        spec = spec_from_config(config, use_transformers=use)
+        assert parameter_count(spec) == whole
+        assert whole - spec.tower_parameters == 107_769_861_120
 
 
 def test_gemma3_tower_reported_apart_equals_the_built_tower():

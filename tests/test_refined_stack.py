@@ -114,3 +114,24 @@ def test_divergence_flags_name_the_features(hub_id, flags):
 
     spec = bundled.lookup(hub_id).spec()
     assert flags <= {f.name for f in divergence.flags(spec, SETUP)}
+
+
+def test_a_frozen_tower_keeps_its_weights_but_no_gradients_or_optimizer_state():
+    spec = bundled.lookup("google/gemma-3-4b-pt").spec()
+    tower = spec.tower_parameters
+    assert tower > 0
+    trained = refined.estimate(spec, SETUP)
+    frozen = refined.estimate(spec, SETUP.replace(freeze_tower=True))
+    a, b = trained.architecture, frozen.architecture
+    assert a["weights"] == b["weights"] == 4 * spec.n_params
+    for term in ("grads", "optimizer/adam_m", "optimizer/adam_v"):
+        assert a[term] - b[term] == 4 * tower
+    step = {n: v for n, v in frozen.execution.items()}
+    assert frozen.execution.total < trained.execution.total
+    assert step["weights"] == trained.execution["weights"]
+    # A model without a tower is unchanged by the flag.
+    dense = bundled.lookup("Qwen/Qwen2.5-0.5B").spec()
+    assert (
+        refined.estimate(dense, SETUP).execution.total
+        == refined.estimate(dense, SETUP.replace(freeze_tower=True)).execution.total
+    )

@@ -140,10 +140,34 @@ def llama4_text(r: Reader) -> dict:
     return fields
 
 
+def llama4_vision_parameters(v: Reader, text_hidden: int) -> int:
+    """Llama4VisionModel and Llama4MultiModalProjector (``modeling_llama4.py``): the
+    unfold patch embedding (C·p² → d, no bias), a class embedding, one learned position
+    per patch plus the class token, LayerNorms before and after (weight and bias), per
+    layer q, k, v, o (d×d with bias), fc1/fc2 (with bias) and two LayerNorms, the pixel-
+    shuffle adapter (fc1 intermediate → projector_input_dim, fc2 projector_output_dim²,
+    no biases) and the projector (vision_output_dim → the text width, no bias)."""
+    cls = "Llama4VisionConfig"
+    d = v.integer("hidden_size", default=768, why=f"{cls} default 768")
+    f = v.integer("intermediate_size", default=5632, why=f"{cls} default 5632")
+    layers = v.integer("num_hidden_layers", default=34, why=f"{cls} default 34")
+    channels = v.integer("num_channels", default=3)
+    image = v.integer("image_size", default=448, why=f"{cls} default 448")
+    patch = v.integer("patch_size", default=14, why=f"{cls} default 14")
+    p_in = v.integer("projector_input_dim", default=4096, why=f"{cls} default 4096")
+    p_out = v.integer("projector_output_dim", default=4096, why=f"{cls} default 4096")
+    out_dim = v.integer("vision_output_dim", default=7680, why=f"{cls} default 7680")
+    embeddings = channels * patch * patch * d + d + ((image // patch) ** 2 + 1) * d + 4 * d
+    layer = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
+    adapter = f * p_in + p_out * p_out
+    return embeddings + layers * layer + adapter + out_dim * text_hidden
+
+
 def llama4(r: Reader) -> dict:
-    """Llama4Config (the multimodal wrapper): its ``text_config`` is the language model.
-    The vision tower is counted from transformers' meta-device build when transformers
-    is importable (:mod:`introspect.adapters.hf_transformers`)."""
+    """Llama4Config (the multimodal wrapper): its ``text_config`` is the language model,
+    its ``vision_config`` the tower (:func:`llama4_vision_parameters`), reported apart."""
     fields = llama4_text(r.sub("text_config"))
-    fields["_tower_from_build"] = "vision_model, multi_modal_projector"
+    tower = llama4_vision_parameters(r.sub("vision_config"), fields["hidden_size"])
+    fields["tower_parameters"] = tower
+    fields["tower"] = "Llama 4 vision tower, pixel-shuffle adapter and projector"
     return fields

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from introspect.breakdown import Breakdown
 from introspect.layers import LayerKind
+from introspect.params import trainable_parameter_count
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -250,16 +251,18 @@ def _notes(spec: ModelSpec, T: int) -> dict[str, str]:
     return notes
 
 
-def state_terms(n_params: int, weight_bytes: int) -> dict[str, int]:
+def state_terms(n_params: int, weight_bytes: int, trainable: int | None = None) -> dict[str, int]:
     """The seed's persistent training state for N parameters, in bytes: working weights
     and their gradients at ``weight_bytes`` each, an FP32 master copy when the working
     weights are 16-bit, and Adam's FP32 m and v — 16N either way (eq:weights,
-    eq:backward_values). N counts every expert of a mixture, active or not."""
-    terms = {"weights": weight_bytes * n_params, "grads": weight_bytes * n_params}
+    eq:backward_values). N counts every expert of a mixture, active or not; gradients,
+    master copy and Adam cover the ``trainable`` ones (all N unless a tower is frozen)."""
+    n = n_params if trainable is None else trainable
+    terms = {"weights": weight_bytes * n_params, "grads": weight_bytes * n}
     if weight_bytes < FP32:
-        terms["optimizer/master_weights"] = FP32 * n_params
-    terms["optimizer/adam_m"] = FP32 * n_params
-    terms["optimizer/adam_v"] = FP32 * n_params
+        terms["optimizer/master_weights"] = FP32 * n
+    terms["optimizer/adam_m"] = FP32 * n
+    terms["optimizer/adam_v"] = FP32 * n
     return terms
 
 
@@ -270,7 +273,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     layer kind is computed once and multiplied by its count."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT = B * T
-    state = state_terms(spec.n_params, setup.weight_bytes)
+    trainable = trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
+    state = state_terms(spec.n_params, setup.weight_bytes, trainable)
     terms: dict[str, int] = {"weights": state.pop("weights")}
     terms["activations/embedding"] = s * BT * spec.hidden_size
     for name, values in layer_terms(spec, B, T).items():

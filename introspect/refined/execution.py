@@ -144,6 +144,13 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     return 0
 
 
+def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters with gradients and optimizer state (a frozen tower has neither)."""
+    from introspect.params import trainable_parameter_count
+
+    return trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
+
+
 def _share(n: int, devices: int, sharded: bool) -> int:
     return math.ceil(n / devices) if sharded else n
 
@@ -154,6 +161,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     N, D, z = spec.n_params, setup.devices, setup.zero_stage
     wb = working_weight_bytes(setup)
     terms = {"weights": _share(wb * N, D, z >= 3)}
+    N = _trainable(spec, setup)  # master copy and optimizer state: trainable ones only
     if z >= 3 and D > 1:
         # FSDP/ZeRO-3 gathers one unit (a block, or the embedding) and prefetches the next.
         unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
@@ -389,11 +397,11 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     if setup.optimizer == "none":
         return None
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = grad_bytes(spec, setup, spec.n_params)
+    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    local = _share(spec.n_params, setup.devices, setup.zero_stage >= 1)
+    local = _share(_trainable(spec, setup), setup.devices, setup.zero_stage >= 1)
     terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
     return terms
 
