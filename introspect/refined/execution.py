@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
-from introspect.refined import saved
+from introspect.refined import saved, sharding
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -140,7 +140,7 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
         return 0
     impl = setup.resolved_optimizer_impl
     if impl == "single_tensor":
-        return 2 * largest_tensor(spec) * FP32
+        return 2 * sharding.largest_local_tensor(spec, setup) * FP32
     if impl == "foreach":
         return local_params * FP32
     return 0
@@ -151,29 +151,21 @@ def _share(n: int, devices: int, sharded: bool) -> int:
 
 
 def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Per-device persistent state: working weights (÷D at ZeRO-3, plus the gathered
-    units), FP32 master weights and optimizer state (÷D from ZeRO-1)."""
-    N, D, z = spec.n_params, setup.devices, setup.zero_stage
-    wb = working_weight_bytes(setup)
-    terms = {"weights": _share(wb * N, D, z >= 3)}
-    if z >= 3 and D > 1:
-        # FSDP/ZeRO-3 gathers one unit (a block, or the embedding) and prefetches the next.
-        unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
-        terms["weights/gathered"] = 2 * unit * wb
-    m = master_bytes(setup)
-    if m:
-        terms["optimizer/master_weights"] = _share(m * N, D, z >= 1)
-    for name, per in optimizer_state(setup).items():
-        terms[name] = _share(per * N, D, z >= 1)
-    return terms
+    """Per-device persistent state: working weights, FP32 master weights, optimizer state
+    and DDP's buckets, as the largest rank holds them (:func:`sharding.state_terms`)."""
+    return sharding.state_terms(
+        spec,
+        setup,
+        working=working_weight_bytes(setup),
+        master=master_bytes(setup),
+        state=optimizer_state(setup),
+    )
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     """Bytes of the gradients of ``n_params`` parameters on one device (÷D from
     ZeRO-2; none for a frozen model)."""
-    if setup.optimizer == "none":
-        return 0
-    return _share(working_weight_bytes(setup) * n_params, setup.devices, setup.zero_stage >= 2)
+    return sharding.grad_bytes(spec, setup, n_params, working_weight_bytes(setup))
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:
@@ -253,6 +245,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     terms["activations/logits/grad"] = logits_transient(spec, setup)
     terms["grads"] = 0
     terms.update(mlx_activation_grads(spec, setup, spec.num_hidden_layers))
+    terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
 
@@ -273,6 +266,8 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     ) + BT * d * s
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     head.update(mlx_activation_grads(spec, setup, L))
+    wb = working_weight_bytes(setup)
+    head.update(sharding.moment_terms(spec, setup, "head", wb))
     moments = [_add(state, head)]
 
     full = saved.per_layer(spec, setup)
@@ -297,6 +292,7 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms["activations/layer/feed_forward/grad"] = ffn_transient(spec, setup)
         terms["grads"] = grad_bytes(spec, setup, head_parameters(spec) + (L - 1 - i) * per_layer)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
+        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         moments.append(terms)
         # The layer's attention backward.
         terms = dict(state)
@@ -308,7 +304,11 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         done = head_parameters(spec) + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
+        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         moments.append(terms)
+    end = sharding.backward_end(spec, setup, wb)
+    if end is not None:
+        moments.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
     return moments
 
 
@@ -322,7 +322,7 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    local = _share(spec.n_params, setup.devices, setup.zero_stage >= 1)
+    local = sharding.local_parameters(spec, setup)
     terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
     return terms
 

@@ -1,0 +1,326 @@
+"""Per-rank memory of a sharded step: DDP, ZeRO-1/2/3 and FSDP2, as the libraries hold it.
+
+The execution layer (:mod:`introspect.refined.execution`) asks this module for the
+per-rank persistent state, the gradients of a part of the model, and each moment's
+gathered weights and communication buffers. Every figure is the rank with the largest
+share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
+
+* **DDP** (``torch/nn/parallel/distributed.py``, ``torch/csrc/distributed/c10d/reducer.cpp``):
+  the reducer allocates flat gradient buckets (``bucket_cap_mb=25``, the first 1 MB) for
+  every parameter when DDP is built and rebuilds them after the first step; they live for
+  the whole step — ``comm/ddp_buckets`` = N·(gradient bytes). Autograd's gradients are
+  copied into them, so gradients and buckets both exist, unless ``gradient_as_bucket_view``:
+  then the gradients *are* views into the buckets and no separate gradient is counted.
+  Measured (gloo, 2 processes): 4N bytes beside the gradients, every moment.
+* **ZeRO-1** (``torch/distributed/optim/zero_redundancy_optimizer.py``
+  ``_partition_parameters``): whole tensors, sorted by size (largest first, stable), each
+  to the rank with the smallest total so far; that rank's Adam state and update
+  temporaries. Paired with DDP, as torch documents it, so the buckets stay.
+* **ZeRO-2 / ZeRO-3 (DeepSpeed)**, not measured here: ``runtime/zero/config.py`` defaults
+  ``reduce_bucket_size=5e8``, ``contiguous_gradients=True``, ``overlap_comm`` True only at
+  stage 3 (two reduce buckets), ``stage3_prefetch_bucket_size=5e7``,
+  ``stage3_max_live_parameters=1e9``, ``stage3_param_persistence_threshold=1e5`` (smaller
+  tensors are never partitioned). Stage 2: 16-bit weights whole, gradients and FP32
+  master/state ÷D, the reduce bucket (``comm/reduce_bucket``). Stage 3 also ÷D weights,
+  gathers at most ``max_live_parameters`` (``weights/gathered``) and fetches one prefetch
+  bucket ahead (``comm/all_gather``).
+* **FSDP2** ``fully_shard`` (``torch/distributed/fsdp/_fully_shard/``): each parameter
+  sharded on dim 0, padded to a multiple of D (``_fsdp_param.py``: every rank holds the
+  padded shard). One unit per block, the root unit (embedding, final norm, head) last; the
+  root is kept gathered after forward (``_fsdp_state.py``: the root's
+  ``reshard_after_forward`` defaults to False) and through backward; blocks are
+  resharded after their forward unless ``reshard_after_forward=False``. In backward a
+  block is gathered (its all-gather output buffer alive during the copy-out,
+  ``comm/fsdp_all_gather``), the previous block's reduce-scatter input is kept until
+  the next reduce-scatter (``reduce_scatter_max_input_buffers=1``,
+  ``comm/reduce_scatter``); the root's unsharded gradients live until its own
+  reduce-scatter at the end of backward. Everything gathered is freed before the
+  optimizer step. ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``: the
+  FP32 shard is the only master copy (no separate one), gathered weights and unsharded
+  gradients BF16, sharded gradients and reduce-scatter buffers FP32.
+  Measured (gloo, 2 and 4 processes, ``benchmarks/sharded_accuracy.py``).
+* **Tensor and pipeline parallel** (Megatron): :func:`model_parallel_parameters`; not
+  measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+FP32 = 4
+
+#: DeepSpeed ``runtime/zero/config.py`` defaults (elements).
+DS_REDUCE_BUCKET = 500_000_000
+DS_PREFETCH_BUCKET = 50_000_000
+DS_MAX_LIVE_PARAMETERS = 1_000_000_000
+DS_PERSISTENCE_THRESHOLD = 100_000
+
+Shape = tuple[int, ...]
+
+
+# --- the parameter tensors -------------------------------------------------------------
+
+
+def _linear(out_f: int, in_f: int, bias: bool) -> list[Shape]:
+    return [(out_f, in_f)] + ([(out_f,)] if bias else [])
+
+
+def _norm(spec: ModelSpec, width: int) -> list[Shape]:
+    return [(width,)] * (norm_params(spec, width) // width)
+
+
+def layer_tensors(spec: ModelSpec) -> list[Shape]:
+    """One block's parameter tensors, in module order (Llama's names: input norm, q, k,
+    v, o and the q/k norms, post-attention norm, gate/up/down or the experts and router).
+    nn.Linear's weight is (out, in)."""
+    d, q, kv, f = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.ffn_dim
+    out: list[Shape] = []
+    norms = _norm(spec, d)
+    out += norms
+    out += _linear(q, d, spec.qkv_bias) + _linear(kv, d, spec.qkv_bias) * 2
+    out += _linear(d, q, spec.o_bias)
+    if spec.qk_norm == "head":
+        out += _norm(spec, spec.head_size) * 2
+    elif spec.qk_norm == "full":
+        out += _norm(spec, q) + _norm(spec, kv)
+    for _ in range(spec.norms_per_layer - 1):
+        out += norms
+    ffn = []
+    if spec.ffn == "gated":
+        ffn += _linear(f, d, spec.mlp_bias)
+    ffn += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
+    out += ffn * max(1, spec.num_local_experts)
+    if spec.is_moe:
+        out.append((spec.num_local_experts, d))
+    return out
+
+
+def root_tensors(spec: ModelSpec) -> list[Shape]:
+    """What FSDP2's root unit holds: the embedding (and learned positions), the final
+    norm and an untied head (and its bias)."""
+    V, d = spec.vocab_size, spec.hidden_size
+    out: list[Shape] = [(V, d)]
+    if spec.position_embedding == "learned":
+        out.append((spec.max_position_embeddings or 0, d))
+    out += _norm(spec, d)
+    if not spec.tie_word_embeddings:
+        out.append((V, d))
+    if spec.lm_head_bias:
+        out.append((V,))
+    return out
+
+
+def parameter_tensors(spec: ModelSpec) -> list[Shape]:
+    """Every parameter tensor in ``model.parameters()`` order (a tied head once)."""
+    V, d = spec.vocab_size, spec.hidden_size
+    out: list[Shape] = [(V, d)]
+    if spec.position_embedding == "learned":
+        out.append((spec.max_position_embeddings or 0, d))
+    out += layer_tensors(spec) * spec.num_hidden_layers
+    out += _norm(spec, d)
+    if not spec.tie_word_embeddings:
+        out.append((V, d))
+    if spec.lm_head_bias:
+        out.append((V,))
+    return out
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def zero_partition(sizes: list[int], devices: int) -> list[int]:
+    """``ZeroRedundancyOptimizer._partition_parameters``: tensors sorted by size, largest
+    first (stable), each to the first rank with the smallest total; elements per rank."""
+    totals = [0] * devices
+    for n in sorted(sizes, reverse=True):
+        totals[totals.index(min(totals))] += n
+    return totals
+
+
+def fsdp_shard(shapes: list[Shape], devices: int) -> int:
+    """Elements one rank holds of ``shapes`` under FSDP2: dim 0 padded to a multiple of D,
+    ⌈dim0/D⌉·rest each (every rank stores the padded shard)."""
+    return sum(math.ceil(s[0] / devices) * numel(s[1:]) for s in shapes)
+
+
+# --- what the execution layer asks -----------------------------------------------------
+
+
+def strategy(setup: TrainingSetup) -> str:
+    """``none`` on one device, else the setup's resolved sharding."""
+    return "none" if setup.devices == 1 else setup.resolved_sharding
+
+
+def _fsdp_param_bytes(setup: TrainingSetup, working: int) -> int:
+    """Bytes of a gathered FSDP2 weight (and unsharded gradient): ``param_dtype``."""
+    return 2 if setup.precision in ("mixed", "bf16") else working
+
+
+def _fsdp_reduce_bytes(setup: TrainingSetup) -> int:
+    """Bytes of a sharded FSDP2 gradient and reduce-scatter buffer: ``reduce_dtype``
+    (FP32 under mixed precision; the parameter's dtype otherwise)."""
+    return 2 if setup.precision == "bf16" else FP32
+
+
+def state_terms(
+    spec: ModelSpec, setup: TrainingSetup, *, working: int, master: int, state: dict[str, int]
+) -> dict[str, int]:
+    """Per-rank persistent state: weights, master copy, optimizer state, DDP buckets.
+
+    ``working`` and ``master`` are bytes per parameter, ``state`` the optimizer's bytes
+    per parameter by term (from the execution layer)."""
+    N, D, how = spec.n_params, setup.devices, strategy(setup)
+    opt_elems = N
+    if how == "none":
+        terms = {"weights": working * N}
+    elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
+        terms = {"weights": working * N}
+        terms["comm/ddp_buckets"] = working * N
+        if how == "zero":
+            opt_elems = max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+    elif how == "zero":  # DeepSpeed stage 2 or 3
+        opt_elems = math.ceil(N / D)
+        if setup.zero_stage == 3:
+            small = sum(
+                numel(s) for s in parameter_tensors(spec) if numel(s) < DS_PERSISTENCE_THRESHOLD
+            )
+            terms = {"weights": working * (math.ceil((N - small) / D) + small)}
+            terms["weights/gathered"] = working * min(N - small, DS_MAX_LIVE_PARAMETERS)
+        else:
+            terms = {"weights": working * N}
+    else:  # fsdp
+        opt_elems = fsdp_shard(parameter_tensors(spec), D)
+        # The sharded parameter keeps the original dtype: under mixed precision it is the
+        # FP32 master itself.
+        shard_bytes = FP32 if setup.precision == "mixed" else working
+        terms = {"weights": shard_bytes * opt_elems}
+        master = 0
+    if master:
+        terms["optimizer/master_weights"] = master * opt_elems
+    for name, per in state.items():
+        terms[name] = per * opt_elems
+    return terms
+
+
+def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: int) -> int:
+    """Bytes of the gradients of the first ``n_params`` parameters backward makes (the
+    head first, then whole blocks from the top, then part of the current block).
+
+    DDP: full, none beside the buckets under ``gradient_as_bucket_view``. ZeRO-1: full.
+    DeepSpeed ZeRO-2/3: ÷D. FSDP2: the root's gradients unsharded (param dtype) until the
+    root's reduce-scatter, finished blocks sharded (reduce dtype, padded), the current
+    block's unsharded; at the step (``n_params = N``) everything sharded."""
+    if setup.optimizer == "none":
+        return 0
+    N, D, how = spec.n_params, setup.devices, strategy(setup)
+    if how == "ddp" or (how == "zero" and setup.zero_stage == 1):
+        return 0 if setup.gradient_as_bucket_view else working * n_params
+    if how == "zero":
+        return math.ceil(working * n_params / D)
+    if how != "fsdp":
+        return working * n_params
+    reduce_b = _fsdp_reduce_bytes(setup)
+    if n_params >= N:
+        return reduce_b * fsdp_shard(parameter_tensors(spec), D)
+    param_b = _fsdp_param_bytes(setup, working)
+    head = min(n_params, spec.vocab_size * spec.hidden_size)
+    rest = n_params - head
+    per_layer = sum(numel(s) for s in layer_tensors(spec))
+    done, partial = divmod(rest, per_layer)
+    shard = fsdp_shard(layer_tensors(spec), D)
+    return param_b * (head + partial) + reduce_b * done * shard
+
+
+def moment_terms(
+    spec: ModelSpec, setup: TrainingSetup, moment: str, working: int, layer: int | None = None
+) -> dict[str, int]:
+    """Gathered weights and communication buffers alive at one moment of the step:
+    ``forward_end``, ``head`` (the output projection's backward), ``layer`` (block
+    ``layer``'s backward) or ``optimizer_step``. Only FSDP2 and DeepSpeed ZeRO-3 have
+    any; DDP's buckets are persistent state."""
+    how, D = strategy(setup), setup.devices
+    if how == "zero" and setup.zero_stage >= 2:
+        buckets = 2 if setup.zero_stage == 3 else 1  # overlap_comm's default
+        terms = {}
+        if moment != "forward_end" and moment != "optimizer_step":
+            terms["comm/reduce_bucket"] = buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)
+        if setup.zero_stage == 3 and moment != "optimizer_step":
+            terms["comm/all_gather"] = working * min(DS_PREFETCH_BUCKET, spec.n_params)
+        return terms
+    if how != "fsdp" or moment == "optimizer_step":
+        return {}
+    param_b = _fsdp_param_bytes(setup, working)
+    block = sum(numel(s) for s in layer_tensors(spec))
+    block_padded = D * fsdp_shard(layer_tensors(spec), D)
+    root = sum(numel(s) for s in root_tensors(spec))
+    L = spec.num_hidden_layers
+    blocks = L if not setup.reshard_after_forward else 0
+    if moment == "layer" and setup.reshard_after_forward:
+        # This block gathered again, and the next one (below) prefetched.
+        blocks = 1 + (1 if layer else 0)
+    terms = {"weights/gathered": param_b * (root + blocks * block)}
+    if moment == "layer":
+        terms["comm/fsdp_all_gather"] = param_b * block_padded if setup.reshard_after_forward else 0
+        if layer is not None and layer < L - 1:
+            terms["comm/reduce_scatter"] = _fsdp_reduce_bytes(setup) * block_padded
+    return terms
+
+
+def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, int] | None:
+    """FSDP2's last moment of backward: the root's reduce-scatter, with every block's
+    sharded gradient made, the root's unsharded gradients and its reduce-scatter input
+    (reduce dtype) alive together. None for other strategies."""
+    if strategy(setup) != "fsdp" or setup.optimizer == "none":
+        return None
+    D = setup.devices
+    root = root_tensors(spec)
+    root_n = sum(numel(s) for s in root)
+    reduce_b = _fsdp_reduce_bytes(setup)
+    blocks = spec.num_hidden_layers * fsdp_shard(layer_tensors(spec), D)
+    return {
+        "weights/gathered": _fsdp_param_bytes(setup, working) * root_n,
+        "grads": reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
+        "comm/reduce_scatter": reduce_b * D * fsdp_shard(root, D),
+    }
+
+
+def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters the largest rank's optimizer updates."""
+    how, D = strategy(setup), setup.devices
+    if how == "zero" and setup.zero_stage == 1:
+        return max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+    if how == "zero":
+        return math.ceil(spec.n_params / D)
+    if how == "fsdp":
+        return fsdp_shard(parameter_tensors(spec), D)
+    return spec.n_params
+
+
+def largest_local_tensor(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Elements of the largest tensor one rank's optimizer updates (its update
+    temporaries are this size): a whole tensor except under FSDP2 (a dim-0 shard)."""
+    shapes = parameter_tensors(spec)
+    if strategy(setup) == "fsdp":
+        return max(math.ceil(s[0] / setup.devices) * numel(s[1:]) for s in shapes)
+    return max(numel(s) for s in shapes)
+
+
+def model_parallel_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters on one tensor-parallel rank of the first pipeline stage (Megatron-LM,
+    ``megatron/core/tensor_parallel/layers.py``): QKV and the FFN's up/gate are
+    column-parallel, O and down row-parallel (weights ÷t; row-parallel biases and norms
+    replicated); the embedding and head vocab-parallel (÷t); the stage holds ⌈L/p⌉
+    blocks and the embedding. Not measured."""
+    t, p = setup.tensor_parallel, setup.pipeline_parallel
+    d = spec.hidden_size
+    per_layer = attention_params(spec) + ffn_params(spec) * max(1, spec.num_local_experts)
+    replicated = spec.norms_per_layer * norm_params(spec, d) + qk_norm_params(spec)
+    layers = math.ceil(spec.num_hidden_layers / p)
+    embed = math.ceil(spec.vocab_size / t) * d
+    head = 0 if (spec.tie_word_embeddings or p > 1) else embed
+    return layers * (math.ceil(per_layer / t) + replicated) + embed + head
