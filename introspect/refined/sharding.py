@@ -264,6 +264,8 @@ def moment_terms(
         # This block gathered again, and the next one (below) prefetched.
         blocks = 1 + (1 if layer else 0)
     terms = {"weights/gathered": param_b * (root + blocks * block)}
+    # Named even when empty, so the figure shows that no buffer is alive at this moment.
+    terms["comm/fsdp_all_gather"] = terms["comm/reduce_scatter"] = 0
     if moment == "layer":
         terms["comm/fsdp_all_gather"] = param_b * block_padded if setup.reshard_after_forward else 0
         if layer is not None and layer < L - 1:
@@ -287,6 +289,74 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[st
         "grads": reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
         "comm/reduce_scatter": reduce_b * D * fsdp_shard(root, D),
     }
+
+
+def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str]:
+    """Why the sharded terms have their size, for this strategy (overrides the execution
+    layer's generic causes)."""
+    how, D = strategy(setup), setup.devices
+    gb = lambda n: f"{n / 1e9:.3f} GB"  # noqa: E731 - a local formatter
+    out: dict[str, str] = {}
+    if how == "none":
+        return out
+    if how == "fsdp":
+        pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
+        block_padded = D * fsdp_shard(layer_tensors(spec), D)
+        kept = "" if setup.reshard_after_forward else " and every block (no reshard after forward)"
+        out["weights"] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
+            "FP32: the only master copy under MixedPrecisionPolicy"
+            if setup.precision == "mixed"
+            else f"{working} bytes each"
+        )
+        out["weights/gathered"] = (
+            f"FSDP2 unsharded weights ({pb} bytes each): the root unit (embedding, final "
+            f"norm, head) gathered through forward and backward{kept}; in a block's "
+            "backward that block and the next (prefetched)"
+        )
+        out["comm/fsdp_all_gather"] = (
+            f"FSDP2 all-gather output of one block ({gb(pb * block_padded)}), alive during "
+            "its copy-out in backward; none at the forward end or the optimizer step"
+        )
+        out["comm/reduce_scatter"] = (
+            f"FSDP2 reduce-scatter input of the block below ({rb} bytes, "
+            f"{gb(rb * block_padded)}), kept until the next reduce-scatter; the root's "
+            "at the end of backward; none at the forward end"
+        )
+        shard = "this rank's FSDP2 shard"
+    elif how == "ddp" or setup.zero_stage == 1:
+        view = "; the gradients are views into them" if setup.gradient_as_bucket_view else ""
+        out["weights"] = f"working weights ({working} bytes each), a full copy on every rank"
+        out["comm/ddp_buckets"] = (
+            f"DDP reducer's flat gradient buckets (bucket_cap_mb=25, the first 1 MB): "
+            f"N·{working} bytes for the whole step{view}"
+        )
+        shard = (
+            "the full model"
+            if how == "ddp"
+            else (
+                f"this rank's ZeroRedundancyOptimizer partition (whole tensors, greedy: "
+                f"{local_parameters(spec, setup):,} of {spec.n_params:,} parameters)"
+            )
+        )
+    else:
+        out["comm/reduce_bucket"] = (
+            "DeepSpeed reduce bucket(s) (reduce_bucket_size=5e8 elements"
+            + (", two with overlap_comm at stage 3)" if setup.zero_stage == 3 else ")")
+            + "; not measured"
+        )
+        out["comm/all_gather"] = "DeepSpeed stage3_prefetch_bucket_size=5e7; not measured"
+        out["weights/gathered"] = (
+            "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
+        )
+        shard = f"this rank's ÷{D} DeepSpeed partition"
+    for name in (
+        "optimizer/adam_m",
+        "optimizer/adam_v",
+        "optimizer/momentum",
+        "optimizer/master_weights",
+    ):
+        out[name] = f"{name.split('/')[1].replace('_', ' ')} of {shard}"
+    return out
 
 
 def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
