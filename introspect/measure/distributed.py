@@ -331,8 +331,11 @@ def _measured_step(model, optimizer, step, setup, buckets) -> dict[str, Any]:
 
         tracker = FSDPMemTracker(model, optimizer)
         phase = _PhaseWatch(tracker)
+        hooks = _classify_unsharded_grads(model, tracker)
         with tracker:
             step()
+        for h in hooks:
+            h.remove()
         cats = _fsdp_categories(tracker.get_tracker_snapshot("peak"))
     else:
         from torch.distributed._tools.mem_tracker import _MemRefType
@@ -362,6 +365,27 @@ def _measured_step(model, optimizer, step, setup, buckets) -> dict[str, Any]:
         "categories": cats,
         "phase_peaks": phase.phase_peaks,
     }
+
+
+def _classify_unsharded_grads(model, tracker) -> list:
+    """FSDPMemTracker names an unsharded gradient only in the unit's post-backward; until
+    then autograd's fresh gradient counts as a backward temporary. A post-accumulate hook
+    on every unsharded parameter names it a gradient as soon as it exists."""
+    from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
+    from torch.distributed.fsdp import FSDPModule
+
+    def hook(param) -> None:
+        if param.grad is not None:
+            tracker._update_and_maybe_create_winfos(param.grad, _FSDPRefType.UNSHARDED_GRAD)
+
+    handles = []
+    for module in model.modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        group = module._get_fsdp_state()._fsdp_param_group
+        for fsdp_param in group.fsdp_params if group else ():
+            handles.append(fsdp_param.unsharded_param.register_post_accumulate_grad_hook(hook))
+    return handles
 
 
 class _PhaseWatch:

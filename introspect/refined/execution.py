@@ -126,9 +126,10 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
 
     * ``single_tensor`` (torch's CPU default: foreach kernels exist only for
       cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``): per parameter, ``_single_tensor_adam``
-      makes ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the
-      largest parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``,
-      reference model, FP32 Adam).
+      makes ``exp_avg_sq.sqrt()`` and its division while the previous parameter's
+      ``denom`` is still bound: prev + 2·cur over the loop
+      (:func:`sharding.single_tensor_temporaries`). Measured: 2·V·d·4 bytes at the peak
+      when V·d dwarfs its neighbours, 3 tensors when equal-sized ones follow each other.
     * ``foreach`` (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
       and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
       parameter, one at a time: ``4·N_local``.
@@ -140,7 +141,7 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
         return 0
     impl = setup.resolved_optimizer_impl
     if impl == "single_tensor":
-        return 2 * sharding.largest_local_tensor(spec, setup) * FP32
+        return sharding.single_tensor_temporaries(spec, setup) * FP32
     if impl == "foreach":
         return local_params * FP32
     return 0

@@ -260,9 +260,10 @@ def moment_terms(
     root = sum(numel(s) for s in root_tensors(spec))
     L = spec.num_hidden_layers
     blocks = L if not setup.reshard_after_forward else 0
-    if moment == "layer" and setup.reshard_after_forward:
-        # This block gathered again, and the next one (below) prefetched.
-        blocks = 1 + (1 if layer else 0)
+    if moment == "layer":
+        # Resharding: this block gathered again (the next one below is prefetched into its
+        # all-gather buffer). Without: the blocks above are resharded after their backward.
+        blocks = 1 if setup.reshard_after_forward else (layer or 0) + 1
     terms = {"weights/gathered": param_b * (root + blocks * block)}
     # Named even when empty, so the figure shows that no buffer is alive at this moment.
     terms["comm/fsdp_all_gather"] = terms["comm/reduce_scatter"] = 0
@@ -371,13 +372,37 @@ def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     return spec.n_params
 
 
-def largest_local_tensor(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Elements of the largest tensor one rank's optimizer updates (its update
-    temporaries are this size): a whole tensor except under FSDP2 (a dim-0 shard)."""
+def local_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
+    """Elements of each tensor the largest rank's optimizer updates, in its loop order:
+    ``model.parameters()`` order; ZeRO-1: the largest rank's partition, largest first (the
+    order ``_partition_parameters`` appends them); FSDP2: each tensor's dim-0 shard;
+    DeepSpeed ZeRO-2/3: one flat FP32 partition."""
+    how, D = strategy(setup), setup.devices
     shapes = parameter_tensors(spec)
-    if strategy(setup) == "fsdp":
-        return max(math.ceil(s[0] / setup.devices) * numel(s[1:]) for s in shapes)
-    return max(numel(s) for s in shapes)
+    if how == "zero" and setup.zero_stage == 1:
+        totals = [0] * D
+        ranks: list[list[int]] = [[] for _ in range(D)]
+        for n in sorted((numel(s) for s in shapes), reverse=True):
+            r = totals.index(min(totals))
+            totals[r] += n
+            ranks[r].append(n)
+        return ranks[totals.index(max(totals))]
+    if how == "zero":
+        return [math.ceil(spec.n_params / D)]
+    if how == "fsdp":
+        return [math.ceil(s[0] / D) * numel(s[1:]) for s in shapes]
+    return [numel(s) for s in shapes]
+
+
+def single_tensor_temporaries(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Elements of the single-tensor Adam loop's temporaries at their peak
+    (``torch/optim/adam.py`` ``_single_tensor_adam``): ``denom = (exp_avg_sq.sqrt() /
+    bias_correction2_sqrt).add_(eps)`` makes the square root and the quotient of this
+    tensor while the previous tensor's ``denom`` is still bound (it is replaced only
+    after the new one exists): max over the loop of prev + 2·cur. Measured on CPU: with
+    the embedding, head and both FFN matrices the same size, 3 of them at the peak."""
+    sizes = local_tensors(spec, setup)
+    return max(p + 2 * c for p, c in zip([0, *sizes], sizes, strict=False))
 
 
 def model_parallel_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
