@@ -129,59 +129,94 @@ def measure_sharded(
     """Run the step in ``setup.devices`` processes and collect every rank's peak.
 
     Every worker is killed if any fails or the whole run passes ``timeout`` seconds."""
-    check_measurable(spec, setup)
+    return measure_many([(spec, setup)], timeout=timeout)[0]
+
+
+def measure_many(
+    jobs: list[tuple[ModelSpec, TrainingSetup]], *, timeout: float = 600.0
+) -> list[ShardedMeasurement]:
+    """Several sharded steps with the same D in one group of D processes (each builds a
+    fresh model per job, so torch is imported once); one :class:`ShardedMeasurement`
+    per job. Every worker is killed if any fails or the run passes ``timeout`` seconds."""
     from introspect.measure.torch_model import check_buildable
 
-    check_buildable(spec)
-    D = setup.devices
-    port = free_port()
+    if not jobs:
+        return []
+    D = jobs[0][1].devices
+    for spec, setup in jobs:
+        check_measurable(spec, setup)
+        check_buildable(spec)
+        if setup.devices != D:
+            raise IntrospectError("measure_many: every job needs the same --devices")
     with tempfile.TemporaryDirectory(prefix="introspect-dist-") as tmp:
-        job = {"spec": spec.to_dict(), "setup": setup.to_dict(), "port": port, "dir": tmp}
+        payload = {
+            "jobs": [{"spec": sp.to_dict(), "setup": st.to_dict()} for sp, st in jobs],
+            "port": free_port(),
+            "dir": tmp,
+            "devices": D,
+        }
         job_path = os.path.join(tmp, "job.json")
         with open(job_path, "w") as f:
-            json.dump(job, f)
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        procs: list[subprocess.Popen] = []
-        logs = []
-        try:
+            json.dump(payload, f)
+        _run_workers(job_path, D, tmp, timeout)
+        out = []
+        for j, (_, setup) in enumerate(jobs):
+            ranks = []
             for rank in range(D):
-                log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
-                logs.append(log)
-                cmd = [sys.executable, "-m", "introspect.measure.distributed", job_path, str(rank)]
-                procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
-            deadline = time.monotonic() + timeout
-            while any(p.poll() is None for p in procs):
-                failed = [p for p in procs if p.poll() not in (None, 0)]
-                if failed or time.monotonic() > deadline:
-                    break
-                time.sleep(0.1)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-            for p in procs:
-                p.wait()
+                with open(os.path.join(tmp, f"rank{rank}_{j}.json")) as f:
+                    ranks.append(RankPeak(**json.load(f)))
+            notes = (
+                "peaks from live tensor storages (torch FSDPMemTracker/MemTracker), exact bytes",
+            )
+            if setup.resolved_sharding in ("ddp", "zero"):
+                notes += ("DDP's gradient buckets counted from its comm hook's bucket buffers",)
+            out.append(ShardedMeasurement(tuple(ranks), setup.resolved_sharding, D, notes))
+    return out
+
+
+def _run_workers(job_path: str, D: int, tmp: str, timeout: float) -> None:
+    """Start D workers, wait at most ``timeout`` seconds, end every one of them."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs: list[subprocess.Popen] = []
+    logs = []
+    timed_out = False
+    try:
+        for rank in range(D):
+            log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
+            logs.append(log)
+            cmd = [sys.executable, "-m", "introspect.measure.distributed", job_path, str(rank)]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            time.sleep(0.1)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        for p in procs:
+            p.wait()
+    try:
         codes = [p.returncode for p in procs]
-        if any(c != 0 for c in codes):
-            rank = next(i for i, c in enumerate(codes) if c != 0)
+        if timed_out or any(c != 0 for c in codes):
+            rank = next((i for i, c in enumerate(codes) if c not in (0, -9)), 0)
             logs[rank].seek(0)
             tail = logs[rank].read().strip().splitlines()[-1:] or ["(no output)"]
-            for log in logs:
-                log.close()
-            what = "timed out" if all(c in (-9, 0) for c in codes) else "failed"
+            if timed_out:
+                raise IntrospectError(
+                    f"the {D}-process step passed --timeout {timeout:g} s; every process "
+                    "was ended (use a smaller --seq or a larger --timeout)"
+                )
             raise IntrospectError(
-                f"the {D}-process step {what} (rank {rank}, exit {codes[rank]}): {tail[0]}"
+                f"the {D}-process step failed (rank {rank}, exit {codes[rank]}): {tail[0]}"
             )
+    finally:
         for log in logs:
             log.close()
-        ranks = []
-        for rank in range(D):
-            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
-                ranks.append(RankPeak(**json.load(f)))
-    notes = ("peaks from live tensor storages (torch FSDPMemTracker/MemTracker), exact bytes",)
-    if setup.resolved_sharding in ("ddp", "zero"):
-        notes += ("DDP's gradient buckets counted from its comm hook's bucket buffers",)
-    return ShardedMeasurement(tuple(ranks), setup.resolved_sharding, D, notes)
 
 
 #: The categories a sharded row is compared in.
@@ -220,6 +255,38 @@ def estimate_split(terms: dict[str, int]) -> dict[str, int]:
 
 
 def _worker(job_path: str, rank: int) -> None:
+    import gc
+
+    import torch
+    import torch.distributed as dist
+
+    with open(job_path) as f:
+        payload = json.load(f)
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{payload['port']}",
+        rank=rank,
+        world_size=payload["devices"],
+    )
+    try:
+        for j, job in enumerate(payload["jobs"]):
+            fields = {k: v for k, v in job["spec"].items() if k in ModelSpec.__dataclass_fields__}
+            spec = ModelSpec(**(fields | {"assumptions": tuple(fields.get("assumptions", ()))}))
+            fields = {
+                k: v for k, v in job["setup"].items() if k in TrainingSetup.__dataclass_fields__
+            }
+            result = _one_job(spec, TrainingSetup(**fields), rank)
+            result["rank"] = rank
+            with open(os.path.join(payload["dir"], f"rank{rank}_{j}.json"), "w") as f:
+                json.dump(result, f)
+            gc.collect()
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_job(spec: ModelSpec, setup: TrainingSetup, rank: int) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -227,54 +294,33 @@ def _worker(job_path: str, rank: int) -> None:
     from introspect.measure.torch_model import build
     from introspect.measure.torch_step import batch
 
-    with open(job_path) as f:
-        job = json.load(f)
-    fields = {k: v for k, v in job["spec"].items() if k in ModelSpec.__dataclass_fields__}
-    spec = ModelSpec(**(fields | {"assumptions": tuple(fields.get("assumptions", ()))}))
-    fields = {k: v for k, v in job["setup"].items() if k in TrainingSetup.__dataclass_fields__}
-    setup = TrainingSetup(**fields)
-    D = setup.devices
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{job['port']}",
-        rank=rank,
-        world_size=D,
-    )
-    try:
-        torch.manual_seed(0)
-        model = build(spec, setup.attention)
-        buckets: dict[int, Any] = {}
-        if setup.resolved_sharding == "fsdp":
-            model = _fully_shard(model, setup)
-        else:
-            model = _ddp(model, setup, buckets)
-        optimizer = _optimizer(model, setup)
-        input_ids, targets = batch(spec.vocab_size, setup, "cpu")
-        # Each rank its own micro-batch, as a data loader's sampler gives it.
-        input_ids = torch.roll(input_ids, shifts=rank, dims=1)
-        targets = torch.roll(targets, shifts=rank, dims=1)
+    torch.manual_seed(0)
+    model = build(spec, setup.attention)
+    buckets: dict[int, Any] = {}
+    if setup.resolved_sharding == "fsdp":
+        model = _fully_shard(model, setup)
+    else:
+        model = _ddp(model, setup, buckets)
+    optimizer = _optimizer(model, setup)
+    input_ids, targets = batch(spec.vocab_size, setup, "cpu")
+    # Each rank its own micro-batch, as a data loader's sampler gives it.
+    input_ids = torch.roll(input_ids, shifts=rank, dims=1)
+    targets = torch.roll(targets, shifts=rank, dims=1)
 
-        def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            logits = model(input_ids)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
-            loss.backward()
-            optimizer.step()
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(input_ids)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
+        loss.backward()
+        optimizer.step()
 
-        # Two warm-up steps: Adam's state exists after the first, and DDP rebuilds its
-        # buckets in gradient-ready order at the start of the second forward.
-        step()
-        buckets.clear()
-        step()
-        dist.barrier()
-        result = _measured_step(model, optimizer, step, setup, list(buckets.values()))
-        result["rank"] = rank
-        with open(os.path.join(job["dir"], f"rank{rank}.json"), "w") as f:
-            json.dump(result, f)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    # Two warm-up steps: Adam's state exists after the first, and DDP rebuilds its
+    # buckets in gradient-ready order at the start of the second forward.
+    step()
+    buckets.clear()
+    step()
+    dist.barrier()
+    return _measured_step(model, optimizer, step, setup, list(buckets.values()))
 
 
 def _fully_shard(model, setup: TrainingSetup):

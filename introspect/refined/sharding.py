@@ -152,8 +152,9 @@ def fsdp_shard(shapes: list[Shape], devices: int) -> int:
 
 
 def strategy(setup: TrainingSetup) -> str:
-    """``none`` on one device, else the setup's resolved sharding."""
-    return "none" if setup.devices == 1 else setup.resolved_sharding
+    """The setup's resolved sharding (:attr:`TrainingSetup.resolved_sharding`). DDP and
+    FSDP2 on one device still hold their buckets and gathered copies."""
+    return setup.resolved_sharding
 
 
 def _fsdp_param_bytes(setup: TrainingSetup, working: int) -> int:
@@ -298,8 +299,6 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
     how, D = strategy(setup), setup.devices
     gb = lambda n: f"{n / 1e9:.3f} GB"  # noqa: E731 - a local formatter
     out: dict[str, str] = {}
-    if how == "none":
-        return out
     if how == "fsdp":
         pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
         block_padded = D * fsdp_shard(layer_tensors(spec), D)
@@ -324,7 +323,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             "at the end of backward; none at the forward end"
         )
         shard = "this rank's FSDP2 shard"
-    elif how == "ddp" or setup.zero_stage == 1:
+    elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
         view = "; the gradients are views into them" if setup.gradient_as_bucket_view else ""
         out["weights"] = f"working weights ({working} bytes each), a full copy on every rank"
         out["comm/ddp_buckets"] = (
@@ -339,7 +338,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
                 f"{local_parameters(spec, setup):,} of {spec.n_params:,} parameters)"
             )
         )
-    else:
+    elif how == "zero":
         out["comm/reduce_bucket"] = (
             "DeepSpeed reduce bucket(s) (reduce_bucket_size=5e8 elements"
             + (", two with overlap_comm at stage 3)" if setup.zero_stage == 3 else ")")
@@ -350,13 +349,23 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
         )
         shard = f"this rank's ÷{D} DeepSpeed partition"
+    else:
+        shard = ""
     for name in (
         "optimizer/adam_m",
         "optimizer/adam_v",
         "optimizer/momentum",
         "optimizer/master_weights",
     ):
-        out[name] = f"{name.split('/')[1].replace('_', ' ')} of {shard}"
+        if shard:
+            out[name] = f"{name.split('/')[1].replace('_', ' ')} of {shard}"
+    if setup.tensor_parallel > 1 or setup.pipeline_parallel > 1:
+        mp = (
+            f"; Megatron tensor parallel {setup.tensor_parallel}, pipeline "
+            f"{setup.pipeline_parallel} (1F1B): this rank's "
+            f"{model_parallel_parameters(spec, setup):,} parameters (closed form, not measured)"
+        )
+        out["weights"] = out.get("weights", f"working weights ({working} bytes each)") + mp
     return out
 
 
@@ -419,3 +428,41 @@ def model_parallel_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     embed = math.ceil(spec.vocab_size / t) * d
     head = 0 if (spec.tie_word_embeddings or p > 1) else embed
     return layers * (math.ceil(per_layer / t) + replicated) + embed + head
+
+
+def model_parallel(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict[str, int]:
+    """One moment's terms on the largest tensor- and pipeline-parallel rank (closed forms,
+    not measured). Tensor parallel t (Megatron-LM, Shoeybi et al. 2019, §3; without
+    sequence parallelism): attention and feed-forward activations ÷t, norm inputs,
+    residuals and the embedding's output whole on every rank, logits vocab-parallel ÷t.
+    Pipeline p under 1F1B (Narayanan et al. 2021, §2.2.1): a stage holds ⌈L/p⌉ blocks;
+    the first stage keeps min(p, m) micro-batches' activations in flight and the
+    embedding, the last one micro-batch, the final norm and the logits. State terms scale
+    with the stage's parameters (:func:`model_parallel_parameters`). The figure is the
+    larger of the first and the last stage."""
+    t, p = setup.tensor_parallel, setup.pipeline_parallel
+    if t == 1 and p == 1:
+        return terms
+    L = spec.num_hidden_layers
+    share = model_parallel_parameters(spec, setup) / spec.n_params
+    layers = math.ceil(L / p)
+    in_flight = min(p, setup.micro_batches or p)
+
+    def stage(first: bool) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for name, v in terms.items():
+            if not name.startswith("activations/"):
+                out[name] = round(v * share)
+            elif name.startswith("activations/layer/"):
+                split = "attention" in name or "feed_forward" in name
+                out[name] = round(
+                    v * layers / L * (in_flight if first else 1) / (t if split else 1)
+                )
+            elif name == "activations/embedding":
+                out[name] = v * (in_flight if first else 1) if (first or p == 1) else 0
+            else:  # final norm, logits, loss: the last stage; vocab-parallel ÷t
+                out[name] = 0 if (first and p > 1) else round(v / t)
+        return out
+
+    first, last = stage(True), stage(False)
+    return first if sum(first.values()) >= sum(last.values()) else last
