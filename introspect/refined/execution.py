@@ -307,6 +307,14 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         moments.append(terms)
+        post = sharding.post_backward(spec, setup, wb, i)
+        if post is not None:  # FSDP2: the block's reduce-scatter, its activations freed
+            terms = dict(state)
+            terms["activations/embedding"] = BT * d * s
+            terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
+            terms = _add(_add(terms, loop_logits), post)
+            terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
+            moments.append(terms)
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
         moments.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))

@@ -275,6 +275,38 @@ def moment_terms(
     return terms
 
 
+def post_backward(
+    spec: ModelSpec, setup: TrainingSetup, working: int, layer: int
+) -> dict[str, int] | None:
+    """FSDP2's post-backward of block ``layer`` (``_fsdp_param_group.post_backward`` →
+    ``foreach_reduce``): the block is resharded first, the previous reduce-scatter input
+    released (one kept), then its unsharded gradients (param dtype; under a
+    ``reduce_dtype`` that differs, also their upcast copies, a backward temporary) are
+    copied into a new reduce-scatter input (reduce dtype, D·padded shard). The root,
+    the blocks still gathered without resharding, the next block's all-gather buffer
+    (prefetched), the root's unsharded gradients and the blocks above's sharded ones are
+    alive too. None for other strategies."""
+    if strategy(setup) != "fsdp" or setup.optimizer == "none":
+        return None
+    D, L = setup.devices, spec.num_hidden_layers
+    param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
+    block = sum(numel(s) for s in layer_tensors(spec))
+    block_padded = D * fsdp_shard(layer_tensors(spec), D)
+    root = sum(numel(s) for s in root_tensors(spec))
+    head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
+    gathered = 0 if setup.reshard_after_forward else layer
+    above = (L - 1 - layer) * fsdp_shard(layer_tensors(spec), D)
+    return {
+        "weights/gathered": param_b * (root + gathered * block),
+        "grads": param_b * (head + block) + reduce_b * above,
+        "activations/grad_upcast": reduce_b * block if reduce_b != param_b else 0,
+        "comm/fsdp_all_gather": param_b * block_padded
+        if setup.reshard_after_forward and layer
+        else 0,
+        "comm/reduce_scatter": reduce_b * block_padded,
+    }
+
+
 def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, int] | None:
     """FSDP2's last moment of backward: the root's reduce-scatter, with every block's
     sharded gradient made, the root's unsharded gradients and its reduce-scatter input
