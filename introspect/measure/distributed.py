@@ -56,6 +56,8 @@ class RankPeak:
     categories: dict[str, int] = field(default_factory=dict)
     #: The largest live total inside each phase (forward, backward, optimizer).
     phase_peaks: dict[str, int] = field(default_factory=dict)
+    #: ZeRO-1: parameters per rank in ZeroRedundancyOptimizer's own partition.
+    partition: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -320,7 +322,13 @@ def _one_job(spec: ModelSpec, setup: TrainingSetup, rank: int) -> dict[str, Any]
     buckets.clear()
     step()
     dist.barrier()
-    return _measured_step(model, optimizer, step, setup, list(buckets.values()))
+    result = _measured_step(model, optimizer, step, setup, list(buckets.values()))
+    if setup.resolved_sharding == "zero":
+        result["partition"] = [
+            sum(p.numel() for group in groups for p in group["params"])
+            for groups in optimizer._partition_parameters()
+        ]
+    return result
 
 
 def _fully_shard(model, setup: TrainingSetup):
