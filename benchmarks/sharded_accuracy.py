@@ -32,7 +32,14 @@ import time
 from pathlib import Path
 
 from introspect import refined
-from introspect.measure.distributed import SPLIT, estimate_split, measure_many, measured_split
+from introspect.measure.distributed import (
+    SPLIT,
+    estimate_split,
+    measure_many,
+    measured_split,
+    setup_from_dict,
+    spec_from_dict,
+)
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -99,42 +106,56 @@ def rows_to_run(quick: bool) -> list[tuple[str, ModelSpec, object, TrainingSetup
     return rows
 
 
-def run(quick: bool) -> list[dict]:
+def estimate_row(row: dict) -> dict:
+    """The refined fields of a row, from its stored spec and setup."""
+    spec, setup = spec_from_dict(row["spec"]), setup_from_dict(row["setup"])
+    est = refined.estimate(spec, setup)
+    return row | {
+        "refined_bytes": est.total,
+        "refined_phase": est.peak_phase,
+        "ratio": est.total / row["measured_bytes"],
+        "refined_split": estimate_split(est.execution.terms),
+        "refined_phases": est.phases,
+    }
+
+
+def run(quick: bool, partial: Path) -> list[dict]:
+    """Measure every row, one process group per D; rows already in ``partial`` (from an
+    interrupted run with the same rows) are kept, and each group is saved as it ends."""
     rows = rows_to_run(quick)
+    done: list[dict] = json.loads(partial.read_text()) if partial.exists() else []
     out = []
     for devices in sorted({r[3].devices for r in rows}):
         group = [r for r in rows if r[3].devices == devices]
+        kept = [d for d in done if d["devices"] == devices]
+        if len(kept) == len(group):
+            out += kept
+            continue
         start = time.perf_counter()
         measured = measure_many([(r[1], r[3]) for r in group], timeout=900)
-        print(
-            f"D={devices}: {len(group)} rows in {time.perf_counter() - start:.0f} s",
-            file=sys.stderr,
-        )
+        seconds = time.perf_counter() - start
+        print(f"D={devices}: {len(group)} rows in {seconds:.0f} s", file=sys.stderr)
         for (label, spec, _, setup), m in zip(group, measured, strict=True):
-            est = refined.estimate(spec, setup)
             big = m.largest
-            out.append(
-                {
-                    "model": spec.source,
-                    "tied": spec.tie_word_embeddings,
-                    "n_params": spec.n_params,
-                    "strategy": label,
-                    "precision": setup.precision,
-                    "devices": devices,
-                    "seq_len": setup.seq_len,
-                    "measured_bytes": big.peak_bytes,
-                    "measured_rank": big.rank,
-                    "measured_phase": big.peak_phase,
-                    "spread": m.spread,
-                    "refined_bytes": est.total,
-                    "refined_phase": est.peak_phase,
-                    "ratio": est.total / big.peak_bytes,
-                    "measured_split": measured_split(big.categories),
-                    "refined_split": estimate_split(est.execution.terms),
-                    "measured_phases": big.phase_peaks,
-                    "refined_phases": est.phases,
-                }
-            )
+            row = {
+                "model": spec.source,
+                "tied": spec.tie_word_embeddings,
+                "n_params": spec.n_params,
+                "strategy": label,
+                "precision": setup.precision,
+                "devices": devices,
+                "seq_len": setup.seq_len,
+                "measured_bytes": big.peak_bytes,
+                "measured_rank": big.rank,
+                "measured_phase": big.peak_phase,
+                "spread": m.spread,
+                "measured_split": measured_split(big.categories),
+                "measured_phases": big.phase_peaks,
+                "spec": spec.to_dict(),
+                "setup": setup.to_dict(),
+            }
+            out.append(estimate_row(row))
+        partial.write_text(json.dumps(out, indent=1) + "\n")
     return out
 
 
@@ -202,11 +223,22 @@ def markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="D = 2 and T = 256 only")
+    parser.add_argument(
+        "--reestimate",
+        action="store_true",
+        help="recompute the refined columns from the stored measurements (no step runs)",
+    )
     args = parser.parse_args(argv)
-    rows = run(args.quick)
     RESULTS.mkdir(exist_ok=True)
     name = "sharded_quick" if args.quick else "sharded"
-    (RESULTS / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    stored = RESULTS / f"{name}.json"
+    if args.reestimate:
+        rows = [estimate_row(r) for r in json.loads(stored.read_text())]
+    else:
+        partial = RESULTS / f"{name}.partial.json"
+        rows = run(args.quick, partial)
+        partial.unlink(missing_ok=True)
+    stored.write_text(json.dumps(rows, indent=1) + "\n")
     text = markdown(rows)
     (RESULTS / f"{name}.md").write_text(text)
     print(text)

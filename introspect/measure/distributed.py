@@ -256,6 +256,19 @@ def estimate_split(terms: dict[str, int]) -> dict[str, int]:
 # --- the worker -------------------------------------------------------------------------
 
 
+def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
+    """A ModelSpec back from :meth:`ModelSpec.to_dict` (derived shapes dropped)."""
+    fields = {k: v for k, v in data.items() if k in ModelSpec.__dataclass_fields__}
+    return ModelSpec(**(fields | {"assumptions": tuple(fields.get("assumptions", ()))}))
+
+
+def setup_from_dict(data: dict[str, Any]) -> TrainingSetup:
+    """A TrainingSetup back from :meth:`TrainingSetup.to_dict`."""
+    return TrainingSetup(
+        **{k: v for k, v in data.items() if k in TrainingSetup.__dataclass_fields__}
+    )
+
+
 def _worker(job_path: str, rank: int) -> None:
     import gc
 
@@ -273,12 +286,7 @@ def _worker(job_path: str, rank: int) -> None:
     )
     try:
         for j, job in enumerate(payload["jobs"]):
-            fields = {k: v for k, v in job["spec"].items() if k in ModelSpec.__dataclass_fields__}
-            spec = ModelSpec(**(fields | {"assumptions": tuple(fields.get("assumptions", ()))}))
-            fields = {
-                k: v for k, v in job["setup"].items() if k in TrainingSetup.__dataclass_fields__
-            }
-            result = _one_job(spec, TrainingSetup(**fields), rank)
+            result = _one_job(spec_from_dict(job["spec"]), setup_from_dict(job["setup"]), rank)
             result["rank"] = rank
             with open(os.path.join(payload["dir"], f"rank{rank}_{j}.json"), "w") as f:
                 json.dump(result, f)
