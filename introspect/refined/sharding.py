@@ -381,6 +381,13 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
         )
         shard = f"this rank's ÷{D} DeepSpeed partition"
+        out["weights"] = (
+            f"DeepSpeed ZeRO-3: this rank's ÷{D} partition of the {working}-byte weights, "
+            "plus the tensors under stage3_param_persistence_threshold=1e5 kept whole; "
+            "not measured"
+            if setup.zero_stage == 3
+            else f"working weights ({working} bytes each), a full copy on every rank"
+        )
     else:
         shard = ""
     for name in (
