@@ -236,15 +236,16 @@ def measured_split(categories: dict[str, int]) -> dict[str, int]:
 
 
 def estimate_split(terms: dict[str, int]) -> dict[str, int]:
-    """The refined estimate's peak terms in :data:`SPLIT` (the update's temporaries with
-    the activations, as the tracker sees them)."""
+    """The refined estimate's peak terms in :data:`SPLIT` (the update's temporaries and
+    gloo's reduce-scatter copy with the activations, as the tracker sees them: both are
+    tensors made inside the step that no module or optimizer owns)."""
     out = dict.fromkeys(SPLIT, 0)
     for name, value in terms.items():
         if name.startswith("weights"):
             out["parameters"] += value
         elif name.startswith("grads"):
             out["gradients"] += value
-        elif name.startswith("comm/"):
+        elif name.startswith("comm/") and name != "comm/gloo_copy":
             out["comm"] += value
         elif name.startswith("optimizer/") and name != "optimizer/temporaries":
             out["optimizer_state"] += value

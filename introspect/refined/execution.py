@@ -307,8 +307,8 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         moments.append(terms)
-        post = sharding.post_backward(spec, setup, wb, i)
-        if post is not None:  # FSDP2: the block's reduce-scatter, its activations freed
+        for post in sharding.post_backward(spec, setup, wb, i):
+            # FSDP2: the block's reduce-scatter, its activations freed.
             terms = dict(state)
             terms["activations/embedding"] = BT * d * s
             terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))

@@ -277,34 +277,42 @@ def moment_terms(
 
 def post_backward(
     spec: ModelSpec, setup: TrainingSetup, working: int, layer: int
-) -> dict[str, int] | None:
+) -> list[dict[str, int]]:
     """FSDP2's post-backward of block ``layer`` (``_fsdp_param_group.post_backward`` →
-    ``foreach_reduce``): the block is resharded first, the previous reduce-scatter input
-    released (one kept), then its unsharded gradients (param dtype; under a
-    ``reduce_dtype`` that differs, also their upcast copies, a backward temporary) are
-    copied into a new reduce-scatter input (reduce dtype, D·padded shard). The root,
-    the blocks still gathered without resharding, the next block's all-gather buffer
-    (prefetched), the root's unsharded gradients and the blocks above's sharded ones are
-    alive too. None for other strategies."""
+    ``foreach_reduce``), two moments. The block is resharded first and the previous
+    reduce-scatter input released (one kept). Copy-in: its unsharded gradients (param
+    dtype; under a ``reduce_dtype`` that differs, also their upcast copies, a backward
+    temporary) and the new reduce-scatter input (reduce dtype, D·padded shard). Then the
+    gradients are freed and the reduce-scatter runs into a new output (the sharded
+    gradients, one shard); gloo on CPU also copies the input (measured: one
+    input-sized temporary during each reduce-scatter; NCCL reduces in place). Alive
+    throughout: the root, the blocks still gathered without resharding, the next block's
+    all-gather buffer (prefetched), the root's unsharded gradients, the blocks above's
+    sharded ones. Empty for other strategies."""
     if strategy(setup) != "fsdp" or setup.optimizer == "none":
-        return None
+        return []
     D, L = setup.devices, spec.num_hidden_layers
     param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
     block = sum(numel(s) for s in layer_tensors(spec))
-    block_padded = D * fsdp_shard(layer_tensors(spec), D)
+    shard = fsdp_shard(layer_tensors(spec), D)
     root = sum(numel(s) for s in root_tensors(spec))
     head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
     gathered = 0 if setup.reshard_after_forward else layer
-    above = (L - 1 - layer) * fsdp_shard(layer_tensors(spec), D)
-    return {
+    above = (L - 1 - layer) * shard
+    common = {
         "weights/gathered": param_b * (root + gathered * block),
+        "comm/fsdp_all_gather": param_b * D * shard if setup.reshard_after_forward and layer else 0,
+        "comm/reduce_scatter": reduce_b * D * shard,
+    }
+    copy_in = common | {
         "grads": param_b * (head + block) + reduce_b * above,
         "activations/grad_upcast": reduce_b * block if reduce_b != param_b else 0,
-        "comm/fsdp_all_gather": param_b * block_padded
-        if setup.reshard_after_forward and layer
-        else 0,
-        "comm/reduce_scatter": reduce_b * block_padded,
     }
+    reduce = common | {
+        "grads": param_b * head + reduce_b * (above + shard),
+        "comm/gloo_copy": reduce_b * D * shard if setup.resolved_device == "cpu" else 0,
+    }
+    return [copy_in, reduce]
 
 
 def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, int] | None:
@@ -348,6 +356,14 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
         out["comm/fsdp_all_gather"] = (
             f"FSDP2 all-gather output of one block ({gb(pb * block_padded)}), alive during "
             "its copy-out in backward; none at the forward end or the optimizer step"
+        )
+        out["comm/gloo_copy"] = (
+            "gloo (CPU) reduce-scatter: a copy of its input while it runs (measured; NCCL "
+            "reduces in place)"
+        )
+        out["activations/grad_upcast"] = (
+            "FSDP2 foreach_reduce: the block's unsharded gradients upcast to reduce_dtype "
+            "before the copy into the reduce-scatter input (a backward temporary)"
         )
         out["comm/reduce_scatter"] = (
             f"FSDP2 reduce-scatter input of the block below ({rb} bytes, "
