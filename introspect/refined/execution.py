@@ -16,16 +16,18 @@ full breakdown; the largest is the execution total and its name the peak phase:
 * ``optimizer_step`` — weights, full gradients, optimizer state and the update's
   temporaries (see :func:`optimizer_temporaries`), the loop's logits still held.
 
-Sharding (ZeRO 1/2/3, FSDP full sharding = ZeRO-3) divides the state per device; B is
-the per-device micro-batch. Figures are per device.
+Sharding (DDP, ZeRO-1/2/3, FSDP2) is :mod:`introspect.refined.sharding`: the per-rank
+state, each moment's gathered weights and communication buffers, FSDP2's post-backward
+moments; B is the per-device micro-batch. Figures are per device, the largest rank's.
 
 Checked against torch 2.13 on CPU — the reference model of ``introspect.measure``, FP32
 Adam after a warm-up step, peak from live storages (``PhaseMemTracker``): L=4, d=256,
 h=8, V=8000, standard and Llama-style, eager and SDPA, T = 256–2048, with and without
 per-block ``torch.utils.checkpoint``: every peak within 0.5%, and the same phase; the
 seed's 40M and 100M shapes (fake-tensor dry runs, T = 256 and 2048): within 0.15%.
-Sharding, mixed precision and the foreach (CUDA default) optimizer follow the
-libraries' source and are not measured here.
+DDP, ZeRO-1 and FSDP2 (FP32 and mixed) are measured in several gloo processes
+(``benchmarks/sharded_accuracy.py``); the foreach (CUDA default) optimizer and CUDA
+mixed precision follow the libraries' source and are not measured here.
 """
 
 from __future__ import annotations
