@@ -12,7 +12,7 @@ from specs import VARIANTS
 
 from introspect import refined
 from introspect.errors import IntrospectError
-from introspect.refined import execution, sharding
+from introspect.refined import execution, model_parallel, sharding
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -116,7 +116,7 @@ def test_tensor_and_pipeline_parallel_divide_the_rank():
     base = execution.forward_end(spec, setup)
 
     def rank(**kw):
-        return sharding.model_parallel(spec, setup.replace(**kw), base)
+        return model_parallel.model_parallel(spec, setup.replace(**kw), base)
 
     tp = rank(tensor_parallel=2)
     assert tp["weights"] < base["weights"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from introspect.breakdown import Breakdown
-from introspect.refined import architecture, causes, execution, sharding
+from introspect.refined import architecture, causes, execution, model_parallel
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -79,7 +79,7 @@ def execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     if step is not None:
         candidates.append(("optimizer_step", step))
     # Tensor/pipeline parallel: each moment on the largest model-parallel rank.
-    candidates = [(ph, sharding.model_parallel(spec, setup, t)) for ph, t in candidates]
+    candidates = [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in candidates]
     phases: dict[str, int] = {}
     for phase, terms in candidates:
         phases[phase] = max(phases.get(phase, 0), sum(terms.values()))
