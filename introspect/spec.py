@@ -258,6 +258,23 @@ class ModelSpec:
         """A copy with some fields changed (the spec itself never mutates)."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        """The spec back from :meth:`to_dict` (the derived shapes are dropped)."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        runs = []
+        for run in fields.get("layers") or ():
+            kind = {k: v for k, v in run.items() if k != "count"}
+            kind = LayerKind(
+                attention=Attention(**kind["attention"]),
+                feed_forward=FeedForward(**kind["feed_forward"]),
+                norms=kind.get("norms", 2),
+            )
+            runs.append(LayerRun(kind, run["count"]))
+        fields["layers"] = tuple(runs)
+        fields["assumptions"] = tuple(fields.get("assumptions", ()))
+        return cls(**fields)
+
     def to_dict(self) -> dict[str, Any]:
         """Fields plus the derived shapes, JSON-ready."""
         out = dataclasses.asdict(self)

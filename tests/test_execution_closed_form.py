@@ -1,7 +1,6 @@
 """The execution layer's work is bounded by the input's size, not its values: beyond a
 few hundred layers only the candidate layers are built, and the estimate is the same, to
-the byte and the term, as the per-layer loop it replaced (kept here verbatim as the
-reference)."""
+the byte and the term, as building every layer's moments."""
 
 from __future__ import annotations
 
@@ -9,22 +8,7 @@ import pytest
 
 from introspect import refined
 from introspect.breakdown import Breakdown
-from introspect.refined import causes, execution, saved
-from introspect.refined.execution import (
-    _add,
-    _prefixed,
-    attention_params,
-    attention_transient,
-    ffn_transient,
-    grad_bytes,
-    head_parameters,
-    layer_parameters,
-    mlx_activation_grads,
-    norm_params,
-    qk_norm_params,
-    saved_terms,
-    state_terms,
-)
+from introspect.refined import causes, execution
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -32,51 +16,8 @@ FP32 = 4
 
 
 def old_backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, int]]:
-    """The per-layer loop as it was before the closed form (one moment pair per layer)."""
-    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
-    state = state_terms(spec, setup)
-    saved_all = saved_terms(spec, setup)
-    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
-    head = dict(saved_all)
-    head.pop("activations/logits/log_softmax", None)
-    head["activations/logits/grad"] = (
-        BT * spec.vocab_size * FP32 if setup.cross_entropy == "standard" else 0
-    ) + BT * d * s
-    head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
-    head.update(mlx_activation_grads(spec, setup, L))
-    moments = [_add(state, head)]
-    full = saved.per_layer(spec, setup)
-    below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
-    current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
-    n = spec.norms_per_layer or 1
-    for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
-        if name in full:
-            current[name] = full[name] // n
-    per_layer = layer_parameters(spec)
-    attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
-    attention_side_params += norm_params(spec, d)
-    whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
-    for i in range(L - 1, -1, -1):
-        terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
-        terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
-        terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
-        terms = _add(terms, loop_logits)
-        terms["activations/layer/feed_forward/grad"] = ffn_transient(spec, setup)
-        terms["grads"] = grad_bytes(spec, setup, head_parameters(spec) + (L - 1 - i) * per_layer)
-        terms.update(mlx_activation_grads(spec, setup, i + 1))
-        moments.append(terms)
-        terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
-        terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
-        terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
-        terms = _add(terms, loop_logits)
-        terms["activations/layer/attention/grad"] = attention_transient(spec, setup)
-        done = head_parameters(spec) + (L - 1 - i) * per_layer + per_layer - attention_side_params
-        terms["grads"] = grad_bytes(spec, setup, done)
-        terms.update(mlx_activation_grads(spec, setup, i + 1))
-        moments.append(terms)
-    return moments
+    """Every layer's moments, top down (the per-layer loop the candidates replace)."""
+    return execution.backward_moments(spec, setup, layers=range(spec.num_hidden_layers - 1, -1, -1))
 
 
 def old_execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
@@ -127,6 +68,12 @@ SETUPS = {
     ),
     "zero2-d3": TrainingSetup(seq_len=257, activation_checkpointing=True, zero_stage=2, devices=3),
     "zero3-d8": TrainingSetup(seq_len=16, zero_stage=3, devices=8, framework="torch"),
+    "fsdp-d4": TrainingSetup(seq_len=64, sharding="fsdp", devices=4),
+    "fsdp-noreshard-mixed-d3": TrainingSetup(
+        seq_len=32, sharding="fsdp", devices=3, reshard_after_forward=False, precision="mixed"
+    ),
+    "ddp-d2": TrainingSetup(seq_len=64, sharding="ddp", devices=2),
+    "zero1-d4": TrainingSetup(seq_len=64, sharding="zero", zero_stage=1, devices=4),
     "frozen": TrainingSetup(seq_len=16, optimizer="none"),
     "mlx": TrainingSetup(seq_len=16, framework="mlx"),
     "mlx-compiled-ckpt": TrainingSetup(

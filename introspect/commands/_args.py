@@ -242,6 +242,7 @@ def add_setup_flags(
         "3 + weights (= FSDP full sharding)",
     )
     add_runner_flags(e)
+    add_sharding_flags(e)
 
 
 def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
@@ -322,6 +323,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             loop=args.loop,
             optimizer_impl=args.optimizer_impl,
         )
+        fields.update(sharding_fields(args))
     fields.update(overrides)
     setup = TrainingSetup(**fields)
     bounds.check_setup(setup, force=getattr(args, "force", False))
@@ -335,3 +337,73 @@ def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:
     for b in batches:
         for t in seqs:
             yield setup_from_args(args, batch_size=b, seq_len=t)
+
+
+def add_sharding_flags(group) -> None:
+    """--ddp, --fsdp, --no-reshard, --bucket-view, --tp, --pp and --micro-batches: how the
+    state is spread over --devices (``introspect.refined.sharding``); --zero stays."""
+    how = group.add_mutually_exclusive_group()
+    how.add_argument(
+        "--ddp",
+        action="store_true",
+        help="DistributedDataParallel over --devices: full state per device plus the "
+        "reducer's gradient buckets (N gradient-sized bytes, the whole step)",
+    )
+    how.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="FSDP2 fully_shard over --devices, one unit per block and the root "
+        "(embedding, final norm, head); with --precision mixed its MixedPrecisionPolicy "
+        "(bf16 params, fp32 reduce)",
+    )
+    group.add_argument(
+        "--no-reshard",
+        action="store_true",
+        help="FSDP2 reshard_after_forward=False: blocks stay gathered from forward to backward",
+    )
+    group.add_argument(
+        "--bucket-view",
+        action="store_true",
+        help="DDP gradient_as_bucket_view=True: gradients are views into the buckets",
+    )
+    group.add_argument(
+        "--tp",
+        type=positive_int,
+        default=1,
+        metavar="T",
+        help="Megatron tensor-parallel degree (default 1; a closed form, not measured)",
+    )
+    group.add_argument(
+        "--pp",
+        type=positive_int,
+        default=1,
+        metavar="P",
+        help="pipeline-parallel stages under 1F1B (default 1; a closed form, not measured)",
+    )
+    group.add_argument(
+        "--micro-batches",
+        type=positive_int,
+        default=None,
+        metavar="M",
+        help="micro-batches per step for the pipeline (default: --pp)",
+    )
+
+
+def sharding_fields(args: argparse.Namespace) -> dict:
+    """The TrainingSetup sharding fields from :func:`add_sharding_flags`' flags."""
+    if not hasattr(args, "fsdp"):
+        return {}
+    zero = getattr(args, "zero", 0)
+    if zero and (args.ddp or args.fsdp):
+        flag = "--ddp" if args.ddp else "--fsdp"
+        raise ValueError(f"--zero {zero} and {flag} name two shardings; give one")
+    sharding = "ddp" if args.ddp else "fsdp" if args.fsdp else "zero" if zero else "none"
+    return {
+        "sharding": sharding,
+        "zero_stage": 3 if args.fsdp else zero,
+        "reshard_after_forward": not args.no_reshard,
+        "gradient_as_bucket_view": args.bucket_view,
+        "tensor_parallel": args.tp,
+        "pipeline_parallel": args.pp,
+        "micro_batches": args.micro_batches,
+    }

@@ -152,6 +152,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="Llama-style variant of the shape: RMSNorm, SwiGLU (f ≈ 8d/3), h/4 K/V heads",
     )
+    from introspect.commands import _sharded
+
+    _sharded.add_flags(p)  # --devices D --ddp | --zero 1 | --fsdp: a sharded step
     add_common(p, json_help="print JSON: spec, and per row the measurement and both estimates")
     p.set_defaults(run=run)
 
@@ -347,10 +350,13 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> Non
 
 def run(args: argparse.Namespace) -> int:
     from introspect import bounds
+    from introspect.commands import _sharded
     from introspect.measure import runner
 
-    check_args(args)
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
+    if _sharded.wants_sharded(args):
+        return _sharded.run(args, spec)
+    check_args(args)
     setups = setups_from_args(args)
     for s in setups:
         bounds.check_setup(s, force=args.force)

@@ -312,14 +312,11 @@ def reported_comparison(model: Any, rep: Reported) -> dict[str, Any]:
 
 
 def _without_optimizer_temporaries(spec, setup: TrainingSetup, est) -> int:
-    """The execution peak if the optimizer updated in place (DeepSpeed's FusedAdam) instead
-    of making torch foreach AdamW's FP32 copy of the local shard."""
-    from introspect.refined import execution
+    """The execution peak if the optimizer updated in place (DeepSpeed's FusedAdam, torch's
+    ``fused=True``) instead of making torch foreach AdamW's FP32 copy of the local shard."""
+    from introspect import refined
 
-    step = execution.optimizer_step(spec, setup) or {}
-    in_place = sum(step.values()) - step.get("optimizer/temporaries", 0)
-    others = [v for k, v in est.phases.items() if k != "optimizer_step"]
-    return max([in_place, *others])
+    return refined.estimate(spec, setup.replace(optimizer_impl="fused")).total
 
 
 def render_reported(out: dict[str, Any], fmt: str) -> str:

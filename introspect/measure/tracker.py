@@ -35,3 +35,18 @@ class PhaseMemTracker(MemTracker):
                 self.peak_phase = "backward"
             else:
                 self.peak_phase = "forward"
+
+
+def categories_at_peak(tracker: PhaseMemTracker, optimizer_state: int) -> dict[str, int]:
+    """The tracker's peak snapshot (summed over devices) in our categories
+    (:func:`introspect.measure.live_tracker.categories`, the same rule). The sharded step
+    reads it: DDP's buckets are registered with MemTracker as ``Other``."""
+    from introspect.measure.live_tracker import categories
+
+    kinds: dict[str, int] = {}
+    for dev_snap in tracker.get_tracker_snapshot("peak").values():
+        for kind, value in dev_snap.items():
+            name = getattr(kind, "value", kind)
+            if name != "Total":
+                kinds[name] = kinds.get(name, 0) + value
+    return categories(kinds, optimizer_state)

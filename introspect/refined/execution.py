@@ -16,25 +16,28 @@ full breakdown; the largest is the execution total and its name the peak phase:
 * ``optimizer_step`` — weights, full gradients, optimizer state and the update's
   temporaries (see :func:`optimizer_temporaries`), the loop's logits still held.
 
-Sharding (ZeRO 1/2/3, FSDP full sharding = ZeRO-3) divides the state per device; B is
-the per-device micro-batch. Figures are per device.
+Sharding (DDP, ZeRO-1/2/3, FSDP2) is :mod:`introspect.refined.sharding`: the per-rank
+state, each moment's gathered weights and communication buffers, FSDP2's post-backward
+moments; B is the per-device micro-batch. Figures are per device, the largest rank's.
 
 Checked against torch 2.13 on CPU — the reference model of ``introspect.measure``, FP32
 Adam after a warm-up step, peak from live storages (``PhaseMemTracker``): L=4, d=256,
 h=8, V=8000, standard and Llama-style, eager and SDPA, T = 256–2048, with and without
 per-block ``torch.utils.checkpoint``: every peak within 0.5%, and the same phase; the
 seed's 40M and 100M shapes (fake-tensor dry runs, T = 256 and 2048): within 0.15%.
-Sharding, mixed precision and the foreach (CUDA default) optimizer follow the
-libraries' source and are not measured here.
+DDP, ZeRO-1 and FSDP2 (FP32 and mixed) are measured in several gloo processes
+(``benchmarks/sharded_accuracy.py``); the foreach (CUDA default) optimizer and CUDA
+mixed precision follow the libraries' source and are not measured here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from fractions import Fraction
 
 from introspect.params import attention_params, norm_params, qk_norm_params
-from introspect.refined import saved
+from introspect.refined import saved, sharding
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -124,9 +127,10 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
 
     * ``single_tensor`` (torch's CPU default: foreach kernels exist only for
       cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``): per parameter, ``_single_tensor_adam``
-      makes ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the
-      largest parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``,
-      reference model, FP32 Adam).
+      makes ``exp_avg_sq.sqrt()`` and its division while the previous parameter's
+      ``denom`` is still bound: prev + 2·cur over the loop
+      (:func:`sharding.single_tensor_temporaries`). Measured: 2·V·d·4 bytes at the peak
+      when V·d dwarfs its neighbours, 3 tensors when equal-sized ones follow each other.
     * ``foreach`` (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
       and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
       parameter, one at a time: ``4·N_local``.
@@ -138,7 +142,7 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
         return 0
     impl = setup.resolved_optimizer_impl
     if impl == "single_tensor":
-        return 2 * largest_tensor(spec) * FP32
+        return sharding.single_tensor_temporaries(spec, setup) * FP32
     if impl == "foreach":
         return local_params * FP32
     return 0
@@ -156,30 +160,21 @@ def _share(n: int, devices: int, sharded: bool) -> int:
 
 
 def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Per-device persistent state: working weights (÷D at ZeRO-3, plus the gathered
-    units), FP32 master weights and optimizer state (÷D from ZeRO-1)."""
-    N, D, z = spec.n_params, setup.devices, setup.zero_stage
-    wb = working_weight_bytes(setup)
-    terms = {"weights": _share(wb * N, D, z >= 3)}
-    N = _trainable(spec, setup)  # master copy and optimizer state: trainable ones only
-    if z >= 3 and D > 1:
-        # FSDP/ZeRO-3 gathers one unit (a block, or the embedding) and prefetches the next.
-        unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
-        terms["weights/gathered"] = 2 * unit * wb
-    m = master_bytes(setup)
-    if m:
-        terms["optimizer/master_weights"] = _share(m * N, D, z >= 1)
-    for name, per in optimizer_state(setup).items():
-        terms[name] = _share(per * N, D, z >= 1)
-    return terms
+    """Per-device persistent state: working weights, FP32 master weights, optimizer state
+    and DDP's buckets, as the largest rank holds them (:func:`sharding.state_terms`)."""
+    return sharding.state_terms(
+        spec,
+        setup,
+        working=working_weight_bytes(setup),
+        master=master_bytes(setup),
+        state=optimizer_state(setup),
+    )
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     """Bytes of the gradients of ``n_params`` parameters on one device (÷D from
     ZeRO-2; none for a frozen model)."""
-    if setup.optimizer == "none":
-        return 0
-    return _share(working_weight_bytes(setup) * n_params, setup.devices, setup.zero_stage >= 2)
+    return sharding.grad_bytes(spec, setup, n_params, working_weight_bytes(setup))
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:
@@ -260,6 +255,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     terms["activations/logits/grad"] = logits_transient(spec, setup)
     terms["grads"] = 0
     terms.update(mlx_activation_grads(spec, setup, spec.num_hidden_layers))
+    terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
 
@@ -271,7 +267,9 @@ ALL_LAYERS_UP_TO = 256
 MAX_CANDIDATES = 4096
 
 
-def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, int]]:
+def backward_moments(
+    spec: ModelSpec, setup: TrainingSetup, layers: Iterable[int] | None = None
+) -> list[dict[str, int]]:
     """Moments inside backward: the output projection's backward (the log-softmax freed,
     the logits' gradient alive, lm_head's gradient made), then for each layer from the
     top down its feed-forward backward (the whole layer alive; with checkpointing,
@@ -282,7 +280,8 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     by terms linear in the layer index, so beyond :data:`ALL_LAYERS_UP_TO` layers only the
     :func:`candidate_layers` that can hold the largest moment are built; the phase's
     largest moment (and the first of equal ones, in step order) is the same as when
-    every layer is built."""
+    every layer is built. ``layers`` overrides the candidates (top down), e.g. every
+    layer, which is how the tests check the candidates."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
@@ -293,10 +292,16 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     ) + BT * d * s
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     head.update(mlx_activation_grads(spec, setup, L))
+    wb = working_weight_bytes(setup)
+    head.update(sharding.moment_terms(spec, setup, "head", wb))
     moments = [_add(state, head)]
     layer = _layer_moments(spec, setup, state, saved_all)
-    for i in candidate_layers(spec, setup):
+    for i in candidate_layers(spec, setup) if layers is None else layers:
         moments.extend(layer(i))
+    end = sharding.backward_end(spec, setup, wb)
+    if end is not None:
+        loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+        moments.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
     return moments
 
 
@@ -319,7 +324,9 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     attention_grad = attention_transient(spec, setup)
     head_params = head_parameters(spec)
 
-    def moments(i: int) -> tuple[dict[str, int], dict[str, int]]:
+    wb = working_weight_bytes(setup)
+
+    def moments(i: int) -> list[dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(state)
@@ -330,7 +337,8 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms["activations/layer/feed_forward/grad"] = ffn_grad
         terms["grads"] = grad_bytes(spec, setup, head_params + (L - 1 - i) * per_layer)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
-        ffn = terms
+        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
+        out = [terms]
         # The layer's attention backward.
         terms = dict(state)
         terms["activations/embedding"] = BT * d * s
@@ -341,7 +349,17 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
-        return ffn, terms
+        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
+        out.append(terms)
+        for post in sharding.post_backward(spec, setup, wb, i):
+            # FSDP2: the block's reduce-scatter, its activations freed.
+            terms = dict(state)
+            terms["activations/embedding"] = BT * d * s
+            terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
+            terms = _add(_add(terms, loop_logits), post)
+            terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
+            out.append(terms)
+        return out
 
     return moments
 
@@ -370,6 +388,12 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     else:
         below = saved.per_layer(spec, setup)
     devices = setup.devices if setup.zero_stage >= 2 else 1
+    if sharding.strategy(setup) in ("fsdp", "zero"):
+        # Every sharded term (gathered blocks, reduce-scatter inputs, sharded gradients
+        # made so far) is affine in the layer index within each residue class modulo D,
+        # so the first and last D layers hold the maximum.
+        ends = set(range(L - 1, L - 1 - min(setup.devices, L), -1))
+        return sorted(ends | set(range(min(setup.devices, L))), reverse=True)
     slope = Fraction(sum(below.values()))
     margin = Fraction(4)
     if setup.optimizer != "none":
@@ -401,7 +425,7 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    local = _share(_trainable(spec, setup), setup.devices, setup.zero_stage >= 1)
+    local = sharding.local_parameters(spec, setup)
     terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
     return terms
 
