@@ -105,6 +105,10 @@ def run(args: argparse.Namespace) -> int:
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
     models = [resolve(s) for s in (args.sources or default_sources())]
+    from introspect.positions import check_positions
+
+    for m in models:
+        check_positions(m.spec, setup)
     rows = [row(m, setup) for m in models]
     if fmt == "json":
         print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(rows)}))
