@@ -151,7 +151,6 @@ def build(
     asked, ``gradient_checkpointing_enable()`` (non-reentrant, transformers' default in
     ``modeling_utils.py``). Call it inside FakeTensorMode for a dry run."""
     import torch
-
     from transformers.utils import logging
 
     logging.set_verbosity_error()  # "use_cache=True is incompatible with checkpointing" …

@@ -74,9 +74,7 @@ def measure(
         m = dry_run(spec, setup, census=census)
         return m, Census(terms=dict(m.census)) if census else None
     model = torch_step.build_reference(spec, setup, device)
-    m = torch_step.measure_step(
-        model, setup, vocab=spec.vocab_size, device=device, loop=setup.loop
-    )
+    m = torch_step.measure_step(model, setup, vocab=spec.vocab_size, device=device, loop=setup.loop)
     saved = torch_step.run_census(model, setup, spec, device, loop=setup.loop) if census else None
     if saved is not None:
         m = dataclasses.replace(m, census=saved.terms)

@@ -58,9 +58,7 @@ def check_setup(setup: TrainingSetup) -> torch.dtype:
     return TORCH_DTYPES[measured_dtype(setup, "torch")]
 
 
-def make_optimizer(
-    model: nn.Module, setup: TrainingSetup, params=None
-) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, setup: TrainingSetup, params=None) -> torch.optim.Optimizer:
     """The setup's optimizer over ``params`` (the model's by default), with
     ``--optimizer-impl`` passed to torch: ``single_tensor`` → ``foreach=False``,
     ``foreach`` → ``foreach=True``, ``fused`` → ``fused=True``, ``auto`` → torch's own
@@ -135,22 +133,25 @@ def train_step(
     return loss.detach()
 
 
-Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+#: A loop's loss: (model, input_ids, targets) → (loss, what the training code still
+#: references until the step returns).
+Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, object]]
 
 
 def logits_loss(forward: Forward = reference_forward) -> Loss:
     """``--loop logits``: the training code takes the logits and calls cross-entropy
-    itself; ``logits`` stays referenced until the step returns, so the B·T·V logits are
-    held through backward beside what cross-entropy saved (its log-softmax output)."""
+    itself; its ``logits`` variable keeps the B·T·V logits alive through backward and the
+    update, beside what cross-entropy saved (its log-softmax output)."""
 
-    def loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor):
         logits = forward(model, input_ids)
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        value = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return value, logits
 
     return loss
 
 
-def labels_loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def labels_loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor):
     """``--loop labels``: ``model(input_ids=x, labels=x).loss``, the output object dropped,
     as transformers' users and the HF Trainer's ``compute_loss`` write it
     (``transformers/trainer.py``: ``outputs = model(**inputs)``, ``loss = outputs["loss"]``).
@@ -158,7 +159,7 @@ def labels_loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor
     logits to FP32 (a no-op for FP32 logits), pads the labels by one and shifts them, and
     calls cross-entropy; once the output is dropped only cross-entropy's saved
     log-softmax output remains of the B·T·V tensors."""
-    return model(input_ids=input_ids, labels=input_ids).loss
+    return model(input_ids=input_ids, labels=input_ids).loss, None
 
 
 class TorchStep:
@@ -193,9 +194,9 @@ class TorchStep:
             self.model.zero_grad(set_to_none=True)
         if self.precision == "amp":
             with torch.autocast(self.device_type, dtype=torch.bfloat16):
-                loss = self.loss(self.model, input_ids, targets)
+                loss, held = self.loss(self.model, input_ids, targets)
         else:
-            loss = self.loss(self.model, input_ids, targets)
+            loss, held = self.loss(self.model, input_ids, targets)
         loss.backward()
         if self.master:
             for work, master in zip(self.params, self.master, strict=True):
@@ -207,6 +208,7 @@ class TorchStep:
             with torch.no_grad():
                 for work, master in zip(self.params, self.master, strict=True):
                     work.copy_(master)
+        del held  # the training code's own references end with the step
         return loss.detach()
 
 
@@ -371,8 +373,8 @@ def run_census(
     def run():
         if setup.precision == "amp":
             with torch.autocast("cuda" if device == "cuda" else "cpu", dtype=torch.bfloat16):
-                return loss(model, input_ids, targets)
-        return loss(model, input_ids, targets)
+                return loss(model, input_ids, targets)[0]
+        return loss(model, input_ids, targets)[0]
 
     return census(
         model,
