@@ -13,9 +13,9 @@ cumsum, then ``torch.nn.functional.grouped_mm`` over all experts with offsets), 
 runs under fake tensors as it is — except that torch's fake (meta) kernel for
 ``aten._grouped_mm`` (``torch/_meta_registrations.py`` ``_meta_grouped_mm_common``)
 checks the CUDA kernel's BF16-only rule while the CPU kernel computes FP32 too.
-:func:`grouped_mm_any_dtype` replaces that meta kernel, for the dry run only, by the
-output allocation the meta kernel itself makes (``_create_grouped_mm_output_tensor``:
-an (S, out) tensor in the input dtype) without the dtype check. Autograd's node
+:func:`grouped_mm_any_dtype` replaces that check, for the dry run only, by the output
+allocation the meta kernel itself makes (``_create_grouped_mm_output_tensor``: an
+(S, out) tensor in the input dtype), for unscaled non-BF16 calls. Autograd's node
 (``GroupedMmBackward0``) and the backward's own ``_grouped_mm`` calls are torch's, so the
 step keeps the real code path and allocates what the real CPU step allocates
 (``tests/test_measure_hf.py`` checks an FP32 Mixtral byte for byte).
@@ -49,30 +49,32 @@ def fake_mode() -> Iterator[None]:
 
 @contextmanager
 def grouped_mm_any_dtype() -> Iterator[None]:
-    """``aten._grouped_mm``'s Meta kernel without the BF16-only check (see the module
-    docstring), restored on exit. Only the Meta dispatch key is touched: real CPU and
-    CUDA kernels are unchanged."""
+    """``aten._grouped_mm``'s meta kernel without the BF16-only check (see the module
+    docstring), restored on exit. Only the meta (shape) function is touched: real CPU
+    and CUDA kernels are unchanged, and BF16 and scaled calls run torch's own check."""
     import torch
-    from torch._meta_registrations import _create_grouped_mm_output_tensor
+    from torch import _meta_registrations as metas
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    if not hasattr(torch.ops.aten, "_grouped_mm"):
+    common = getattr(metas, "_meta_grouped_mm_common", None)
+    if common is None:
         yield
         return
 
-    def meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    def any_dtype(mat_a, mat_b, scale_a=None, scale_b=None, offs=None, bias=None, *a, **k):
+        if scale_a is not None or mat_a.dtype == torch.bfloat16:
+            return common(mat_a, mat_b, scale_a, scale_b, offs, bias, *a, **k)
         torch._check(mat_a.dtype == mat_b.dtype, lambda: "grouped_mm: operand dtypes differ")
-        return _create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
+        return metas._create_grouped_mm_output_tensor(mat_a, mat_b, offs, k.get("out_dtype"))
 
-    lib = torch.library.Library("aten", "IMPL")
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        lib.impl("_grouped_mm", meta, "Meta")
+    # FakeTensorMode keeps one class-wide cache of op results: none may outlive the kernel.
+    FakeTensorMode.cache_clear()
+    metas._meta_grouped_mm_common = any_dtype
     try:
         yield
     finally:
-        lib._destroy()
+        metas._meta_grouped_mm_common = common
+        FakeTensorMode.cache_clear()
 
 
 def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> Measurement:

@@ -19,6 +19,8 @@ config (:func:`introspect.measure.implementations.llama_config`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from introspect.errors import IntrospectError
@@ -178,6 +180,28 @@ def build(
     return model
 
 
+@contextmanager
+def unpacked_rows(device: str) -> Iterator[None]:
+    """In a dry run, tell transformers' masks what the real step finds: one sequence per
+    row. ``masking_utils.find_packed_sequence_indices`` reads the position ids to see
+    whether several sequences are packed in a row; it cannot read a fake tensor
+    (``is_tracing`` counts fake tensors as tracing), so it returns the packing unread and
+    the model builds a B×T×T mask that the real step skips (its SDPA runs
+    ``is_causal=True`` without a mask). The step never passes position ids, so they are
+    the model's own ``arange`` per row, which is never packed: ``None``, the real answer."""
+    if device != "fake":
+        yield
+        return
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
 def experts_implementation(model) -> str | None:
     """The experts kernel transformers picked for a mixture-of-experts model
     (``grouped_mm`` by default, ``modeling_utils.get_correct_experts_implementation``)."""
@@ -219,7 +243,7 @@ def measure(
             "run does not have; use --device cpu or cuda"
         )
     vocab = spec.vocab_size
-    with fake_mode() if device == "fake" else contextlib.nullcontext():
+    with fake_mode() if device == "fake" else contextlib.nullcontext(), unpacked_rows(device):
         model = build(
             raw,
             where,
@@ -252,7 +276,10 @@ def measure(
         if device == "fake" and experts == "grouped_mm":
             notes.append(GROUPED_MM_NOTE)
     if device == "fake":
-        notes.append("dry run: FakeTensorMode, no memory allocated")
+        notes.append(
+            "dry run: FakeTensorMode, no memory allocated; transformers' packed-sequence "
+            "check answered as the real step does (one sequence per row)"
+        )
     m = dataclasses.replace(
         m, census=saved.terms if saved is not None else {}, notes=(*notes, *m.notes)
     )

@@ -274,7 +274,9 @@ def measure_step(
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     categories = master_as_state(
-        categories_at_peak(tracker, optimizer_state_bytes(optimizer)), step.master
+        categories_at_peak(tracker, optimizer_state_bytes(optimizer)),
+        step.master,
+        tracker.peak_phase,
     )
     peak = peak_total(tracker)
     notes = [optimizer_impl_note(setup, device), *step_notes(setup, loop)]
@@ -315,15 +317,24 @@ def measure_step(
     )
 
 
-def master_as_state(categories: dict[str, int], master: list[torch.Tensor]) -> dict[str, int]:
+def master_as_state(
+    categories: dict[str, int], master: list[torch.Tensor], phase: str | None = None
+) -> dict[str, int]:
     """The tracker files the FP32 master copy (tracked as external tensors) under
-    ``other``; the estimates call it optimizer state (``optimizer/master_weights``)."""
+    ``other``; the estimates call it optimizer state (``optimizer/master_weights``). Its
+    FP32 gradients, made between backward and the update, are filed with the tensors
+    made outside a module (``activations``); at an optimizer-phase peak they are alive
+    and are the step's gradients."""
     if not master:
         return categories
-    moved = min(categories.get("other", 0), storage_bytes(master))
     out = dict(categories)
+    moved = min(out.get("other", 0), storage_bytes(master))
     out["other"] -= moved
     out["optimizer_state"] += moved
+    if phase == "optimizer":
+        grads = min(out["activations"], storage_bytes(m.grad for m in master))
+        out["activations"] -= grads
+        out["gradients"] += grads
     return out
 
 
