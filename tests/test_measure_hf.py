@@ -29,7 +29,9 @@ CONFIGS = {
         SMALL, model_type="qwen2", intermediate_size=128, num_key_value_heads=2,
         tie_word_embeddings=True,
     ),
-    "gpt2": dict(model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128),
+    "gpt2": dict(
+        model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128
+    ),
     "mixtral": dict(
         SMALL, model_type="mixtral", intermediate_size=128, num_key_value_heads=2,
         num_local_experts=4, num_experts_per_tok=2,
