@@ -32,10 +32,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from introspect import report
-from introspect.measure import runner
-from introspect.measure.shapes import llama_style, nominal_spec
-from introspect.setup import TrainingSetup
+sys.path.insert(0, str(Path(__file__).parent))
+
+import accuracy_impl  # noqa: E402
+
+from introspect import report  # noqa: E402
+from introspect.measure import runner  # noqa: E402
+from introspect.measure.shapes import llama_style, nominal_spec  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = ("10M", "40M", "100M")
@@ -67,8 +71,14 @@ def spec_for(size: str, variant: str):
     return llama_style(spec) if variant == "llama" else spec
 
 
-def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
-    """Rows to run as (impl, variant, size, framework, device, T), and skipped cells."""
+def plan(quick: bool, full: bool, cuda: bool, only: str | None = None) -> tuple[list, list[str]]:
+    """Rows to run — (impl, variant, size, framework, device, T) for the reference grid,
+    dicts for the real-implementation rows (:mod:`accuracy_impl`) — and skipped cells."""
+    impl_cells = (
+        accuracy_impl.QUICK if quick else accuracy_impl.full() if full else accuracy_impl.DEFAULT
+    )
+    if only == "implementations":
+        return list(impl_cells), []
     rows, skipped = [], []
     sizes, seqs = (("10M",), (256,)) if quick else (SIZES, SEQS)
     for variant in VARIANTS:
@@ -87,6 +97,8 @@ def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
         rows.append((impl, "llama", size, fw, "cpu", 256 if quick else T))
     if not quick:
         rows.append(DRY_7B)
+    if only != "reference":
+        rows += impl_cells
     return rows, skipped
 
 
@@ -94,6 +106,14 @@ def setup_for(impl: str, framework: str, T: int) -> TrainingSetup:
     # mlx-lm's Llama always runs mx.fast.scaled_dot_product_attention.
     attention = "memory_efficient" if impl == "mlx_lm" else "eager"
     return TrainingSetup(seq_len=T, framework=framework, attention=attention)
+
+
+def run_cell(cell) -> dict:
+    """One row of either kind, with its estimates."""
+    if isinstance(cell, dict):
+        out, comparison = accuracy_impl.run_cell(cell)
+        return out | estimates(comparison)
+    return run_row(*cell)
 
 
 def run_row(impl, variant, size, framework, device, T) -> dict:
@@ -150,6 +170,8 @@ def estimates(c) -> dict:
 
 def reestimate(row: dict) -> dict:
     """A stored row with its estimates recomputed by today's code (no step is run)."""
+    if row.get("kind") == "impl":
+        return row | estimates(accuracy_impl.reestimate(row))
     from introspect.measure.compare import compare
     from introspect.measure.record import Measurement
 
@@ -205,6 +227,7 @@ def table(rows: list[dict]) -> str:
                 "yes" if within(re_) else "no",
                 f"{r['peak_phase'] or 'n/a'} / {r['refined_peak_phase'] or 'n/a'}",
                 gap,
+                split(r["categories"]),
                 "" if r["step_seconds"] is None else f"{r['step_seconds']:.2f}",
                 "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
             )
@@ -212,9 +235,23 @@ def table(rows: list[dict]) -> str:
     headers = [
         "impl", "model", "framework", "device", "T", "N", "measured GB", "simplified GB",
         "simplified err", "refined GB", "refined err", "±5%", "peak (meas / ref)",
-        "largest gap (GB, where missed)", "step s", "tokens/s",
+        "largest gap (GB, where missed)", "at peak P/G/O/A/T+other GB", "step s", "tokens/s",
     ]  # fmt: skip
     return report.table(out, headers, "markdown")
+
+
+def split(categories: dict[str, int]) -> str:
+    """The measured peak by category, in GB: parameters / gradients / optimizer state /
+    activations / temporaries and other (MLX: its working memory is all 'other')."""
+    c = categories
+    rest = c.get("temporary", 0) + c.get("other", 0)
+    keys = ("parameters", "gradients", "optimizer_state", "activations")
+    return "/".join(f"{c.get(k, 0) / 1e9:.2f}" for k in keys) + f"/{rest / 1e9:.2f}"
+
+
+def group(r: dict) -> str:
+    impl = "" if r["implementation"] == "reference" else f"{r['implementation']}, "
+    return f"{impl}{r['framework']} ({r['device']})"
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -234,7 +271,7 @@ def summary(rows: list[dict]) -> list[str]:
     ]
     by_fw: dict[str, list[dict]] = {}
     for r in rows:
-        by_fw.setdefault(f"{r['framework']} ({r['device']})", []).append(r)
+        by_fw.setdefault(group(r), []).append(r)
     for fw, rs in by_fw.items():
         ok = sum(within(error(r["refined_bytes"], r["measured_bytes"])) for r in rs)
         worst = max(rs, key=lambda r: abs(error(r["simplified_bytes"], r["measured_bytes"])))
@@ -312,7 +349,12 @@ def write(
         f"{platform.system()}, {os.cpu_count()} cores; python {versions.get('python', '')}, "
         f"torch {torch.__version__}, mlx {mlx_version}; {seconds / 60:.1f} minutes.",
         "",
-        "B = 1, FP32 weights, gradients, Adam state and activations, eager attention; a "
+        "Reference rows (impl reference, and the older transformers/mlx_lm Llama rows "
+        "built from the nominal shapes): B = 1, FP32 weights, gradients, Adam state and "
+        "activations, eager attention. Real-implementation rows (model = label and setup: "
+        "B, attention, precision, ckpt = checkpointing, loop) run the config's own "
+        "transformers class as a dry run (torch fake: FakeTensorMode, byte for byte the CPU "
+        "step) or mlx-lm's class for real, Adam. A "
         "warm-up step first, the peak counter reset before the measured step. Peaks: "
         "torch CPU — live tensor storages (torch's MemTracker); torch fake — the same step "
         "and tracker under FakeTensorMode (no step time); MLX — `mx.get_peak_memory()`. "
@@ -366,7 +408,8 @@ def run_isolated(cell: tuple) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        cmd = [sys.executable, __file__, "--row", json.dumps(list(cell)), "--row-out", str(out)]
+        payload = json.dumps(cell if isinstance(cell, dict) else list(cell))
+        cmd = [sys.executable, __file__, "--row", payload, "--row-out", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             tail = (done.stderr or "").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
@@ -380,6 +423,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="10M at T=256 only")
     parser.add_argument("--full", action="store_true", help="every cell for real")
+    parser.add_argument(
+        "--only",
+        choices=("reference", "implementations"),
+        help="run one part of the grid and keep the other part's rows stored in the .json "
+        "beside --out (implementations: transformers' and mlx-lm's classes)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "accuracy.md")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(
@@ -390,12 +439,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.row:
-        args.row_out.write_text(json.dumps(run_row(*json.loads(args.row))))
+        args.row_out.write_text(json.dumps(run_cell(json.loads(args.row))))
         return 0
     import torch
     from tqdm.auto import tqdm
 
-    rows_plan, skipped = plan(args.quick, args.full, torch.cuda.is_available())
+    rows_plan, skipped = plan(args.quick, args.full, torch.cuda.is_available(), args.only)
     command = "python benchmarks/accuracy.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
@@ -412,9 +461,23 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         bar = tqdm(rows_plan, file=sys.stderr, unit="row")
         for cell in bar:
-            bar.set_description(" ".join(map(str, cell)))
+            bar.set_description(
+                f"{cell['label']} {cell['seq']}"
+                if isinstance(cell, dict)
+                else " ".join(map(str, cell))
+            )
             rows.append(run_isolated(cell))
         seconds = time.perf_counter() - start
+        if args.only and stored.exists():
+            saved = json.loads(stored.read_text())
+            kept = [
+                r
+                for r in saved["rows"]
+                if (r.get("kind") == "impl") != (args.only == "implementations")
+            ]
+            rows = kept + rows
+            skipped = skipped or saved.get("skipped", [])
+            seconds += saved["seconds"] if args.only else 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write(rows, skipped, command, seconds, args.out, reestimated_by, run_at)
     from introspect import plot
