@@ -9,6 +9,7 @@ pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+
 from introspect.errors import IntrospectError  # noqa: E402
 from introspect.measure import mlx_lm_models  # noqa: E402
 from introspect.params import parameter_count  # noqa: E402
