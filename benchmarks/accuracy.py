@@ -476,6 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (r.get("kind") == "impl") != (args.only == "implementations")
             ]
             rows = kept + rows
+            command = f"{saved['command']} (the other rows), then {command}"
             skipped = skipped or saved.get("skipped", [])
             seconds += saved["seconds"] if args.only else 0
     args.out.parent.mkdir(parents=True, exist_ok=True)

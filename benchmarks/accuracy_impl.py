@@ -31,6 +31,8 @@ SOURCES = {
     "Mistral 7B": str(CONFIGS / "mistral-7b" / "config.json"),
     "Mixtral 0.2B": str(CONFIGS / "mixtral-0.2b" / "config.json"),
     "Llama 134M": str(CONFIGS / "llama-110m" / "config.json"),
+    "Qwen2 9M": str(CONFIGS / "qwen2-9m" / "config.json"),
+    "GPT-2 9M": str(CONFIGS / "gpt2-9m" / "config.json"),
 }
 
 
@@ -63,8 +65,8 @@ QUICK = [
     cell("Llama-3.2-1B", 8192, precision="mixed", checkpointing=True),
     cell("Qwen2.5-14B", 256, precision="bf16"),
     cell("Llama 134M", 256, batch=4, attention="eager", loop="logits"),
-    mlx_cell("Llama 134M", 128, "mlx"),
-    mlx_cell("GPT-2 124M", 128, "mlx_compiled", checkpointing=True),
+    mlx_cell("Qwen2 9M", 256, "mlx"),
+    mlx_cell("GPT-2 9M", 256, "mlx_compiled", checkpointing=True),
 ]
 
 #: The default adds B = 4, the other loop and precision per family.
@@ -77,7 +79,9 @@ DEFAULT = QUICK + [
     cell("Mixtral 0.2B", 1024, batch=4, attention="eager", precision="bf16", loop="logits"),
     cell("Mistral 7B", 1024, attention="eager"),
     cell("Llama-3.2-1B", 2048, attention="eager", precision="amp"),
-    mlx_cell("Llama 134M", 256, "mlx_compiled"),
+    mlx_cell("Qwen2 9M", 512, "mlx_compiled", checkpointing=True),
+    mlx_cell("GPT-2 9M", 256, "mlx", batch=4),
+    mlx_cell("Llama 134M", 128, "mlx"),
 ]
 
 

@@ -190,3 +190,23 @@ def test_setups_the_step_cannot_run_are_one_line(capsys, gpt2_config, extra, mes
     code, out = cli(capsys, argv)
     assert code == 2
     assert message in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_qwen3_moe_dry_run_equals_the_real_step_in_fp32():
+    """A second MoE family (transformers' grouped_mm experts), FP32 and BF16; the spec
+    here only sizes the batch (no estimate is compared)."""
+    from introspect.spec import ModelSpec
+
+    raw = dict(
+        SMALL, model_type="qwen3_moe", num_key_value_heads=2, head_dim=16,
+        intermediate_size=128, moe_intermediate_size=32, num_experts=8,
+        num_experts_per_tok=2,
+    )  # fmt: skip
+    spec = ModelSpec(**SMALL)
+    for precision in ("fp32", "bf16"):
+        s = TrainingSetup(batch_size=2, seq_len=32, implementation="transformers",
+                          loop="labels", precision=precision)  # fmt: skip
+        real = hf_models.measure(raw, "qwen3_moe", spec, s, device="cpu", census=False)[0]
+        fake = hf_models.measure(raw, "qwen3_moe", spec, s, device="fake", census=False)[0]
+        assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
+        assert any("grouped_mm" in n for n in fake.notes)
