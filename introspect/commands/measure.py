@@ -30,7 +30,8 @@ shape flags describe the model. Shape flags given with a SOURCE change that fiel
 
 The setup flags are profile's and table's, with the same names, meanings and defaults
 (except --seq, 512 here), so `introspect measure` runs exactly the setup `profile`
-estimated; add --device fake for a dry run of a model larger than this machine (then
+estimated. --device auto (the default) measures on CUDA when torch sees a GPU, else on
+the CPU; add --device fake for a dry run of a model larger than this machine (then
 --optimizer-impl foreach gives the CUDA default's update). The step is written as its
 users write it: zero_grad(set_to_none=True), the loss, backward(), step().
 --loop logits: logits = model(x); loss = F.cross_entropy(logits.view(-1, V), y.view(-1))
