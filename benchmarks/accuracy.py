@@ -1,15 +1,18 @@
 """Estimate vs measured peak on a grid of real training steps.
 
 Run:  .venv/bin/python benchmarks/accuracy.py            # the grid (this machine's budget)
-      .venv/bin/python benchmarks/accuracy.py --quick    # a small subset, ~1 minute
+      .venv/bin/python benchmarks/accuracy.py --quick    # a small subset, a few minutes
       .venv/bin/python benchmarks/accuracy.py --full     # every cell for real (fast machines)
+      .venv/bin/python benchmarks/accuracy.py --only implementations   # keep the rest
 
 The grid: the seed's synthetic 10M, 40M and 100M shapes (introspect.sizes) as a standard
 transformer and as a Llama-style variant (RMSNorm, SwiGLU, GQA; introspect.measure.shapes),
 at T = 256, 512, 1024, 2048, B = 1, FP32 Adam, eager attention — on torch CPU (and torch
 CUDA when a GPU is present), MLX CPU uncompiled and MLX compiled as the seed measured;
-plus real implementations (Hugging Face's LlamaForCausalLM, mlx-lm's Llama) trained the
-way users write them. Each row: measured peak, the seed's simplified estimate, the
+plus real implementations trained the way their users write them: Hugging Face's
+LlamaForCausalLM and mlx-lm's Llama at the nominal shapes, and the real-implementation
+rows of :mod:`accuracy_impl` (transformers' own classes for nine families as dry runs,
+mlx-lm's classes for real, in the setups people train with). Each row: measured peak, the seed's simplified estimate, the
 refined estimate (with the framework in the setup), both ratios, the peak phase, the term
 most responsible for the refined estimate's gap, step time and tokens per second.
 
@@ -47,7 +50,7 @@ SEQS = (256, 512, 1024, 2048)
 VARIANTS = ("standard", "llama")
 #: Largest T run for real on torch CPU / on MLX per size (2 cores: see the docstring).
 TORCH_REAL = {"10M": 2048, "40M": 2048, "100M": 1024}
-MLX_REAL = {"10M": 1024, "40M": 256, "100M": 256}
+MLX_REAL = {"10M": 1024, "40M": 256, "100M": 0}
 #: Measured MLX steps per row (each with its own peak reset; the largest is reported).
 MLX_REPEATS = 2
 #: A dry run at a size no machine here could train: Llama-2-7B's shape, T = 2048.
@@ -105,7 +108,9 @@ def plan(quick: bool, full: bool, cuda: bool, only: str | None = None) -> tuple[
 def setup_for(impl: str, framework: str, T: int) -> TrainingSetup:
     # mlx-lm's Llama always runs mx.fast.scaled_dot_product_attention.
     attention = "memory_efficient" if impl == "mlx_lm" else "eager"
-    return TrainingSetup(seq_len=T, framework=framework, attention=attention)
+    # Every reference row runs here: on the CPU (or as a dry run, whose fake tensors are
+    # CPU tensors), so torch's optimizer runs its CPU default (single-tensor).
+    return TrainingSetup(seq_len=T, framework=framework, attention=attention, device="cpu")
 
 
 def run_cell(cell) -> dict:
