@@ -12,9 +12,10 @@ CUDA when a GPU is present), MLX CPU uncompiled and MLX compiled as the seed mea
 plus real implementations trained the way their users write them: Hugging Face's
 LlamaForCausalLM and mlx-lm's Llama at the nominal shapes, and the real-implementation
 rows of :mod:`accuracy_impl` (transformers' own classes for nine families as dry runs,
-mlx-lm's classes for real, in the setups people train with). Each row: measured peak, the seed's simplified estimate, the
-refined estimate (with the framework in the setup), both ratios, the peak phase, the term
-most responsible for the refined estimate's gap, step time and tokens per second.
+mlx-lm's classes for real, in the setups people train with). Each row: measured peak,
+the seed's simplified estimate, the refined estimate (with the framework in the setup),
+both ratios, the peak phase, the term most responsible for the refined estimate's gap,
+the category split at the peak, step time and tokens per second.
 
 On a small CPU machine a full grid of real steps takes hours (MLX's CPU matmul is slow),
 so by default the torch cells above a size's budget run as dry runs — the same step and
