@@ -336,7 +336,10 @@ def write(
     out: Path,
     reestimated_by: str | None = None,
     run_at: str | None = None,
+    parts: dict | None = None,
 ) -> None:
+    """``parts``: {"reference"|"implementations": {"command", "seconds"}} when the two
+    parts of the grid were run by separate commands (``--only``)."""
     import torch
 
     run_at = run_at or f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"
@@ -345,7 +348,18 @@ def write(
     lines = [
         "# Estimate vs measured peak",
         "",
-        f"Command: `{command}`  ",
+        *(
+            [
+                "Commands: "
+                + "; ".join(
+                    f"{name} rows `{p['command']}` ({p['seconds'] / 60:.1f} minutes)"
+                    for name, p in parts.items()
+                )
+                + "  "
+            ]
+            if parts
+            else [f"Command: `{command}`  "]
+        ),
         *(
             [f"Estimates recomputed from the stored measurements by `{reestimated_by}`  "]
             if reestimated_by
@@ -400,6 +414,7 @@ def write(
         "run_at": run_at,
         "seconds": seconds,
         "skipped": skipped,
+        "parts": parts,
         "rows": rows,
     }
     out.with_suffix(".json").write_text(json.dumps(stored, indent=1) + "\n")
@@ -459,10 +474,11 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(stored.read_text())
         rows = [reestimate(r) for r in saved["rows"]]
         seconds, skipped = saved["seconds"], saved["skipped"]
+        parts = saved.get("parts")
         reestimated_by, command = command, saved["command"]
         run_at = saved.get("run_at")
     else:
-        reestimated_by = run_at = None
+        reestimated_by = run_at = parts = None
         rows = []
         start = time.perf_counter()
         bar = tqdm(rows_plan, file=sys.stderr, unit="row")
@@ -482,11 +498,14 @@ def main(argv: list[str] | None = None) -> int:
                 if (r.get("kind") == "impl") != (args.only == "implementations")
             ]
             rows = kept + rows
-            command = f"{saved['command']} (the other rows), then {command}"
+            other = "reference" if args.only == "implementations" else "implementations"
+            parts = dict(saved.get("parts") or {})
+            parts.setdefault(other, {"command": saved["command"], "seconds": saved["seconds"]})
+            parts[args.only] = {"command": command, "seconds": seconds}
             skipped = skipped or saved.get("skipped", [])
-            seconds += saved["seconds"] if args.only else 0
+            seconds = sum(p["seconds"] for p in parts.values())
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write(rows, skipped, command, seconds, args.out, reestimated_by, run_at)
+    write(rows, skipped, command, seconds, args.out, reestimated_by, run_at, parts)
     from introspect import plot
 
     if not args.no_plot and plot.available():
