@@ -210,3 +210,27 @@ def test_qwen3_moe_dry_run_equals_the_real_step_in_fp32():
         fake = hf_models.measure(raw, "qwen3_moe", spec, s, device="fake", census=False)[0]
         assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
         assert any("grouped_mm" in n for n in fake.notes)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "my_own", "auto_map": {"AutoModelForCausalLM": "m.M"}}, "remote code"),
+        ({"model_type": "not_a_family", "hidden_size": 8}, "does not know model_type"),
+    ],
+)
+def test_cli_refuses_remote_code_and_unknown_model_types(capsys, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out = cli(capsys, ["measure", str(path), "--impl", "transformers", "--device", "fake"])
+    assert code == 2
+    assert message in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_adam8bit_runs_bitsandbytes_on_the_cpu():
+    pytest.importorskip("bitsandbytes")
+    adam = run("gpt2", "cpu", optimizer="adam")
+    adam8 = run("gpt2", "cpu", optimizer="adam8bit")
+    assert any("Adam8bit" in n for n in adam8.notes)
+    # 8-bit m and v where a tensor has 4096 values or more, 32-bit below that
+    assert adam8.categories["optimizer_state"] < adam.categories["optimizer_state"]

@@ -276,6 +276,10 @@ def run(args: argparse.Namespace) -> int:
     from introspect.positions import check_positions
 
     check_args(args)
+    if args.impl == "transformers":
+        from introspect.measure.hf_models import precheck
+
+        precheck(args.source)
     spec = spec_from_args(args)
     setups = setups_from_args(args)
     device = measure_device(args)

@@ -80,6 +80,24 @@ def source_config(source: str | None, spec: ModelSpec) -> tuple[dict[str, Any], 
     return load_config(path), str(path)
 
 
+def precheck(source: str | None) -> None:
+    """For a local config.json (or a folder holding one): the one-line refusal of a
+    model_type transformers does not know or a remote-code class, before the estimates
+    read the config (which name their own supported families)."""
+    import os
+
+    if not source or not os.path.exists(source):
+        return
+    path = os.path.join(source, "config.json") if os.path.isdir(source) else source
+    if not path.endswith(".json") or not os.path.isfile(path):
+        return
+    from introspect.adapters.hf_config import load_config
+
+    raw = load_config(path)
+    if isinstance(raw.get("model_type"), str):
+        model_class(raw["model_type"], raw, path)
+
+
 def model_class(model_type: str, config: dict[str, Any], where: str):
     """The transformers auto class that builds ``model_type``: causal LM, else
     image-text-to-text; a remote-code or unknown model_type is one line."""
