@@ -1,17 +1,21 @@
 """Estimate vs measured peak on a grid of real training steps.
 
 Run:  .venv/bin/python benchmarks/accuracy.py            # the grid (this machine's budget)
-      .venv/bin/python benchmarks/accuracy.py --quick    # a small subset, ~1 minute
+      .venv/bin/python benchmarks/accuracy.py --quick    # a small subset, a few minutes
       .venv/bin/python benchmarks/accuracy.py --full     # every cell for real (fast machines)
+      .venv/bin/python benchmarks/accuracy.py --only implementations   # keep the rest
 
 The grid: the seed's synthetic 10M, 40M and 100M shapes (introspect.sizes) as a standard
 transformer and as a Llama-style variant (RMSNorm, SwiGLU, GQA; introspect.measure.shapes),
 at T = 256, 512, 1024, 2048, B = 1, FP32 Adam, eager attention — on torch CPU (and torch
 CUDA when a GPU is present), MLX CPU uncompiled and MLX compiled as the seed measured;
-plus real implementations (Hugging Face's LlamaForCausalLM, mlx-lm's Llama) trained the
-way users write them. Each row: measured peak, the seed's simplified estimate, the
-refined estimate (with the framework in the setup), both ratios, the peak phase, the term
-most responsible for the refined estimate's gap, step time and tokens per second.
+plus real implementations trained the way their users write them: Hugging Face's
+LlamaForCausalLM and mlx-lm's Llama at the nominal shapes, and the real-implementation
+rows of :mod:`accuracy_impl` (transformers' own classes for nine families as dry runs,
+mlx-lm's classes for real, in the setups people train with). Each row: measured peak,
+the seed's simplified estimate, the refined estimate (with the framework in the setup),
+both ratios, the peak phase, the term most responsible for the refined estimate's gap,
+the category split at the peak, step time and tokens per second.
 
 On a small CPU machine a full grid of real steps takes hours (MLX's CPU matmul is slow),
 so by default the torch cells above a size's budget run as dry runs — the same step and
@@ -32,10 +36,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from introspect import report
-from introspect.measure import runner
-from introspect.measure.shapes import llama_style, nominal_spec
-from introspect.setup import TrainingSetup
+sys.path.insert(0, str(Path(__file__).parent))
+
+import accuracy_impl  # noqa: E402
+
+from introspect import report  # noqa: E402
+from introspect.measure import runner  # noqa: E402
+from introspect.measure.shapes import llama_style, nominal_spec  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 SIZES = ("10M", "40M", "100M")
@@ -43,7 +51,7 @@ SEQS = (256, 512, 1024, 2048)
 VARIANTS = ("standard", "llama")
 #: Largest T run for real on torch CPU / on MLX per size (2 cores: see the docstring).
 TORCH_REAL = {"10M": 2048, "40M": 2048, "100M": 1024}
-MLX_REAL = {"10M": 1024, "40M": 256, "100M": 256}
+MLX_REAL = {"10M": 1024, "40M": 256, "100M": 0}
 #: Measured MLX steps per row (each with its own peak reset; the largest is reported).
 MLX_REPEATS = 2
 #: A dry run at a size no machine here could train: Llama-2-7B's shape, T = 2048.
@@ -67,8 +75,14 @@ def spec_for(size: str, variant: str):
     return llama_style(spec) if variant == "llama" else spec
 
 
-def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
-    """Rows to run as (impl, variant, size, framework, device, T), and skipped cells."""
+def plan(quick: bool, full: bool, cuda: bool, only: str | None = None) -> tuple[list, list[str]]:
+    """Rows to run — (impl, variant, size, framework, device, T) for the reference grid,
+    dicts for the real-implementation rows (:mod:`accuracy_impl`) — and skipped cells."""
+    impl_cells = (
+        accuracy_impl.QUICK if quick else accuracy_impl.full() if full else accuracy_impl.DEFAULT
+    )
+    if only == "implementations":
+        return list(impl_cells), []
     rows, skipped = [], []
     sizes, seqs = (("10M",), (256,)) if quick else (SIZES, SEQS)
     for variant in VARIANTS:
@@ -87,13 +101,25 @@ def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
         rows.append((impl, "llama", size, fw, "cpu", 256 if quick else T))
     if not quick:
         rows.append(DRY_7B)
+    if only != "reference":
+        rows += impl_cells
     return rows, skipped
 
 
 def setup_for(impl: str, framework: str, T: int) -> TrainingSetup:
     # mlx-lm's Llama always runs mx.fast.scaled_dot_product_attention.
     attention = "memory_efficient" if impl == "mlx_lm" else "eager"
-    return TrainingSetup(seq_len=T, framework=framework, attention=attention)
+    # Every reference row runs here: on the CPU (or as a dry run, whose fake tensors are
+    # CPU tensors), so torch's optimizer runs its CPU default (single-tensor).
+    return TrainingSetup(seq_len=T, framework=framework, attention=attention, device="cpu")
+
+
+def run_cell(cell) -> dict:
+    """One row of either kind, with its estimates."""
+    if isinstance(cell, dict):
+        out, comparison = accuracy_impl.run_cell(cell)
+        return out | estimates(comparison)
+    return run_row(*cell)
 
 
 def run_row(impl, variant, size, framework, device, T) -> dict:
@@ -150,6 +176,8 @@ def estimates(c) -> dict:
 
 def reestimate(row: dict) -> dict:
     """A stored row with its estimates recomputed by today's code (no step is run)."""
+    if row.get("kind") == "impl":
+        return row | estimates(accuracy_impl.reestimate(row))
     from introspect.measure.compare import compare
     from introspect.measure.record import Measurement
 
@@ -205,6 +233,7 @@ def table(rows: list[dict]) -> str:
                 "yes" if within(re_) else "no",
                 f"{r['peak_phase'] or 'n/a'} / {r['refined_peak_phase'] or 'n/a'}",
                 gap,
+                split(r["categories"]),
                 "" if r["step_seconds"] is None else f"{r['step_seconds']:.2f}",
                 "" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
             )
@@ -212,9 +241,23 @@ def table(rows: list[dict]) -> str:
     headers = [
         "impl", "model", "framework", "device", "T", "N", "measured GB", "simplified GB",
         "simplified err", "refined GB", "refined err", "±5%", "peak (meas / ref)",
-        "largest gap (GB, where missed)", "step s", "tokens/s",
+        "largest gap (GB, where missed)", "at peak P/G/O/A/T+other GB", "step s", "tokens/s",
     ]  # fmt: skip
     return report.table(out, headers, "markdown")
+
+
+def split(categories: dict[str, int]) -> str:
+    """The measured peak by category, in GB: parameters / gradients / optimizer state /
+    activations / temporaries and other (MLX: its working memory is all 'other')."""
+    c = categories
+    rest = c.get("temporary", 0) + c.get("other", 0)
+    keys = ("parameters", "gradients", "optimizer_state", "activations")
+    return "/".join(f"{c.get(k, 0) / 1e9:.2f}" for k in keys) + f"/{rest / 1e9:.2f}"
+
+
+def group(r: dict) -> str:
+    impl = "" if r["implementation"] == "reference" else f"{r['implementation']}, "
+    return f"{impl}{r['framework']} ({r['device']})"
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -234,7 +277,7 @@ def summary(rows: list[dict]) -> list[str]:
     ]
     by_fw: dict[str, list[dict]] = {}
     for r in rows:
-        by_fw.setdefault(f"{r['framework']} ({r['device']})", []).append(r)
+        by_fw.setdefault(group(r), []).append(r)
     for fw, rs in by_fw.items():
         ok = sum(within(error(r["refined_bytes"], r["measured_bytes"])) for r in rs)
         worst = max(rs, key=lambda r: abs(error(r["simplified_bytes"], r["measured_bytes"])))
@@ -293,7 +336,10 @@ def write(
     out: Path,
     reestimated_by: str | None = None,
     run_at: str | None = None,
+    parts: dict | None = None,
 ) -> None:
+    """``parts``: {"reference"|"implementations": {"command", "seconds"}} when the two
+    parts of the grid were run by separate commands (``--only``)."""
     import torch
 
     run_at = run_at or f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M}"
@@ -302,7 +348,18 @@ def write(
     lines = [
         "# Estimate vs measured peak",
         "",
-        f"Command: `{command}`  ",
+        *(
+            [
+                "Commands: "
+                + "; ".join(
+                    f"{name} rows `{p['command']}` ({p['seconds'] / 60:.1f} minutes)"
+                    for name, p in parts.items()
+                )
+                + "  "
+            ]
+            if parts
+            else [f"Command: `{command}`  "]
+        ),
         *(
             [f"Estimates recomputed from the stored measurements by `{reestimated_by}`  "]
             if reestimated_by
@@ -312,7 +369,12 @@ def write(
         f"{platform.system()}, {os.cpu_count()} cores; python {versions.get('python', '')}, "
         f"torch {torch.__version__}, mlx {mlx_version}; {seconds / 60:.1f} minutes.",
         "",
-        "B = 1, FP32 weights, gradients, Adam state and activations, eager attention; a "
+        "Reference rows (impl reference, and the older transformers/mlx_lm Llama rows "
+        "built from the nominal shapes): B = 1, FP32 weights, gradients, Adam state and "
+        "activations, eager attention. Real-implementation rows (model = label and setup: "
+        "B, attention, precision, ckpt = checkpointing, loop) run the config's own "
+        "transformers class as a dry run (torch fake: FakeTensorMode, byte for byte the CPU "
+        "step) or mlx-lm's class for real, Adam. A "
         "warm-up step first, the peak counter reset before the measured step. Peaks: "
         "torch CPU — live tensor storages (torch's MemTracker); torch fake — the same step "
         "and tracker under FakeTensorMode (no step time); MLX — `mx.get_peak_memory()`. "
@@ -352,6 +414,7 @@ def write(
         "run_at": run_at,
         "seconds": seconds,
         "skipped": skipped,
+        "parts": parts,
         "rows": rows,
     }
     out.with_suffix(".json").write_text(json.dumps(stored, indent=1) + "\n")
@@ -366,7 +429,8 @@ def run_isolated(cell: tuple) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "row.json"
-        cmd = [sys.executable, __file__, "--row", json.dumps(list(cell)), "--row-out", str(out)]
+        payload = json.dumps(cell if isinstance(cell, dict) else list(cell))
+        cmd = [sys.executable, __file__, "--row", payload, "--row-out", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             tail = (done.stderr or "").strip().splitlines()[-1:] or [f"exit {done.returncode}"]
@@ -380,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--row-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="10M at T=256 only")
     parser.add_argument("--full", action="store_true", help="every cell for real")
+    parser.add_argument(
+        "--only",
+        choices=("reference", "implementations"),
+        help="run one part of the grid and keep the other part's rows stored in the .json "
+        "beside --out (implementations: transformers' and mlx-lm's classes)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "accuracy.md")
     parser.add_argument("--no-plot", action="store_true")
     parser.add_argument(
@@ -390,12 +460,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.row:
-        args.row_out.write_text(json.dumps(run_row(*json.loads(args.row))))
+        args.row_out.write_text(json.dumps(run_cell(json.loads(args.row))))
         return 0
     import torch
     from tqdm.auto import tqdm
 
-    rows_plan, skipped = plan(args.quick, args.full, torch.cuda.is_available())
+    rows_plan, skipped = plan(args.quick, args.full, torch.cuda.is_available(), args.only)
     command = "python benchmarks/accuracy.py" + "".join(
         f" {a}" for a in (argv if argv is not None else sys.argv[1:])
     )
@@ -404,19 +474,38 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(stored.read_text())
         rows = [reestimate(r) for r in saved["rows"]]
         seconds, skipped = saved["seconds"], saved["skipped"]
+        parts = saved.get("parts")
         reestimated_by, command = command, saved["command"]
         run_at = saved.get("run_at")
     else:
-        reestimated_by = run_at = None
+        reestimated_by = run_at = parts = None
         rows = []
         start = time.perf_counter()
         bar = tqdm(rows_plan, file=sys.stderr, unit="row")
         for cell in bar:
-            bar.set_description(" ".join(map(str, cell)))
+            bar.set_description(
+                f"{cell['label']} {cell['seq']}"
+                if isinstance(cell, dict)
+                else " ".join(map(str, cell))
+            )
             rows.append(run_isolated(cell))
         seconds = time.perf_counter() - start
+        if args.only and stored.exists():
+            saved = json.loads(stored.read_text())
+            kept = [
+                r
+                for r in saved["rows"]
+                if (r.get("kind") == "impl") != (args.only == "implementations")
+            ]
+            rows = kept + rows
+            other = "reference" if args.only == "implementations" else "implementations"
+            parts = dict(saved.get("parts") or {})
+            parts.setdefault(other, {"command": saved["command"], "seconds": saved["seconds"]})
+            parts[args.only] = {"command": command, "seconds": seconds}
+            skipped = skipped or saved.get("skipped", [])
+            seconds = sum(p["seconds"] for p in parts.values())
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write(rows, skipped, command, seconds, args.out, reestimated_by, run_at)
+    write(rows, skipped, command, seconds, args.out, reestimated_by, run_at, parts)
     from introspect import plot
 
     if not args.no_plot and plot.available():

@@ -148,7 +148,7 @@ def test_process_memory_limit_is_read_before_a_real_step(tmp_path):
         "limit = process_limit_bytes()\n"
         "assert limit is not None and limit < 3 * 2**30, limit\n"
         "from introspect.cli import main\n"
-        "rc = main(['measure', '1B', '--framework', 'torch', '--seq', '2048'])\n"
+        "rc = main(['measure', '1B', '--framework', 'torch', '--device', 'cpu', '--seq', '2048'])\n"
         "assert 'torch' not in sys.modules\n"
         "sys.exit(rc)\n"
     )

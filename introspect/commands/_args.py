@@ -123,10 +123,12 @@ def add_setup_flags(
     act_default: str | None = None,
     sweep: bool = True,
     execution: bool = True,
+    extra_devices: tuple[tuple[str, str], ...] = (),
 ) -> None:
     """The TrainingSetup flags. With ``sweep``, --batch and --seq take several values and
     every combination is one row. With ``execution``, the flags that only the refined
-    (execution) estimate reads are added too."""
+    (execution) estimate reads are added too; ``extra_devices`` are (name, help) pairs a
+    command adds to --device (measure's ``fake``)."""
     g = parser.add_argument_group("training setup")
     nargs = "+" if sweep else None
     g.add_argument(
@@ -241,13 +243,18 @@ def add_setup_flags(
         help="ZeRO stage over the devices: 0 none (default), 1 optimizer state, 2 + grads, "
         "3 + weights (= FSDP full sharding)",
     )
-    add_runner_flags(e)
+    add_runner_flags(e, extra_devices=extra_devices)
     add_sharding_flags(e)
 
 
-def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
+def add_runner_flags(
+    group,
+    *,
+    framework_default: str | None = "torch",
+    extra_devices: tuple[tuple[str, str], ...] = (),
+) -> None:
     """--framework, --device, --impl and --loop: who runs the step, with one meaning in
-    every command."""
+    every command (``extra_devices``: see :func:`add_setup_flags`)."""
     group.add_argument(
         "--framework",
         type=choice(FRAMEWORKS),
@@ -259,11 +266,12 @@ def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
     )
     group.add_argument(
         "--device",
-        type=choice(DEVICES),
+        type=choice(DEVICES + tuple(name for name, _ in extra_devices)),
         default="auto",
         help="where the step runs: cuda or cpu for torch, metal or cpu for MLX; auto "
         "(default) is cuda for torch and metal for MLX. With torch it decides the "
-        "optimizer's default implementation (foreach on CUDA, single-tensor on CPU)",
+        "optimizer's default implementation (foreach on CUDA, single-tensor on CPU)"
+        + "".join(f"; {text}" for _, text in extra_devices),
     )
     group.add_argument(
         "--impl",
@@ -275,12 +283,21 @@ def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
     group.add_argument(
         "--loop",
         type=choice(LOOPS),
-        default="logits",
-        help="how the step computes its loss: logits (default: the training code holds the "
-        "logits through backward and calls cross-entropy itself) or labels (the model "
-        "computes its own loss from labels=, as model(input_ids=x, labels=x).loss and the "
-        "HF Trainer's compute_loss do; nothing else is held)",
+        default=None,
+        help="how the step computes its loss: logits (the training code holds the "
+        "logits through backward and calls cross-entropy itself; the default except with "
+        "--impl transformers) or labels (the model computes its own loss from labels=, as "
+        "model(input_ids=x, labels=x).loss and the HF Trainer's compute_loss do; nothing "
+        "else is held; the default with --impl transformers)",
     )
+
+
+def loop_for(args: argparse.Namespace) -> str:
+    """--loop when given; else labels for transformers' classes (their users' loop and
+    the HF Trainer's), logits otherwise."""
+    if getattr(args, "loop", None):
+        return args.loop
+    return "labels" if getattr(args, "impl", "reference") == "transformers" else "logits"
 
 
 def activation_dtype_for(args: argparse.Namespace) -> str:
@@ -320,7 +337,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             framework=args.framework,
             device=args.device,
             implementation=args.impl,
-            loop=args.loop,
+            loop=loop_for(args),
             optimizer_impl=args.optimizer_impl,
         )
         fields.update(sharding_fields(args))

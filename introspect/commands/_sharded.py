@@ -14,34 +14,10 @@ from introspect.spec import ModelSpec
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
+    """The sharded step's own flag; --devices, --ddp, --zero, --fsdp, --no-reshard and
+    --bucket-view are the shared setup flags (:func:`introspect.commands._args.add_sharding_flags`),
+    and FSDP2's MixedPrecisionPolicy is --precision mixed."""
     g = parser.add_argument_group("sharded step (D processes, gloo on 127.0.0.1)")
-    g.add_argument(
-        "--devices",
-        type=positive_int,
-        default=1,
-        metavar="D",
-        help="run the step in D processes (default 1; with --ddp or --fsdp one process "
-        "still wraps the model)",
-    )
-    how = g.add_mutually_exclusive_group()
-    how.add_argument("--ddp", action="store_true", help="DistributedDataParallel")
-    how.add_argument(
-        "--zero",
-        type=int,
-        choices=(1, 2, 3),
-        default=0,
-        metavar="STAGE",
-        help="1: DDP with torch's ZeroRedundancyOptimizer (stages 2 and 3 are "
-        "DeepSpeed's: estimated by `profile`, not measured here)",
-    )
-    how.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard per block and root")
-    g.add_argument("--no-reshard", action="store_true", help="FSDP2 reshard_after_forward=False")
-    g.add_argument("--bucket-view", action="store_true", help="DDP gradient_as_bucket_view=True")
-    g.add_argument(
-        "--mixed",
-        action="store_true",
-        help="FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)",
-    )
     g.add_argument(
         "--step-timeout",
         type=positive_int,
@@ -58,30 +34,26 @@ def wants_sharded(args: argparse.Namespace) -> bool:
 
 
 def setups(args: argparse.Namespace) -> list[TrainingSetup]:
-    if args.framework != "torch" or args.device != "cpu" or args.impl != "reference":
+    """The shared setup flags' setups, checked against what a sharded step runs: our
+    reference model, torch on the CPU (gloo), FP32, or FSDP2's MixedPrecisionPolicy
+    (BF16 parameters, FP32 reduction) with --fsdp --precision mixed."""
+    from introspect.commands._args import setup_from_args
+
+    if args.framework != "torch" or args.device not in ("auto", "cpu") or args.impl != "reference":
         raise IntrospectError(
             "a sharded step runs the reference model with torch on cpu; drop --framework "
             "mlx/--device/--impl"
         )
-    if args.mixed and not args.fsdp:
-        raise IntrospectError("--mixed is FSDP2's MixedPrecisionPolicy; add --fsdp")
-    if args.dtype != "fp32":
-        raise IntrospectError("a sharded step runs fp32 (or --fsdp --mixed); drop --dtype")
+    if args.precision not in ("fp32", "mixed"):
+        raise IntrospectError(
+            f"--precision {args.precision}: a sharded step runs fp32, or mixed with --fsdp"
+        )
+    if args.precision == "mixed" and not args.fsdp:
+        raise IntrospectError("--precision mixed is FSDP2's MixedPrecisionPolicy here; add --fsdp")
     sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
     return [
-        TrainingSetup(
-            batch_size=b,
-            seq_len=t,
-            precision="mixed" if args.mixed else "fp32",
-            activation_dtype="bf16" if args.mixed else "fp32",
-            optimizer=args.optimizer,
-            attention=args.attention,
-            device="cpu",
-            devices=args.devices,
-            sharding=sharding,
-            zero_stage=args.zero,
-            reshard_after_forward=not args.no_reshard,
-            gradient_as_bucket_view=args.bucket_view,
+        setup_from_args(
+            args, batch_size=b, seq_len=t, device="cpu", sharding=sharding, loop="logits"
         )
         for b in args.batch
         for t in args.seq

@@ -9,33 +9,50 @@ import os
 import sys
 
 from introspect import report
-from introspect.commands._args import add_common, choice, positive_int
+from introspect.commands._args import add_common, add_setup_flags, choice, positive_int
 from introspect.errors import IntrospectError
-from introspect.setup import ATTENTIONS, TrainingSetup
+from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
-FRAMEWORKS = ("torch", "mlx", "mlx_compiled")
-DEVICES = ("cpu", "cuda", "fake")
-IMPLS = ("reference", "transformers", "mlx_lm")
-OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
+#: measure's own --device choice on top of the shared ones.
+FAKE_DEVICE = (
+    (
+        "fake",
+        "measure only: a torch dry run under FakeTensorMode that allocates nothing, for "
+        "models larger than this machine (torch's CPU kernels and optimizer defaults)",
+    ),
+)
 
 EPILOG = """\
 SOURCE is a nominal size of the seed's table (10M, 20M, 40M, 100M, 300M, 1B, 7B, 70B),
 a path, a bundled model or a Hub id (as for 'introspect profile'), or nothing when the
 shape flags describe the model. Shape flags given with a SOURCE change that field.
 
-The step is FP32 Adam at B=1 unless flags say otherwise, written as users write it:
-zero_grad(set_to_none=True), F.cross_entropy(logits.view(-1, V), targets.view(-1)),
-backward(), step(). Adam's state exists first (torch on CPU and fake: made directly at its
-real shapes; MLX and CUDA: a warm-up step, then the peak counter is reset). Peaks:
-mx.get_peak_memory() on MLX, torch.cuda.max_memory_allocated() on CUDA, a live-storage
-tracker with torch MemTracker's rules on CPU and in a dry run (--device fake:
-FakeTensorMode, no memory used, any size).
+The setup flags are profile's and table's, with the same names, meanings and defaults
+(except --seq, 512 here), so `introspect measure` runs exactly the setup `profile`
+estimated. --device auto (the default) measures on CUDA when torch sees a GPU, else on
+the CPU; add --device fake for a dry run of a model larger than this machine (then
+--optimizer-impl foreach gives the CUDA default's update). The step is written as its
+users write it: zero_grad(set_to_none=True), the loss, backward(), step().
+--loop logits: logits = model(x); loss = F.cross_entropy(logits.view(-1, V), y.view(-1))
+(the logits held through backward). --loop labels (the default with --impl
+transformers): loss = model(input_ids=x, labels=x).loss, the output dropped: the HF
+Trainer's compute_loss. The optimizer's state exists before the measured step (torch on
+the CPU and in a dry run: made directly at its real shapes; MLX and CUDA: a warm-up step,
+then the peak counter is reset). Peaks: mx.get_peak_memory() on MLX,
+torch.cuda.max_memory_allocated() on CUDA, torch's live-storage tracker (MemTracker) on
+CPU and in a dry run (--device fake).
+
+--impl transformers builds the config's own class (AutoConfig.for_model →
+AutoModelForCausalLM.from_config; never trust_remote_code); --impl mlx-lm builds
+mlx-lm's class (mlx_lm.models.<model_type>.Model) and runs mlx-lm's default_loss.
 
 examples:
-  introspect measure 10M --framework torch --seq 256 512 1024
+  introspect measure 10M --framework torch --device cpu --seq 256 512 1024
   introspect measure 40M --framework mlx-compiled --seq 2048
-  introspect measure 10M --llama --framework torch --impl transformers --seq 512
+  introspect measure Qwen/Qwen3-0.6B --impl transformers --device fake --seq 2048 \\
+      --precision amp --checkpointing --attention memory-efficient
+  introspect measure Qwen/Qwen2.5-0.5B --impl transformers --device fake --loop logits
   introspect measure meta-llama/Llama-2-7b-hf --framework torch --device fake --seq 2048
   introspect measure --layers 4 --d-emb 256 --heads 4 --vocab 8192 --framework mlx --json
 """
@@ -69,28 +86,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SOURCE",
         help="10M, 40M, …, a path, a bundled model or a Hub id",
     )
-    run_g = p.add_argument_group("what runs")
-    run_g.add_argument(
-        "--framework",
-        type=choice(FRAMEWORKS),
-        required=True,
-        help="torch, mlx (uncompiled step) or mlx-compiled (mx.compile, as the seed measured)",
-    )
-    run_g.add_argument(
-        "--device",
-        type=choice(DEVICES),
-        default="cpu",
-        help="cpu (default), cuda (torch), or fake: a torch dry run with FakeTensorMode "
-        "that allocates nothing, for models larger than this machine",
-    )
-    run_g.add_argument(
-        "--impl",
-        type=choice(IMPLS),
-        default="reference",
-        help="reference (default: our model built from the spec), transformers "
-        "(LlamaForCausalLM, torch) or mlx-lm (mlx_lm.models.llama.Model); the last two "
-        "need a Llama-style shape",
-    )
+    add_setup_flags(p, seq_default=512, extra_devices=FAKE_DEVICE)
+    run_g = p.add_argument_group("measuring")
     run_g.add_argument(
         "--repeats",
         type=positive_int,
@@ -103,42 +100,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--no-census",
         action="store_true",
         help="skip the saved-tensor census (torch: one more forward pass)",
-    )
-    setup_g = p.add_argument_group("training setup")
-    setup_g.add_argument(
-        "--batch",
-        type=positive_int,
-        nargs="+",
-        default=[1],
-        metavar="B",
-        help="micro-batch size B (default 1); several values sweep",
-    )
-    setup_g.add_argument(
-        "--seq",
-        type=positive_int,
-        nargs="+",
-        default=[512],
-        metavar="T",
-        help="sequence length T in tokens (default 512); several values sweep",
-    )
-    setup_g.add_argument(
-        "--dtype",
-        type=choice(("fp32", "bf16")),
-        default="fp32",
-        help="fp32 (default) or bf16: weights, gradients, optimizer state and activations",
-    )
-    setup_g.add_argument(
-        "--optimizer",
-        type=choice(OPTIMIZERS),
-        default="adam",
-        help="adam (default), adamw, sgd, sgd-momentum",
-    )
-    setup_g.add_argument(
-        "--attention",
-        type=choice(ATTENTIONS),
-        default="eager",
-        help="eager (default: explicit T×T scores and softmax) or memory-efficient "
-        "(torch SDPA / mx.fast.scaled_dot_product_attention)",
     )
     shape = p.add_argument_group("model shape (without SOURCE, or changing it)")
     for flag, dest, meta, text in SHAPE_FLAGS:
@@ -154,7 +115,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     from introspect.commands import _sharded
 
-    _sharded.add_flags(p)  # --devices D --ddp | --zero 1 | --fsdp: a sharded step
+    _sharded.add_flags(p)  # with --devices D and --ddp | --zero 1 | --fsdp: a sharded step
     add_common(p, json_help="print JSON: spec, and per row the measurement and both estimates")
     p.set_defaults(run=run)
 
@@ -206,21 +167,29 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     return llama_style(spec) if args.llama else spec
 
 
+def measure_device(args: argparse.Namespace) -> str:
+    """Where the step really runs: --device, with auto = cuda when torch sees one (else
+    cpu) for torch, and MLX's default device (metal on Apple silicon, else cpu)."""
+    if args.device != "auto":
+        return args.device
+    if args.framework.startswith("mlx"):
+        import platform
+
+        return "metal" if platform.system() == "Darwin" else "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def setups_from_args(args: argparse.Namespace) -> list[TrainingSetup]:
+    """Every (--batch, --seq) setup; a dry run's fake tensors live on the CPU, so its
+    setup's device is cpu (torch's CPU optimizer default unless --optimizer-impl says)."""
+    from introspect.commands._args import setup_from_args
+
+    device = measure_device(args)
+    device = "cpu" if device == "fake" else device
     return [
-        TrainingSetup(
-            batch_size=b,
-            seq_len=t,
-            activation_dtype=args.dtype,
-            weights_dtype=args.dtype,
-            precision="bf16" if args.dtype == "bf16" else "fp32",
-            optimizer=args.optimizer,
-            attention=args.attention,
-            framework=args.framework,
-            # A dry run's fake tensors live on the CPU: torch runs its CPU optimizer path.
-            device="cuda" if args.device == "cuda" else "cpu",
-            implementation=args.impl,
-        )
+        setup_from_args(args, batch_size=b, seq_len=t, device=device)
         for b in args.batch
         for t in args.seq
     ]
@@ -228,18 +197,19 @@ def setups_from_args(args: argparse.Namespace) -> list[TrainingSetup]:
 
 def check_args(args: argparse.Namespace) -> None:
     mlx = args.framework.startswith("mlx")
-    if mlx and args.device != "cpu":
+    device = measure_device(args)
+    if mlx and device not in ("cpu", "metal"):
         raise IntrospectError(
-            f"--device {args.device} is for torch; MLX runs on its default device (CPU on "
+            f"--device {device} is for torch; MLX runs on its default device (CPU on "
             "Linux, the GPU on Apple silicon)"
         )
     if args.impl == "transformers" and mlx:
         raise IntrospectError("--impl transformers is a torch model; use --framework torch")
     if args.impl == "mlx_lm" and not mlx:
         raise IntrospectError("--impl mlx-lm is an MLX model; use --framework mlx or mlx-compiled")
-    if args.impl != "reference" and args.device == "fake":
-        raise IntrospectError("--device fake builds the reference model; drop --impl")
-    if args.device == "cuda":
+    if device == "metal" and not mlx:
+        raise IntrospectError("--device metal is MLX's; use --device cpu, cuda or fake for torch")
+    if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
@@ -348,20 +318,47 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> Non
         )
 
 
+def shape_overrides(args: argparse.Namespace) -> dict:
+    """Shape flags that change a SOURCE's config (Hugging Face config names)."""
+    from introspect.measure.hf_models import SHAPE_KEYS
+
+    return {k: getattr(args, k) for k in SHAPE_KEYS if getattr(args, k, None) is not None}
+
+
+def implementation_config(args: argparse.Namespace, spec: ModelSpec):
+    """The raw config the implementation's own class is built from, or None."""
+    if args.impl == "transformers":
+        from introspect.measure.hf_models import source_config
+
+        return source_config(args.source, spec)
+    if args.impl == "mlx_lm":
+        from introspect.measure.mlx_lm_models import source_config
+
+        return source_config(args.source, spec)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from introspect import bounds
     from introspect.commands import _sharded
     from introspect.measure import runner
+    from introspect.positions import check_positions
 
+    if args.impl == "transformers":  # a remote-code or unknown config, before reading it
+        from introspect.measure.hf_models import precheck
+
+        precheck(args.source)
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
     if _sharded.wants_sharded(args):
         return _sharded.run(args, spec)
     check_args(args)
     setups = setups_from_args(args)
+    device = measure_device(args)
     for s in setups:
-        bounds.check_setup(s, force=args.force)
-    for s in setups:
-        refuse_if_too_big(spec, s, args.device)
+        check_positions(spec, s)
+        refuse_if_too_big(spec, s, device)
+    config = implementation_config(args, spec)
+    overrides = shape_overrides(args) if args.source else None
     results = []
     bar = _progress(len(setups))
     for s in setups:
@@ -371,14 +368,16 @@ def run(args: argparse.Namespace) -> int:
             row = runner.run_one(
                 spec,
                 s,
-                device=args.device,
+                device=device,
                 impl=args.impl,
                 census=not args.no_census,
                 repeats=args.repeats,
+                config=config,
+                overrides=overrides,
             )
         except MemoryError as e:
             raise IntrospectError(
-                f"B={s.batch_size}, T={s.seq_len}: the step ran out of memory on {args.device}; "
+                f"B={s.batch_size}, T={s.seq_len}: the step ran out of memory on {device}; "
                 "use a smaller --seq/--batch, or --device fake for a dry run"
             ) from e
         except RuntimeError as e:
@@ -386,7 +385,7 @@ def run(args: argparse.Namespace) -> int:
                 raise
             raise IntrospectError(
                 f"B={s.batch_size}, T={s.seq_len}: the step could not allocate memory on "
-                f"{args.device} ({str(e).strip().splitlines()[0][:160]}); use a smaller "
+                f"{device} ({str(e).strip().splitlines()[0][:160]}); use a smaller "
                 "--seq/--batch, or --device fake for a dry run"
             ) from e
         results.append(row)

@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
 
     setup = setup_from_args(args)  # check the flags before any file or network work
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
+    from introspect.positions import check_positions
+
+    check_positions(model.spec, setup)
     results = estimates(model.spec, setup)
     if args.json:
         print(report.dumps(to_json(model, setup, results)))

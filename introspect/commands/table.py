@@ -143,9 +143,12 @@ def _row_or_error(
 ) -> dict[str, Any]:
     """The source's row, or ``{"source", "error"}`` when it cannot be read."""
     from introspect.adapters import resolve
+    from introspect.positions import check_positions
 
     try:
-        return row(resolve(source, force=force, timeout=timeout), setup)
+        model = resolve(source, force=force, timeout=timeout)
+        check_positions(model.spec, setup)
+        return row(model, setup)
     except (IntrospectError, ValueError, OverflowError, RecursionError) as err:
         return {"source": source, "error": str(err)}
 

@@ -7,7 +7,9 @@
 * :mod:`.fake` — the same torch step under FakeTensorMode: any size, no memory.
 * :mod:`.mlx_step` — an MLX Adam step, compiled (as the seed) or not.
 * :mod:`.census` — what autograd saves for backward, grouped into the seed's terms.
-* :mod:`.implementations` — Hugging Face's LlamaForCausalLM and mlx-lm's Llama.
+* :mod:`.implementations` — a Llama config for a ModelSpec (nominal sizes, shape flags).
+* :mod:`.hf_models` — transformers' own class for any model_type, from the raw config.
+* :mod:`.mlx_lm_models` — mlx-lm's own class for any model_type, with its trainer's loss.
 * :mod:`.compare`, :mod:`.runner` — measurement beside both estimates.
 
 torch and MLX are imported only by the submodules that need them; importing this

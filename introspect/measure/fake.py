@@ -6,13 +6,75 @@ freed exactly as in a real step while nothing is allocated. The live-storage tra
 counts their bytes the same way, so a 7B training step can be "measured" on a laptop:
 the figures are what the real step would hold on CPU (kernels that pick a different
 algorithm per device aside).
+
+Mixture-of-experts models: transformers' default experts kernel (``grouped_mm``,
+``transformers/integrations/moe.py``) routes without data-dependent shapes (sort, histc,
+cumsum, then ``torch.nn.functional.grouped_mm`` over all experts with offsets), so it
+runs under fake tensors as it is — except that torch's fake (meta) kernel for
+``aten._grouped_mm`` (``torch/_meta_registrations.py`` ``_meta_grouped_mm_common``)
+checks the CUDA kernel's BF16-only rule while the CPU kernel computes FP32 too.
+:func:`grouped_mm_any_dtype` replaces that check, for the dry run only, by the output
+allocation the meta kernel itself makes (``_create_grouped_mm_output_tensor``: an
+(S, out) tensor in the input dtype), for unscaled non-BF16 calls. Autograd's node
+(``GroupedMmBackward0``) and the backward's own ``_grouped_mm`` calls are torch's, so the
+step keeps the real code path and allocates what the real CPU step allocates
+(``tests/test_measure_hf.py`` checks an FP32 Mixtral byte for byte).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from introspect.measure.record import Measurement
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+#: The note a dry run of a mixture-of-experts model carries.
+GROUPED_MM_NOTE = (
+    "MoE experts: transformers' grouped_mm kernel, run as is; torch's fake grouped_mm "
+    "accepts only BF16, so the dry run uses its allocation (an (S, out) output in the input "
+    "dtype) without that check: exact for FP32 too"
+)
+
+
+@contextmanager
+def fake_mode() -> Iterator[None]:
+    """FakeTensorMode with :func:`grouped_mm_any_dtype`."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True), grouped_mm_any_dtype():
+        yield
+
+
+@contextmanager
+def grouped_mm_any_dtype() -> Iterator[None]:
+    """``aten._grouped_mm``'s meta kernel without the BF16-only check (see the module
+    docstring), restored on exit. Only the meta (shape) function is touched: real CPU
+    and CUDA kernels are unchanged, and BF16 and scaled calls run torch's own check."""
+    import torch
+    from torch import _meta_registrations as metas
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    common = getattr(metas, "_meta_grouped_mm_common", None)
+    if common is None:
+        yield
+        return
+
+    def any_dtype(mat_a, mat_b, scale_a=None, scale_b=None, offs=None, bias=None, *a, **k):
+        if scale_a is not None or mat_a.dtype == torch.bfloat16:
+            return common(mat_a, mat_b, scale_a, scale_b, offs, bias, *a, **k)
+        torch._check(mat_a.dtype == mat_b.dtype, lambda: "grouped_mm: operand dtypes differ")
+        return metas._create_grouped_mm_output_tensor(mat_a, mat_b, offs, k.get("out_dtype"))
+
+    # FakeTensorMode keeps one class-wide cache of op results: none may outlive the kernel.
+    FakeTensorMode.cache_clear()
+    metas._meta_grouped_mm_common = any_dtype
+    try:
+        yield
+    finally:
+        metas._meta_grouped_mm_common = common
+        FakeTensorMode.cache_clear()
 
 
 def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> Measurement:
@@ -24,8 +86,6 @@ def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> M
     import dataclasses
     import logging
 
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     from introspect.errors import IntrospectError
     from introspect.measure.torch_step import build_reference, measure_step, run_census
 
@@ -33,7 +93,7 @@ def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> M
     level = log.level
     log.setLevel(logging.CRITICAL)
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with fake_mode():
             model = build_reference(spec, setup, "cpu")
             m = measure_step(model, setup, vocab=spec.vocab_size, device="fake")
             saved = run_census(model, setup, spec, "fake").terms if census else {}

@@ -31,6 +31,7 @@ byte on the same step. Not handled (MemTracker handles them; no measured step us
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -68,9 +69,18 @@ class LiveStorageTracker(TorchDispatchMode):
     ``optimizer``) first ran an operation, and ``end`` when the tracker exited.
     """
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        external: Iterable[torch.Tensor] = (),
+    ) -> None:
         super().__init__()
         self.model, self.optimizer = model, optimizer
+        #: Tensors outside the model and the optimizer's state that exist before the step
+        #: (a mixed-precision step's FP32 master copy), counted as ``Other`` as
+        #: MemTracker's ``track_external`` counts them.
+        self.external = list(external)
         # id(storage) -> [bytes, kind, device, weakref]
         self._live: dict[int, list] = {}
         self._current: dict[torch.device, dict[str, int]] = {}
@@ -130,6 +140,8 @@ class LiveStorageTracker(TorchDispatchMode):
                 self._add(p.grad, "Gradient", relabel=True)
         for b in self.model.buffers():
             self._add(b, "Buffer", relabel=True)
+        for t in self.external:
+            self._add(t, "Other", relabel=True)
         self._relabel_optimizer_state()
 
     def _relabel_optimizer_state(self) -> None:

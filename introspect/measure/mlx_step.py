@@ -94,18 +94,21 @@ def measure_step(
     loss: Callable = loss_fn,
     repeats: int = 1,
     phases: bool = False,
+    inputs: tuple | None = None,
 ) -> Measurement:
     """Warm up, reset the peak, measure one step of ``model`` — or ``repeats`` steps,
     each with its own reset, reporting the largest peak (MLX's evaluation order, and so
     its peak, varies by a few percent from step to step) and the fastest time.
 
     With ``phases``, the loss and gradients are also evaluated alone (compiled likewise)
-    to place the peak: a step peak above that one means the optimizer update raised it."""
+    to place the peak: a step peak above that one means the optimizer update raised it.
+    ``inputs`` replaces the (input_ids, targets) pair ``loss`` is called with (mlx-lm's
+    ``default_loss`` takes the whole batch and its lengths)."""
     check_setup(setup)
     optimizer = make_optimizer(setup)
     optimizer.init(model.trainable_parameters())
     step = make_step(model, optimizer, compiled, loss)
-    input_ids, targets = batch(vocab, setup)
+    input_ids, targets = inputs or batch(vocab, setup)
     mx.eval(input_ids, targets)
     state = [model.state, optimizer.state]
     mx.eval(step(input_ids, targets), state)  # warm-up: Adam state exists, graph compiled

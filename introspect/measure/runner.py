@@ -29,52 +29,56 @@ def measure(
     census: bool = True,
     repeats: int = 1,
     phases: bool = True,
+    config: tuple[dict, str] | None = None,
+    overrides: dict | None = None,
 ):
-    """One Measurement (and the model, for a census) for the setup's framework;
-    ``repeats`` measured steps on MLX (the largest peak is reported), and with
-    ``phases`` the MLX gradients-only peak that places the step's peak."""
+    """One Measurement and the census (or ``None``) for the setup's framework and
+    implementation; ``repeats`` measured steps on MLX (the largest peak is reported),
+    and with ``phases`` the MLX gradients-only peak that places the step's peak.
+
+    ``config`` is the raw config dict and where it came from, for the implementations'
+    own classes (:func:`introspect.measure.hf_models.source_config`); without it they are
+    built from a Llama config of ``spec``."""
     if setup.framework.startswith("mlx"):
         from introspect.measure import mlx_step
 
         compiled = setup.framework == "mlx_compiled"
         if impl == "mlx_lm":
-            from introspect.measure.implementations import mlx_lm_llama
+            from introspect.measure import mlx_lm_models
 
-            model = mlx_lm_llama(spec, mlx_step.check_setup(setup))
-            return mlx_step.measure_step(
-                model,
+            return mlx_lm_models.measure(
+                *(config or mlx_lm_models.llama_source(spec)),
+                spec,
                 setup,
-                vocab=spec.vocab_size,
                 compiled=compiled,
-                implementation=impl,
                 repeats=repeats,
                 phases=phases,
+                overrides=overrides,
             ), None
         return mlx_step.measure_reference(
             spec, setup, compiled=compiled, repeats=repeats, phases=phases
         ), None
+    if impl == "transformers":
+        from introspect.measure import hf_models
+
+        raw, where = config or hf_models.source_config(None, spec)
+        return hf_models.measure(
+            raw, where, spec, setup, device=device, census=census, overrides=overrides
+        )
     from introspect.measure import torch_step
 
     if device == "fake":
+        from introspect.measure.census import Census
         from introspect.measure.fake import dry_run
 
-        return dry_run(spec, setup, census=census), None
-    if impl == "transformers":
-        from introspect.measure.implementations import transformers_llama
-
-        model = transformers_llama(spec, setup.attention, torch_step.check_setup(setup))
-        model = model.to(device)
-        m = torch_step.measure_step(
-            model,
-            setup,
-            vocab=spec.vocab_size,
-            device=device,
-            forward=torch_step.hf_forward,
-            implementation=impl,
-        )
-        return m, model
+        m = dry_run(spec, setup, census=census)
+        return m, Census(terms=dict(m.census)) if census else None
     model = torch_step.build_reference(spec, setup, device)
-    return torch_step.measure_step(model, setup, vocab=spec.vocab_size, device=device), model
+    m = torch_step.measure_step(model, setup, vocab=spec.vocab_size, device=device, loop=setup.loop)
+    saved = torch_step.run_census(model, setup, spec, device, loop=setup.loop) if census else None
+    if saved is not None:
+        m = dataclasses.replace(m, census=saved.terms)
+    return m, saved
 
 
 def run_one(
@@ -86,32 +90,30 @@ def run_one(
     census: bool = True,
     repeats: int = 1,
     phases: bool = True,
+    config: tuple[dict, str] | None = None,
+    overrides: dict | None = None,
 ) -> Row:
-    """Measure, take the census (torch, when asked), compare with both estimates.
+    """Measure (with the census on torch, when asked) and compare with both estimates.
 
-    mlx-lm's Llama always calls ``mx.fast.scaled_dot_product_attention``, so its setup
+    mlx-lm's models always call ``mx.fast.scaled_dot_product_attention``, so their setup
     is memory-efficient attention whatever was asked (and the row says so)."""
     notes: tuple[str, ...] = ()
     if impl == "mlx_lm" and setup.attention != "memory_efficient":
         setup = setup.replace(attention="memory_efficient")
-        notes = ("mlx-lm's Llama always uses memory-efficient attention (mx.fast SDPA)",)
-    m, model = measure(
-        spec, setup, device=device, impl=impl, census=census, repeats=repeats, phases=phases
+        notes = ("mlx-lm's models always use memory-efficient attention (mx.fast SDPA)",)
+    m, saved = measure(
+        spec,
+        setup,
+        device=device,
+        impl=impl,
+        census=census and not setup.framework.startswith("mlx"),
+        repeats=repeats,
+        phases=phases,
+        config=config,
+        overrides=overrides,
     )
     if notes:
         m = dataclasses.replace(m, notes=m.notes + notes)
-    saved = None
-    if census and model is not None:
-        from introspect.measure import torch_step
-
-        forward = torch_step.hf_forward if impl == "transformers" else torch_step.reference_forward
-        saved = torch_step.run_census(model, setup, spec, device, forward)
-        m = dataclasses.replace(m, census=saved.terms)
-    elif census and m.census:  # a dry run took its census inside FakeTensorMode
-        from introspect.measure.census import Census
-
-        saved = Census(terms=dict(m.census))
-    del model
     return Row(compare(spec, setup, m), saved, spec)
 
 

@@ -1,7 +1,12 @@
 """Which TrainingSetups a measured step can run, for every backend alike.
 
-A measured step is one dtype throughout (FP32, BF16 or FP16), Adam/AdamW/SGD, one device, no
-checkpointing, no ZeRO, the standard cross-entropy. Anything else is one clear line.
+A measured step runs on one device without ZeRO and with the standard cross-entropy.
+torch measures every precision (``fp32``, ``bf16``, ``amp``, ``mixed``); MLX measures
+``fp32`` and ``bf16``. Checkpointing is the implementation's own: transformers'
+``gradient_checkpointing_enable`` (torch) or mlx-lm's ``grad_checkpoint`` (MLX), so it
+needs ``--impl transformers`` or ``--impl mlx-lm``. Optimizers: Adam, AdamW, SGD (with
+or without momentum), and on torch 8-bit Adam through bitsandbytes. Anything else is one
+clear line naming the flag.
 """
 
 from __future__ import annotations
@@ -9,31 +14,51 @@ from __future__ import annotations
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 
-MEASURED_PRECISIONS = ("fp32", "bf16")
+MEASURED_PRECISIONS = {"torch": ("fp32", "bf16", "amp", "mixed"), "MLX": ("fp32", "bf16")}
 MEASURED_DTYPES = ("fp32", "bf16", "fp16")
-MEASURED_OPTIMIZERS = ("adam", "adamw", "sgd", "sgd_momentum")
+MEASURED_OPTIMIZERS = {
+    "torch": ("adam", "adamw", "sgd", "sgd_momentum", "adam8bit"),
+    "MLX": ("adam", "adamw", "sgd", "sgd_momentum"),
+}
+#: The implementation whose own checkpointing a backend measures.
+CHECKPOINTING_IMPL = {"torch": "transformers", "MLX": "mlx_lm"}
 
 
 def measured_dtype(setup: TrainingSetup, backend: str) -> str:
-    """The one dtype name (``fp32``, ``bf16`` or ``fp16``) a measured step on ``backend`` runs in;
-    raises IntrospectError naming the flag for a setup no backend measures."""
-    if setup.precision not in MEASURED_PRECISIONS:
+    """The dtype name (``fp32``, ``bf16`` or ``fp16``) of the working weights of a
+    measured step on ``backend``: BF16 under ``bf16`` and ``mixed`` precision, FP32 under
+    ``amp`` (autocast runs over FP32 weights), else the weights dtype. Raises
+    IntrospectError naming the flag for a setup ``backend`` does not measure."""
+    precisions = MEASURED_PRECISIONS[backend]
+    if setup.precision not in precisions:
         raise IntrospectError(
-            f"--precision {setup.precision} is not measured on {backend}; use fp32 or bf16"
+            f"--precision {setup.precision} is not measured on {backend}; use "
+            + " or ".join(precisions)
         )
-    if setup.activation_checkpointing or setup.devices != 1 or setup.zero_stage:
+    if setup.devices != 1 or setup.zero_stage:
+        raise IntrospectError("measured steps run on one device; drop --devices/--zero")
+    if setup.activation_checkpointing and setup.implementation != CHECKPOINTING_IMPL[backend]:
+        impl = CHECKPOINTING_IMPL[backend].replace("_", "-")
         raise IntrospectError(
-            "measured steps run on one device without checkpointing or ZeRO; "
-            "drop --checkpointing/--devices/--zero"
+            f"--checkpointing is measured with the implementation's own checkpointing on "
+            f"{backend}: add --impl {impl}"
         )
-    if setup.optimizer not in MEASURED_OPTIMIZERS:
+    optimizers = MEASURED_OPTIMIZERS[backend]
+    if setup.optimizer not in optimizers:
         raise IntrospectError(
-            f"--optimizer {setup.optimizer} is not measured on {backend}; "
-            "use adam, adamw, sgd or sgd-momentum"
+            f"--optimizer {setup.optimizer} is not measured on {backend}; use "
+            + ", ".join(o.replace("_", "-") for o in optimizers)
+        )
+    if setup.loop == "labels" and setup.implementation != "transformers":
+        raise IntrospectError(
+            "--loop labels needs a model that computes its own loss from labels=: "
+            "--impl transformers (or use --loop logits)"
         )
     if setup.cross_entropy != "standard":
         raise IntrospectError("measured steps use the standard cross-entropy loss")
-    name = "bf16" if setup.precision == "bf16" else setup.weights_dtype
+    if setup.precision in ("bf16", "mixed"):
+        return "fp16" if setup.weights_dtype == "fp16" else "bf16"
+    name = "fp32" if setup.precision == "amp" else setup.weights_dtype
     if name not in MEASURED_DTYPES:
         raise IntrospectError(f"weights dtype {name!r} is not measured; use fp32, bf16 or fp16")
     return name

@@ -1,17 +1,21 @@
 """One torch training step, written as users write it, and its measured memory.
 
     opt.zero_grad(set_to_none=True)
-    logits = model(input_ids)
+    logits = model(input_ids)                                     # --loop logits
     loss = F.cross_entropy(logits.view(-1, V), targets.view(-1))
+    # or: loss = model(input_ids=x, labels=x).loss               # --loop labels
     loss.backward()
     opt.step()
 
+The loops (:func:`logits_loss`, :func:`labels_loss`) and precisions (:class:`TorchStep`)
+are described where they are defined.
+
 The optimizer's state is created first, at its real shapes and dtypes
-(:mod:`introspect.measure.optimizer_state`; on CUDA, and for an optimizer it does not
-know, by a warm-up step), as the seed measures "after the Adam state has been created";
-then one step is measured. On CUDA the peak is ``torch.cuda.max_memory_allocated()``
-(reset after the warm-up); on CPU and in a dry run it is the live-storage tracker's
-(:mod:`introspect.measure.live_tracker`).
+(:mod:`introspect.measure.optimizer_state`; on CUDA, with an FP32 master copy, and for an
+optimizer it does not know, by a warm-up step), as the seed measures "after the Adam state
+has been created"; then one step is measured. On CUDA the peak is
+``torch.cuda.max_memory_allocated()`` (reset after the warm-up); on CPU and in a dry run
+it is the live-storage tracker's (:mod:`introspect.measure.live_tracker`).
 The tracker also runs on CUDA, so every device reports the same categories.
 """
 
@@ -26,6 +30,7 @@ from torch import nn
 
 from introspect.errors import IntrospectError
 from introspect.measure import live_tracker
+from introspect.measure.live_tracker import optimizer_state_bytes, storage_bytes
 from introspect.measure.optimizer_state import prime_optimizer
 from introspect.measure.record import Measurement, versions
 from introspect.measure.supported import measured_dtype
@@ -51,13 +56,63 @@ def check_setup(setup: TrainingSetup) -> torch.dtype:
     return TORCH_DTYPES[measured_dtype(setup, "torch")]
 
 
-def make_optimizer(model: nn.Module, setup: TrainingSetup) -> torch.optim.Optimizer:
-    params = model.parameters()
-    if setup.optimizer == "adam":
-        return torch.optim.Adam(params, lr=1e-4)
-    if setup.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4)
-    return torch.optim.SGD(params, lr=1e-4, momentum=0.9 if setup.optimizer != "sgd" else 0)
+def make_optimizer(model: nn.Module, setup: TrainingSetup, params=None) -> torch.optim.Optimizer:
+    """The setup's optimizer over ``params`` (the model's by default), with
+    ``--optimizer-impl`` passed to torch: ``single_tensor`` → ``foreach=False``,
+    ``foreach`` → ``foreach=True``, ``fused`` → ``fused=True``, ``auto`` → torch's own
+    choice (single-tensor for CPU and fake tensors, ``_default_to_fused_or_foreach``)."""
+    params = list(model.parameters() if params is None else params)
+    if setup.optimizer == "adam8bit":
+        return _adam8bit(params)
+    kwargs = OPTIMIZER_IMPL_KWARGS[setup.optimizer_impl]
+    try:
+        if setup.optimizer == "adam":
+            return torch.optim.Adam(params, lr=1e-4, **kwargs)
+        if setup.optimizer == "adamw":
+            return torch.optim.AdamW(params, lr=1e-4, **kwargs)
+        momentum = 0.9 if setup.optimizer != "sgd" else 0
+        return torch.optim.SGD(params, lr=1e-4, momentum=momentum, **kwargs)
+    except (RuntimeError, ValueError) as err:
+        raise IntrospectError(
+            f"--optimizer-impl {setup.optimizer_impl.replace('_', '-')}: torch refuses it "
+            f"for {setup.optimizer}: {str(err).splitlines()[0]}"
+        ) from err
+
+
+#: ``TrainingSetup.optimizer_impl`` → torch optimizer keyword arguments.
+OPTIMIZER_IMPL_KWARGS: dict[str, dict] = {
+    "auto": {},
+    "single_tensor": {"foreach": False},
+    "foreach": {"foreach": True},
+    "fused": {"fused": True},
+}
+
+
+def _adam8bit(params) -> torch.optim.Optimizer:
+    """bitsandbytes' ``Adam8bit`` (block-wise 8-bit m and v; tensors under 4096 values
+    keep 32-bit state, ``bitsandbytes/optim/optimizer.py`` ``min_8bit_size``)."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError as err:
+        raise IntrospectError(
+            "--optimizer adam8bit runs bitsandbytes' Adam8bit, which is not installed: "
+            "pip install bitsandbytes (or use --optimizer adam)"
+        ) from err
+    return bnb.optim.Adam8bit(params, lr=1e-4)
+
+
+def optimizer_impl_note(setup: TrainingSetup, device: str) -> str:
+    """What torch runs for the update, in words."""
+    name = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "sgd_momentum": "SGD(momentum)"}
+    if setup.optimizer == "adam8bit":
+        return "optimizer: bitsandbytes Adam8bit (8-bit block-wise m and v)"
+    impl = setup.optimizer_impl
+    if impl == "auto":
+        impl = "foreach" if device == "cuda" else "single_tensor"
+        why = f" (torch's default for {'CUDA' if device == 'cuda' else 'CPU/fake'} tensors)"
+    else:
+        why = " (asked for)"
+    return f"optimizer: torch.optim.{name[setup.optimizer]}, {impl.replace('_', '-')}{why}"
 
 
 def train_step(
@@ -74,6 +129,97 @@ def train_step(
     loss.backward()
     optimizer.step()
     return loss.detach()
+
+
+#: A loop's loss: (model, input_ids, targets) → (loss, what the training code still
+#: references until the step returns).
+Loss = Callable[[nn.Module, torch.Tensor, torch.Tensor], tuple[torch.Tensor, object]]
+
+
+def logits_loss(forward: Forward = reference_forward) -> Loss:
+    """``--loop logits``: the training code takes the logits and calls cross-entropy
+    itself; its ``logits`` variable keeps the B·T·V logits alive through backward and the
+    update, beside what cross-entropy saved (its log-softmax output)."""
+
+    def loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor):
+        logits = forward(model, input_ids)
+        value = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return value, logits
+
+    return loss
+
+
+def labels_loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor):
+    """``--loop labels``: ``model(input_ids=x, labels=x).loss``, the output object dropped,
+    as transformers' users and the HF Trainer's ``compute_loss`` write it
+    (``transformers/trainer.py``: ``outputs = model(**inputs)``, ``loss = outputs["loss"]``).
+    The model's ``ForCausalLMLoss`` (``transformers/loss/loss_utils.py``) upcasts the
+    logits to FP32 (a no-op for FP32 logits), pads the labels by one and shifts them, and
+    calls cross-entropy; once the output is dropped only cross-entropy's saved
+    log-softmax output remains of the B·T·V tensors."""
+    return model(input_ids=input_ids, labels=input_ids).loss, None
+
+
+class TorchStep:
+    """One training step for a setup's precision, loss loop and optimizer.
+
+    * ``fp32``, ``bf16``: the model already in that dtype; optimizer state in it too.
+    * ``amp``: ``torch.autocast(device, bfloat16)`` around forward and loss, FP32 weights,
+      gradients and optimizer state (plain PyTorch; the HF Trainer's ``bf16=True``).
+    * ``mixed``: the model in BF16 (working weights and their BF16 gradients) and an FP32
+      master copy the optimizer updates. After backward each BF16 gradient is copied into
+      an FP32 gradient of its master tensor and freed, one tensor at a time; the update
+      runs in FP32 over the master and its result is copied back into the BF16 weights
+      (DeepSpeed's ``BF16_Optimizer``: ``update_hp_grads`` then ``clear_lp_grads``; FSDP2's
+      ``MixedPrecisionPolicy(param_dtype=bfloat16)`` keeps the FP32 sharded parameters as
+      the master, with FP32 gradients for the update).
+    """
+
+    def __init__(
+        self, model: nn.Module, setup: TrainingSetup, loss: Loss, device_type: str
+    ) -> None:
+        self.model, self.loss, self.device_type = model, loss, device_type
+        self.precision = setup.precision
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.master: list[torch.Tensor] = []
+        if setup.precision == "mixed":
+            self.master = [p.detach().float().requires_grad_() for p in self.params]
+        self.optimizer = make_optimizer(model, setup, self.master or None)
+
+    def __call__(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.master:
+            self.model.zero_grad(set_to_none=True)
+        if self.precision == "amp":
+            with torch.autocast(self.device_type, dtype=torch.bfloat16):
+                loss, held = self.loss(self.model, input_ids, targets)
+        else:
+            loss, held = self.loss(self.model, input_ids, targets)
+        loss.backward()
+        if self.master:
+            for work, master in zip(self.params, self.master, strict=True):
+                if work.grad is not None:
+                    master.grad = work.grad.float()
+                    work.grad = None
+        self.optimizer.step()
+        if self.master:
+            with torch.no_grad():
+                for work, master in zip(self.params, self.master, strict=True):
+                    work.copy_(master)
+        del held  # the training code's own references end with the step
+        return loss.detach()
+
+
+def make_step(
+    model: nn.Module,
+    setup: TrainingSetup,
+    *,
+    device: str,
+    forward: Forward = reference_forward,
+    loop: str = "logits",
+) -> TorchStep:
+    loss = labels_loss if loop == "labels" else logits_loss(forward)
+    return TorchStep(model, setup, loss, "cuda" if device == "cuda" else "cpu")
 
 
 def batch(vocab: int, setup: TrainingSetup, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,35 +245,41 @@ def measure_step(
     device: str = "cpu",
     forward: Forward = reference_forward,
     implementation: str = "reference",
+    loop: str = "logits",
 ) -> Measurement:
     """Warm up, reset, measure one step of ``model`` (already on ``device``).
 
     ``device`` is ``cpu``, ``cuda`` or ``fake`` (the caller has built the model inside a
-    FakeTensorMode; see :mod:`introspect.measure.fake`).
+    FakeTensorMode; see :mod:`introspect.measure.fake`). ``loop`` is ``logits`` or
+    ``labels`` (:func:`logits_loss`, :func:`labels_loss`).
     """
     check_setup(setup)
     tensor_device = "cpu" if device == "fake" else device
-    optimizer = make_optimizer(model, setup)
+    step = make_step(model, setup, device=device, forward=forward, loop=loop)
+    optimizer = step.optimizer
     input_ids, targets = batch(vocab, setup, tensor_device)
     cuda = device == "cuda"
     # The optimizer's state made directly (no warm-up step) except on CUDA, whose first
-    # step also sets up the allocator's and cuBLAS's workspaces.
-    if cuda or not prime_optimizer(model, optimizer):
-        train_step(model, optimizer, input_ids, targets, forward)
+    # step also sets up the allocator's and cuBLAS's workspaces, and with a master copy,
+    # whose gradients the warm-up step also leaves in place.
+    if cuda or step.master or not prime_optimizer(model, optimizer):
+        step(input_ids, targets)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    tracker = live_tracker.LiveStorageTracker(model, optimizer)
+    tracker = live_tracker.LiveStorageTracker(model, optimizer, external=step.master)
     start = time.perf_counter()
     with tracker:
-        train_step(model, optimizer, input_ids, targets, forward)
+        step(input_ids, targets)
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    state = live_tracker.optimizer_state_bytes(optimizer)
-    categories = live_tracker.categories(tracker.peak_kinds, state)
+    state = optimizer_state_bytes(optimizer)
+    categories = master_as_state(
+        live_tracker.categories(tracker.peak_kinds, state), step.master, tracker.peak_phase
+    )
     peak = tracker.peak_bytes
-    notes = []
+    notes = [optimizer_impl_note(setup, device), *step_notes(setup, loop)]
     active = cache = None
     if cuda:
         tracked = peak
@@ -140,11 +292,12 @@ def measure_step(
     # The tracker's own bookkeeping slows the step; time an untracked one when real.
     if device != "fake":
         start = time.perf_counter()
-        train_step(model, optimizer, input_ids, targets, forward)
+        step(input_ids, targets)
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
     n_params = sum(p.numel() for p in model.parameters())
+    setup = setup.replace(loop=loop)
     return Measurement(
         peak_bytes=peak,
         categories=categories,
@@ -164,6 +317,46 @@ def measure_step(
     )
 
 
+def master_as_state(
+    categories: dict[str, int], master: list[torch.Tensor], phase: str | None = None
+) -> dict[str, int]:
+    """The tracker files the FP32 master copy (tracked as external tensors) under
+    ``other``; the estimates call it optimizer state (``optimizer/master_weights``). Its
+    FP32 gradients, made between backward and the update, are filed with the tensors
+    made outside a module (``activations``); at an optimizer-phase peak they are alive
+    and are the step's gradients."""
+    if not master:
+        return categories
+    out = dict(categories)
+    moved = min(out.get("other", 0), storage_bytes(master))
+    out["other"] -= moved
+    out["optimizer_state"] += moved
+    if phase == "optimizer":
+        grads = min(out["activations"], storage_bytes(m.grad for m in master))
+        out["activations"] -= grads
+        out["gradients"] += grads
+    return out
+
+
+def step_notes(setup: TrainingSetup, loop: str) -> list[str]:
+    """The loop and precision of the step, in words."""
+    notes = [
+        "loop labels: loss = model(input_ids=x, labels=x).loss, output dropped (the HF "
+        "Trainer's compute_loss)"
+        if loop == "labels"
+        else "loop logits: logits = model(x); loss = F.cross_entropy(logits, y); the logits "
+        "are held through backward"
+    ]
+    if setup.precision == "amp":
+        notes.append("precision amp: torch.autocast(bfloat16) over FP32 weights, grads, Adam")
+    elif setup.precision == "mixed":
+        notes.append(
+            "precision mixed: BF16 weights and grads; FP32 master copy (counted as optimizer "
+            "state) with FP32 grads and optimizer state for the update"
+        )
+    return notes
+
+
 def measure_reference(spec: ModelSpec, setup: TrainingSetup, device: str = "cpu") -> Measurement:
     """Build the reference model for ``spec`` and measure one step (``cpu`` or ``cuda``;
     use :func:`introspect.measure.fake.dry_run` for ``fake``)."""
@@ -179,15 +372,20 @@ def run_census(
     spec: ModelSpec,
     device: str = "cpu",
     forward: Forward = reference_forward,
+    loop: str = "logits",
 ):
-    """The saved-tensor census of one forward pass and loss of ``model``."""
+    """The saved-tensor census of one forward pass and loss of ``model`` (the loop's
+    loss, under autocast for ``amp``)."""
     from introspect.measure.census import census
 
     input_ids, targets = batch(spec.vocab_size, setup, "cpu" if device == "fake" else device)
+    loss = labels_loss if loop == "labels" else logits_loss(forward)
 
     def run():
-        logits = forward(model, input_ids)
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        if setup.precision == "amp":
+            with torch.autocast("cuda" if device == "cuda" else "cpu", dtype=torch.bfloat16):
+                return loss(model, input_ids, targets)[0]
+        return loss(model, input_ids, targets)[0]
 
     return census(
         model,

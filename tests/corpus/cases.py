@@ -530,7 +530,7 @@ def argument_cases() -> list[Case]:
             "transformers",
             names=("--impl",),
         ),
-        a("measure-no-framework", "measure", "10M", names=("--framework",)),
+        a("measure-old-dtype-flag", "measure", "10M", "--dtype", "bf16", names=("--dtype",)),
         a("measure-no-model", "measure", "--framework", "torch", names=("SOURCE",)),
         a("measure-unknown-nominal", "measure", "999Q", "--framework", "torch", names=("999Q",)),
         a(

@@ -1,0 +1,236 @@
+"""transformers' own classes measured: any model_type, both loops, every precision, real
+CPU steps and their FakeTensorMode dry runs byte for byte, and the one-line refusals.
+
+Small configs written here (the shapes of each family, at width 64), real modules, real
+steps; each figure is checked against an independent count or against the real step.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+
+from introspect.cli import main  # noqa: E402
+from introspect.errors import IntrospectError  # noqa: E402
+from introspect.measure import hf_models  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+CONFIGS = {
+    "qwen2": dict(
+        SMALL, model_type="qwen2", intermediate_size=128, num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "gpt2": dict(
+        model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128
+    ),
+    "mixtral": dict(
+        SMALL, model_type="mixtral", intermediate_size=128, num_key_value_heads=2,
+        num_local_experts=4, num_experts_per_tok=2,
+    ),
+}  # fmt: skip
+
+
+def run(name, device, **setup):
+    raw = CONFIGS[name]
+    spec = spec_from_config(raw, source=name)
+    fields = dict(batch_size=2, seq_len=32, implementation="transformers", loop="labels")
+    s = TrainingSetup(**(fields | setup))
+    return hf_models.measure(raw, name, spec, s, device=device, census=False)[0]
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_builds_the_configs_own_class(name):
+    model = hf_models.build(CONFIGS[name], name, attention="eager", dtype=torch.float32)
+    assert type(model).__name__.lower().startswith(CONFIGS[name]["model_type"])
+    spec = spec_from_config(CONFIGS[name], source=name)
+    from introspect.params import parameter_count
+
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(spec)
+
+
+@pytest.mark.parametrize(
+    "name, setup",
+    [
+        ("qwen2", dict(precision="fp32", loop="logits")),
+        ("qwen2", dict(precision="mixed", attention="memory_efficient")),
+        ("gpt2", dict(precision="amp", activation_checkpointing=True)),
+        ("mixtral", dict(precision="fp32")),  # FP32 grouped_mm: the widened fake kernel
+        ("mixtral", dict(precision="bf16", loop="logits")),
+    ],
+)
+def test_dry_run_equals_the_real_cpu_step(name, setup):
+    real, fake = run(name, "cpu", **setup), run(name, "fake", **setup)
+    assert fake.peak_bytes == real.peak_bytes
+    assert fake.categories == real.categories
+    assert fake.peak_phase == real.peak_phase
+    assert real.peak_bytes == sum(real.categories.values())
+
+
+def test_logits_loop_holds_the_logits():
+    """The only difference between the loops in FP32: the training code's logits
+    variable (B·T·V·4 bytes) and its (B, T) int64 targets."""
+    labels = run("qwen2", "cpu", loop="labels")
+    logits = run("qwen2", "cpu", loop="logits")
+    assert logits.peak_bytes - labels.peak_bytes == 2 * 32 * 512 * 4 + 2 * 32 * 8
+
+
+@pytest.mark.parametrize("seq_len", [32, 4])  # the peak in backward, then in the update
+def test_mixed_keeps_an_fp32_master_copy(seq_len):
+    m = run("qwen2", "cpu", precision="mixed", optimizer="adam", seq_len=seq_len)
+    model = hf_models.build(CONFIGS["qwen2"], "qwen2", attention="eager", dtype=torch.bfloat16)
+    n = m.n_params
+    buffers = sum(b.nbytes for b in model.buffers())
+    assert m.categories["parameters"] == 2 * n + buffers  # BF16 working weights
+    # the FP32 master copy and FP32 m and v, plus Adam's step counters
+    assert 12 * n <= m.categories["optimizer_state"] < 12 * n + 1024
+    if m.peak_phase == "optimizer":  # FP32 gradients of the master copy
+        assert m.categories["gradients"] == 4 * n
+    else:
+        assert seq_len == 32 and m.categories["gradients"] <= 2 * n
+
+
+def test_checkpointing_saves_less():
+    plain = run("gpt2", "cpu", seq_len=64)
+    ckpt = run("gpt2", "cpu", seq_len=64, activation_checkpointing=True)
+    assert ckpt.categories["activations"] < plain.categories["activations"]
+
+
+def test_grouped_mm_meta_kernel_is_restored():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from introspect.measure.fake import grouped_mm_any_dtype
+
+    def fake_fp32_grouped_mm():
+        with FakeTensorMode():
+            a, b = torch.empty(8, 4), torch.empty(2, 4, 3)
+            offs = torch.tensor([4, 8], dtype=torch.int32)
+            return torch.nn.functional.grouped_mm(a, b, offs=offs).shape
+
+    with grouped_mm_any_dtype():
+        assert fake_fp32_grouped_mm() == (8, 3)
+    with pytest.raises(RuntimeError, match="BF16"):
+        fake_fp32_grouped_mm()
+
+
+def test_unknown_and_remote_code_model_types_are_one_line():
+    with pytest.raises(IntrospectError, match="does not know model_type"):
+        hf_models.build_config({"model_type": "no_such_family"}, "x.json")
+    with pytest.raises(IntrospectError, match="remote code"):
+        hf_models.build_config({"model_type": "my_own", "auto_map": {}}, "x.json")
+
+
+def test_a_config_the_class_rejects_is_one_line():
+    raw = dict(CONFIGS["qwen2"], hidden_act="no_such_activation")
+    with pytest.raises(IntrospectError, match="rejects"):
+        hf_models.build(raw, "x.json", attention="eager", dtype=torch.float32)
+
+
+def cli(capsys, argv):
+    try:
+        code = main(argv)
+    except SystemExit as exit:
+        code = exit.code
+    return code, capsys.readouterr()
+
+
+@pytest.fixture
+def gpt2_config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(CONFIGS["gpt2"]))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "{cfg}", "--seq", "256"],
+        ["table", "{cfg}", "--seq", "256"],
+        ["measure", "{cfg}", "--impl", "transformers", "--device", "fake", "--seq", "256"],
+    ],
+)
+def test_sequence_longer_than_learned_positions_is_refused_everywhere(capsys, gpt2_config, argv):
+    code, out = cli(capsys, [a.format(cfg=gpt2_config) for a in argv])
+    assert code == 2
+    err = out.err.strip()
+    assert len(err.splitlines()) == 1 and "--seq 256" in err and "128" in err
+
+
+def test_cli_measures_a_config_file(capsys, gpt2_config):
+    argv = ["measure", gpt2_config, "--impl", "transformers", "--device", "fake", "--seq", "64",
+            "--precision", "amp", "--checkpointing", "--attention", "sdpa", "--json"]  # fmt: skip
+    code, out = cli(capsys, argv)
+    assert code == 0, out.err
+    (row,) = json.loads(out.out)["rows"]
+    m = row["measurement"]
+    assert m["implementation"] == "transformers" and m["device"] == "fake"
+    assert m["setup"]["loop"] == "labels" and m["setup"]["precision"] == "amp"
+    assert m["setup"]["activation_checkpointing"] and m["peak_phase"]
+    assert any("GPT2LMHeadModel" in n for n in m["notes"])
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--optimizer", "adam8bit", "--device", "fake"], "adam8bit"),
+        (["--loop", "labels", "--impl", "reference"], "--loop labels"),
+        (["--checkpointing", "--impl", "reference"], "--impl transformers"),
+    ],
+)
+def test_setups_the_step_cannot_run_are_one_line(capsys, gpt2_config, extra, message):
+    argv = ["measure", gpt2_config, "--impl", "transformers", "--seq", "16", *extra]
+    code, out = cli(capsys, argv)
+    assert code == 2
+    assert message in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_qwen3_moe_dry_run_equals_the_real_step_in_fp32():
+    """A second MoE family (transformers' grouped_mm experts), FP32 and BF16; the spec
+    here only sizes the batch (no estimate is compared)."""
+    from introspect.spec import ModelSpec
+
+    raw = dict(
+        SMALL, model_type="qwen3_moe", num_key_value_heads=2, head_dim=16,
+        intermediate_size=128, moe_intermediate_size=32, num_experts=8,
+        num_experts_per_tok=2,
+    )  # fmt: skip
+    spec = ModelSpec(**SMALL)
+    for precision in ("fp32", "bf16"):
+        s = TrainingSetup(batch_size=2, seq_len=32, implementation="transformers",
+                          loop="labels", precision=precision)  # fmt: skip
+        real = hf_models.measure(raw, "qwen3_moe", spec, s, device="cpu", census=False)[0]
+        fake = hf_models.measure(raw, "qwen3_moe", spec, s, device="fake", census=False)[0]
+        assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
+        assert any("grouped_mm" in n for n in fake.notes)
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"model_type": "my_own", "auto_map": {"AutoModelForCausalLM": "m.M"}}, "remote code"),
+        ({"model_type": "not_a_family", "hidden_size": 8}, "does not know model_type"),
+    ],
+)
+def test_cli_refuses_remote_code_and_unknown_model_types(capsys, tmp_path, config, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    code, out = cli(capsys, ["measure", str(path), "--impl", "transformers", "--device", "fake"])
+    assert code == 2
+    assert message in out.err and len(out.err.strip().splitlines()) == 1
+
+
+def test_adam8bit_runs_bitsandbytes_on_the_cpu():
+    pytest.importorskip("bitsandbytes")
+    adam = run("gpt2", "cpu", optimizer="adam")
+    adam8 = run("gpt2", "cpu", optimizer="adam8bit")
+    assert any("Adam8bit" in n for n in adam8.notes)
+    # 8-bit m and v where a tensor has 4096 values or more, 32-bit below that
+    assert adam8.categories["optimizer_state"] < adam.categories["optimizer_state"]
