@@ -183,7 +183,13 @@ def test_real_two_process_steps_match_the_per_rank_estimate():
                 precision="mixed",
                 activation_dtype="bf16",
             ),
-        ),  # fmt: skip
+        ),
+        (
+            spec,
+            TrainingSetup(
+                **CPU, seq_len=64, devices=2, sharding="ddp", gradient_as_bucket_view=True
+            ),
+        ),
     ]
     results = measure_many(jobs, timeout=300)
     assert not _children_left()
