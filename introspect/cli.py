@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from introspect.errors import IntrospectError
 
 #: Sub-command modules under introspect.commands, in the order --help lists them.
-COMMANDS = ("estimate", "sizes", "profile", "table", "measure")
+COMMANDS = ("estimate", "sizes", "profile", "table", "fit", "measure")
 
 DESCRIPTION = """\
 How much memory will training this transformer take, where does it go, and what must
@@ -26,6 +26,7 @@ change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
   introspect profile    a Hub id, a checkpoint folder or a bundled model: exact
                         parameters, the estimate, and where real architectures diverge
   introspect table      the seed's real-world comparison table for published models
+  introspect fit        does it fit a budget or a GPU, the largest T and B, what to change
   introspect measure    a real training step (MLX or torch) beside the estimates
 """
 

@@ -217,6 +217,7 @@ def add_setup_flags(
         "3 + weights (= FSDP full sharding)",
     )
     add_runner_flags(e)
+    add_finetune_flags(parser)
 
 
 def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
@@ -291,6 +292,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             loop=args.loop,
             optimizer_impl=args.optimizer_impl,
         )
+    fields.update(finetune_fields(args))
     fields.update(overrides)
     return TrainingSetup(**fields)
 
@@ -302,3 +304,93 @@ def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:
     for b in batches:
         for t in seqs:
             yield setup_from_args(args, batch_size=b, seq_len=t)
+
+
+def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
+    """LoRA / QLoRA, CPU offload and the optimizer in backward (issue 11)."""
+    from introspect.setup import BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
+
+    g = parser.add_argument_group("fine-tuning and offload (refined estimate)")
+    g.add_argument(
+        "--finetune",
+        type=choice(FINETUNES),
+        default=None,
+        help="full (default: every weight trained), lora (frozen base, adapters trained) or "
+        "qlora (LoRA over a 4-bit NF4 base); --lora-rank alone implies lora",
+    )
+    g.add_argument(
+        "--lora-rank",
+        type=positive_int,
+        default=None,
+        metavar="R",
+        help="adapter rank r (default 16): r·(d_in + d_out) trainable parameters per "
+        "targeted linear",
+    )
+    g.add_argument(
+        "--lora-targets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"modules the adapters sit on: {', '.join(LORA_MODULES)} or all-linear (default)",
+    )
+    g.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="peft's lora_dropout (default 0); above 0 each adapter keeps its dropped input",
+    )
+    g.add_argument(
+        "--base-quant",
+        type=choice(BASE_QUANTS),
+        default="auto",
+        help="storage of the frozen base: auto (default: nf4 for qlora, the working dtype for "
+        "lora), bf16, fp16, fp32, int8 (LLM.int8) or nf4 (4-bit, bitsandbytes)",
+    )
+    g.add_argument(
+        "--no-double-quant",
+        action="store_true",
+        help="NF4 without double quantization (absmax kept in FP32, not 8 bits)",
+    )
+    g.add_argument(
+        "--train-embeddings",
+        action="store_true",
+        help="also train the input embedding and the output head (Qwen's 'LoRA (emb)')",
+    )
+    g.add_argument(
+        "--offload",
+        type=choice(OFFLOADS),
+        default="none",
+        help="none (default), optimizer (state and master weights in host memory, update on "
+        "the CPU) or parameters (weights too, brought over one block at a time)",
+    )
+    g.add_argument(
+        "--optimizer-in-backward",
+        action="store_true",
+        help="step each parameter as its gradient is made (gradients never all exist)",
+    )
+
+
+def finetune_fields(args: argparse.Namespace) -> dict:
+    """The TrainingSetup fields of :func:`add_finetune_flags` (none when absent)."""
+    from introspect.errors import IntrospectError
+
+    if not hasattr(args, "finetune"):
+        return {}
+    finetune = args.finetune or ("lora" if args.lora_rank or args.lora_targets else "full")
+    if finetune == "full" and (args.lora_rank or args.lora_targets):
+        raise IntrospectError("--lora-rank/--lora-targets need --finetune lora or qlora")
+    targets = tuple(
+        t.replace("-", "_") if t != "all-linear" else t for t in args.lora_targets or ()
+    )
+    return dict(
+        finetune=finetune,
+        lora_rank=args.lora_rank or 16,
+        lora_targets=targets or ("all-linear",),
+        lora_dropout=args.lora_dropout,
+        base_quant=args.base_quant,
+        double_quant=not args.no_double_quant,
+        train_embeddings=args.train_embeddings,
+        offload=args.offload,
+        optimizer_in_backward=args.optimizer_in_backward,
+    )

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
-from introspect.refined import saved
+from introspect.refined import lora, offload, saved
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -136,11 +136,12 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     * MLX: the update is part of the step's graph; see :func:`mlx_extra`.
     SGD (with or without momentum) and 8-bit Adam update in place.
     """
-    if setup.optimizer not in ("adam", "adamw"):
+    if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
     impl = setup.resolved_optimizer_impl
     if impl == "single_tensor":
-        return 2 * largest_tensor(spec) * FP32
+        largest = lora.largest_trainable(spec, setup) if _lora(setup) else largest_tensor(spec)
+        return 2 * largest * FP32
     if impl == "foreach":
         return local_params * FP32
     return 0
@@ -150,11 +151,26 @@ def _share(n: int, devices: int, sharded: bool) -> int:
     return math.ceil(n / devices) if sharded else n
 
 
+def _lora(setup: TrainingSetup) -> bool:
+    return setup.finetune != "full"
+
+
+def _unit_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Working-weight bytes of the largest unit FSDP/ZeRO-3 gathers: a block or V·d."""
+    unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
+    return unit * working_weight_bytes(setup)
+
+
 def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Per-device persistent state: working weights (÷D at ZeRO-3, plus the gathered
-    units), FP32 master weights and optimizer state (÷D from ZeRO-1)."""
+    units), FP32 master weights and optimizer state (÷D from ZeRO-1); LoRA's frozen base
+    and adapters (:mod:`~introspect.refined.lora`); less what is offloaded
+    (:mod:`~introspect.refined.offload`)."""
     N, D, z = spec.n_params, setup.devices, setup.zero_stage
     wb = working_weight_bytes(setup)
+    if _lora(setup):
+        terms = lora.state_terms(spec, setup, wb, optimizer_state(setup))
+        return offload.state(spec, setup, terms, _unit_bytes(spec, setup))
     terms = {"weights": _share(wb * N, D, z >= 3)}
     if z >= 3 and D > 1:
         # FSDP/ZeRO-3 gathers one unit (a block, or the embedding) and prefetches the next.
@@ -165,7 +181,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms["optimizer/master_weights"] = _share(m * N, D, z >= 1)
     for name, per in optimizer_state(setup).items():
         terms[name] = _share(per * N, D, z >= 1)
-    return terms
+    return offload.state(spec, setup, terms, _unit_bytes(spec, setup))
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
@@ -173,7 +189,29 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     ZeRO-2; none for a frozen model)."""
     if setup.optimizer == "none":
         return 0
-    return _share(working_weight_bytes(setup) * n_params, setup.devices, setup.zero_stage >= 2)
+    wb = working_weight_bytes(setup)
+    if _lora(setup):
+        value = lora.grad_bytes(spec, setup, n_params, wb)
+        largest = lora.largest_trainable(spec, setup) * FP32
+    else:
+        value = _share(wb * n_params, setup.devices, setup.zero_stage >= 2)
+        largest = largest_tensor(spec) * wb
+    return offload.grads(setup, value, largest, _unit_bytes(spec, setup))
+
+
+def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """One layer's saved bytes (:func:`saved.per_layer`; under LoRA, what a frozen base
+    still keeps for the adapters: :func:`lora.per_layer`)."""
+    full = saved.per_layer(spec, setup)
+    return lora.per_layer(spec, setup, full) if _lora(setup) else full
+
+
+def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The embedding output, kept by the first norm; a frozen embedding's output needs
+    no gradient, so under LoRA (embeddings frozen) nothing keeps it."""
+    if _lora(setup) and not setup.train_embeddings:
+        return 0
+    return setup.tokens * spec.hidden_size * setup.activation_bytes
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:
@@ -186,13 +224,14 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers)."""
-    L, s = spec.num_hidden_layers, setup.activation_bytes
-    layer = saved.per_layer(spec, setup)
+    L = spec.num_hidden_layers
+    layer = layer_saved(spec, setup)
     if setup.activation_checkpointing:
         layer = saved.checkpointed_layer(spec, setup)
-    terms = {"activations/embedding": setup.tokens * spec.hidden_size * s}
+    terms = {"activations/embedding": embedding_saved(spec, setup)}
     terms.update(_prefixed({f"layer/{k}": L * v for k, v in layer.items()}))
-    terms.update(_prefixed(saved.final(spec, setup)))
+    final = saved.final(spec, setup)
+    terms.update(_prefixed(lora.final_terms(spec, setup, final) if _lora(setup) else final))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))
     return terms
 
@@ -275,7 +314,7 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     head.update(mlx_activation_grads(spec, setup, L))
     moments = [_add(state, head)]
 
-    full = saved.per_layer(spec, setup)
+    full = layer_saved(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
     n = spec.norms_per_layer or 1
@@ -290,7 +329,7 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
+        terms["activations/embedding"] = embedding_saved(spec, setup)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
         terms = _add(terms, loop_logits)
@@ -300,7 +339,7 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         moments.append(terms)
         # The layer's attention backward.
         terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
+        terms["activations/embedding"] = embedding_saved(spec, setup)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
         terms = _add(terms, loop_logits)
@@ -315,14 +354,15 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
 def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
     """The optimizer step: state, full gradients, the loop's logits, the update's
     temporaries. None for a frozen model (no step)."""
-    if setup.optimizer == "none":
+    if setup.optimizer == "none" or setup.optimizer_in_backward:
         return None
     terms = dict(state_terms(spec, setup))
     terms["grads"] = grad_bytes(spec, setup, spec.n_params)
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    local = _share(spec.n_params, setup.devices, setup.zero_stage >= 1)
+    n = lora.trainable_parameters(spec, setup) if _lora(setup) else spec.n_params
+    local = _share(n, setup.devices, setup.zero_stage >= 1)
     terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
     return terms
 
