@@ -53,6 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     debug = args.debug or getattr(args, "sub_debug", False)
+    from introspect.units import set_display_unit
+
+    set_display_unit("GiB" if getattr(args, "units", "gb") == "gib" else "GB")
     try:
         return int(args.run(args) or 0)
     except (IntrospectError, ValueError) as err:

@@ -53,7 +53,7 @@ CUDA_CONTEXT_SOURCE = (
 RESERVE_MODEL = (
     "block rounding and segment sizes of torch's CUDACachingAllocator (512 B blocks; "
     "2 MiB small / 20 MiB large segments; >10 MiB rounded to 2 MiB); fragmentation "
-    "across phases not modelled"
+    "across phases not modelled; not yet checked on a GPU (pending)"
 )
 #: Fraction of a Mac's unified memory Metal recommends as the GPU's working set.
 METAL_WORKING_SET_FRACTION = 0.75

@@ -88,6 +88,13 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         action="store_true",
         help="show the full traceback on errors",
     )
+    parser.add_argument(
+        "--units",
+        type=choice(("gb", "gib")),
+        default="gb",
+        help="GB (default: decimal, 1e9 bytes, as the seed) or GiB (2^30 bytes) for printed "
+        "memory; JSON stays in bytes",
+    )
 
 
 def add_setup_flags(

@@ -103,6 +103,11 @@ def analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devi
     need = need_function(device, setup)
     candidates = fit.changes(max_devices, setup.lora_rank, setup.framework)
     now = need(spec, setup)
+    view = None
+    if device is not None:
+        from introspect import overhead
+
+        view = overhead.device_view(spec, setup, device)
     free, combos = [], []
     if now > budget:
         free, combos = fit.combinations(spec, setup, budget, candidates, need)
@@ -110,6 +115,7 @@ def analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devi
         "need": now,
         "peak": fit.peak(spec, setup),
         "fits": now <= budget,
+        "device_view": view,
         "largest_seq": fit.largest(spec, setup, budget, "seq_len", need),
         "largest_batch": fit.largest(spec, setup, budget, "batch_size", need),
         "changes": fit.rank_changes(spec, setup, budget, candidates, need),
@@ -145,6 +151,7 @@ def to_json(model, setup, budget, device, result) -> dict[str, Any]:
         "device": device.to_dict() if device else None,
         "need_bytes": result["need"],
         "peak_bytes": result["peak"],
+        "device_view": result["device_view"].to_json() if result["device_view"] else None,
         "fits": result["fits"],
         "largest_seq": result["largest_seq"],
         "largest_batch": result["largest_batch"],
@@ -192,6 +199,15 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
         verdict = f"DOES NOT FIT: needs {fmt_memory(need)}, {fmt_memory(need - budget)} over "
         verdict += f"{fmt_memory(budget)}{shown}"
     lines.append(verdict)
+    view = result["device_view"]
+    if view is not None and view.shown != view.allocated:
+        src = view.sources
+        lines += [
+            f"  allocated peak              {fmt_memory(view.allocated):>10}  ({src['allocated']})",
+            f"  + allocator reserve         {fmt_memory(view.reserve):>10}  ({src['reserve']})",
+            f"  + CUDA context              {fmt_memory(view.context):>10}  ({src['context']})",
+            f"  = what nvidia-smi will show {fmt_memory(view.shown):>10}",
+        ]
     T, B = result["largest_seq"], result["largest_batch"]
     lines.append(
         f"largest T at B={setup.batch_size}: " + (f"{T:,}" if T else "none (not even T=1)")

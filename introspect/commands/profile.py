@@ -193,7 +193,8 @@ def _params_section(model) -> str:
 def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
     head = (
         f"training memory for B={setup.batch_size}, T={setup.seq_len}, "
-        f"s={setup.activation_bytes} bytes, weights {setup.weights_dtype} (decimal GB)"
+        f"s={setup.activation_bytes} bytes, weights {setup.weights_dtype} "
+        f"({'decimal GB' if report.display_unit() == 'GB' else 'GiB'})"
     )
     parts = [head]
     for name, b in results.items():

@@ -34,6 +34,18 @@ class PhaseMemTracker(MemTracker):
         super().__init__()
         self.peak_phase: str | None = None
 
+    def track_external(self, *external: Any) -> None:
+        """As MemTracker's, for models with frozen parameters too (LoRA's base):
+        MemTracker puts a gradient hook on every parameter, which torch refuses for one
+        that requires no gradient; those get a placeholder instead (they never have
+        gradients to count)."""
+        for obj in external:
+            if isinstance(obj, torch.nn.Module):
+                for p in obj.parameters():
+                    if not p.requires_grad:
+                        self._param_to_grad_hook_handles.setdefault(p, (_NoHook(), _NoHook()))
+        super().track_external(*external)
+
     def _update_peak_stats(self, peak_state: Any) -> None:  # noqa: D401 - torch hook
         before = dict(self._peak_mem)
         super()._update_peak_stats(peak_state)
@@ -44,6 +56,13 @@ class PhaseMemTracker(MemTracker):
                 self.peak_phase = "backward"
             else:
                 self.peak_phase = "forward"
+
+
+class _NoHook:
+    """Stands in for a hook handle MemTracker would remove."""
+
+    def remove(self) -> None:
+        pass
 
 
 def storage_bytes(tensors) -> int:

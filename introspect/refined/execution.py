@@ -230,6 +230,9 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         layer = saved.checkpointed_layer(spec, setup)
     terms = {"activations/embedding": embedding_saved(spec, setup)}
     terms.update(_prefixed({f"layer/{k}": L * v for k, v in layer.items()}))
+    if _lora(setup) and not setup.activation_checkpointing:
+        for name, value in lora.first_layer_saving(spec, setup).items():
+            terms[f"activations/layer/{name}"] -= value
     final = saved.final(spec, setup)
     terms.update(_prefixed(lora.final_terms(spec, setup, final) if _lora(setup) else final))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))

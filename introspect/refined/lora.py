@@ -36,7 +36,7 @@ Every function returns bytes for all L layers, per device.
 from __future__ import annotations
 
 from introspect.errors import IntrospectError
-from introspect.setup import LORA_MODULES, TrainingSetup
+from introspect.setup import LORA_MODULES, OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
 FP32 = 4
@@ -118,49 +118,77 @@ def block_linear_parameters(spec: ModelSpec) -> int:
     return spec.num_hidden_layers * per_layer
 
 
+def nf4_tensor_bytes(n: int, double_quant: bool) -> int:
+    """One weight of ``n`` values as bitsandbytes' ``quantize_4bit`` stores it: the packed
+    4-bit values, then the quant state — the 16-value FP32 NF4 code and, per 64-block,
+    an FP32 absmax; with double quantization an 8-bit absmax per block, one FP32 absmax
+    per 256 blocks, a 256-value FP32 code and an FP32 offset."""
+    blocks = -(-n // NF4_BLOCK)
+    state = 16 * FP32
+    if double_quant:
+        state += blocks + -(-blocks // NF4_DOUBLE_BLOCK) * FP32 + NF4_CODE_BYTES + FP32
+    else:
+        state += blocks * FP32
+    return -(-n // 2) + state
+
+
 def quantized_bytes(spec: ModelSpec, quant: str, double_quant: bool) -> int:
     """Bytes of the blocks' linear weights stored as ``quant`` (see module docstring)."""
-    shapes = linear_shapes(spec)
-    n = block_linear_parameters(spec)
+    L = spec.num_hidden_layers
+    shapes = [(i, o, _experts(spec, t)) for t, (i, o) in linear_shapes(spec).items()]
     if quant == "nf4":
-        blocks = -(-n // NF4_BLOCK)
-        if double_quant:
-            second = -(-blocks // NF4_DOUBLE_BLOCK)
-            tensors = spec.num_hidden_layers * sum(_experts(spec, t) for t in shapes)
-            consts = blocks + second * FP32 + tensors * (NF4_CODE_BYTES + FP32)
-        else:
-            consts = blocks * FP32
-        return -(-n // 2) + consts
+        return L * sum(k * nf4_tensor_bytes(i * o, double_quant) for i, o, k in shapes)
     if quant == "int8":
-        rows = spec.num_hidden_layers * sum(o * _experts(spec, t) for t, (_, o) in shapes.items())
-        return n + rows * FP32
+        return L * sum(k * (i * o + o * FP32) for i, o, k in shapes)
     from introspect.units import dtype_bytes
 
-    return n * dtype_bytes(quant)
+    return block_linear_parameters(spec) * dtype_bytes(quant)
 
 
 def adapter_bytes(setup: TrainingSetup) -> int:
-    """Bytes per adapter value: FP32 (peft's ``autocast_adapter_dtype``), BF16 under
-    pure BF16 precision."""
-    return 2 if setup.precision == "bf16" else FP32
+    """Bytes per adapter value: FP32 — ``get_peft_model``'s ``autocast_adapter_dtype``
+    (default True) casts 16-bit adapters to FP32 whatever the base's dtype."""
+    return FP32
+
+
+def embedding_copy_bytes(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
+    """Trainable embeddings are peft's ``modules_to_save`` (as Qwen's fine-tuning script
+    sets them): ``ModulesToSaveWrapper`` keeps the frozen original and trains a copy,
+    so the copies are extra weights at the working dtype."""
+    return embedding_parameters(spec) * wb if setup.train_embeddings else 0
+
+
+def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
+    """FP32-state bytes per parameter by term (``execution.optimizer_state``'s names)."""
+    per = OPTIMIZER_STATE_BYTES[setup.optimizer]
+    if setup.optimizer in ("adam", "adamw", "adam8bit"):
+        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+    if setup.optimizer == "sgd_momentum":
+        return {"optimizer/momentum": per}
+    return {}
 
 
 def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, int]) -> dict:
     """The persistent state of a LoRA step: the frozen base (its linears as
     :attr:`TrainingSetup.resolved_base_quant` stores them, the rest at the working dtype
     ``wb``), the adapters, and optimizer state over the trainable parameters only
-    (``opt`` is bytes per trainable parameter by term)."""
+    (``opt`` is bytes per trainable parameter by term at the working precision; the
+    adapters, FP32, keep FP32 state)."""
+    full_state = optimizer_state(setup.replace(precision="fp32"))
     quant = setup.resolved_base_quant
     linear = block_linear_parameters(spec)
     rest = spec.n_params - linear
+    adapters = adapter_parameters(spec, setup)
     terms = {
         "weights/base_linears": quantized_bytes(spec, quant, setup.double_quant),
         "weights/base_other": rest * wb,
-        "weights/lora_adapters": adapter_parameters(spec, setup) * adapter_bytes(setup),
+        "weights/lora_adapters": adapters * adapter_bytes(setup),
     }
-    trained = trainable_parameters(spec, setup)
+    if setup.train_embeddings:
+        terms["weights/trainable_embedding_copies"] = embedding_copy_bytes(spec, setup, wb)
+    embeddings = trainable_parameters(spec, setup) - adapters
     for name, per in opt.items():
-        terms[name] = trained * per
+        terms[name] = adapters * full_state[name] + embeddings * per
     return terms
 
 
@@ -187,7 +215,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     """One layer's saved bytes under LoRA, from the full-training set ``full``
     (:func:`introspect.refined.saved.per_layer`): what only frozen weights needed
     dropped, the adapters' own tensors added (module docstring)."""
-    chosen = set(targets(spec, setup))
+    order = targets(spec, setup)
+    chosen = set(order)
     shapes = linear_shapes(spec)
     BT, s = setup.tokens, setup.activation_bytes
     a = adapter_bytes(setup)
@@ -213,7 +242,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
         out["attention/linear/context"] = 0
     k = spec.num_experts_per_tok if spec.is_moe else 1
     copies = 0
-    for t in chosen:
+    for t in order:
         d_in = shapes[t][0]
         tokens = BT * (k if t in ("gate_proj", "up_proj", "down_proj") else 1)
         if cast:
@@ -225,6 +254,22 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     if copies:
         out["lora/inputs"] = copies
     return {k_: v for k_, v in out.items() if v}
+
+
+def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What the first layer keeps less than the others when the embedding is frozen:
+    its input needs no gradient, so its first norm keeps no statistics and dropout on the
+    adapters that read that norm keeps no mask (census: layer 0 has neither)."""
+    if setup.train_embeddings:
+        return {}
+    BT = setup.tokens
+    saving = {"layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32}
+    if setup.lora_dropout > 0:
+        a = adapter_bytes(setup)
+        mask = a if setup.resolved_device == "cpu" else 1
+        first = [t for t in targets(spec, setup) if t in ("q_proj", "k_proj", "v_proj")]
+        saving["lora/inputs"] = len(first) * BT * spec.hidden_size * mask
+    return saving
 
 
 def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) -> dict[str, int]:
