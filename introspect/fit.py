@@ -325,13 +325,14 @@ def _row(chosen: list[Change], setup: TrainingSetup, n: int, base: int, budget: 
 
 def quadratic_takeover(spec: ModelSpec, setup: TrainingSetup) -> int | None:
     """The T at which the saved T² terms (eager attention's probabilities) reach the
-    rest of the saved activations; None when nothing quadratic is kept."""
-    from introspect import refined
+    rest of the saved activations (at the end of forward, all of them alive); None when
+    nothing quadratic is kept."""
+    from introspect.refined.execution import saved_terms
 
     def split(T: int) -> tuple[int, int]:
-        b = refined.estimate(spec, setup.replace(seq_len=T)).execution
-        quad = b.sum("activations/layer/attention/quadratic")
-        return quad, b.sum("activations") - quad
+        saved = saved_terms(spec, setup.replace(seq_len=T))
+        quad = sum(v for k, v in saved.items() if "/quadratic/" in k)
+        return quad, sum(saved.values()) - quad
 
     quad, _ = split(2)
     if quad == 0:

@@ -401,3 +401,32 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         offload=args.offload,
         optimizer_in_backward=args.optimizer_in_backward,
     )
+
+
+def add_plot_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """--plot FILE: a figure (PNG or SVG by the suffix; needs matplotlib)."""
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help=f"also draw {what} to FILE (.png or .svg; needs matplotlib)",
+    )
+
+
+def check_plot(path: str | None) -> None:
+    """A bad --plot is one line before any work: the suffix, matplotlib, the folder."""
+    from pathlib import Path
+
+    from introspect.errors import IntrospectError
+
+    if path is None:
+        return
+    p = Path(path)
+    if p.suffix.lower() not in (".png", ".svg"):
+        raise IntrospectError(f"--plot {path}: give a file name ending in .png or .svg")
+    if not p.parent.is_dir():
+        raise IntrospectError(f"--plot {path}: no folder {p.parent}")
+    from introspect import plot
+
+    if not plot.available():
+        raise IntrospectError("--plot needs matplotlib: pip install 'introspect[plot]'")

@@ -7,7 +7,14 @@ import argparse
 from typing import Any
 
 from introspect import fit, report
-from introspect.commands._args import add_common, add_setup_flags, positive_int, setup_from_args
+from introspect.commands._args import (
+    add_common,
+    add_plot_flag,
+    add_setup_flags,
+    check_plot,
+    positive_int,
+    setup_from_args,
+)
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -62,6 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
     add_setup_flags(p, sweep=False)
+    add_plot_flag(p, "memory vs T and vs B with the budget line and where T² takes over")
     add_common(p, json_help="print JSON: the budget, the verdict, largest T and B, the changes")
     p.set_defaults(run=run)
 
@@ -128,10 +136,11 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)
+    check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision)
     result = analyse(model.spec, setup, budget, device, args.max_devices)
-    if getattr(args, "plot", None):
+    if args.plot:
         from introspect import plot
 
         plot.fit_curves(model.spec, setup, budget, need_function(device, setup), args.plot)

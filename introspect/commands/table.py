@@ -14,7 +14,13 @@ import argparse
 from typing import Any
 
 from introspect import divergence, refined, report, simplified
-from introspect.commands._args import add_common, add_setup_flags, setup_from_args
+from introspect.commands._args import (
+    add_common,
+    add_plot_flag,
+    add_setup_flags,
+    check_plot,
+    setup_from_args,
+)
 from introspect.errors import IntrospectError
 from introspect.reported import REPORTED, Reported
 from introspect.setup import TrainingSetup
@@ -69,6 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     fmt.add_argument("--csv", action="store_true", help="print CSV")
     add_setup_flags(p, act_default="bf16", sweep=False)
+    add_plot_flag(p, "one pair of bars per model: the seed's total and the refined peak")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -104,8 +111,23 @@ def run(args: argparse.Namespace) -> int:
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
+    check_plot(args.plot)
     models = [resolve(s) for s in (args.sources or default_sources())]
     rows = [row(m, setup) for m in models]
+    if args.plot:
+        from introspect import plot
+
+        bars = [
+            {
+                "label": r["source"],
+                "seed_bytes": r["simplified"]["total_bytes"],
+                "refined_bytes": r["refined"]["execution_total_bytes"],
+            }
+            for r in rows
+        ]
+        plot.model_bars(
+            bars, args.plot, f"seed vs refined peak, B={setup.batch_size}, T={setup.seq_len}"
+        )
     if fmt == "json":
         print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(rows)}))
     else:

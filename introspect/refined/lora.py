@@ -278,3 +278,16 @@ def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) ->
     if setup.train_embeddings:
         return dict(final)
     return {k: v for k, v in final.items() if k == "final_norm/statistics"}
+
+
+#: Why each LoRA term has its size (merged into :mod:`introspect.refined.causes`).
+CAUSES: dict[str, str] = {
+    "weights/base_linears": "the frozen base's block linears, stored as {quant}",
+    "weights/base_other": "embeddings, head and norms, frozen, at the working dtype",
+    "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",
+    "weights/trainable_embedding_copies": "peft's modules_to_save: a trained copy of the "
+    "embedding and head beside the frozen originals",
+    "activations/layer/lora": "lora_A's output (B·T·r), kept by lora_B",
+    "activations/layer/lora/inputs": "each adapter's own input copy: the FP32 cast over a "
+    "16-bit base and/or the dropped input and its mask",
+}
