@@ -130,3 +130,21 @@ def test_lora_state_is_smaller_and_sums():
     assert b.total == sum(b.terms.values())
     assert b.sum("optimizer") < full.execution.sum("optimizer") / 10
     assert b["weights/lora_adapters"] == 4 * lora.adapter_parameters(LLAMA, setup())
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        (dict(), 0),  # FP32 throughout: lora_A reads the block's own input
+        (dict(precision="bf16", weights_dtype="bf16", activation_dtype="bf16"), 4),
+        (dict(precision="amp", activation_dtype="bf16"), 2),
+        (dict(precision="amp", activation_dtype="bf16", finetune="qlora"), 0),
+        (dict(lora_dropout=0.1), 8),
+        (dict(lora_dropout=0.1, device="cuda", precision="amp", activation_dtype="bf16"), 3),
+    ],
+)
+def test_adapter_input_copies_follow_peft(fields, expected):
+    """peft's Linear casts x to FP32; bnb's 4-bit LoRA skips it under autocast;
+    dropout keeps a mask (input dtype on CPU, bool on CUDA)."""
+    s = setup().replace(**fields)
+    assert lora.adapter_input_bytes(s) == expected

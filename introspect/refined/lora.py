@@ -211,6 +211,36 @@ def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     return largest
 
 
+def adapter_x_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of ``x`` as the adapter branch sees it: peft's ``Linear.forward``
+    casts it to the FP32 adapter dtype, except on bitsandbytes' 4-bit layers under
+    ``torch.autocast`` (precision ``amp``), whose peft forward skips the cast
+    (``peft/tuners/lora/bnb.py``)."""
+    s = setup.activation_bytes
+    if setup.precision == "amp" and setup.resolved_base_quant == "nf4":
+        return s
+    return adapter_bytes(setup)
+
+
+def dropout_mask_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of dropout's saved mask: the input's dtype on CPU, a bool on
+    CUDA (``aten/src/ATen/native/cuda/Dropout.cu``); 0 without dropout."""
+    if setup.lora_dropout == 0:
+        return 0
+    return adapter_x_bytes(setup) if setup.resolved_device == "cpu" else 1
+
+
+def adapter_input_bytes(setup: TrainingSetup) -> int:
+    """Bytes per input element each adapter keeps of its own (0: it shares the input the
+    block already keeps): ``lora_A`` keeps its input — the cast (or dropped) ``x``, or
+    under autocast its 16-bit re-cast — and dropout its mask."""
+    s, x = setup.activation_bytes, adapter_x_bytes(setup)
+    kept = s if setup.precision == "amp" else x
+    if setup.lora_dropout == 0 and x == s:
+        kept = 0
+    return kept + dropout_mask_bytes(setup)
+
+
 def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> dict[str, int]:
     """One layer's saved bytes under LoRA, from the full-training set ``full``
     (:func:`introspect.refined.saved.per_layer`): what only frozen weights needed
@@ -218,10 +248,10 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     order = targets(spec, setup)
     chosen = set(order)
     shapes = linear_shapes(spec)
-    BT, s = setup.tokens, setup.activation_bytes
+    BT = setup.tokens
     a = adapter_bytes(setup)
-    cast = a != s
-    plain_input = not cast and setup.lora_dropout == 0
+    own = adapter_input_bytes(setup)
+    plain_input = own == 0
     out = dict(full)
     out.pop("layernorm/normalized", None)
     n = spec.norms_per_layer or 1
@@ -245,11 +275,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     for t in order:
         d_in = shapes[t][0]
         tokens = BT * (k if t in ("gate_proj", "up_proj", "down_proj") else 1)
-        if cast:
-            copies += tokens * d_in * FP32
-        if setup.lora_dropout > 0:
-            mask = a if setup.resolved_device == "cpu" else 1
-            copies += tokens * d_in * (a + mask)
+        copies += tokens * d_in * own
         out[f"lora/{t}/a_output"] = tokens * setup.lora_rank * a
     if copies:
         out["lora/inputs"] = copies
@@ -265,8 +291,7 @@ def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     BT = setup.tokens
     saving = {"layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32}
     if setup.lora_dropout > 0:
-        a = adapter_bytes(setup)
-        mask = a if setup.resolved_device == "cpu" else 1
+        mask = dropout_mask_bytes(setup)
         first = [t for t in targets(spec, setup) if t in ("q_proj", "k_proj", "v_proj")]
         saving["lora/inputs"] = len(first) * BT * spec.hidden_size * mask
     return saving
