@@ -155,8 +155,8 @@ def render(rows: list[dict]) -> str:
             "per layer where LlamaForCausalLM keeps one pair for the model (the FP32 rows' +1–2%), "
             "and in the BF16 rows the loop's F.cross_entropy runs on BF16 logits, so the "
             "log-softmax and the logits' gradients are BF16 where the estimate assumes FP32 "
-            "(2·B·T·V·2 bytes more in the estimate: 12.6 MB of the 11.5 MB gap at T = 256, "
-            "V = 8192). The measured peak falls inside the loss's backward, which the tracker "
+            "(2·B·T·V·2 bytes more in the estimate, 12.6 MB at T = 256 and V = 8192: the "
+            "11.5 MB gap). The measured peak falls inside the loss's backward, which the tracker "
             "calls backward and the estimate's forward_end moment describes.",
         ]
     )
