@@ -25,7 +25,7 @@ from introspect.errors import HubError, IntrospectError
 from introspect.spec import ModelSpec
 
 #: Where a resolved model came from.
-ORIGINS = ("bundled", "config", "checkpoint", "cache", "hub")
+ORIGINS = ("bundled", "config", "checkpoint", "cache", "hub", "nominal")
 
 # Hugging Face repo ids: "org/name", letters, digits, "-", "_", "." (no "--" or "..").
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
@@ -81,6 +81,9 @@ def _resolve(source: str, revision: str | None, timeout: float | None) -> Resolv
     path = Path(source).expanduser()
     if path.exists():
         return _from_path(path)
+    nominal = _from_nominal(source)
+    if nominal is not None:
+        return nominal
     from . import bundled
 
     if revision is None:
@@ -101,6 +104,24 @@ def _resolve(source: str, revision: str | None, timeout: float | None) -> Resolv
     raise IntrospectError(
         f"{source!r} is not an existing path, a bundled model (see 'introspect profile "
         "--list') or a Hub id of the form org/name"
+    )
+
+
+def _from_nominal(source: str) -> ResolvedModel | None:
+    """The seed's nominal sizes (10M … 70B) as ``introspect measure`` builds them: the
+    size table's synthetic standard transformer, N counted from its structure."""
+    from introspect.measure.shapes import nominal_spec
+
+    spec = nominal_spec(source)
+    if spec is None:
+        return None
+    spec, by_component = _structural(spec)
+    return ResolvedModel(
+        spec=spec,
+        origin="nominal",
+        location=source,
+        params_by_component=by_component,
+        notes=("the seed's size table: a synthetic standard transformer, N from its structure",),
     )
 
 

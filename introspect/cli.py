@@ -16,7 +16,7 @@ from introspect import __version__
 from introspect.errors import IntrospectError
 
 #: Sub-command modules under introspect.commands, in the order --help lists them.
-COMMANDS = ("estimate", "sizes", "profile", "table", "measure")
+COMMANDS = ("estimate", "sizes", "profile", "table", "fit", "measure")
 
 DESCRIPTION = """\
 How much memory will training this transformer take, where does it go, and what must
@@ -27,6 +27,7 @@ change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
   introspect profile    a Hub id, a checkpoint folder or a bundled model: exact
                         parameters, the estimate, and where real architectures diverge
   introspect table      the seed's real-world comparison table for published models
+  introspect fit        does it fit a budget or a GPU, the largest T and B, what to change
   introspect measure    a real training step (MLX or torch) beside the estimates
 """
 
@@ -78,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     debug = args.debug or getattr(args, "sub_debug", False)
+    from introspect.units import set_display_unit
+
+    set_display_unit("GiB" if getattr(args, "units", "gb") == "gib" else "GB")
     try:
         return int(args.run(args) or 0)
     except (IntrospectError, ValueError) as err:

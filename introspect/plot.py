@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from introspect.breakdown import Breakdown
 from introspect.units import GB
 
 
@@ -63,3 +64,143 @@ def accuracy(
 
 def gb(n_bytes: int) -> float:
     return n_bytes / GB
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: str | Path) -> Path:
+    """Save as PNG or SVG, by the file's suffix; anything else is a ValueError."""
+    path = Path(path)
+    if path.suffix.lower() not in (".png", ".svg"):
+        raise ValueError(f"--plot {path}: give a .png or .svg file name")
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def part_of(term: str) -> str:
+    """The part a term is drawn under: weights, grads, optimizer state, or activations by
+    part (embedding, attention, feed-forward, norms, logits, LoRA)."""
+    head = term.split("/")[0]
+    if head != "activations":
+        return {"grads": "gradients", "optimizer": "optimizer"}.get(head, head)
+    parts = term.split("/")
+    if len(parts) > 2 and parts[1] == "layer":
+        return "activations: " + {"layernorm": "norms"}.get(parts[2], parts[2]).replace("_", "-")
+    return "activations: " + parts[1].replace("_", " ")
+
+
+def breakdown_stack(breakdowns: dict[str, Breakdown], path: str | Path, title: str) -> Path:
+    """One stacked bar per breakdown (e.g. seed vs refined), parts as :func:`part_of`."""
+    plt = _pyplot()
+    parts: list[str] = []
+    for b in breakdowns.values():
+        for term in b.terms:
+            p = part_of(term)
+            if p not in parts:
+                parts.append(p)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    names = list(breakdowns)
+    bottom = [0.0] * len(names)
+    cmap = plt.get_cmap("tab20")
+    for k, p in enumerate(parts):
+        values = [sum(v for t, v in b.items() if part_of(t) == p) / GB for b in breakdowns.values()]
+        ax.bar(names, values, bottom=bottom, label=p, color=cmap(k % 20))
+        bottom = [x + y for x, y in zip(bottom, values, strict=True)]
+    ax.set_ylabel("GB (decimal)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return _save(fig, path)
+
+
+def fit_curves(spec, setup, budget: int, need, path: str | Path) -> Path:
+    """Memory against T (at the setup's B) and against B (at its T), the budget as a
+    line, and the T where the saved T² terms overtake the rest of the activations."""
+    from introspect import fit
+
+    plt = _pyplot()
+    fig, (ax_t, ax_b) = plt.subplots(1, 2, figsize=(10, 4))
+    T0, B0 = setup.seq_len, setup.batch_size
+    seqs = sorted({max(1, int(T0 * 2**k)) for k in [x / 2 for x in range(-8, 5)]})
+    batches = list(range(1, max(8, 4 * B0) + 1))
+    ax_t.plot(seqs, [need(spec, setup.replace(seq_len=t)) / GB for t in seqs], marker=".")
+    ax_b.plot(batches, [need(spec, setup.replace(batch_size=b)) / GB for b in batches], marker=".")
+    for ax in (ax_t, ax_b):
+        ax.axhline(budget / GB, color="tab:red", lw=1, label=f"budget {budget / GB:.1f} GB")
+        ax.set_ylabel("GB (decimal)")
+    takeover = fit.quadratic_takeover(spec, setup)
+    if takeover and seqs[0] <= takeover <= seqs[-1]:
+        ax_t.axvline(
+            takeover, color="tab:gray", ls="--", lw=1, label=f"T² takes over, T={takeover}"
+        )
+    ax_t.set_xscale("log", base=2)
+    ax_t.set_xlabel(f"sequence length T (B={B0})")
+    ax_b.set_xlabel(f"micro-batch B (T={T0})")
+    ax_t.legend(fontsize=7)
+    ax_b.legend(fontsize=7)
+    fig.suptitle(f"{spec.source or spec.model_type}: memory vs T and B", fontsize=9)
+    return _save(fig, path)
+
+
+def model_bars(rows: Sequence[dict], path: str | Path, title: str) -> Path:
+    """One pair of bars per model: the seed's total and the refined execution peak
+    (``rows`` carry ``label``, ``seed_bytes`` and ``refined_bytes``)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
+    xs = range(len(rows))
+    w = 0.4
+    ax.bar([x - w / 2 for x in xs], [r["seed_bytes"] / GB for r in rows], w, label="seed")
+    ax.bar([x + w / 2 for x in xs], [r["refined_bytes"] / GB for r in rows], w, label="refined")
+    ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("GB (decimal)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+#: The measured categories and which estimate terms fall in each.
+MEASURED_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporary")
+
+
+def estimate_category(term: str) -> str:
+    """The measured category an estimate term is compared with."""
+    if term.startswith("weights"):
+        return "parameters"
+    if term.startswith("grads"):
+        return "gradients"
+    if term == "optimizer/temporaries":
+        return "temporary"
+    if term.startswith("optimizer"):
+        return "optimizer_state" if "master" not in term else "parameters"
+    if term.endswith("/grad") or "mlx" in term:
+        return "temporary"
+    return "activations"
+
+
+def measured_vs_estimate(pairs: Sequence[tuple[str, dict, Breakdown]], path) -> Path:
+    """For each (label, measured categories, refined breakdown): bars of estimate vs
+    measured per category."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5 * len(pairs), 4), squeeze=False)
+    for ax, (label, measured, b) in zip(axes[0], pairs, strict=True):
+        est = dict.fromkeys(MEASURED_CATEGORIES, 0)
+        for term, value in b.items():
+            est[estimate_category(term)] += value
+        xs = range(len(MEASURED_CATEGORIES))
+        ax.bar([x - 0.2 for x in xs], [measured.get(c, 0) / GB for c in est], 0.4, label="measured")
+        ax.bar([x + 0.2 for x in xs], [est[c] / GB for c in est], 0.4, label="refined estimate")
+        ax.set_xticks(list(xs), [c.replace("_", " ") for c in est], rotation=30, fontsize=7)
+        ax.set_title(label, fontsize=8)
+        ax.set_ylabel("GB (decimal)")
+        ax.legend(fontsize=7)
+    return _save(fig, path)

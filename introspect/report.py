@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from introspect._tabulate import tabulate
 from introspect.breakdown import Breakdown
-from introspect.units import fmt_gb
+from introspect.units import display_unit, fmt_gb
 
 
 def summary(b: Breakdown) -> dict[str, int]:
@@ -38,7 +39,9 @@ def table(
     *,
     colalign: Sequence[str] | None = None,
 ) -> str:
-    """Rows as a terminal table (``text``), GitHub ``markdown`` or ``csv``."""
+    """Rows as a terminal table (``text``), GitHub ``markdown`` or ``csv``. A header's
+    ``GB`` names the display unit (``--units GiB`` prints GiB)."""
+    headers = [unit_header(h) for h in headers]
     if fmt == "csv":
         import csv  # only here: most commands never write CSV
 
@@ -51,6 +54,12 @@ def table(
     return tabulate(
         rows, headers=headers, tablefmt=tablefmt, disable_numparse=True, colalign=colalign
     )
+
+
+def unit_header(header: str) -> str:
+    """``header`` with its ``GB`` word in the display unit."""
+    unit = display_unit()
+    return header if unit == "GB" else re.sub(r"\bGB\b", unit, header)
 
 
 def gb(n_bytes: int | float, digits: int = 3) -> str:

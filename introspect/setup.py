@@ -51,6 +51,16 @@ ZERO_STAGES = (0, 1, 2, 3)
 #: ``ddp`` (DistributedDataParallel), ``zero`` (DDP with ZeRO ``zero_stage``: torch's
 #: ZeroRedundancyOptimizer at 1, DeepSpeed's stages 1-3), ``fsdp`` (FSDP2 ``fully_shard``).
 SHARDINGS = ("none", "ddp", "zero", "fsdp")
+#: Fine-tuning and offload (issue 11): what is trained, how the frozen base is stored,
+#: and what lives in host memory. See :mod:`introspect.refined.lora` and
+#: :mod:`introspect.refined.offload`.
+FINETUNES = ("full", "lora", "qlora")
+BASE_QUANTS = ("auto", "bf16", "fp16", "fp32", "int8", "nf4")
+OFFLOADS = ("none", "optimizer", "parameters")
+#: Names of the block's linears that LoRA can target (Hugging Face Llama/Qwen names);
+#: ``all-linear`` is every one of them (peft's ``target_modules="all-linear"``, which
+#: leaves out the output head).
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
 OPTIMIZER_STATE_BYTES: dict[str, int] = {
@@ -115,6 +125,28 @@ class TrainingSetup:
     #: Micro-batches per step for the pipeline (1F1B): ``None`` = the pipeline depth.
     micro_batches: int | None = None
 
+    # --- fine-tuning, offload, optimizer in backward (issue 11) ---------------------
+    #: ``full`` trains every weight; ``lora`` freezes the base and trains adapters of rank
+    #: :attr:`lora_rank` on :attr:`lora_targets`; ``qlora`` is LoRA over an NF4 base.
+    finetune: str = "full"
+    lora_rank: int = 16
+    #: peft's ``target_modules``: names from :data:`LORA_MODULES`, or ``all-linear``.
+    lora_targets: tuple[str, ...] = ("all-linear",)
+    #: peft's ``lora_dropout``; above 0 each adapter keeps its dropped input and mask.
+    lora_dropout: float = 0.0
+    #: Storage of the frozen base: ``auto`` = nf4 for qlora, the working dtype for lora.
+    base_quant: str = "auto"
+    #: bitsandbytes' ``bnb_4bit_use_double_quant``: the absmax constants in 8 bits.
+    double_quant: bool = True
+    #: Train the input embedding and the output head too (Qwen's "LoRA (emb)").
+    train_embeddings: bool = False
+    #: ``optimizer``: optimizer state (and master weights) in host memory;
+    #: ``parameters``: the weights too, gathered one block at a time.
+    offload: str = "none"
+    #: Step each parameter as soon as its gradient is made (a post-accumulate-grad hook),
+    #: so gradients never all exist at once.
+    optimizer_in_backward: bool = False
+
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "devices", "tensor_parallel", "pipeline_parallel"):
             value = getattr(self, name)
@@ -144,11 +176,15 @@ class TrainingSetup:
             ("optimizer_impl", OPTIMIZER_IMPLS),
             ("zero_stage", ZERO_STAGES),
             ("sharding", SHARDINGS),
+            ("finetune", FINETUNES),
+            ("base_quant", BASE_QUANTS),
+            ("offload", OFFLOADS),
         ):
             if getattr(self, name) not in choices:
                 allowed = ", ".join(str(c) for c in choices)
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
 
+        self._check_finetune()
         mlx = self.framework.startswith("mlx")
         if self.device == ("cuda" if mlx else "metal"):
             raise ValueError(
@@ -159,6 +195,34 @@ class TrainingSetup:
             raise ValueError(
                 f"implementation {self.implementation} does not run on {self.framework}"
             )
+
+    def _check_finetune(self) -> None:
+        if isinstance(self.lora_targets, list):
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int):
+            raise ValueError(f"lora_rank must be a positive integer, got {self.lora_rank!r}")
+        if self.lora_rank <= 0:
+            raise ValueError(f"lora_rank must be positive, got {self.lora_rank}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if not self.lora_targets:
+            raise ValueError("lora_targets is empty; name modules or use all-linear")
+        if self.finetune == "full" and self.base_quant not in ("auto",):
+            raise ValueError("base_quant applies to a frozen base: use finetune lora or qlora")
+
+    @property
+    def resolved_base_quant(self) -> str:
+        """How the frozen base is stored: ``nf4`` for qlora unless int8 is asked for; for
+        lora the working weights' dtype (bf16 under a 16-bit precision); none for full."""
+        if self.finetune == "full":
+            return "none"
+        if self.base_quant != "auto":
+            return self.base_quant
+        if self.finetune == "qlora":
+            return "nf4"
+        if self.precision in ("bf16", "mixed"):
+            return "bf16"
+        return {4: "fp32", 2: "bf16", 1: "int8"}[self.weight_bytes]
 
     @property
     def resolved_sharding(self) -> str:

@@ -1,7 +1,33 @@
-"""Units, in one place. Memory is decimal GB (1 GB = 1e9 bytes) as the seed writes it;
-nothing in the tool prints GiB."""
+"""Units, in one place. Memory is decimal GB (1 GB = 1e9 bytes) as the seed writes it,
+unless ``--units GiB`` asks for binary GiB (2**30 bytes); a budget accepts either, and a
+device's memory is stated in the unit its maker uses (:mod:`introspect.devices`)."""
+
+from __future__ import annotations
+
+import re
 
 GB = 10**9
+GiB = 2**30
+
+#: Bytes per unit name a budget or ``--units`` accepts (case-insensitive keys).
+MEMORY_UNITS: dict[str, int] = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": GB,
+    "TB": 10**12,
+    "KiB": 2**10,
+    "MiB": 2**20,
+    "GiB": GiB,
+    "TiB": 2**40,
+}
+
+#: The units ``--units`` offers for printed memory.
+DISPLAY_UNITS = ("GB", "GiB")
+
+_display = {"unit": "GB"}
+
+_MEMORY = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]+)\s*$")
 
 #: Bytes per element of each dtype name the tool accepts (CLI flags and configs).
 DTYPE_BYTES: dict[str, int] = {
@@ -32,10 +58,63 @@ def dtype_bytes(name: str) -> int:
 
 
 def fmt_gb(n_bytes: int | float, digits: int = 3) -> str:
-    """Bytes as a decimal-GB string with ``digits`` decimals, e.g. ``'26.771'``."""
-    return f"{n_bytes / GB:.{digits}f}"
+    """Bytes as a string in the display unit (decimal GB unless ``--units GiB``) with
+    ``digits`` decimals, e.g. ``'26.771'``."""
+    return f"{n_bytes / display_divisor():.{digits}f}"
 
 
 def fmt_count(n: int) -> str:
     """An exact integer with thousands separators: ``494,032,768``."""
     return f"{n:,}"
+
+
+def set_display_unit(unit: str) -> None:
+    """Print memory in ``unit`` (``GB`` or ``GiB``) from now on; ``--units`` calls this."""
+    if unit not in DISPLAY_UNITS:
+        raise ValueError(f"unknown unit {unit!r}; expected GB or GiB")
+    _display["unit"] = unit
+
+
+def display_unit() -> str:
+    """The unit printed memory is in: ``GB`` (default) or ``GiB``."""
+    return _display["unit"]
+
+
+def display_divisor() -> int:
+    """Bytes per printed unit."""
+    return MEMORY_UNITS[_display["unit"]]
+
+
+def unit_name(text: str) -> str:
+    """The canonical spelling of a memory unit (``gib`` → ``GiB``); ValueError otherwise."""
+    for name in MEMORY_UNITS:
+        if name.lower() == text.strip().lower():
+            return name
+    raise ValueError(f"unknown unit {text!r}; expected one of {', '.join(MEMORY_UNITS)}")
+
+
+def parse_memory(text: str) -> int:
+    """An amount of memory with its unit, in bytes: ``80GB`` = 80e9, ``80GiB`` = 80·2³⁰,
+    ``1.5 TB``. A bare number or a negative amount is a ValueError naming what to write."""
+    match = _MEMORY.match(str(text))
+    if not match:
+        raise ValueError(
+            f"{text!r} is not an amount of memory; write a number and a unit, e.g. 80GB or "
+            "80GiB (GB = 1e9 bytes, GiB = 2^30)"
+        )
+    number, unit = float(match.group(1)), match.group(2)
+    try:
+        per = MEMORY_UNITS[unit_name(unit)]
+    except ValueError:
+        raise ValueError(
+            f"{text!r}: unknown unit {unit!r}; use GB (1e9 bytes) or GiB (2^30), or MB/MiB/TB/TiB"
+        ) from None
+    if number <= 0:
+        raise ValueError(f"{text!r}: a memory budget must be positive")
+    return round(number * per)
+
+
+def fmt_memory(n_bytes: int | float, digits: int = 2, unit: str | None = None) -> str:
+    """Bytes with their unit, e.g. ``'26.77 GB'`` (the display unit unless ``unit``)."""
+    unit = unit or display_unit()
+    return f"{n_bytes / MEMORY_UNITS[unit]:.{digits}f} {unit}"

@@ -113,6 +113,13 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         help="the most to wait for the Hub, all requests and retries together "
         "(default 30, or $INTROSPECT_TIMEOUT)",
     )
+    parser.add_argument(
+        "--units",
+        type=choice(("gb", "gib", "bytes")),
+        default="gb",
+        help="GB (default: decimal, 1e9 bytes, as the seed) or GiB (2^30 bytes) for printed "
+        "memory; bytes (table's CSV and text: exact integers); JSON stays in bytes",
+    )
 
 
 def add_setup_flags(
@@ -245,6 +252,7 @@ def add_setup_flags(
     )
     add_runner_flags(e, extra_devices=extra_devices)
     add_sharding_flags(e)
+    add_finetune_flags(parser)
 
 
 def add_runner_flags(
@@ -341,6 +349,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             optimizer_impl=args.optimizer_impl,
         )
         fields.update(sharding_fields(args))
+    fields.update(finetune_fields(args))
     fields.update(overrides)
     setup = TrainingSetup(**fields)
     bounds.check_setup(setup, force=getattr(args, "force", False))
@@ -424,3 +433,122 @@ def sharding_fields(args: argparse.Namespace) -> dict:
         "pipeline_parallel": args.pp,
         "micro_batches": args.micro_batches,
     }
+
+
+def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
+    """LoRA / QLoRA, CPU offload and the optimizer in backward (issue 11)."""
+    from introspect.setup import BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
+
+    g = parser.add_argument_group("fine-tuning and offload (refined estimate)")
+    g.add_argument(
+        "--finetune",
+        type=choice(FINETUNES),
+        default=None,
+        help="full (default: every weight trained), lora (frozen base, adapters trained) or "
+        "qlora (LoRA over a 4-bit NF4 base); --lora-rank alone implies lora",
+    )
+    g.add_argument(
+        "--lora-rank",
+        type=positive_int,
+        default=None,
+        metavar="R",
+        help="adapter rank r (default 16): r·(d_in + d_out) trainable parameters per "
+        "targeted linear",
+    )
+    g.add_argument(
+        "--lora-targets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"modules the adapters sit on: {', '.join(LORA_MODULES)} or all-linear (default)",
+    )
+    g.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="peft's lora_dropout (default 0); above 0 each adapter keeps its dropped input",
+    )
+    g.add_argument(
+        "--base-quant",
+        type=choice(BASE_QUANTS),
+        default="auto",
+        help="storage of the frozen base: auto (default: nf4 for qlora, the working dtype for "
+        "lora), bf16, fp16, fp32, int8 (LLM.int8) or nf4 (4-bit, bitsandbytes)",
+    )
+    g.add_argument(
+        "--no-double-quant",
+        action="store_true",
+        help="NF4 without double quantization (absmax kept in FP32, not 8 bits)",
+    )
+    g.add_argument(
+        "--train-embeddings",
+        action="store_true",
+        help="also train the input embedding and the output head (Qwen's 'LoRA (emb)')",
+    )
+    g.add_argument(
+        "--offload",
+        type=choice(OFFLOADS),
+        default="none",
+        help="none (default), optimizer (state and master weights in host memory, update on "
+        "the CPU) or parameters (weights too, brought over one block at a time)",
+    )
+    g.add_argument(
+        "--optimizer-in-backward",
+        action="store_true",
+        help="step each parameter as its gradient is made (gradients never all exist)",
+    )
+
+
+def finetune_fields(args: argparse.Namespace) -> dict:
+    """The TrainingSetup fields of :func:`add_finetune_flags` (none when absent)."""
+    from introspect.errors import IntrospectError
+
+    if not hasattr(args, "finetune"):
+        return {}
+    finetune = args.finetune or ("lora" if args.lora_rank or args.lora_targets else "full")
+    if finetune == "full" and (args.lora_rank or args.lora_targets):
+        raise IntrospectError("--lora-rank/--lora-targets need --finetune lora or qlora")
+    targets = tuple(
+        t.replace("-", "_") if t != "all-linear" else t for t in args.lora_targets or ()
+    )
+    return dict(
+        finetune=finetune,
+        lora_rank=args.lora_rank or 16,
+        lora_targets=targets or ("all-linear",),
+        lora_dropout=args.lora_dropout,
+        base_quant=args.base_quant,
+        double_quant=not args.no_double_quant,
+        train_embeddings=args.train_embeddings,
+        offload=args.offload,
+        optimizer_in_backward=args.optimizer_in_backward,
+    )
+
+
+def add_plot_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """--plot FILE: a figure (PNG or SVG by the suffix; needs matplotlib)."""
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help=f"also draw {what} to FILE (.png or .svg; needs matplotlib)",
+    )
+
+
+def check_plot(path: str | None) -> None:
+    """A bad --plot is one line before any work: the suffix, matplotlib, the folder."""
+    from pathlib import Path
+
+    from introspect.errors import IntrospectError
+
+    if path is None:
+        return
+    p = Path(path)
+    if p.suffix.lower() not in (".png", ".svg"):
+        raise IntrospectError(f"--plot {path}: give a file name ending in .png or .svg")
+    if not p.parent.is_dir():
+        raise IntrospectError(f"--plot {path}: no folder {p.parent}")
+    from introspect import plot
+
+    if not plot.available():
+        raise IntrospectError("--plot needs matplotlib: pip install 'introspect[plot]'")

@@ -28,7 +28,8 @@ def refined_section(est: RefinedEstimate) -> str:
     rows = [(term, report.gb(value), exe.notes.get(term, "")) for term, value in exe.items()]
     rows.append(("total (peak)", report.gb(exe.total), ""))
     exe_text = report.table(rows, ["term", "GB", "why"], colalign=("left", "right", "left"))
-    phases = ", ".join(f"{name} {report.gb(v)} GB" for name, v in est.phases.items())
+    unit = report.display_unit()
+    phases = ", ".join(f"{name} {report.gb(v)} {unit}" for name, v in est.phases.items())
     return (
         f"{arch.label}: the seed's bookkeeping for the real architecture\n"
         + _indent(arch_text)

@@ -117,6 +117,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     _sharded.add_flags(p)  # with --devices D and --ddp | --zero 1 | --fsdp: a sharded step
     add_common(p, json_help="print JSON: spec, and per row the measurement and both estimates")
+    from introspect.commands._args import add_plot_flag
+
+    add_plot_flag(p, "the refined estimate vs the measured peak, per category and row")
     p.set_defaults(run=run)
 
 
@@ -393,6 +396,22 @@ def run(args: argparse.Namespace) -> int:
             bar.update()
     if bar is not None:
         bar.close()
+    if args.plot:
+        from introspect import plot
+
+        plot.measured_vs_estimate(
+            [
+                (
+                    f"B={r.comparison.measurement.setup['batch_size']} "
+                    f"T={r.comparison.measurement.setup['seq_len']}",
+                    r.comparison.measurement.categories,
+                    r.comparison.refined,
+                )
+                for r in results
+                if r.comparison.refined is not None
+            ],
+            args.plot,
+        )
     if args.json:
         print(report.dumps(runner.to_json(spec, args.impl, results)))
     else:

@@ -8,7 +8,13 @@ from typing import Any
 
 from introspect import divergence, refined, report, simplified
 from introspect.breakdown import Breakdown
-from introspect.commands._args import add_common, add_setup_flags, setup_from_args
+from introspect.commands._args import (
+    add_common,
+    add_plot_flag,
+    add_setup_flags,
+    check_plot,
+    setup_from_args,
+)
 from introspect.errors import IntrospectError
 from introspect.params import COMPONENTS
 from introspect.refined import RefinedEstimate
@@ -52,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the bundled reference models and exit")
     add_setup_flags(p, sweep=False)
+    add_plot_flag(p, "the seed's and the refined breakdown as stacked bars")
     add_common(
         p,
         json_help="print JSON: source, spec, params (exact integers), estimates (bytes)",
@@ -70,11 +77,19 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)  # check the flags before any file or network work
+    check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     from introspect.positions import check_positions
 
     check_positions(model.spec, setup)
     results = estimates(model.spec, setup)
+    if args.plot:
+        from introspect import plot
+
+        bars = {"seed": results["simplified"], "refined (peak)": results["refined"].execution}
+        title = f"{model.location}: B={setup.batch_size}, T={setup.seq_len}, "
+        title += f"peak at {results['refined'].peak_phase}"
+        plot.breakdown_stack(bars, args.plot, title)
     if args.json:
         print(report.dumps(to_json(model, setup, results)))
     else:
@@ -241,7 +256,8 @@ def _params_section(model) -> str:
 
 
 def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
-    head = f"training memory for {report.setup_line(setup)} (decimal GB)"
+    unit = "decimal GB" if report.display_unit() == "GB" else "GiB"
+    head = f"training memory for {report.setup_line(setup)} ({unit})"
     parts = [head]
     for name, b in results.items():
         if not isinstance(b, Breakdown):

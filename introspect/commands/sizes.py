@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from introspect import report, simplified
-from introspect.commands._args import add_common, positive_int
-from introspect.setup import TrainingSetup
+from introspect.commands._args import add_common, choice, positive_int
+from introspect.setup import FRAMEWORKS, TrainingSetup
 from introspect.sizes import BUDGETS_GB, DEFAULT_SEQS, SHAPES
 from introspect.units import GB
 
@@ -35,18 +35,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="B",
         help="micro-batch size (default 1, as the seed)",
     )
+    p.add_argument(
+        "--framework",
+        type=choice(FRAMEWORKS),
+        default=None,
+        help="also the refined estimate for this framework (torch, mlx or mlx-compiled, on "
+        "its default device: CUDA, or the Mac's GPU for MLX), beside the seed's column; the "
+        "refined figure prices the model as built (N with its norm weights)",
+    )
     add_common(p)
     p.set_defaults(run=run)
 
 
-def rows(seqs: list[int], batch: int = 1) -> list[dict]:
-    """One dict per (shape, T): the shape, exact N, and the seed's three parts in bytes."""
+def rows(seqs: list[int], batch: int = 1, framework: str | None = None) -> list[dict]:
+    """One dict per (shape, T): the shape, exact N, and the seed's three parts in bytes;
+    with ``framework``, the refined estimate of the same shape as built and run there."""
+    from introspect.measure.shapes import nominal_spec
+
     out = []
     for shape in SHAPES:
         spec = shape.spec()
         for T in seqs:
             setup = TrainingSetup(batch_size=batch, seq_len=T)
             sm = report.summary(simplified.estimate(spec, setup))
+            extra = {}
+            if framework:
+                from introspect import refined
+
+                est = refined.estimate(
+                    nominal_spec(shape.nominal), setup.replace(framework=framework)
+                )
+                extra = {
+                    "refined_framework": framework,
+                    "refined_total_bytes": est.total,
+                    "refined_peak_phase": est.peak_phase,
+                    **{f"refined_fits_{g}gb": est.total <= g * GB for g in BUDGETS_GB},
+                }
             out.append(
                 {
                     "nominal": shape.nominal,
@@ -59,13 +83,14 @@ def rows(seqs: list[int], batch: int = 1) -> list[dict]:
                     "seq": T,
                     **sm,
                     **{f"fits_{g}gb": sm["total_bytes"] <= g * GB for g in BUDGETS_GB},
+                    **extra,
                 }
             )
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    table_rows = rows(args.seq, args.batch)
+    table_rows = rows(args.seq, args.batch, args.framework)
     if args.json:
         print(report.dumps({"budgets_gb": list(BUDGETS_GB), "rows": table_rows}))
         return 0
@@ -81,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
             report.gb(r["backward_bytes"]),
             report.gb(r["total_bytes"]),
             *("yes" if r[f"fits_{g}gb"] else "no" for g in BUDGETS_GB),
+            *(
+                (report.gb(r["refined_total_bytes"]), r["refined_peak_phase"])
+                + tuple("yes" if r[f"refined_fits_{g}gb"] else "no" for g in BUDGETS_GB)
+                if args.framework
+                else ()
+            ),
         )
         for r in table_rows
     ]
@@ -94,8 +125,24 @@ def run(args: argparse.Namespace) -> int:
         "activations GB",
         "backward GB",
         "total GB",
-        *(f"≤ {g} GB" for g in BUDGETS_GB),
+        *(f"≤ {_budget(g)}" for g in BUDGETS_GB),
     ]
+    if args.framework:
+        fw = args.framework.replace("_", "-")
+        headers += [f"refined {fw} GB", "peak at", *(f"refined ≤ {_budget(g)}" for g in BUDGETS_GB)]
     print(f"B={args.batch}, FP32 activations (s=4), FP32 weights, ordinary FP32 Adam")
-    print(report.table(body, headers, colalign=("left", "left") + ("right",) * 9))
+    if args.framework:
+        print(
+            "seed = eq:training_memory; refined = the refined estimate of the same shape as "
+            f"built (N with norm weights), run by {args.framework.replace('_', '-')} on its "
+            "default device (MLX: the Mac's GPU; mx.get_peak_memory())"
+        )
+    print(report.table(body, headers, colalign=("left", "left") + ("right",) * (len(headers) - 2)))
     return 0
+
+
+def _budget(g: int) -> str:
+    """The seed's budget of ``g`` decimal GB in the display unit (``4 GB``, ``3.73 GiB``)."""
+    from introspect.units import display_unit, fmt_memory
+
+    return f"{g} GB" if display_unit() == "GB" else fmt_memory(g * GB)

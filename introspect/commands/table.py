@@ -14,7 +14,13 @@ import argparse
 from typing import Any
 
 from introspect import divergence, refined, report, simplified
-from introspect.commands._args import add_common, add_setup_flags, setup_from_args
+from introspect.commands._args import (
+    add_common,
+    add_plot_flag,
+    add_setup_flags,
+    check_plot,
+    setup_from_args,
+)
 from introspect.errors import IntrospectError
 from introspect.reported import REPORTED, Reported
 from introspect.setup import TrainingSetup
@@ -68,13 +74,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     fmt.add_argument("--csv", action="store_true", help="print CSV")
-    p.add_argument(
-        "--units",
-        choices=("gb", "bytes"),
-        default="gb",
-        help="memory columns in decimal GB (default) or bytes",
-    )
     add_setup_flags(p, act_default="bf16", sweep=False)
+    add_plot_flag(p, "one pair of bars per model: the seed's total and the refined peak")
     add_common(p)
     p.set_defaults(run=run)
 
@@ -122,9 +123,24 @@ def run(args: argparse.Namespace) -> int:
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
+    check_plot(args.plot)
     sources = args.sources or default_sources()
     rows = [_row_or_error(s, setup, args.force, args.timeout) for s in sources]
     good = [r for r in rows if "error" not in r]
+    if args.plot:
+        from introspect import plot
+
+        bars = [
+            {
+                "label": r["source"],
+                "seed_bytes": r["simplified"]["total_bytes"],
+                "refined_bytes": r["refined"]["total_bytes"],
+            }
+            for r in good
+        ]
+        plot.model_bars(
+            bars, args.plot, f"seed vs refined peak, B={setup.batch_size}, T={setup.seq_len}"
+        )
     if fmt == "json":
         print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(good)}))
     else:
@@ -244,7 +260,7 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
     if fmt == "csv":
         return body
     optimizer_impl = setup.resolved_optimizer_impl.replace("_", "-")
-    unit = "bytes" if units == "bytes" else "decimal GB"
+    unit = {"bytes": "bytes", "gib": "GiB"}.get(units, "decimal GB")
     head = (
         f"{report.setup_line(setup)}; {unit}.\n"
         "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "

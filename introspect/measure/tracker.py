@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.distributed._tools.mem_tracker import MemTracker
+
+
+class _NoHook:
+    """Stands in for a hook handle MemTracker would remove."""
+
+    def remove(self) -> None:
+        pass
 
 
 class PhaseMemTracker(MemTracker):
@@ -24,6 +32,18 @@ class PhaseMemTracker(MemTracker):
     def __init__(self) -> None:
         super().__init__()
         self.peak_phase: str | None = None
+
+    def track_external(self, *external: Any) -> None:
+        """As MemTracker's, for models with frozen parameters too (LoRA's base):
+        MemTracker puts a gradient hook on every parameter, which torch refuses for one
+        that requires no gradient; those get a placeholder instead (they never have
+        gradients to count)."""
+        for obj in external:
+            if isinstance(obj, torch.nn.Module):
+                for p in obj.parameters():
+                    if not p.requires_grad:
+                        self._param_to_grad_hook_handles.setdefault(p, (_NoHook(), _NoHook()))
+        super().track_external(*external)
 
     def _update_peak_stats(self, peak_state: Any) -> None:  # noqa: D401 - torch hook
         before = dict(self._peak_mem)

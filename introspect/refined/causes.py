@@ -93,13 +93,17 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
         else "",
         "ce": setup.cross_entropy,
     }
+    from introspect.refined import lora
+
+    fill["quant"] = setup.resolved_base_quant
+    table = {**CAUSES, **lora.CAUSES} if setup.finetune != "full" else CAUSES
     out: dict[str, str] = {}
     for name in terms:
         key = name
-        while key and key not in CAUSES:
+        while key and key not in table:
             key = key.rpartition("/")[0]
         if key:
-            out[name] = CAUSES[key].format(**fill)
+            out[name] = table[key].format(**fill)
     sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
     out.update({k: v for k, v in sharded.items() if k in terms})
     return out

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 from introspect.params import attention_params, norm_params, qk_norm_params
-from introspect.refined import saved, sharding
+from introspect.refined import lora, offload, saved, sharding
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -138,10 +138,12 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     * MLX: the update is part of the step's graph; see :func:`mlx_extra`.
     SGD (with or without momentum) and 8-bit Adam update in place.
     """
-    if setup.optimizer not in ("adam", "adamw"):
+    if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
     impl = setup.resolved_optimizer_impl
     if impl == "single_tensor":
+        if _lora(setup):
+            return 2 * lora.largest_trainable(spec, setup) * FP32
         return sharding.single_tensor_temporaries(spec, setup) * FP32
     if impl == "foreach":
         return local_params * FP32
@@ -159,22 +161,59 @@ def _share(n: int, devices: int, sharded: bool) -> int:
     return math.ceil(n / devices) if sharded else n
 
 
+def _lora(setup: TrainingSetup) -> bool:
+    return setup.finetune != "full"
+
+
+def _unit_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Working-weight bytes of the largest unit FSDP/ZeRO-3 gathers: a block or V·d."""
+    unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
+    return unit * working_weight_bytes(setup)
+
+
 def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Per-device persistent state: working weights, FP32 master weights, optimizer state
-    and DDP's buckets, as the largest rank holds them (:func:`sharding.state_terms`)."""
-    return sharding.state_terms(
-        spec,
-        setup,
-        working=working_weight_bytes(setup),
-        master=master_bytes(setup),
-        state=optimizer_state(setup),
-    )
+    and DDP's buckets, as the largest rank holds them (:func:`sharding.state_terms`);
+    LoRA's frozen base and adapters (:mod:`~introspect.refined.lora`); less what is
+    offloaded (:mod:`~introspect.refined.offload`)."""
+    wb = working_weight_bytes(setup)
+    if _lora(setup):
+        terms = lora.state_terms(spec, setup, wb, optimizer_state(setup))
+    else:
+        terms = sharding.state_terms(
+            spec, setup, working=wb, master=master_bytes(setup), state=optimizer_state(setup)
+        )
+    return offload.state(spec, setup, terms, _unit_bytes(spec, setup))
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     """Bytes of the gradients of ``n_params`` parameters on one device (÷D from
     ZeRO-2; none for a frozen model)."""
-    return sharding.grad_bytes(spec, setup, n_params, working_weight_bytes(setup))
+    if setup.optimizer == "none":
+        return 0
+    wb = working_weight_bytes(setup)
+    if _lora(setup):
+        value = lora.grad_bytes(spec, setup, n_params, wb)
+        largest = lora.largest_trainable(spec, setup) * FP32
+    else:
+        value = sharding.grad_bytes(spec, setup, n_params, wb)
+        largest = largest_tensor(spec) * wb
+    return offload.grads(setup, value, largest, _unit_bytes(spec, setup))
+
+
+def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """One layer's saved bytes (:func:`saved.per_layer`; under LoRA, what a frozen base
+    still keeps for the adapters: :func:`lora.per_layer`)."""
+    full = saved.per_layer(spec, setup)
+    return lora.per_layer(spec, setup, full) if _lora(setup) else full
+
+
+def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The embedding output, kept by the first norm; a frozen embedding's output needs
+    no gradient, so under LoRA (embeddings frozen) nothing keeps it."""
+    if _lora(setup) and not setup.train_embeddings:
+        return 0
+    return setup.tokens * spec.hidden_size * setup.activation_bytes
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:
@@ -187,14 +226,20 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers)."""
-    L, s = spec.num_hidden_layers, setup.activation_bytes
+    L = spec.num_hidden_layers
     if setup.activation_checkpointing:
         layers = {k: L * v for k, v in saved.checkpointed_layer(spec, setup).items()}
+    elif _lora(setup):
+        layers = {k: L * v for k, v in layer_saved(spec, setup).items()}
     else:
         layers = saved.stack(spec, setup)  # each layer kind once, times its count
-    terms = {"activations/embedding": setup.tokens * spec.hidden_size * s}
+    terms = {"activations/embedding": embedding_saved(spec, setup)}
     terms.update(_prefixed({f"layer/{k}": v for k, v in layers.items()}))
-    terms.update(_prefixed(saved.final(spec, setup)))
+    if _lora(setup) and not setup.activation_checkpointing:
+        for name, value in lora.first_layer_saving(spec, setup).items():
+            terms[f"activations/layer/{name}"] -= value
+    final = saved.final(spec, setup)
+    terms.update(_prefixed(lora.final_terms(spec, setup, final) if _lora(setup) else final))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))
     return terms
 
@@ -309,7 +354,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     """A function of the layer index ``i`` giving that layer's two backward moments."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
     loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
-    full = saved.per_layer(spec, setup)
+    full = layer_saved(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
     n = spec.norms_per_layer or 1
@@ -330,7 +375,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
+        terms["activations/embedding"] = embedding_saved(spec, setup)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
         terms = _add(terms, loop_logits)
@@ -341,7 +386,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         out = [terms]
         # The layer's attention backward.
         terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
+        terms["activations/embedding"] = embedding_saved(spec, setup)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
         terms = _add(terms, loop_logits)
@@ -354,7 +399,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
             terms = dict(state)
-            terms["activations/embedding"] = BT * d * s
+            terms["activations/embedding"] = embedding_saved(spec, setup)
             terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
             terms = _add(_add(terms, loop_logits), post)
             terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
@@ -388,10 +433,10 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     else:
         below = saved.per_layer(spec, setup)
     devices = setup.devices if setup.zero_stage >= 2 else 1
-    if sharding.strategy(setup) in ("fsdp", "zero"):
+    if sharding.strategy(setup) in ("fsdp", "zero") or _lora(setup):
         # Every sharded term (gathered blocks, reduce-scatter inputs, sharded gradients
-        # made so far) is affine in the layer index within each residue class modulo D,
-        # so the first and last D layers hold the maximum.
+        # made so far) and LoRA's adapter gradients are affine in the layer index within
+        # each residue class modulo D, so the first and last D layers hold the maximum.
         ends = set(range(L - 1, L - 1 - min(setup.devices, L), -1))
         return sorted(ends | set(range(min(setup.devices, L))), reverse=True)
     slope = Fraction(sum(below.values()))
@@ -418,14 +463,18 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
 def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
     """The optimizer step: state, full gradients, the loop's logits, the update's
     temporaries. None for a frozen model (no step)."""
-    if setup.optimizer == "none":
+    if setup.optimizer == "none" or setup.optimizer_in_backward:
         return None
     terms = dict(state_terms(spec, setup))
     terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    local = sharding.local_parameters(spec, setup)
+    if _lora(setup):
+        n = lora.trainable_parameters(spec, setup)
+        local = _share(n, setup.devices, setup.zero_stage >= 1)
+    else:
+        local = sharding.local_parameters(spec, setup)
     terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
     return terms
 

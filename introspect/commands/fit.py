@@ -1,0 +1,243 @@
+"""`introspect fit`: does this training setup fit a budget or a device, the largest T
+and B that do, and a ranked table of what to change (alone and in combinations)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from introspect import fit, report
+from introspect.commands._args import (
+    add_common,
+    add_plot_flag,
+    add_setup_flags,
+    check_plot,
+    positive_int,
+    setup_from_args,
+)
+from introspect.errors import IntrospectError
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+from introspect.units import fmt_memory, parse_memory
+
+EPILOG = """\
+SOURCE is anything 'introspect profile' takes, or a nominal size of the seed's table
+(10M … 70B). The budget is per device: --budget 80GB (decimal, 1e9 bytes) or 80GiB
+(2^30), or --gpu NAME for a known device (its memory as its maker states it; on CUDA the
+context and the caching allocator's reserve are counted, on a Mac Metal's working-set
+limit).
+
+examples:
+  introspect fit Qwen/Qwen2.5-7B --gpu h100-80gb --seq 4096
+  introspect fit Qwen/Qwen2.5-7B --gpu h100-80gb --seq 4096 --lora-rank 16
+  introspect fit 40M --gpu m2-8gb --framework mlx-compiled
+  introspect fit meta-llama/Llama-3.1-8B --budget 24GB --precision bf16 --json
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "fit",
+        help="does it fit a budget or a GPU; largest T and B; what to change",
+        description="Fit a training step into a memory budget: the verdict, the largest "
+        "sequence length and batch that fit, and the changes (memory-efficient attention, "
+        "checkpointing, chunked loss, BF16, 8-bit Adam, fused optimizer, optimizer in "
+        "backward, ZeRO/FSDP, CPU offload, LoRA, QLoRA) ranked by the memory each leaves, "
+        "with its cost. All from the refined closed form.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("source", metavar="SOURCE", help="a model: path, bundled name, Hub id or 40M")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--budget",
+        metavar="MEM",
+        help="memory per device with its unit: 80GB (1e9 bytes) or 80GiB (2^30)",
+    )
+    where.add_argument(
+        "--gpu",
+        metavar="NAME",
+        help="a known device: a100-40gb, a100-80gb, h100-80gb, h200, l4, t4, rtx-3090, "
+        "rtx-4090, mac-8gb … mac-192gb (also m1-8gb, m2-16gb, …)",
+    )
+    p.add_argument(
+        "--max-devices",
+        type=positive_int,
+        default=8,
+        metavar="D",
+        help="devices the ZeRO/FSDP changes spread the state over (default 8)",
+    )
+    p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
+    add_setup_flags(p, sweep=False)
+    add_plot_flag(p, "memory vs T and vs B with the budget line and where T² takes over")
+    add_common(p, json_help="print JSON: the budget, the verdict, largest T and B, the changes")
+    p.set_defaults(run=run)
+
+
+def resolve_budget(args: argparse.Namespace, setup: TrainingSetup):
+    """(budget bytes, device or None, a one-line description)."""
+    if args.budget is not None:
+        try:
+            budget = parse_memory(args.budget)
+        except ValueError as err:
+            raise IntrospectError(f"--budget: {err}") from None
+        return budget, None, f"budget {args.budget} = {budget:,} bytes per device"
+    from introspect.devices import lookup
+
+    device = lookup(args.gpu)
+    where = f"{device.description}: {device.maker_figure} = {device.memory_bytes:,} bytes "
+    where += f"({device.source})"
+    if device.kind == "metal":
+        from introspect import overhead
+
+        usable = overhead.metal_usable(device)
+        where += f"\n  budget: the GPU working set, {fmt_memory(usable)} ({overhead.METAL_SOURCE})"
+        return usable, device, where
+    return device.memory_bytes, device, where
+
+
+def need_function(device, setup: TrainingSetup) -> fit.Need:
+    """What is compared with the budget: the allocated peak, plus the device's own
+    overhead when a device is named (:mod:`introspect.overhead`)."""
+    if device is None:
+        return fit.peak
+    from introspect import overhead
+
+    return lambda spec, s: overhead.device_view(spec, s, device).shown
+
+
+def analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int):
+    """Every figure the command prints, as plain data."""
+    need = need_function(device, setup)
+    candidates = fit.changes(max_devices, setup.lora_rank, setup.framework)
+    now = need(spec, setup)
+    view = None
+    if device is not None:
+        from introspect import overhead
+
+        view = overhead.device_view(spec, setup, device)
+    free, combos = [], []
+    if now > budget:
+        free, combos = fit.combinations(spec, setup, budget, candidates, need)
+    return {
+        "need": now,
+        "peak": fit.peak(spec, setup),
+        "fits": now <= budget,
+        "device_view": view,
+        "largest_seq": fit.largest(spec, setup, budget, "seq_len", need),
+        "largest_batch": fit.largest(spec, setup, budget, "batch_size", need),
+        "changes": fit.rank_changes(spec, setup, budget, candidates, need),
+        "free": [c.label for c in free],
+        "combinations": combos,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from introspect.adapters import resolve
+
+    setup = setup_from_args(args)
+    check_plot(args.plot)
+    budget, device, where = resolve_budget(args, setup)
+    model = resolve(args.source, revision=args.revision)
+    result = analyse(model.spec, setup, budget, device, args.max_devices)
+    if args.plot:
+        from introspect import plot
+
+        plot.fit_curves(model.spec, setup, budget, need_function(device, setup), args.plot)
+    if args.json:
+        print(report.dumps(to_json(model, setup, budget, device, result)))
+    else:
+        print(render(model, setup, budget, where, result))
+    return 0
+
+
+def to_json(model, setup, budget, device, result) -> dict[str, Any]:
+    return {
+        "source": model.location,
+        "n_params": model.spec.n_params,
+        "setup": setup.to_dict(),
+        "budget_bytes": budget,
+        "device": device.to_dict() if device else None,
+        "need_bytes": result["need"],
+        "peak_bytes": result["peak"],
+        "device_view": result["device_view"].to_json() if result["device_view"] else None,
+        "fits": result["fits"],
+        "largest_seq": result["largest_seq"],
+        "largest_batch": result["largest_batch"],
+        "changes": [r.to_json() for r in result["changes"]],
+        "free_changes_first": result["free"],
+        "combinations": [r.to_json() for r in result["combinations"]],
+    }
+
+
+def _describe(setup: TrainingSetup) -> str:
+    parts = [
+        f"B={setup.batch_size}",
+        f"T={setup.seq_len}",
+        f"{setup.precision}",
+        f"{setup.optimizer}",
+        f"{setup.attention} attention",
+    ]
+    if setup.activation_checkpointing:
+        parts.append("checkpointing")
+    if setup.finetune != "full":
+        targets = ",".join(setup.lora_targets)
+        parts.append(f"{setup.finetune} r={setup.lora_rank} on {targets}")
+    if setup.devices > 1:
+        parts.append(f"{setup.devices} devices, ZeRO-{setup.zero_stage}")
+    if setup.offload != "none":
+        parts.append(f"offload {setup.offload}")
+    parts.append(f"{setup.framework} on {setup.resolved_device}")
+    return ", ".join(parts)
+
+
+def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -> str:
+    spec = model.spec
+    need, peak = result["need"], result["peak"]
+    lines = [
+        f"{model.location} ({spec.n_params:,} parameters); {_describe(setup)}",
+        where,
+    ]
+    shown = ""
+    if need != peak:
+        shown = f" (allocated peak {fmt_memory(peak)}, plus the device's overhead)"
+    if result["fits"]:
+        verdict = f"FITS: needs {fmt_memory(need)} of {fmt_memory(budget)}{shown}; "
+        verdict += f"{fmt_memory(budget - need)} to spare"
+    else:
+        verdict = f"DOES NOT FIT: needs {fmt_memory(need)}, {fmt_memory(need - budget)} over "
+        verdict += f"{fmt_memory(budget)}{shown}"
+    lines.append(verdict)
+    view = result["device_view"]
+    if view is not None and view.shown != view.allocated:
+        src = view.sources
+        lines += [
+            f"  allocated peak              {fmt_memory(view.allocated):>10}  ({src['allocated']})",
+            f"  + allocator reserve         {fmt_memory(view.reserve):>10}  ({src['reserve']})",
+            f"  + CUDA context              {fmt_memory(view.context):>10}  ({src['context']})",
+            f"  = what nvidia-smi will show {fmt_memory(view.shown):>10}",
+        ]
+    T, B = result["largest_seq"], result["largest_batch"]
+    lines.append(
+        f"largest T at B={setup.batch_size}: " + (f"{T:,}" if T else "none (not even T=1)")
+    )
+    lines.append(f"largest B at T={setup.seq_len}: " + (f"{B:,}" if B else "none (not even B=1)"))
+    body = [
+        (r.label, fmt_memory(r.need), fmt_memory(r.saving), "yes" if r.fits else "no", r.cost)
+        for r in result["changes"]
+    ]
+    if body:
+        lines.append("\nchanges, one at a time (per device, ranked by what is left)")
+        lines.append(report.table(body, ["change", "needs", "saves", "fits", "cost"]))
+    combos = result["combinations"]
+    if combos:
+        free = ", ".join(result["free"]) or "none"
+        lines.append(
+            "\ncheapest combinations that fit (a bounded search over the closed form), each "
+            f"on top of the free changes: {free}"
+        )
+        rows = [(r.label, fmt_memory(r.need), r.tier, r.cost) for r in combos]
+        lines.append(report.table(rows, ["changes", "needs", "costliest", "paid in"]))
+    elif not result["fits"]:
+        lines.append(f"\nno combination of up to {fit.MAX_COMBINATION + 3} changes fits")
+    return "\n".join(lines)

@@ -1,0 +1,352 @@
+"""Does it fit, and what must change? A search over the refined closed form.
+
+Everything here is arithmetic on :func:`introspect.refined.estimate` (microseconds to
+milliseconds a call), so the verdict, the largest T and B (bisection: the peak never
+falls as T or B grows) and the combinations that fit (a bounded search over the
+changes below) are fast and exact for the model they describe. What the device adds
+beyond the tensors (CUDA context, allocator reserve) is :mod:`introspect.overhead`'s;
+``need`` is whatever the caller compares with the budget.
+
+Each :class:`Change` says what it costs, in the coin it is paid in: recompute time,
+communication, host-device traffic, or quality.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+#: Largest T and B the search tries (2²⁴ tokens; far beyond any context window).
+SEARCH_LIMIT = 1 << 24
+#: Combinations of at most this many non-free changes are searched.
+MAX_COMBINATION = 3
+
+#: Cost tiers, cheapest first: free, recompute/compute, quality, communication over
+#: several devices, host-device traffic, training something smaller than the model.
+TIERS = ("free", "compute", "quality", "devices", "offload", "adapters")
+
+Need = Callable[[ModelSpec, TrainingSetup], int]
+
+
+def peak(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The refined estimate of the step's peak (allocated tensors), bytes."""
+    from introspect import refined
+
+    return refined.estimate(spec, setup).total
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change to a setup: ``apply`` returns the changed setup, or None where the
+    change does not apply (already made, or meaningless here). ``group`` names changes
+    that exclude each other (one ZeRO stage, one precision, one fine-tuning method)."""
+
+    key: str
+    label: str
+    cost: str
+    tier: str
+    apply: Callable[[TrainingSetup], TrainingSetup | None]
+    group: str = ""
+
+
+def _if(cond: bool, setup: TrainingSetup, **changes) -> TrainingSetup | None:
+    return setup.replace(**changes) if cond else None
+
+
+def _bf16(setup: TrainingSetup) -> TrainingSetup | None:
+    if setup.precision == "bf16":
+        return None
+    act = "bf16" if setup.activation_bytes == 4 else setup.activation_dtype
+    return setup.replace(precision="bf16", weights_dtype="bf16", activation_dtype=act)
+
+
+#: Changes that exist only for torch (MLX on one Mac has no fused/8-bit optimizers,
+#: sharding or host offload: its memory is the host's).
+TORCH_ONLY = frozenset(
+    {"fused_optimizer", "optimizer_in_backward", "adam8bit", "zero1", "zero2", "zero3"}
+    | {"offload_optimizer", "offload_parameters"}
+)
+
+
+def changes(devices: int = 8, lora_rank: int = 16, framework: str = "torch") -> tuple[Change, ...]:
+    """The changes the fit finder weighs for ``framework``; ZeRO/FSDP over ``devices``
+    devices, LoRA and QLoRA at rank ``lora_rank`` on every block linear."""
+    every = _changes(devices, lora_rank)
+    if framework.startswith("mlx"):
+        return tuple(c for c in every if c.key not in TORCH_ONLY)
+    return every
+
+
+def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
+    D, r = devices, lora_rank
+
+    def zero(stage: int) -> Callable[[TrainingSetup], TrainingSetup | None]:
+        return lambda s: _if(
+            D > 1 and (s.devices, s.zero_stage) != (D, stage), s, devices=D, zero_stage=stage
+        )
+
+    full = ("full",)
+    return (
+        Change(
+            "attention",
+            "memory-efficient attention",
+            "none: flash/SDPA recomputes the scores inside its backward (usually faster)",
+            "free",
+            lambda s: _if(s.attention == "eager", s, attention="memory_efficient"),
+        ),
+        Change(
+            "cross_entropy",
+            "fused / chunked cross-entropy",
+            "little: the loss in chunks of 1024 tokens (e.g. Liger's fused linear CE)",
+            "free",
+            lambda s: _if(s.cross_entropy == "standard", s, cross_entropy="chunked"),
+        ),
+        Change(
+            "fused_optimizer",
+            "fused optimizer (fused=True)",
+            "none: torch's fused Adam updates in place (CUDA)",
+            "free",
+            lambda s: _if(
+                s.optimizer in ("adam", "adamw")
+                and s.resolved_optimizer_impl in ("foreach", "single_tensor"),
+                s,
+                optimizer_impl="fused",
+            ),
+        ),
+        Change(
+            "checkpointing",
+            "activation checkpointing",
+            "recompute: one more forward per step (about +33% step time)",
+            "compute",
+            lambda s: _if(not s.activation_checkpointing, s, activation_checkpointing=True),
+        ),
+        Change(
+            "optimizer_in_backward",
+            "optimizer in backward",
+            "little: no gradient accumulation or global-norm clipping across parameters",
+            "compute",
+            lambda s: _if(
+                not s.optimizer_in_backward and s.optimizer != "none", s, optimizer_in_backward=True
+            ),
+        ),
+        Change(
+            "bf16",
+            "pure BF16 (weights, grads, Adam state)",
+            "quality: no FP32 master copy; small updates round away (use Kahan summation "
+            "or stochastic rounding)",
+            "quality",
+            _bf16,
+            group="precision",
+        ),
+        Change(
+            "adam8bit",
+            "8-bit Adam",
+            "quality: state 4× smaller (block-wise 8-bit m and v, bitsandbytes); close to "
+            "32-bit Adam in Dettmers et al. 2022",
+            "quality",
+            lambda s: _if(s.optimizer in ("adam", "adamw"), s, optimizer="adam8bit"),
+        ),
+        *(
+            Change(
+                f"zero{stage}",
+                f"ZeRO-{stage} over {D} devices" + (" (= FSDP full shard)" if stage == 3 else ""),
+                "communication: "
+                + (
+                    "as DDP (reduce-scatter + all-gather instead of all-reduce)"
+                    if stage < 3
+                    else "1.5× DDP's (weights all-gathered in forward and again in backward)"
+                ),
+                "devices",
+                zero(stage),
+                group="zero",
+            )
+            for stage in (1, 2, 3)
+        ),
+        Change(
+            "offload_optimizer",
+            "CPU offload of optimizer state",
+            "host traffic: gradients to the CPU and weights back every step; the update "
+            "runs on the CPU (ZeRO-Offload)",
+            "offload",
+            lambda s: _if(s.offload == "none" and s.optimizer != "none", s, offload="optimizer"),
+            group="offload",
+        ),
+        Change(
+            "offload_parameters",
+            "CPU offload of parameters and optimizer state",
+            "host traffic: every block's weights cross PCIe in forward and backward "
+            "(ZeRO-Infinity, FSDP CPUOffload); often several times slower",
+            "offload",
+            lambda s: _if(s.offload != "parameters", s, offload="parameters"),
+            group="offload",
+        ),
+        Change(
+            "lora",
+            f"LoRA r={r} (all linear)",
+            "quality: trains r·(d_in+d_out) per block linear; the base stays frozen",
+            "adapters",
+            lambda s: _if(s.finetune in full, s, finetune="lora", lora_rank=r),
+            group="finetune",
+        ),
+        Change(
+            "qlora",
+            f"QLoRA r={r} (NF4 base, double quant)",
+            "quality and time: the base in 4 bits, dequantized for every matmul (slower); "
+            "LoRA adapters on top",
+            "adapters",
+            lambda s: _if(s.finetune != "qlora", s, finetune="qlora", lora_rank=r),
+            group="finetune",
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One change (or combination) and its effect: ``need`` bytes per device."""
+
+    label: str
+    cost: str
+    tier: str
+    need: int
+    saving: int
+    fits: bool
+    setup: TrainingSetup
+
+    def to_json(self) -> dict:
+        return {
+            "change": self.label,
+            "cost": self.cost,
+            "tier": self.tier,
+            "need_bytes": self.need,
+            "saving_bytes": self.saving,
+            "fits": self.fits,
+        }
+
+
+def largest(
+    spec: ModelSpec, setup: TrainingSetup, budget: int, field: str, need: Need = peak
+) -> int | None:
+    """The largest ``seq_len`` or ``batch_size`` (``field``) whose need fits ``budget``,
+    the others as in ``setup``; None when even 1 does not fit. Doubling, then bisection."""
+    if need(spec, setup.replace(**{field: 1})) > budget:
+        return None
+    lo, hi = 1, 2
+    while hi <= SEARCH_LIMIT and need(spec, setup.replace(**{field: hi})) <= budget:
+        lo, hi = hi, hi * 2
+    if hi > SEARCH_LIMIT:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if need(spec, setup.replace(**{field: mid})) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def rank_changes(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    budget: int,
+    candidates: tuple[Change, ...],
+    need: Need = peak,
+) -> list[Row]:
+    """Each applicable change alone, ranked by its need (smallest first)."""
+    base = need(spec, setup)
+    rows = []
+    for c in candidates:
+        changed = c.apply(setup)
+        if changed is None:
+            continue
+        n = need(spec, changed)
+        if n >= base:
+            continue
+        rows.append(Row(c.label, c.cost, c.tier, n, base - n, n <= budget, changed))
+    return sorted(rows, key=lambda r: r.need)
+
+
+def combinations(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    budget: int,
+    candidates: tuple[Change, ...],
+    need: Need = peak,
+    limit: int = 5,
+) -> tuple[list[Change], list[Row]]:
+    """The free changes taken, and the cheapest combinations that fit on top of them.
+
+    Every free change that helps is taken first; then subsets of at most
+    :data:`MAX_COMBINATION` other changes (one per group) are tried. Only minimal ones
+    are kept (no smaller subset of the same changes fits), ranked by their costliest
+    tier, their size, then their need."""
+    base = need(spec, setup)
+    free = [c for c in candidates if c.tier == "free"]
+    start, taken = setup, []
+    for c in free:
+        changed = c.apply(start)
+        if changed is not None and need(spec, changed) < need(spec, start):
+            start, taken = changed, [*taken, c]
+    others = [c for c in candidates if c.tier != "free"]
+    found: list[tuple[tuple, Row, frozenset]] = []
+    if need(spec, start) <= budget:
+        return taken, [_row([], start, need(spec, start), base, budget)]
+    for size in range(1, MAX_COMBINATION + 1):
+        for combo in itertools.combinations(others, size):
+            groups = [c.group for c in combo if c.group]
+            if len(groups) != len(set(groups)):
+                continue
+            keys = frozenset(c.key for c in combo)
+            if any(prev <= keys for _, _, prev in found):
+                continue
+            s: TrainingSetup | None = start
+            for c in combo:
+                s = c.apply(s) if s is not None else None
+            if s is None:
+                continue
+            n = need(spec, s)
+            if n <= budget:
+                worst = max(TIERS.index(c.tier) for c in combo)
+                row = _row(list(combo), s, n, base, budget)
+                found.append(((worst, size, n), row, keys))
+    found.sort(key=lambda f: f[0])
+    return taken, [row for _, row, _ in found[:limit]]
+
+
+def _row(chosen: list[Change], setup: TrainingSetup, n: int, base: int, budget: int) -> Row:
+    label = " + ".join(c.label for c in chosen) or "the free changes alone"
+    tier = max((c.tier for c in chosen), key=TIERS.index, default="free")
+    cost = "; ".join(c.cost.split(":")[0] for c in chosen) or "none"
+    return Row(label, cost, tier, n, base - n, n <= budget, setup)
+
+
+def quadratic_takeover(spec: ModelSpec, setup: TrainingSetup) -> int | None:
+    """The T at which the saved T² terms (eager attention's probabilities) reach the
+    rest of the saved activations (at the end of forward, all of them alive); None when
+    nothing quadratic is kept."""
+    from introspect.refined.execution import saved_terms
+
+    def split(T: int) -> tuple[int, int]:
+        saved = saved_terms(spec, setup.replace(seq_len=T))
+        quad = sum(v for k, v in saved.items() if "/quadratic/" in k)
+        return quad, sum(saved.values()) - quad
+
+    quad, _ = split(2)
+    if quad == 0:
+        return None
+    lo, hi = 1, 2
+    while hi <= SEARCH_LIMIT:
+        q, rest = split(hi)
+        if q >= rest:
+            break
+        lo, hi = hi, hi * 2
+    else:
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        q, rest = split(mid)
+        lo, hi = (lo, mid) if q >= rest else (mid, hi)
+    return hi

@@ -1,0 +1,136 @@
+"""A real LoRA / QLoRA training step: Hugging Face's ``LlamaForCausalLM`` wrapped by
+peft's ``get_peft_model``, measured like every other torch step
+(:func:`introspect.measure.torch_step.measure_step`).
+
+QLoRA's base is built as transformers' bitsandbytes integration builds it for
+``BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")``: each block linear
+becomes a ``bitsandbytes.nn.Linear4bit`` whose ``Params4bit`` weight is quantized when it
+is moved to its device; the output head and the embeddings stay as they are. The quant
+state (absmax, codes) lives in plain tensors that are neither parameters nor buffers, so
+the tracker does not see them: :func:`quant_state_bytes` counts them and the
+measurement's ``other`` carries them.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from introspect.errors import IntrospectError
+from introspect.measure.record import Measurement
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+
+def lora_config(spec: ModelSpec, setup: TrainingSetup):
+    """peft's LoraConfig for ``setup`` (the refined estimate's targets, rank, dropout;
+    trainable embeddings as ``modules_to_save``)."""
+    from peft import LoraConfig
+
+    from introspect.refined.lora import targets
+
+    return LoraConfig(
+        r=setup.lora_rank,
+        lora_alpha=2 * setup.lora_rank,
+        target_modules=list(targets(spec, setup)),
+        lora_dropout=setup.lora_dropout,
+        modules_to_save=["embed_tokens", "lm_head"] if setup.train_embeddings else None,
+    )
+
+
+def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:
+    """Replace every block linear of ``model`` with an NF4 ``Linear4bit`` holding the same
+    weight, quantized (on CPU) as bitsandbytes does on ``.to(device)``."""
+    import bitsandbytes as bnb
+
+    from introspect.setup import LORA_MODULES
+
+    for layer in model.model.layers:
+        for parent in (layer.self_attn, layer.mlp):
+            for name in LORA_MODULES:
+                old = getattr(parent, name, None)
+                if not isinstance(old, nn.Linear):
+                    continue
+                new = bnb.nn.Linear4bit(
+                    old.in_features,
+                    old.out_features,
+                    bias=old.bias is not None,
+                    compute_dtype=dtype,
+                    compress_statistics=setup.double_quant,
+                    quant_type="nf4",
+                )
+                new.weight = bnb.nn.Params4bit(
+                    old.weight.data,
+                    requires_grad=False,
+                    compress_statistics=setup.double_quant,
+                    quant_type="nf4",
+                )
+                setattr(parent, name, new.to("cpu"))
+
+
+def quant_state_bytes(model: nn.Module) -> int:
+    """Bytes of every 4-bit weight's quant state (absmax, codes, offset, second level)."""
+    seen: dict[int, int] = {}
+    for p in model.parameters():
+        state = getattr(p, "quant_state", None)
+        if state is None:
+            continue
+        tensors = [state.absmax, state.code]
+        if state.nested:
+            tensors += [state.offset, state.state2.absmax, state.state2.code]
+        for t in tensors:
+            seen[t.data_ptr()] = t.numel() * t.element_size()
+    return sum(seen.values())
+
+
+def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
+    """The peft model for ``setup`` (finetune lora or qlora), in train mode."""
+    try:
+        from peft import get_peft_model
+    except ImportError as err:
+        raise IntrospectError("LoRA steps need peft: pip install peft") from err
+    from introspect.measure.implementations import transformers_llama
+    from introspect.measure.torch_step import check_setup
+
+    dtype = check_setup(setup)
+    model = transformers_llama(spec, setup.attention, dtype)
+    if setup.resolved_base_quant == "nf4":
+        try:
+            quantize_blocks_nf4(model, setup, dtype)
+        except ImportError as err:
+            raise IntrospectError("QLoRA steps need bitsandbytes: pip install bitsandbytes") from (
+                err
+            )
+    elif setup.resolved_base_quant not in ("fp32", "bf16", "fp16"):
+        raise IntrospectError(f"a {setup.resolved_base_quant} base is not measured; use nf4")
+    model = get_peft_model(model, lora_config(spec, setup))
+    model.train()
+    return model
+
+
+def measure(spec: ModelSpec, setup: TrainingSetup) -> Measurement:
+    """One measured LoRA/QLoRA step on CPU (after a warm-up step), the quant state that
+    the tracker cannot see added to the peak as ``other``."""
+    import dataclasses
+
+    from introspect.measure.torch_step import hf_forward, measure_step
+
+    model = build(spec, setup)
+    m = measure_step(
+        model,
+        setup,
+        vocab=spec.vocab_size,
+        device="cpu",
+        forward=hf_forward,
+        implementation="transformers+peft",
+    )
+    extra = quant_state_bytes(model)
+    if not extra:
+        return m
+    categories = dict(m.categories)
+    categories["other"] = categories.get("other", 0) + extra
+    return dataclasses.replace(
+        m,
+        peak_bytes=m.peak_bytes + extra,
+        categories=categories,
+        notes=(*m.notes, f"other = {extra:,} bytes of NF4 quant state (outside the tracker)"),
+    )

@@ -1,0 +1,318 @@
+"""LoRA and QLoRA: a frozen base, trained low-rank adapters, and what each one keeps.
+
+From peft's source (``peft/tuners/lora/layer.py``, ``Linear.forward``, peft 0.21)::
+
+    result = self.base_layer(x)
+    x = self._cast_input_dtype(x, lora_A.weight.dtype)
+    result = result + lora_B(lora_A(dropout(x))) * scaling
+
+* Trainable parameters per targeted linear: ``lora_A`` (d_in × r) and ``lora_B``
+  (r × d_out), no bias: ``r·(d_in + d_out)``. ``get_peft_model`` keeps adapters in FP32
+  over a 16-bit base (``autocast_adapter_dtype=True``), so their weights, gradients and
+  Adam state are FP32.
+* What autograd keeps, checked with the saved-tensor census on a peft model (Llama,
+  transformers 5, torch 2.13 CPU): a frozen linear saves nothing for its own weight
+  gradient (its input is not kept unless another op needs it); ``lora_A`` keeps its
+  input, ``lora_B`` keeps ``lora_A``'s output (B·T·r). Over a 16-bit base, ``x.to(fp32)``
+  is a new FP32 tensor per adapter (B·T·d_in·4) that ``lora_A`` keeps; with
+  ``lora_dropout > 0`` the dropped input (B·T·d_in) and its mask are kept per adapter
+  (the mask is the input's dtype on CPU; a bool on CUDA, ``aten/native/cuda/Dropout.cu``).
+  Frozen norm weights drop RMSNorm's normalized ``x·rstd``; a frozen output head drops
+  the final norm's output; a frozen embedding drops the embedding output. Everything the
+  gradient must pass through (norm statistics, attention, the activation function's
+  input, the loss's log-softmax) is kept as in full training.
+* The frozen base, as bitsandbytes stores it (``bitsandbytes/functional.py``,
+  ``quantize_4bit``, 0.50): NF4 packs two weights per byte, with one FP32 absmax per
+  64-weight block; double quantization (``compress_statistics``) stores those absmax in
+  8 bits (``quantize_blockwise(absmax, blocksize=256)``) with one FP32 absmax per 256
+  blocks, a 256-entry FP32 code and an FP32 offset. LLM.int8 (``Int8Params``) stores
+  one byte per weight and one FP32 scale per output row. Only the blocks' linears are
+  quantized: embeddings, the output head and norms stay at the working dtype
+  (transformers' bitsandbytes integration skips the output head).
+
+Every function returns bytes for all L layers, per device.
+"""
+
+from __future__ import annotations
+
+from introspect.errors import IntrospectError
+from introspect.setup import LORA_MODULES, OPTIMIZER_STATE_BYTES, TrainingSetup
+from introspect.spec import ModelSpec
+
+FP32 = 4
+NF4_BLOCK = 64
+NF4_DOUBLE_BLOCK = 256
+#: bitsandbytes' dynamic 8-bit code for the second level: 256 FP32 values.
+NF4_CODE_BYTES = 256 * FP32
+
+
+def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    """(d_in, d_out) of each linear in one block, by its Hugging Face name; a plain
+    feed-forward has only ``up_proj`` and ``down_proj``."""
+    d, f = spec.hidden_size, spec.ffn_dim
+    shapes = {
+        "q_proj": (d, spec.q_dim),
+        "k_proj": (d, spec.kv_dim),
+        "v_proj": (d, spec.kv_dim),
+        "o_proj": (spec.q_dim, d),
+        "up_proj": (d, f),
+        "down_proj": (f, d),
+    }
+    if spec.ffn == "gated":
+        shapes["gate_proj"] = (d, f)
+    return {name: shapes[name] for name in LORA_MODULES if name in shapes}
+
+
+def _experts(spec: ModelSpec, name: str) -> int:
+    """Copies of a linear per layer: every expert's feed-forward under MoE."""
+    return (spec.num_local_experts or 1) if name in ("gate_proj", "up_proj", "down_proj") else 1
+
+
+def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
+    """The block linears the adapters sit on. Names the model lacks, or a rank above a
+    targeted layer's width, are an IntrospectError naming what the model has."""
+    shapes = linear_shapes(spec)
+    if "all-linear" in setup.lora_targets:
+        chosen = tuple(shapes)
+    else:
+        missing = [t for t in setup.lora_targets if t not in shapes]
+        if missing:
+            raise IntrospectError(
+                f"--lora-targets: this model has no {', '.join(missing)}; its block's "
+                f"linears are {', '.join(shapes)} (or all-linear)"
+            )
+        chosen = tuple(t for t in shapes if t in setup.lora_targets)
+    width = min(min(shapes[t]) for t in chosen)
+    if setup.lora_rank > width:
+        raise IntrospectError(
+            f"--lora-rank {setup.lora_rank} is above the narrowest targeted layer's width "
+            f"({width}); use a rank of at most {width}"
+        )
+    return chosen
+
+
+def adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Trainable adapter parameters, all layers: ``L · Σ r·(d_in + d_out)``."""
+    r = setup.lora_rank
+    shapes = linear_shapes(spec)
+    per_layer = sum(r * sum(shapes[t]) * _experts(spec, t) for t in targets(spec, setup))
+    return spec.num_hidden_layers * per_layer
+
+
+def embedding_parameters(spec: ModelSpec) -> int:
+    """The input embedding and, when untied, the output head: V·d each."""
+    vd = spec.vocab_size * spec.hidden_size
+    return vd if spec.tie_word_embeddings else 2 * vd
+
+
+def trainable_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Adapters, plus the embeddings and head under ``train_embeddings``."""
+    extra = embedding_parameters(spec) if setup.train_embeddings else 0
+    return adapter_parameters(spec, setup) + extra
+
+
+def block_linear_parameters(spec: ModelSpec) -> int:
+    """Weights of the blocks' linears, all layers (the part bitsandbytes quantizes)."""
+    shapes = linear_shapes(spec)
+    per_layer = sum(i * o * _experts(spec, t) for t, (i, o) in shapes.items())
+    return spec.num_hidden_layers * per_layer
+
+
+def nf4_tensor_bytes(n: int, double_quant: bool) -> int:
+    """One weight of ``n`` values as bitsandbytes' ``quantize_4bit`` stores it: the packed
+    4-bit values, then the quant state — the 16-value FP32 NF4 code and, per 64-block,
+    an FP32 absmax; with double quantization an 8-bit absmax per block, one FP32 absmax
+    per 256 blocks, a 256-value FP32 code and an FP32 offset."""
+    blocks = -(-n // NF4_BLOCK)
+    state = 16 * FP32
+    if double_quant:
+        state += blocks + -(-blocks // NF4_DOUBLE_BLOCK) * FP32 + NF4_CODE_BYTES + FP32
+    else:
+        state += blocks * FP32
+    return -(-n // 2) + state
+
+
+def quantized_bytes(spec: ModelSpec, quant: str, double_quant: bool) -> int:
+    """Bytes of the blocks' linear weights stored as ``quant`` (see module docstring)."""
+    L = spec.num_hidden_layers
+    shapes = [(i, o, _experts(spec, t)) for t, (i, o) in linear_shapes(spec).items()]
+    if quant == "nf4":
+        return L * sum(k * nf4_tensor_bytes(i * o, double_quant) for i, o, k in shapes)
+    if quant == "int8":
+        return L * sum(k * (i * o + o * FP32) for i, o, k in shapes)
+    from introspect.units import dtype_bytes
+
+    return block_linear_parameters(spec) * dtype_bytes(quant)
+
+
+def adapter_bytes(setup: TrainingSetup) -> int:
+    """Bytes per adapter value: FP32 — ``get_peft_model``'s ``autocast_adapter_dtype``
+    (default True) casts 16-bit adapters to FP32 whatever the base's dtype."""
+    return FP32
+
+
+def embedding_copy_bytes(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
+    """Trainable embeddings are peft's ``modules_to_save`` (as Qwen's fine-tuning script
+    sets them): ``ModulesToSaveWrapper`` keeps the frozen original and trains a copy,
+    so the copies are extra weights at the working dtype."""
+    return embedding_parameters(spec) * wb if setup.train_embeddings else 0
+
+
+def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
+    """FP32-state bytes per parameter by term (``execution.optimizer_state``'s names)."""
+    per = OPTIMIZER_STATE_BYTES[setup.optimizer]
+    if setup.optimizer in ("adam", "adamw", "adam8bit"):
+        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+    if setup.optimizer == "sgd_momentum":
+        return {"optimizer/momentum": per}
+    return {}
+
+
+def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, int]) -> dict:
+    """The persistent state of a LoRA step: the frozen base (its linears as
+    :attr:`TrainingSetup.resolved_base_quant` stores them, the rest at the working dtype
+    ``wb``), the adapters, and optimizer state over the trainable parameters only
+    (``opt`` is bytes per trainable parameter by term at the working precision; the
+    adapters, FP32, keep FP32 state)."""
+    full_state = optimizer_state(setup.replace(precision="fp32"))
+    quant = setup.resolved_base_quant
+    linear = block_linear_parameters(spec)
+    rest = spec.n_params - linear
+    adapters = adapter_parameters(spec, setup)
+    terms = {
+        "weights/base_linears": quantized_bytes(spec, quant, setup.double_quant),
+        "weights/base_other": rest * wb,
+        "weights/lora_adapters": adapters * adapter_bytes(setup),
+    }
+    if setup.train_embeddings:
+        terms["weights/trainable_embedding_copies"] = embedding_copy_bytes(spec, setup, wb)
+    embeddings = trainable_parameters(spec, setup) - adapters
+    for name, per in opt.items():
+        terms[name] = adapters * full_state[name] + embeddings * per
+    return terms
+
+
+def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, wb: int) -> int:
+    """Gradients made once backward has passed ``n_params`` of the model's parameters
+    (head first): the head's and embedding's under ``train_embeddings`` (at ``wb``),
+    then each layer's adapters in proportion to the layers done."""
+    head = embedding_parameters(spec) if setup.train_embeddings else 0
+    adapters = adapter_parameters(spec, setup)
+    frac = min(1.0, n_params / spec.n_params) if spec.n_params else 1.0
+    return head * wb + round(frac * adapters) * adapter_bytes(setup)
+
+
+def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Elements of the largest trainable tensor (one adapter matrix, or V·d)."""
+    shapes = linear_shapes(spec)
+    largest = max(setup.lora_rank * max(shapes[t]) for t in targets(spec, setup))
+    if setup.train_embeddings:
+        largest = max(largest, spec.vocab_size * spec.hidden_size)
+    return largest
+
+
+def adapter_x_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of ``x`` as the adapter branch sees it: peft's ``Linear.forward``
+    casts it to the FP32 adapter dtype, except on bitsandbytes' 4-bit layers under
+    ``torch.autocast`` (precision ``amp``), whose peft forward skips the cast
+    (``peft/tuners/lora/bnb.py``)."""
+    s = setup.activation_bytes
+    if setup.precision == "amp" and setup.resolved_base_quant == "nf4":
+        return s
+    return adapter_bytes(setup)
+
+
+def dropout_mask_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of dropout's saved mask: the input's dtype on CPU, a bool on
+    CUDA (``aten/src/ATen/native/cuda/Dropout.cu``); 0 without dropout."""
+    if setup.lora_dropout == 0:
+        return 0
+    return adapter_x_bytes(setup) if setup.resolved_device == "cpu" else 1
+
+
+def adapter_input_bytes(setup: TrainingSetup) -> int:
+    """Bytes per input element each adapter keeps of its own (0: it shares the input the
+    block already keeps): ``lora_A`` keeps its input — the cast (or dropped) ``x``, or
+    under autocast its 16-bit re-cast — and dropout its mask."""
+    s, x = setup.activation_bytes, adapter_x_bytes(setup)
+    kept = s if setup.precision == "amp" else x
+    if setup.lora_dropout == 0 and x == s:
+        kept = 0
+    return kept + dropout_mask_bytes(setup)
+
+
+def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> dict[str, int]:
+    """One layer's saved bytes under LoRA, from the full-training set ``full``
+    (:func:`introspect.refined.saved.per_layer`): what only frozen weights needed
+    dropped, the adapters' own tensors added (module docstring)."""
+    order = targets(spec, setup)
+    chosen = set(order)
+    shapes = linear_shapes(spec)
+    BT = setup.tokens
+    a = adapter_bytes(setup)
+    own = adapter_input_bytes(setup)
+    plain_input = own == 0
+    out = dict(full)
+    out.pop("layernorm/normalized", None)
+    n = spec.norms_per_layer or 1
+    norm_out = full.get("layernorm", 0) // n
+    keep_norms = 0
+    if plain_input and chosen & {"q_proj", "k_proj", "v_proj"}:
+        keep_norms += 1
+    if plain_input and chosen & {"gate_proj", "up_proj"} and n > 1:
+        keep_norms += 1
+    out["layernorm"] = keep_norms * norm_out
+    # The down projection's input (gated: the product; plain: the activation's output)
+    # is kept only by down_proj itself.
+    last = "feed_forward/product" if spec.ffn == "gated" else "feed_forward/act"
+    if not (plain_input and "down_proj" in chosen) and last in out:
+        out[last] = 0
+    # Eager attention's context is kept only by o_proj; SDPA keeps its own output.
+    if setup.attention == "eager" and not (plain_input and "o_proj" in chosen):
+        out["attention/linear/context"] = 0
+    k = spec.num_experts_per_tok if spec.is_moe else 1
+    copies = 0
+    for t in order:
+        d_in = shapes[t][0]
+        tokens = BT * (k if t in ("gate_proj", "up_proj", "down_proj") else 1)
+        copies += tokens * d_in * own
+        out[f"lora/{t}/a_output"] = tokens * setup.lora_rank * a
+    if copies:
+        out["lora/inputs"] = copies
+    return {k_: v for k_, v in out.items() if v}
+
+
+def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What the first layer keeps less than the others when the embedding is frozen:
+    its input needs no gradient, so its first norm keeps no statistics and dropout on the
+    adapters that read that norm keeps no mask (census: layer 0 has neither)."""
+    if setup.train_embeddings:
+        return {}
+    BT = setup.tokens
+    saving = {"layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32}
+    if setup.lora_dropout > 0:
+        mask = dropout_mask_bytes(setup)
+        first = [t for t in targets(spec, setup) if t in ("q_proj", "k_proj", "v_proj")]
+        saving["lora/inputs"] = len(first) * BT * spec.hidden_size * mask
+    return saving
+
+
+def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) -> dict[str, int]:
+    """After the last layer: a frozen head keeps no final-norm output, frozen norm
+    weights no normalized input; the statistics stay (the gradient passes through)."""
+    if setup.train_embeddings:
+        return dict(final)
+    return {k: v for k, v in final.items() if k == "final_norm/statistics"}
+
+
+#: Why each LoRA term has its size (merged into :mod:`introspect.refined.causes`).
+CAUSES: dict[str, str] = {
+    "weights/base_linears": "the frozen base's block linears, stored as {quant}",
+    "weights/base_other": "embeddings, head and norms, frozen, at the working dtype",
+    "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",
+    "weights/trainable_embedding_copies": "peft's modules_to_save: a trained copy of the "
+    "embedding and head beside the frozen originals",
+    "activations/layer/lora": "lora_A's output (B·T·r), kept by lora_B",
+    "activations/layer/lora/inputs": "each adapter's own input copy: the FP32 cast over a "
+    "16-bit base and/or the dropped input and its mask",
+}

@@ -1,0 +1,54 @@
+"""CPU offload and the optimizer in backward: state that leaves the device, and
+gradients that never all exist.
+
+* ``offload="optimizer"`` — DeepSpeed ZeRO-Offload (``offload_optimizer: cpu``) and
+  FSDP's optimizer on CPU: the FP32 master weights and the optimizer state live in host
+  memory and the update runs on the CPU (``DeepSpeedCPUAdam``), so neither they nor the
+  update's temporaries are on the device. The gradients still are, until they are
+  copied out after backward.
+* ``offload="parameters"`` — ZeRO-Infinity's ``offload_param`` / FSDP's
+  ``CPUOffload(offload_params=True)``: the weights too live in host memory and are
+  brought to the device one unit (a block, or the embedding) at a time, with the next
+  one prefetched: two units of working weights on the device. FSDP's CPU offload moves
+  each unit's gradients to the host as they are made, so at most one unit's gradients
+  are on the device. Implies the optimizer's offload.
+* ``optimizer_in_backward`` — torch's ``register_post_accumulate_grad_hook`` pattern
+  (torch tutorial "How to save memory by fusing the optimizer step into the backward
+  pass"): each parameter is updated and its gradient freed as soon as it is
+  accumulated, so at most one parameter's gradient exists and there is no separate
+  optimizer phase.
+
+Host memory itself is not on the device and is not counted; PCIe traffic is the cost.
+"""
+
+from __future__ import annotations
+
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+
+def state(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int], unit: int) -> dict:
+    """``terms`` (per-device state) with what offload moves to the host taken out;
+    ``unit`` is the bytes of one gathered unit of working weights."""
+    if setup.offload == "none":
+        return terms
+    out = {k: v for k, v in terms.items() if not k.startswith("optimizer/")}
+    if setup.offload == "parameters":
+        out = {k: v for k, v in out.items() if not k.startswith("weights")}
+        out["weights/gathered"] = 2 * unit
+    return out
+
+
+def grads(setup: TrainingSetup, value: int, largest: int, unit: int) -> int:
+    """Gradient bytes on the device: at most one parameter's (``largest``) with the
+    optimizer in backward, at most one unit's under parameter offload."""
+    if setup.optimizer_in_backward:
+        value = min(value, largest)
+    if setup.offload == "parameters":
+        value = min(value, unit)
+    return value
+
+
+def steps_on_device(setup: TrainingSetup) -> bool:
+    """Whether an optimizer phase runs on the device after backward."""
+    return setup.offload == "none" and not setup.optimizer_in_backward

@@ -1,0 +1,130 @@
+"""`introspect fit`: budgets, devices, the largest T and B, the ranked changes and the
+combinations, checked against the refined estimate they are searched over."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from specs import QWEN25_05B
+
+from introspect import fit, refined
+from introspect.cli import main
+from introspect.devices import DEVICES, lookup
+from introspect.errors import IntrospectError
+from introspect.setup import TrainingSetup
+from introspect.units import GB, GiB, parse_memory
+
+SPEC = QWEN25_05B.replace(num_parameters=494_032_768)
+
+
+def run_json(capsys, *argv):
+    assert main(["fit", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_memory_units():
+    assert parse_memory("80GB") == 80 * GB
+    assert parse_memory("80GiB") == 80 * GiB
+    assert parse_memory("1.5 tb") == 1_500_000_000_000
+    for bad in ("80", "-5GB", "0GB", "80 parsecs", "lots"):
+        with pytest.raises(ValueError):
+            parse_memory(bad)
+
+
+def test_devices_in_their_makers_units():
+    assert lookup("H100-80GB").memory_bytes == 80 * GiB
+    assert lookup("m2-8gb").name == "mac-8gb"
+    assert lookup("m3-max-128gb").memory_bytes == 128 * GiB
+    assert all(d.source and d.maker_figure for d in DEVICES)
+    with pytest.raises(IntrospectError, match="known: a100-40gb"):
+        lookup("v100")
+
+
+@pytest.mark.parametrize("field", ["seq_len", "batch_size"])
+def test_largest_is_the_edge_of_the_budget(field):
+    setup = TrainingSetup(seq_len=1024, precision="bf16", activation_dtype="bf16")
+    budget = 30 * GB
+    n = fit.largest(SPEC, setup, budget, field)
+    assert n is not None and n > 1
+    assert fit.peak(SPEC, setup.replace(**{field: n})) <= budget
+    assert fit.peak(SPEC, setup.replace(**{field: n + 1})) > budget
+
+
+def test_largest_is_none_when_nothing_fits():
+    assert fit.largest(SPEC, TrainingSetup(), 1 * GB, "seq_len") is None
+
+
+def test_ranked_changes_are_the_estimates_of_their_setups():
+    setup = TrainingSetup(seq_len=4096)
+    budget = 20 * GB
+    base = fit.peak(SPEC, setup)
+    rows = fit.rank_changes(SPEC, setup, budget, fit.changes(8))
+    assert {r.label for r in rows} >= {
+        "memory-efficient attention",
+        "activation checkpointing",
+        "8-bit Adam",
+        "LoRA r=16 (all linear)",
+        "QLoRA r=16 (NF4 base, double quant)",
+    }
+    assert [r.need for r in rows] == sorted(r.need for r in rows)
+    for r in rows:
+        assert r.need == refined.estimate(SPEC, r.setup).total
+        assert r.saving == base - r.need > 0
+        assert r.fits == (r.need <= budget)
+
+
+def test_combinations_fit_and_are_minimal():
+    setup = TrainingSetup(seq_len=4096)
+    budget = 12 * GB
+    candidates = fit.changes(8)
+    free, rows = fit.combinations(SPEC, setup, budget, candidates)
+    assert rows and all(r.fits and r.need <= budget for r in rows)
+    by_label = {c.label: c for c in candidates}
+    start = setup
+    for c in free:
+        start = c.apply(start)
+    for r in rows:
+        chosen = [by_label[x] for x in r.label.split(" + ")]
+        for drop in chosen:
+            s = start
+            for c in chosen:
+                if c is not drop:
+                    s = c.apply(s)
+            assert fit.peak(SPEC, s) > budget, f"{r.label} without {drop.label} still fits"
+
+
+def test_fit_command_json(capsys):
+    out = run_json(capsys, "Qwen/Qwen2.5-0.5B", "--budget", "24GB", "--seq", "4096")
+    assert out["budget_bytes"] == 24 * GB
+    assert out["fits"] == (out["need_bytes"] <= out["budget_bytes"])
+    assert out["changes"] and out["combinations"]
+    assert all(c["fits"] for c in out["combinations"])
+
+
+def test_fit_on_a_gpu_counts_the_device_overhead(capsys):
+    out = run_json(capsys, "Qwen/Qwen2.5-0.5B", "--gpu", "a100-40gb")
+    assert out["device"]["memory_bytes"] == 40 * GiB
+    assert out["need_bytes"] > out["peak_bytes"]
+
+
+def test_fit_text(capsys):
+    assert main(["fit", "Qwen/Qwen2.5-0.5B", "--budget", "16GiB"]) == 0
+    text = capsys.readouterr().out
+    assert "largest T at B=1" in text and "changes, one at a time" in text
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--budget", "80"], "--budget"),
+        (["--budget=-80GB"], "positive"),
+        (["--gpu", "v100"], "known: a100-40gb"),
+        (["--budget", "80GB", "--lora-rank", "5000"], "--lora-rank"),
+        (["--budget", "80GB", "--lora-targets", "c_attn"], "--lora-targets"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(capsys, argv, words):
+    assert main(["fit", "Qwen/Qwen2.5-0.5B", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err

@@ -1,0 +1,150 @@
+"""LoRA and QLoRA: the refined terms against peft models and real peft steps (torch CPU),
+and NF4 storage against bitsandbytes' own quantization."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+peft = pytest.importorskip("peft")
+
+from introspect import refined  # noqa: E402
+from introspect.errors import IntrospectError  # noqa: E402
+from introspect.params import parameters_by_component  # noqa: E402
+from introspect.refined import lora  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
+from introspect.spec import ModelSpec  # noqa: E402
+
+LLAMA = ModelSpec(
+    hidden_size=128,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=256,
+    vocab_size=1024,
+    norm="rmsnorm",
+    norm_bias=False,
+    ffn="gated",
+    hidden_act="silu",
+    model_type="llama",
+)
+LLAMA = LLAMA.replace(num_parameters=sum(parameters_by_component(LLAMA).values()))
+
+#: The HF Llama keeps one cos/sin table for the model; the full-training estimate charges
+#: four T×head_dim tables per layer (the reference model's RoPE). That, not LoRA, is the
+#: gap left between estimate and measurement here: L·4·T·hd·s − 2·T·hd·s.
+T = 256
+
+
+def rope_gap(setup: TrainingSetup) -> int:
+    hd, s, L = LLAMA.head_size, setup.activation_bytes, LLAMA.num_hidden_layers
+    return L * 4 * T * hd * s - 2 * T * hd * s
+
+
+def setup(**kw) -> TrainingSetup:
+    kw.setdefault("attention", "memory_efficient")
+    return TrainingSetup(seq_len=T, device="cpu", lora_rank=8, finetune="lora", **kw)
+
+
+@pytest.mark.parametrize(
+    "targets, rank",
+    [(("q_proj", "v_proj"), 8), (("all-linear",), 4), (("o_proj", "down_proj"), 16)],
+)
+def test_trainable_parameters_match_peft(targets, rank):
+    from introspect.measure import peft_step
+
+    s = setup(lora_targets=targets).replace(lora_rank=rank)
+    model = peft_step.build(LLAMA, s)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert lora.trainable_parameters(LLAMA, s) == trainable
+
+
+@pytest.mark.parametrize("double_quant", [False, True])
+def test_nf4_storage_is_bitsandbytes(double_quant):
+    bnb = pytest.importorskip("bitsandbytes.functional")
+    w = torch.randn(256, 384, dtype=torch.bfloat16)
+    packed, state = bnb.quantize_4bit(
+        w, blocksize=64, compress_statistics=double_quant, quant_type="nf4"
+    )
+    tensors = [packed, state.absmax, state.code]
+    if double_quant:
+        tensors += [state.offset, state.state2.absmax, state.state2.code]
+    stored = sum(t.numel() * t.element_size() for t in tensors)
+    assert lora.nf4_tensor_bytes(w.numel(), double_quant) == stored
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(lora_targets=("q_proj", "v_proj")),
+        dict(),
+        dict(lora_dropout=0.1),
+        dict(train_embeddings=True),
+        dict(attention="eager"),
+    ],
+    ids=["qv", "all-linear", "dropout", "emb", "eager"],
+)
+def test_lora_step_peak(kw):
+    """Real peft steps (FP32, CPU): the refined estimate, less the full-training RoPE
+    gap, within 1% of the measured peak; and below the same step's full fine-tune."""
+    from introspect.measure import peft_step
+
+    s = setup(**kw)
+    measured = peft_step.measure(LLAMA, s).peak_bytes
+    estimate = refined.estimate(LLAMA, s).total
+    assert abs(estimate - rope_gap(s) - measured) / measured < 0.01
+    assert estimate < refined.estimate(LLAMA, s.replace(finetune="full")).total
+
+
+@pytest.mark.slow
+def test_qlora_saves_what_nf4_saves():
+    """A QLoRA step and the same LoRA step over a BF16 base differ by the base's storage:
+    measured (bitsandbytes on CPU, quant state included) against the estimate's
+    difference, exactly up to 1%."""
+    pytest.importorskip("bitsandbytes")
+    from introspect.measure import peft_step
+
+    bf16 = dict(precision="bf16", weights_dtype="bf16", activation_dtype="bf16")
+    plain, q = setup(**bf16), setup(**bf16).replace(finetune="qlora")
+    measured = peft_step.measure(LLAMA, plain).peak_bytes - peft_step.measure(LLAMA, q).peak_bytes
+    estimated = refined.estimate(LLAMA, plain).total - refined.estimate(LLAMA, q).total
+    assert measured > 0
+    assert abs(estimated - measured) / measured < 0.01
+
+
+def test_bad_rank_and_targets():
+    with pytest.raises(IntrospectError, match="--lora-rank"):
+        lora.targets(LLAMA, setup().replace(lora_rank=129))
+    with pytest.raises(IntrospectError, match="--lora-targets: this model has no c_attn"):
+        lora.targets(LLAMA, setup(lora_targets=("c_attn",)))
+    plain = LLAMA.replace(ffn="plain", hidden_act="gelu", num_parameters=None)
+    with pytest.raises(IntrospectError, match="gate_proj"):
+        lora.targets(plain, setup(lora_targets=("gate_proj",)))
+
+
+def test_lora_state_is_smaller_and_sums():
+    full = refined.estimate(LLAMA, TrainingSetup(seq_len=T))
+    est = refined.estimate(LLAMA, setup())
+    b = est.execution
+    assert b.total == sum(b.terms.values())
+    assert b.sum("optimizer") < full.execution.sum("optimizer") / 10
+    assert b["weights/lora_adapters"] == 4 * lora.adapter_parameters(LLAMA, setup())
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        (dict(), 0),  # FP32 throughout: lora_A reads the block's own input
+        (dict(precision="bf16", weights_dtype="bf16", activation_dtype="bf16"), 4),
+        (dict(precision="amp", activation_dtype="bf16"), 2),
+        (dict(precision="amp", activation_dtype="bf16", finetune="qlora"), 0),
+        (dict(lora_dropout=0.1), 8),
+        (dict(lora_dropout=0.1, device="cuda", precision="amp", activation_dtype="bf16"), 3),
+    ],
+)
+def test_adapter_input_copies_follow_peft(fields, expected):
+    """peft's Linear casts x to FP32; bnb's 4-bit LoRA skips it under autocast;
+    dropout keeps a mask (input dtype on CPU, bool on CUDA)."""
+    s = setup().replace(**fields)
+    assert lora.adapter_input_bytes(s) == expected
