@@ -50,10 +50,12 @@ class Reader:
         filled = self.defaults.get(key)
         if own is not None and not isinstance(own, dict):
             raise self.fail(f"{key} must be a JSON object, got {type(own).__name__}")
-        if own is None and not isinstance(filled, dict):
+        if own is None:
+            # A wrapper's text part fixes the model's sizes: never a class default.
             if required:
                 raise self.fail(f"{key} is missing; a {self.model_type} config.json must give it")
-            return None
+            if not isinstance(filled, dict):
+                return None
         nested_type = (own or {}).get("model_type") or (filled or {}).get("model_type") or key
         return Reader(
             own or {},
