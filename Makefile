@@ -20,8 +20,8 @@ demo: $(STAMP)
 	@export HF_HUB_OFFLINE=1; set -e; \
 	echo "== introspect table"; $(BIN)/introspect table; echo; \
 	echo "== introspect table --reported qwen-7b"; $(BIN)/introspect table --reported qwen-7b; echo; \
-	echo "== introspect table --seed-example --framework torch"; \
-	$(BIN)/introspect table --seed-example --framework torch; echo; \
+	echo "== introspect table --seed-example --framework torch --device cpu"; \
+	$(BIN)/introspect table --seed-example --framework torch --device cpu; echo; \
 	echo "== introspect sizes"; $(BIN)/introspect sizes
 
 lint: $(STAMP)

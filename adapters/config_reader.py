@@ -1,17 +1,21 @@
 """Typed access to one config.json, with defaults from transformers or by hand.
 
 A :class:`Reader` looks a key up in the user's config first (``null`` means "use the
-default", as Hugging Face treats it); then in ``defaults`` — the same config passed
-through transformers' own configuration class (``AutoConfig.for_model``), which applies
-the class defaults and everything its ``__post_init__`` derives (``layer_types``,
-``head_dim`` …); then the hand-written default the family reader gives, used when
-transformers is absent. Every default applied is remembered as an assumption, with where
+default", as Hugging Face treats it); then takes the default the family reader gives —
+transcribed from transformers' configuration class, which it names, and checked against
+that class by the tests that compare both paths with transformers' own build. Only what no
+reader default covers (a nested ``text_config`` left out, Gemma 3's text sizes) comes from
+``defaults``: the same config passed through transformers' own configuration class
+(``AutoConfig.for_model``), computed the first time it is needed. Reading a config
+therefore never imports transformers (about a second) unless it must, which keeps the
+closed-form commands fast. Every default applied is remembered as an assumption, with where
 it came from, so a report can show it. Bad values raise one-line :class:`ConfigError`
 naming the file and the key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from introspect.errors import ConfigError
@@ -21,7 +25,13 @@ MISSING = object()
 
 class Reader:
     """One config dict (``config``), the transformers-filled copy (``defaults``, empty
-    without transformers) and the name of the class that filled it."""
+    without transformers) and the name of the class that filled it.
+
+    ``defaults`` may be given as a function returning ``(defaults, class name, why it is
+    empty)``; it is called the first time a key is missing. A published config.json spells
+    out every key its reader needs, so reading one never imports transformers (about a
+    second), and the closed-form commands stay fast; a config that leaves keys out gets
+    them from transformers' own class, as before."""
 
     def __init__(
         self,
@@ -29,16 +39,27 @@ class Reader:
         model_type: str,
         where: str,
         *,
-        defaults: dict[str, Any] | None = None,
+        defaults: dict[str, Any] | Callable[[], tuple[dict[str, Any], str, str]] | None = None,
         cls: str = "",
         assumptions: list[str] | None = None,
     ) -> None:
         self.config = config
         self.model_type = model_type
         self.where = where
-        self.defaults = defaults or {}
+        self._fill = defaults if callable(defaults) else None
+        self._defaults = None if callable(defaults) else (defaults or {})
         self.cls = cls
         self.assumptions: list[str] = assumptions if assumptions is not None else []
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The transformers-filled config, computed on first use."""
+        if self._defaults is None:
+            filled, cls, rejected = self._fill() if self._fill else ({}, "", "")
+            self._defaults, self.cls = filled or {}, cls or self.cls
+            if rejected:
+                self.assumptions.append(rejected)
+        return self._defaults
 
     @property
     def with_transformers(self) -> bool:
@@ -47,21 +68,28 @@ class Reader:
     def sub(self, key: str, *, required: bool = True) -> Reader | None:
         """A reader over a nested config (``text_config``), sharing the assumptions."""
         own = self.config.get(key)
-        filled = self.defaults.get(key)
         if own is not None and not isinstance(own, dict):
             raise self.fail(f"{key} must be a JSON object, got {type(own).__name__}")
         if own is None:
             # A wrapper's text part fixes the model's sizes: never a class default.
             if required:
                 raise self.fail(f"{key} is missing; a {self.model_type} config.json must give it")
+            filled = self.defaults.get(key)
             if not isinstance(filled, dict):
                 return None
-        nested_type = (own or {}).get("model_type") or (filled or {}).get("model_type") or key
+            nested_type = filled.get("model_type") or key
+        else:
+            nested_type = own.get("model_type") or key
+
+        def fill() -> tuple[dict[str, Any], str, str]:
+            nested = self.defaults.get(key)
+            return (nested if isinstance(nested, dict) else {}), self.cls, ""
+
         return Reader(
             own or {},
             str(nested_type),
             f"{self.where} ({key})",
-            defaults=filled if isinstance(filled, dict) else {},
+            defaults=fill,
             cls=self.cls,
             assumptions=self.assumptions,
         )
@@ -69,7 +97,7 @@ class Reader:
     def fail(self, message: str) -> ConfigError:
         return ConfigError(f"{self.where}: {message}")
 
-    def raw(self, *keys: str, fill: bool = True) -> tuple[str, Any]:
+    def raw(self, *keys: str, fill: bool = False) -> tuple[str, Any]:
         """The first key of ``keys`` the config gives (not null), else (with ``fill``)
         the first the transformers defaults give (an assumption), else
         ``(keys[0], MISSING)``."""
@@ -97,7 +125,7 @@ class Reader:
     def integer(self, *keys: str, default: Any = MISSING, why: str = "") -> int | None:
         """A positive integer under the first present key of ``keys``. A key without a
         default fixes a size: only the config itself may give it, never a class default."""
-        key, value = self.raw(*keys, fill=default is not MISSING)
+        key, value = self.raw(*keys)
         if value is MISSING:
             return self._default(key, default, why)
         if isinstance(value, bool) or not isinstance(value, int):

@@ -54,6 +54,8 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         ) from e
     except RecursionError as e:
         raise ConfigError(f"{path}: JSON nested too deeply to be a config.json") from e
+    except ValueError as e:  # an integer of over 4300 digits: Python will not read it
+        raise ConfigError(f"{path}: a value is too large to read ({e})") from e
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object, found {type(config).__name__}")
     return config
@@ -99,9 +101,8 @@ def spec_from_config(
     with_hf = hft.available() if use_transformers is None else use_transformers
     family = ALIASES.get(model_type, model_type)
     read = REGISTRY.get(family)
-    known = with_hf and hft.knows(model_type)
     if read is None:
-        if known:
+        if with_hf and hft.knows(model_type):
             return hft.spec_from_build(config, model_type, where=where, source=source or where)
         hint = (
             "transformers does not know it either"
@@ -113,10 +114,13 @@ def spec_from_config(
             "folder's safetensors headers still give the exact count; readers cover: "
             f"{', '.join(supported_model_types())}"
         )
-    defaults, cls, rejected = hft.filled(config, model_type, where) if known else ({}, "", "")
-    reader = Reader(config, model_type, where, defaults=defaults, cls=cls)
-    if rejected:
-        reader.assumptions.append(rejected)
+
+    def fill() -> tuple[dict[str, Any], str, str]:
+        if not (with_hf and hft.knows(model_type)):
+            return {}, "", ""
+        return hft.filled(config, model_type, where)
+
+    reader = Reader(config, model_type, where, defaults=fill)
     try:
         fields = read(reader)
     except ValueError as e:  # a layer kind's own invariant (top-k, window, heads)

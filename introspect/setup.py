@@ -2,6 +2,13 @@
 
 Defaults reproduce the seed's setup: B = 1, FP32 weights and activations, ordinary FP32
 Adam, eager attention, no checkpointing, no fused loss, one device, no sharding.
+
+Who runs the step is three fields with one vocabulary across every command:
+``framework`` (torch, mlx, mlx_compiled), ``device`` (cuda or cpu for torch; metal or cpu
+for MLX; ``auto`` = cuda for torch, metal for MLX) and ``implementation`` (our reference
+model, transformers' classes, mlx-lm's classes) with its ``loop`` (``logits``: the training
+code holds the logits and computes the loss; ``labels``: the model computes its own loss
+from ``labels=``, as transformers' users and the HF Trainer's ``compute_loss`` write it).
 """
 
 from __future__ import annotations
@@ -12,17 +19,32 @@ from typing import Any, Literal
 
 from introspect.units import dtype_bytes
 
-Precision = Literal["fp32", "mixed", "bf16"]
+Precision = Literal["fp32", "bf16", "amp", "mixed"]
 Optimizer = Literal["adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none"]
 Attention = Literal["eager", "memory_efficient"]
 CrossEntropy = Literal["standard", "fused", "chunked"]
-Framework = Literal["generic", "torch", "mlx", "mlx_compiled"]
+Framework = Literal["torch", "mlx", "mlx_compiled"]
+Device = Literal["auto", "cuda", "cpu", "metal"]
+Implementation = Literal["reference", "transformers", "mlx_lm"]
+Loop = Literal["logits", "labels"]
+OptimizerImpl = Literal["auto", "single_tensor", "foreach", "fused"]
 
-PRECISIONS = ("fp32", "mixed", "bf16")
+#: ``fp32``: everything FP32. ``bf16``: pure BF16 weights, grads and optimizer state.
+#: ``amp``: ``torch.autocast(bfloat16)`` over FP32 weights, grads and state (plain PyTorch,
+#: the HF Trainer's ``bf16=True``). ``mixed``: 16-bit working weights and grads with an
+#: FP32 master copy (DeepSpeed, Megatron, FSDP2's ``MixedPrecisionPolicy``).
+PRECISIONS = ("fp32", "bf16", "amp", "mixed")
 OPTIMIZERS = ("adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none")
 ATTENTIONS = ("eager", "memory_efficient")
 CROSS_ENTROPIES = ("standard", "fused", "chunked")
-FRAMEWORKS = ("generic", "torch", "mlx", "mlx_compiled")
+FRAMEWORKS = ("torch", "mlx", "mlx_compiled")
+DEVICES = ("auto", "cuda", "cpu", "metal")
+IMPLEMENTATIONS = ("reference", "transformers", "mlx_lm")
+LOOPS = ("logits", "labels")
+#: torch's optimizer implementations: ``auto`` is torch's own default for the device
+#: (foreach on CUDA, the single-tensor loop on CPU: ``torch/optim/optimizer.py``
+#: ``_default_to_fused_or_foreach``); MLX has one update and ignores this.
+OPTIMIZER_IMPLS = ("auto", "single_tensor", "foreach", "fused")
 ZERO_STAGES = (0, 1, 2, 3)
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -59,7 +81,13 @@ class TrainingSetup:
     devices: int = 1
     #: ZeRO stage 0 (plain data parallel), 1 (optimizer), 2 (+ grads), 3 (+ weights; FSDP).
     zero_stage: int = 0
-    framework: Framework = "generic"
+    framework: Framework = "torch"
+    #: Where the step runs; ``auto`` = cuda for torch, metal (Apple GPU) for MLX.
+    device: Device = "auto"
+    #: Whose model class runs the step, and how its loop computes the loss.
+    implementation: Implementation = "reference"
+    loop: Loop = "logits"
+    optimizer_impl: OptimizerImpl = "auto"
     # ---- multimodal (issue 10) ---------------------------------------------------------
     #: Freeze a multimodal wrapper's vision/audio tower (``ModelSpec.tower_parameters``):
     #: its weights stay, it gets no gradients, master copy or optimizer state.
@@ -82,11 +110,44 @@ class TrainingSetup:
             ("attention", ATTENTIONS),
             ("cross_entropy", CROSS_ENTROPIES),
             ("framework", FRAMEWORKS),
+            ("device", DEVICES),
+            ("implementation", IMPLEMENTATIONS),
+            ("loop", LOOPS),
+            ("optimizer_impl", OPTIMIZER_IMPLS),
             ("zero_stage", ZERO_STAGES),
         ):
             if getattr(self, name) not in choices:
                 allowed = ", ".join(str(c) for c in choices)
                 raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+
+        mlx = self.framework.startswith("mlx")
+        if self.device == ("cuda" if mlx else "metal"):
+            raise ValueError(
+                f"device {self.device} is not a {self.framework} device; use "
+                + ("metal or cpu" if mlx else "cuda or cpu")
+            )
+        if self.implementation == ("transformers" if mlx else "mlx_lm"):
+            raise ValueError(
+                f"implementation {self.implementation} does not run on {self.framework}"
+            )
+
+    @property
+    def resolved_device(self) -> str:
+        """The device ``auto`` stands for: cuda for torch, metal for MLX."""
+        if self.device != "auto":
+            return self.device
+        return "metal" if self.framework.startswith("mlx") else "cuda"
+
+    @property
+    def resolved_optimizer_impl(self) -> str:
+        """The optimizer implementation torch picks for ``auto``: foreach when every
+        tensor is on CUDA, else the single-tensor loop (``_default_to_fused_or_foreach``
+        in ``torch/optim/optimizer.py``). MLX: ``mlx`` (one update in the step's graph)."""
+        if self.framework.startswith("mlx"):
+            return "mlx"
+        if self.optimizer_impl != "auto":
+            return self.optimizer_impl
+        return "foreach" if self.resolved_device == "cuda" else "single_tensor"
 
     @property
     def activation_bytes(self) -> int:
@@ -111,4 +172,6 @@ class TrainingSetup:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["activation_bytes"] = self.activation_bytes
+        out["resolved_device"] = self.resolved_device
+        out["resolved_optimizer_impl"] = self.resolved_optimizer_impl
         return out

@@ -118,7 +118,7 @@ def test_cli_profile_folder_and_hub_id_give_the_published_count(model, tmp_path,
 
 def test_json_contract(capsys):
     out = _profile_json(capsys, "Qwen/Qwen2.5-0.5B", "--batch", "2", "--seq", "512")
-    assert list(out) == ["source", "spec", "params", "estimates", "divergences"]
+    assert list(out) == ["schema_version", "source", "spec", "params", "estimates", "divergences"]
     assert set(out["source"]) == {"origin", "location", "revision", "notes"}
     assert list(out["params"]) == ["total", "active_per_token", "by_component"]
     assert out["params"]["active_per_token"] == out["params"]["total"]  # dense

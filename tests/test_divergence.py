@@ -40,7 +40,7 @@ def test_seed_7b_has_no_architecture_rows_and_no_flags():
     "spec, setup",
     [
         (QWEN25_05B, BF16),
-        (SEED_7B, BF16.replace(framework="torch")),
+        (SEED_7B, BF16.replace(framework="torch", device="cpu")),
         (QWEN25_05B, BF16.replace(attention="memory_efficient", activation_checkpointing=True)),
         (QWEN25_05B, BF16.replace(precision="mixed", devices=8, zero_stage=3)),
         (QWEN25_05B.replace(num_local_experts=4, num_experts_per_tok=2), BF16),

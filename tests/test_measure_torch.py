@@ -55,7 +55,7 @@ def test_eager_and_memory_efficient_attention_agree():
 @pytest.fixture(scope="module")
 def measured():
     spec = VARIANTS["standard"]
-    setup = TrainingSetup(seq_len=32, framework="torch")
+    setup = TrainingSetup(seq_len=32, framework="torch", device="cpu")
     return spec, setup, torch_step.measure_reference(spec, setup, "cpu")
 
 
@@ -102,7 +102,7 @@ def test_dry_run_equals_the_real_cpu_step(measured):
 @pytest.mark.parametrize("attention", ["eager", "memory_efficient"])
 def test_dry_run_equals_real_for_llama_style(attention):
     spec = VARIANTS["rmsnorm-gqa-gated"]
-    setup = TrainingSetup(seq_len=24, attention=attention, framework="torch")
+    setup = TrainingSetup(seq_len=24, attention=attention, framework="torch", device="cpu")
     real = torch_step.measure_reference(spec, setup, "cpu")
     fake = dry_run(spec, setup)
     assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
@@ -121,7 +121,7 @@ def test_dry_run_builds_a_model_larger_than_this_machine():
         hidden_act="silu",
         intermediate_size=11008,
     )
-    m = dry_run(spec, TrainingSetup(seq_len=64, framework="torch"))
+    m = dry_run(spec, TrainingSetup(seq_len=64, framework="torch", device="cpu"))
     n = parameter_count(spec)
     assert m.n_params == n
     assert m.categories["parameters"] == 4 * n
@@ -200,7 +200,7 @@ def test_transformers_llama_step_and_census():
     from introspect.measure.implementations import transformers_llama
 
     spec = VARIANTS["rmsnorm-gqa-gated"]
-    setup = TrainingSetup(seq_len=16, framework="torch")
+    setup = TrainingSetup(seq_len=16, framework="torch", device="cpu")
     model = transformers_llama(spec)
     assert sum(p.numel() for p in model.parameters()) == parameter_count(spec)
     m = torch_step.measure_step(

@@ -71,7 +71,9 @@ def _census_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 @pytest.mark.parametrize("spec, attention", CASES, ids=IDS)
 def test_saved_activations_equal_the_torch_census(spec, attention):
-    setup = TrainingSetup(batch_size=2, seq_len=40, attention=attention, framework="torch")
+    setup = TrainingSetup(
+        batch_size=2, seq_len=40, attention=attention, framework="torch", device="cpu"
+    )
     terms = execution.saved_terms(spec, setup)
     # The loop's reference to the logits is held, not saved by a backward.
     saved = sum(v for k, v in terms.items() if k != "activations/logits/output")
@@ -94,7 +96,7 @@ def test_peak_matches_a_measured_torch_step(spec, seq_len, attention):
     pytest.importorskip("torch")
     from introspect.measure.torch_step import measure_reference
 
-    setup = TrainingSetup(seq_len=seq_len, attention=attention, framework="torch")
+    setup = TrainingSetup(seq_len=seq_len, attention=attention, framework="torch", device="cpu")
     measured = measure_reference(spec, setup)
     est = refined.estimate(spec, setup)
     # Inputs, targets, the loss and Adam's step counters are not modelled (a few KB).
@@ -130,15 +132,15 @@ SEED_7B = standard_spec(
 
 
 def test_seed_7b_execution_beside_the_seed_and_says_why():
-    setup = TrainingSetup(activation_dtype="bf16", framework="torch")
+    setup = TrainingSetup(activation_dtype="bf16", framework="torch", device="cpu")
     est = refined.estimate(SEED_7B, setup)
     seed = simplified.estimate(SEED_7B, setup)
     assert est.architecture.total == seed.total
     # torch CPU: the peak is inside backward, before most gradients exist.
     assert est.peak_phase in ("forward_end", "backward")
     assert 0.7 * seed.total < est.execution.total < seed.total
-    # CUDA's foreach Adam (generic) makes one FP32 copy of every parameter in its step.
-    generic = refined.estimate(SEED_7B, setup.replace(framework="generic"))
+    # CUDA's foreach Adam (torch on cuda) makes one FP32 copy of every parameter in its step.
+    generic = refined.estimate(SEED_7B, setup.replace(device="cuda"))
     assert generic.peak_phase == "optimizer_step"
     assert generic.execution["optimizer/temporaries"] == 4 * SEED_7B.n_params
     # Autograd keeps one T×T tensor per layer where the seed counts two.
@@ -224,7 +226,7 @@ def test_mlx_activation_gradients_are_charged_only_while_weight_gradients_are_pe
     assert pending == sorted(pending, reverse=True)
     assert pending[-1] == per_layer  # the bottom layer's own, until its matmuls run
     assert key not in execution.optimizer_step(spec, setup)
-    torch_setup = setup.replace(framework="torch")
+    torch_setup = setup.replace(framework="torch", device="cpu")
     moments = [execution.forward_end(spec, torch_setup)]
     moments += execution.backward_moments(spec, torch_setup)
     assert all(key not in m for m in moments)

@@ -89,7 +89,7 @@ def test_flags_change_the_setup(capsys):
 
 
 def test_seed_example_architecture_equals_seed(capsys):
-    out = run_json(capsys, "--seed-example", "--framework", "torch")
+    out = run_json(capsys, "--seed-example", "--framework", "torch", "--device", "cpu")
     assert out["architecture_equals_simplified"] is True
     seed = out["estimates"]["simplified"]["total_bytes"]
     ref = out["estimates"]["refined"]

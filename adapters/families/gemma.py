@@ -121,9 +121,8 @@ def gemma3(r: Reader) -> dict:
     # (gemma-3-4b gives no vocab_size): the one place a size may come from a default.
     for key, value in TEXT_SIZES.items():
         if text.config.get(key) is None:
-            filled = text.defaults.get(key) or value
-            text.assumptions.append(f"text_config.{key} absent: Gemma3TextConfig default {filled}")
-            text.config = {**text.config, key: filled}
+            text.assumptions.append(f"text_config.{key} absent: Gemma3TextConfig default {value}")
+            text.config = {**text.config, key: value}
     fields = gemma3_text(text)
     vision = r.sub("vision_config")
     tower = siglip_vision_parameters(vision)

@@ -9,15 +9,24 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 
+from introspect import bounds
 from introspect.setup import (
     ATTENTIONS,
     CROSS_ENTROPIES,
+    DEVICES,
     FRAMEWORKS,
+    IMPLEMENTATIONS,
+    LOOPS,
+    OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
     TrainingSetup,
 )
 from introspect.units import DTYPE_CHOICES, dtype_bytes
+
+#: Names users also write for a choice: ``sdpa`` and ``flash`` are memory-efficient
+#: attention kernels; ``sgd-momentum``'s hyphen is handled by :func:`choice` itself.
+ALIASES = {"sdpa": "memory_efficient", "flash": "memory_efficient"}
 
 
 def positive_int(text: str) -> int:
@@ -42,6 +51,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds (``30``, ``2.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
 def dtype_name(text: str) -> str:
     """A dtype name known to :mod:`introspect.units`."""
     try:
@@ -52,10 +72,12 @@ def dtype_name(text: str) -> str:
 
 
 def choice(choices: tuple) -> Callable[[str], str]:
-    """A string from ``choices``, case-insensitive, with hyphens or underscores."""
+    """A string from ``choices``, case-insensitive, with hyphens or underscores, or one of
+    its :data:`ALIASES`."""
 
     def parse(text: str) -> str:
         value = text.lower().replace("-", "_")
+        value = ALIASES.get(value, value) if ALIASES.get(value) in choices else value
         if value not in choices:
             allowed = ", ".join(c.replace("_", "-") for c in choices)
             raise argparse.ArgumentTypeError(f"{text!r} is not one of {allowed}")
@@ -78,6 +100,19 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         action="store_true",
         help="show the full traceback on errors",
     )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="accept values beyond the sanity bounds (10^6 layers, T over 10^8, …)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="the most to wait for the Hub, all requests and retries together "
+        "(default 30, or $INTROSPECT_TIMEOUT)",
+    )
 
 
 def add_setup_flags(
@@ -85,7 +120,7 @@ def add_setup_flags(
     *,
     batch_default: int = 1,
     seq_default: int | None = 2048,
-    act_default: str = "fp32",
+    act_default: str | None = None,
     sweep: bool = True,
     execution: bool = True,
 ) -> None:
@@ -121,7 +156,12 @@ def add_setup_flags(
         default=act_default,
         metavar="DTYPE",
         help=f"dtype of saved activations, sets s: {', '.join(DTYPE_CHOICES)} "
-        f"(default {act_default}; fp32 is 4 bytes, bf16/fp16 2)",
+        + (
+            f"(default {act_default}; "
+            if act_default
+            else "(default: bf16 under --precision bf16, amp or mixed, else fp32; "
+        )
+        + "fp32 is 4 bytes, bf16/fp16 2)",
     )
     act.add_argument(
         "--act-bytes",
@@ -133,7 +173,7 @@ def add_setup_flags(
     g.add_argument(
         "--weights-dtype",
         type=dtype_name,
-        default="fp32",
+        default=None,
         metavar="DTYPE",
         help="dtype of the working weights and their gradients (default fp32); a 16-bit "
         "dtype adds the FP32 master copy of mixed precision",
@@ -145,8 +185,11 @@ def add_setup_flags(
         "--precision",
         type=choice(PRECISIONS),
         default="fp32",
-        help="fp32 (default), mixed (16-bit working weights and grads, FP32 master and "
-        "Adam), bf16 (pure BF16 weights, grads and state)",
+        help="fp32 (default); bf16 (pure BF16 weights, grads and optimizer state); amp "
+        "(torch.autocast(bfloat16) over FP32 weights, grads and state, as plain PyTorch and "
+        "the HF Trainer's bf16=True run it); mixed (16-bit working weights and grads with an "
+        "FP32 master copy, as DeepSpeed, Megatron and FSDP2's MixedPrecisionPolicy hold it). "
+        "A 16-bit precision implies 16-bit activations unless --act-dtype says otherwise",
     )
     e.add_argument(
         "--optimizer",
@@ -156,11 +199,20 @@ def add_setup_flags(
         "sgd-momentum (4), sgd (0), none (frozen weights: no grads, no state)",
     )
     e.add_argument(
+        "--optimizer-impl",
+        type=choice(OPTIMIZER_IMPLS),
+        default="auto",
+        help="torch's update: auto (default: torch's own choice, foreach on CUDA, the "
+        "single-tensor loop on CPU), single-tensor, foreach (one FP32 copy of the "
+        "parameters as a temporary), fused (in place)",
+    )
+    e.add_argument(
         "--attention",
         type=choice(ATTENTIONS),
         default="eager",
         help="eager (default: T×T scores and probabilities kept) or memory-efficient "
-        "(flash/SDPA: a log-sum-exp per row instead)",
+        "(flash/SDPA: a log-sum-exp per row instead); sdpa and flash are accepted for "
+        "memory-efficient",
     )
     e.add_argument(
         "--checkpointing",
@@ -189,12 +241,52 @@ def add_setup_flags(
         help="ZeRO stage over the devices: 0 none (default), 1 optimizer state, 2 + grads, "
         "3 + weights (= FSDP full sharding)",
     )
-    e.add_argument(
+    add_runner_flags(e)
+
+
+def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
+    """--framework, --device, --impl and --loop: who runs the step, with one meaning in
+    every command."""
+    group.add_argument(
         "--framework",
         type=choice(FRAMEWORKS),
-        default="generic",
-        help="generic (default), torch, mlx, mlx-compiled: whose peak the execution layer models",
+        default=framework_default,
+        required=framework_default is None,
+        help="torch"
+        + (" (default)" if framework_default == "torch" else "")
+        + ", mlx (an uncompiled MLX step) or mlx-compiled (mx.compile, as the seed measured)",
     )
+    group.add_argument(
+        "--device",
+        type=choice(DEVICES),
+        default="auto",
+        help="where the step runs: cuda or cpu for torch, metal or cpu for MLX; auto "
+        "(default) is cuda for torch and metal for MLX. With torch it decides the "
+        "optimizer's default implementation (foreach on CUDA, single-tensor on CPU)",
+    )
+    group.add_argument(
+        "--impl",
+        type=choice(IMPLEMENTATIONS),
+        default="reference",
+        help="whose model class: reference (default: the seed's block as our own model), "
+        "transformers (the config's own Hugging Face class) or mlx-lm (mlx-lm's class)",
+    )
+    group.add_argument(
+        "--loop",
+        type=choice(LOOPS),
+        default="logits",
+        help="how the step computes its loss: logits (default: the training code holds the "
+        "logits through backward and calls cross-entropy itself) or labels (the model "
+        "computes its own loss from labels=, as model(input_ids=x, labels=x).loss and the "
+        "HF Trainer's compute_loss do; nothing else is held)",
+    )
+
+
+def activation_dtype_for(args: argparse.Namespace) -> str:
+    """--act-dtype when given; else bf16 under a 16-bit precision, fp32 otherwise."""
+    if getattr(args, "act_dtype", None):
+        return args.act_dtype
+    return "bf16" if getattr(args, "precision", "fp32") in ("bf16", "amp", "mixed") else "fp32"
 
 
 def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
@@ -205,11 +297,17 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
     fields = dict(
         batch_size=batch,
         seq_len=seq,
-        activation_dtype=args.act_dtype,
+        activation_dtype=activation_dtype_for(args),
         activation_bytes_override=args.act_bytes,
-        weights_dtype=args.weights_dtype,
+        weights_dtype=args.weights_dtype or "fp32",
     )
     if hasattr(args, "precision"):
+        bounds.contradictions(
+            precision=args.precision,
+            weights_dtype=args.weights_dtype,
+            zero_stage=args.zero,
+            devices=args.devices,
+        )
         fields.update(
             precision=args.precision,
             optimizer=args.optimizer,
@@ -219,9 +317,15 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             devices=args.devices,
             zero_stage=args.zero,
             framework=args.framework,
+            device=args.device,
+            implementation=args.impl,
+            loop=args.loop,
+            optimizer_impl=args.optimizer_impl,
         )
     fields.update(overrides)
-    return TrainingSetup(**fields)
+    setup = TrainingSetup(**fields)
+    bounds.check_setup(setup, force=getattr(args, "force", False))
+    return setup
 
 
 def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:

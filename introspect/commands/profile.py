@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)  # check the flags before any file or network work
-    model = resolve(args.source, revision=args.revision)
+    model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     results = estimates(model.spec, setup)
     if args.json:
         print(report.dumps(to_json(model, setup, results)))
@@ -238,10 +238,7 @@ def _params_section(model) -> str:
 
 
 def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
-    head = (
-        f"training memory for B={setup.batch_size}, T={setup.seq_len}, "
-        f"s={setup.activation_bytes} bytes, weights {setup.weights_dtype} (decimal GB)"
-    )
+    head = f"training memory for {report.setup_line(setup)} (decimal GB)"
     parts = [head]
     for name, b in results.items():
         if not isinstance(b, Breakdown):

@@ -87,7 +87,7 @@ def execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
         phases = {k: v + extra for k, v in phases.items()}
     return Breakdown(
         terms,
-        label=f"refined: execution ({setup.framework})",
+        label=f"refined: execution ({setup.framework} on {setup.resolved_device})",
         notes=causes.causes(spec, setup, terms),
         meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},
     )

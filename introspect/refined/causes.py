@@ -18,7 +18,7 @@ CAUSES: dict[str, str] = {
     "optimizer/adam_m": "Adam first moment",
     "optimizer/adam_v": "Adam second moment",
     "optimizer/momentum": "SGD momentum buffer",
-    "optimizer/temporaries": "the update's temporaries ({framework})",
+    "optimizer/temporaries": "the update's temporaries ({framework}, {optimizer_impl} {optimizer})",
     "activations/embedding": "layer 0's input, saved by its first norm",
     "activations/layer/layernorm": "norm outputs, saved by the next matmul",
     "activations/layer/layernorm/statistics": "{norm} statistics, FP32 per token "
@@ -84,6 +84,8 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
         "wb": working_weight_bytes(setup),
         "phase_grads": "none before backward" if terms.get("grads", 0) == 0 else "allocated",
         "framework": setup.framework,
+        "optimizer_impl": setup.resolved_optimizer_impl.replace("_", "-"),
+        "optimizer": setup.optimizer,
         "norm": spec.norm,
         "kv": kv,
         "ckpt": "; with checkpointing, the only per-layer tensor kept"

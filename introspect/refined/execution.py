@@ -24,13 +24,14 @@ Adam after a warm-up step, peak from live storages (``PhaseMemTracker``): L=4, d
 h=8, V=8000, standard and Llama-style, eager and SDPA, T = 256–2048, with and without
 per-block ``torch.utils.checkpoint``: every peak within 0.5%, and the same phase; the
 seed's 40M and 100M shapes (fake-tensor dry runs, T = 256 and 2048): within 0.15%.
-Sharding, mixed precision and the ``generic`` (CUDA foreach) optimizer follow the
+Sharding, mixed precision and the foreach (CUDA default) optimizer follow the
 libraries' source and are not measured here.
 """
 
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import saved
@@ -118,24 +119,27 @@ def largest_tensor(spec: ModelSpec) -> int:
 
 
 def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: int) -> int:
-    """Bytes the optimizer step allocates on top of its state.
+    """Bytes the optimizer step allocates on top of its state, by the implementation
+    torch runs (:attr:`TrainingSetup.resolved_optimizer_impl`):
 
-    * torch (CPU): ``torch.optim.Adam`` runs its single-tensor loop (foreach kernels exist
-      only for cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``); per parameter it makes
-      ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the largest
-      parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``, reference
-      model, FP32 Adam).
-    * generic (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
+    * ``single_tensor`` (torch's CPU default: foreach kernels exist only for
+      cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``): per parameter, ``_single_tensor_adam``
+      makes ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the
+      largest parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``,
+      reference model, FP32 Adam).
+    * ``foreach`` (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
       and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
       parameter, one at a time: ``4·N_local``.
+    * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
     * MLX: the update is part of the step's graph; see :func:`mlx_extra`.
     SGD (with or without momentum) and 8-bit Adam update in place.
     """
     if setup.optimizer not in ("adam", "adamw"):
         return 0
-    if setup.framework == "torch":
+    impl = setup.resolved_optimizer_impl
+    if impl == "single_tensor":
         return 2 * largest_tensor(spec) * FP32
-    if setup.framework == "generic":
+    if impl == "foreach":
         return local_params * FP32
     return 0
 
@@ -259,16 +263,29 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return terms
 
 
+#: Up to this many layers every layer's backward moments are built; above it only the
+#: layers that can hold the phase's largest moment (:func:`candidate_layers`).
+ALL_LAYERS_UP_TO = 256
+#: The most layers :func:`candidate_layers` returns when the per-layer totals are (almost)
+#: flat in the layer index and no exact argument narrows them further.
+MAX_CANDIDATES = 4096
+
+
 def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, int]]:
     """Moments inside backward: the output projection's backward (the log-softmax freed,
     the logits' gradient alive, lm_head's gradient made), then for each layer from the
     top down its feed-forward backward (the whole layer alive; with checkpointing,
     recomputed) and its attention backward (its feed-forward side freed, those
-    gradients made)."""
+    gradients made).
+
+    Work is bounded by the input's size, not its values: the layers' moments differ only
+    by terms linear in the layer index, so beyond :data:`ALL_LAYERS_UP_TO` layers only the
+    :func:`candidate_layers` that can hold the largest moment are built; the phase's
+    largest moment (and the first of equal ones, in step order) is the same as when
+    every layer is built."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
-    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
     head = dict(saved_all)
     head.pop("activations/logits/log_softmax", None)
     head["activations/logits/grad"] = (
@@ -277,7 +294,16 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     head.update(mlx_activation_grads(spec, setup, L))
     moments = [_add(state, head)]
+    layer = _layer_moments(spec, setup, state, saved_all)
+    for i in candidate_layers(spec, setup):
+        moments.extend(layer(i))
+    return moments
 
+
+def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int], saved_all):
+    """A function of the layer index ``i`` giving that layer's two backward moments."""
+    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
+    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
     full = saved.per_layer(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
@@ -289,7 +315,11 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
-    for i in range(L - 1, -1, -1):
+    ffn_grad = ffn_transient(spec, setup)
+    attention_grad = attention_transient(spec, setup)
+    head_params = head_parameters(spec)
+
+    def moments(i: int) -> tuple[dict[str, int], dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(state)
@@ -297,22 +327,68 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
         terms = _add(terms, loop_logits)
-        terms["activations/layer/feed_forward/grad"] = ffn_transient(spec, setup)
-        terms["grads"] = grad_bytes(spec, setup, head_parameters(spec) + (L - 1 - i) * per_layer)
+        terms["activations/layer/feed_forward/grad"] = ffn_grad
+        terms["grads"] = grad_bytes(spec, setup, head_params + (L - 1 - i) * per_layer)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
-        moments.append(terms)
+        ffn = terms
         # The layer's attention backward.
         terms = dict(state)
         terms["activations/embedding"] = BT * d * s
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
         terms = _add(terms, loop_logits)
-        terms["activations/layer/attention/grad"] = attention_transient(spec, setup)
-        done = head_parameters(spec) + (L - 1 - i) * per_layer + per_layer - attention_side_params
+        terms["activations/layer/attention/grad"] = attention_grad
+        done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
-        moments.append(terms)
+        return ffn, terms
+
     return moments
+
+
+def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
+    """The layer indices, top down, whose backward moments can be the largest.
+
+    Each of a layer's two moments totals ``c + i·S + G(L-1-i) + M(i+1)``: ``S`` the bytes
+    one layer below keeps, ``G(j) = ⌈w·(g₀ + j·P)/D⌉`` the gradients made so far (``w``
+    bytes per gradient, ``P`` parameters per layer, ``D`` devices when ZeRO-2 shards them,
+    else 1; 0 for a frozen model), ``M(p) = round(k·p·B·T·d·s)`` MLX's pending activation
+    gradients (0 for torch). That is a line in ``i`` plus an error within ``margin``
+    bytes (the ceiling, the rounding, the float product), so every layer holding the
+    largest value lies within ``margin / |slope|`` of the line's top end. Without MLX's
+    rounding the totals in one residue class of ``L-1-i`` modulo ``D`` form an
+    arithmetic progression (``G(j+D) = G(j) + w·P``), so the first and last ``D``
+    layers hold the maximum too; the smaller set is used. With neither set under
+    :data:`MAX_CANDIDATES` (an almost flat line, only from a coincidence of sizes) the
+    layers nearest the line's top are used and the peak may be off by ``margin`` bytes.
+    """
+    L = spec.num_hidden_layers
+    if L <= ALL_LAYERS_UP_TO:
+        return list(range(L - 1, -1, -1))
+    if setup.activation_checkpointing:
+        below = saved.checkpointed_layer(spec, setup)
+    else:
+        below = saved.per_layer(spec, setup)
+    devices = setup.devices if setup.zero_stage >= 2 else 1
+    slope = Fraction(sum(below.values()))
+    margin = Fraction(4)
+    if setup.optimizer != "none":
+        slope -= Fraction(working_weight_bytes(setup) * layer_parameters(spec), devices)
+    mlx = mlx_activation_grads(spec, setup, L)
+    if mlx:
+        k = MLX_ACTIVATION_GRADS_PER_LAYER[spec.norm]
+        slope += Fraction(k) * setup.tokens * spec.hidden_size * setup.activation_bytes
+        margin += Fraction(abs(mlx["activations/mlx_activation_grads"])) / 10**13
+    top = L - 1 if slope >= 0 else 0
+    width = L if slope == 0 else math.floor(margin / abs(slope)) + 1
+    near = range(top, top - min(width, L), -1) if top else range(min(width, L) - 1, -1, -1)
+    if not mlx and 2 * devices < len(near):
+        # j = L-1-i: the first and last `devices` values of j in every residue class.
+        ends = set(range(L - 1, L - 1 - min(devices, L), -1)) | set(range(min(devices, L)))
+        return sorted(ends, reverse=True)
+    if len(near) > MAX_CANDIDATES:
+        near = near[:MAX_CANDIDATES] if top else near[-MAX_CANDIDATES:]
+    return list(near)
 
 
 def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
