@@ -86,7 +86,7 @@ def main() -> int:
         for attention, impl in impls:
             for T in (256, 1024):
                 setup = TrainingSetup(
-                    batch_size=1, seq_len=T, attention=attention, framework="torch"
+                    batch_size=1, seq_len=T, attention=attention, framework="torch", device="cpu"
                 )
                 keys = {k: v for k, v in config.items() if k != "model_type"}
                 cfg = transformers.AutoConfig.for_model(

@@ -68,6 +68,7 @@ def math_sdpa(setup: TrainingSetup, kind: LayerKind) -> bool:
     return (
         setup.attention != "eager"
         and setup.framework == "torch"
+        and setup.resolved_device == "cpu"
         and att.kind == "mla"
         and att.qk_head_dim != att.v_head_dim
     )
