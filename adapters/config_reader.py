@@ -71,12 +71,11 @@ class Reader:
         if own is not None and not isinstance(own, dict):
             raise self.fail(f"{key} must be a JSON object, got {type(own).__name__}")
         if own is None:
+            # A wrapper's text part fixes the model's sizes: never a class default.
+            if required:
+                raise self.fail(f"{key} is missing; a {self.model_type} config.json must give it")
             filled = self.defaults.get(key)
             if not isinstance(filled, dict):
-                if required:
-                    raise self.fail(
-                        f"{key} is missing; a {self.model_type} config.json must give it"
-                    )
                 return None
             nested_type = filled.get("model_type") or key
         else:

@@ -238,3 +238,37 @@ def test_load_config_round_trips_a_bundled_file(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(model.config()))
     assert load_config(path) == model.config()
+
+
+@pytest.mark.parametrize("use_transformers", [True, False], ids=["transformers", "fallback"])
+@pytest.mark.parametrize(
+    "config, words",
+    [
+        ({"model_type": "gemma3", "vision_config": {}}, "text_config is missing"),
+        ({"model_type": "llama4", "vision_config": {}}, "text_config is missing"),
+        (
+            _small("gemma2", num_hidden_layers=3, layer_types=["full_attention"]),
+            "layer_types lists 1 layers but num_hidden_layers is 3",
+        ),
+        (
+            _small("mistral", sliding_window=9000, max_position_embeddings=4096),
+            "sliding_window=9000 is larger than the context",
+        ),
+        (
+            _small("qwen3_moe", num_experts=4, num_experts_per_tok=5),
+            "num_experts_per_tok=5 must be between 1 and num_experts=4",
+        ),
+    ],
+    ids=[
+        "gemma3-no-text",
+        "llama4-no-text",
+        "layer-list-length",
+        "window-over-context",
+        "top-k-over-experts",
+    ],
+)
+def test_inconsistent_stacks_are_one_line_errors_naming_the_key(config, words, use_transformers):
+    with pytest.raises(ConfigError) as err:
+        spec_from_config(config, path="cfg.json", use_transformers=use_transformers)
+    assert words in str(err.value) and str(err.value).startswith("cfg.json")
+    assert "\n" not in str(err.value)

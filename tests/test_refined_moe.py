@@ -95,7 +95,7 @@ def _layer0(cen, under: str, *, floats_only: bool = True) -> int:
 
 def _ours(name: str, attn: str) -> dict[str, int]:
     spec = spec_from_config(CONFIGS[name])
-    setup = TrainingSetup(batch_size=B, seq_len=T, attention=attn)
+    setup = TrainingSetup(batch_size=B, seq_len=T, attention=attn, device="cpu")
     return saved.per_layer(spec, setup, spec.runs[0].kind)
 
 
@@ -195,7 +195,7 @@ def test_qwen3_next_gated_attention_and_the_linear_layers_lower_bound():
     x = torch.randint(0, 128, (B, 2 * T))
     cen = census(model, lambda: model(input_ids=x, labels=x).loss, tokens=2 * B * T, seq_len=2 * T)
     spec = spec_from_config(NEXT)
-    setup = TrainingSetup(batch_size=B, seq_len=2 * T, attention="eager")
+    setup = TrainingSetup(batch_size=B, seq_len=2 * T, attention="eager", device="cpu")
     (linear, _), (full, _) = spec.kinds
     assert (linear.attention.kind, full.attention.kind) == ("linear", "full")
 
@@ -216,3 +216,13 @@ def test_qwen3_next_gated_attention_and_the_linear_layers_lower_bound():
     assert census_bytes(3, "self_attn") - attention_bytes(full) == 2 * 16 * 4
     # Linear attention (layer 0): the saved set is a lower bound.
     assert 0 < attention_bytes(linear) < census_bytes(0, "linear_attn")
+
+
+def test_mla_on_cpu_sdpa_runs_the_math_path_and_keeps_t_by_t():
+    """Q/K heads of nope + rope but V heads of v_head_dim: torch's CPU SDPA has no fused
+    kernel for that and keeps the softmax like eager attention."""
+    cen = _census("deepseek-v3-mla", "sdpa")
+    ours = _ours("deepseek-v3-mla", "memory_efficient")
+    softmax = sum(r[4] for r in cen.rows if ".layers.0.self_attn" in r[0] and "softmax" in r[1])
+    assert ours["attention/quadratic/probs"] == softmax > 0
+    assert "attention/logsumexp" not in ours

@@ -59,6 +59,21 @@ def keeps_t2(setup: TrainingSetup) -> bool:
     return setup.attention == "eager" or is_mlx(setup)
 
 
+def math_sdpa(setup: TrainingSetup, kind: LayerKind) -> bool:
+    """torch's CPU SDPA has no fused kernel for a V head width other than Q/K's (MLA:
+    ``qk_nope + qk_rope`` vs ``v_head_dim``) and runs the math composition, which keeps
+    the T×T probabilities like eager attention (measured: ``benchmarks/moe_window.py``,
+    DeepSeek-V3-style MLA, SDPA peak equal to eager's)."""
+    att = kind.attention
+    return (
+        setup.attention != "eager"
+        and setup.framework == "torch"
+        and setup.resolved_device == "cpu"
+        and att.kind == "mla"
+        and att.qk_head_dim != att.v_head_dim
+    )
+
+
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None) -> int:
     """Width of the K and V tensors the attention keeps: eager attention repeats them to
     every query head (``repeat_interleave``, as Hugging Face's ``repeat_kv``) before the
@@ -151,7 +166,7 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         # and the reshape for o_proj copies it: the context is kept twice (census).
         out["attention/linear/context_copy"] = BT * att.q_dim * s
     keys = T + (1 if att.sinks else 0)
-    if keeps_t2(setup):
+    if keeps_t2(setup) or math_sdpa(setup, kind):
         out["attention/quadratic/probs"] = B * h * T * keys * FP32
         if s < FP32:
             out["attention/quadratic/probs_cast"] = B * h * T * keys * s
