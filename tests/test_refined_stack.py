@@ -129,6 +129,8 @@ def test_a_frozen_tower_keeps_its_weights_but_no_gradients_or_optimizer_state():
     step = {n: v for n, v in frozen.execution.items()}
     assert frozen.execution.total < trained.execution.total
     assert step["weights"] == trained.execution["weights"]
+    for term in ("optimizer/adam_m", "optimizer/adam_v"):  # at the execution peak too
+        assert trained.execution[term] - step[term] == 4 * tower
     # A model without a tower is unchanged by the flag.
     dense = bundled.lookup("Qwen/Qwen2.5-0.5B").spec()
     assert (

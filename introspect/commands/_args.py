@@ -494,6 +494,12 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         "the CPU) or parameters (weights too, brought over one block at a time)",
     )
     g.add_argument(
+        "--freeze-tower",
+        action="store_true",
+        help="a multimodal model's vision/audio tower stays frozen: its weights, no "
+        "gradients, master copy or optimizer state",
+    )
+    g.add_argument(
         "--optimizer-in-backward",
         action="store_true",
         help="step each parameter as its gradient is made (gradients never all exist)",
@@ -522,6 +528,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         train_embeddings=args.train_embeddings,
         offload=args.offload,
         optimizer_in_backward=args.optimizer_in_backward,
+        freeze_tower=args.freeze_tower,
     )
 
 

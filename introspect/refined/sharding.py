@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 
-from introspect.params import norm_params
+from introspect.params import norm_params, trainable_parameter_count
 from introspect.refined.model_parallel import model_parallel_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -177,7 +177,9 @@ def state_terms(
     ``working`` and ``master`` are bytes per parameter, ``state`` the optimizer's bytes
     per parameter by term (from the execution layer)."""
     N, D, how = spec.n_params, setup.devices, strategy(setup)
-    opt_elems = N
+    # Master copy and optimizer state exist for trainable parameters only (a frozen
+    # multimodal tower has neither); the sharded strategies below divide all of N.
+    opt_elems = trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
     if how == "none":
         terms = {"weights": working * N}
     elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
