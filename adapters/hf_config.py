@@ -287,6 +287,10 @@ def _phi(r: _Reader) -> dict:
         qk_norm="head" if r.flag("qk_layernorm", False) else "none",
         position_embedding="rope",
         tie_word_embeddings=_tied(r, False, cls),
+        attention_dropout=r.number("attention_dropout", 0.0),
+        hidden_dropout=r.number("resid_pdrop", 0.0),
+        embedding_dropout=r.number("embd_pdrop", 0.0),
+        partial_rotary_factor=factor,
     )
 
 
@@ -316,6 +320,10 @@ def _gpt2(r: _Reader) -> dict:
             "n_positions", "max_position_embeddings", default=1024, why=f"{cls} default 1024"
         ),
         tie_word_embeddings=_tied(r, True, cls),
+        # GPT2Config's dropouts default to 0.1 each (configuration_gpt2.py).
+        attention_dropout=r.number("attn_pdrop", 0.1),
+        hidden_dropout=r.number("resid_pdrop", 0.1),
+        embedding_dropout=r.number("embd_pdrop", 0.1),
     )
 
 
@@ -405,6 +413,8 @@ def spec_from_config(
         )
     reader = _Reader(config, model_type, where)
     fields = read(reader)
+    # Every Llama-descended config names its attention dropout so (0.0 by default).
+    fields.setdefault("attention_dropout", reader.number("attention_dropout", 0.0))
     try:
         return ModelSpec(
             **fields,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 
 from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
-from introspect.refined import saved
+from introspect.refined import hf_saved, saved
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -139,11 +139,18 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     if setup.optimizer not in ("adam", "adamw"):
         return 0
     impl = setup.resolved_optimizer_impl
+    state = state_value_bytes(setup)
     if impl == "single_tensor":
-        return 2 * largest_tensor(spec) * FP32
+        return 2 * largest_tensor(spec) * state
     if impl == "foreach":
-        return local_params * FP32
+        return local_params * state
     return 0
+
+
+def state_value_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value of Adam's m and v, and so of the update's temporaries
+    (``exp_avg_sq.sqrt()`` has exp_avg_sq's dtype): 2 under pure BF16, else FP32."""
+    return 2 if setup.precision == "bf16" else FP32
 
 
 def _share(n: int, devices: int, sharded: bool) -> int:
@@ -190,7 +197,7 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     layer = saved.per_layer(spec, setup)
     if setup.activation_checkpointing:
         layer = saved.checkpointed_layer(spec, setup)
-    terms = {"activations/embedding": setup.tokens * spec.hidden_size * s}
+    terms = saved.embedding(spec, setup)
     terms.update(_prefixed({f"layer/{k}": L * v for k, v in layer.items()}))
     terms.update(_prefixed(saved.final(spec, setup)))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))
@@ -203,6 +210,8 @@ def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     (measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward); a chunked or
     fused loss holds one chunk's logits, log-softmax and gradient instead."""
     V = spec.vocab_size
+    if setup.cross_entropy == "standard" and saved.is_transformers(setup):
+        return 2 * setup.tokens * V * hf_saved.loss_bytes(setup)
     if setup.cross_entropy == "standard":
         return 2 * setup.tokens * V * FP32
     return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
@@ -215,7 +224,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     stream = 2 * B * T * spec.hidden_size * s
-    if saved.keeps_t2(setup):
+    if saved.keeps_t2_for(spec, setup):
         return 2 * B * spec.num_attention_heads * T * T * FP32 + stream
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
@@ -269,7 +278,7 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     head = dict(saved_all)
     head.pop("activations/logits/log_softmax", None)
     head["activations/logits/grad"] = (
-        BT * spec.vocab_size * FP32 if setup.cross_entropy == "standard" else 0
+        BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
     ) + BT * d * s
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     head.update(mlx_activation_grads(spec, setup, L))
@@ -285,12 +294,15 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     per_layer = layer_parameters(spec)
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
+    if saved.is_transformers(setup) and not saved.keeps_t2_for(spec, setup):
+        # SDPA's backward reads its own output, which is the context o_proj kept.
+        current["attention/linear/context"] = full["attention/linear/context"]
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
+    before = saved.embedding(spec, setup)
     for i in range(L - 1, -1, -1):
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
-        terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
+        terms = _add(state, before)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
         terms = _add(terms, loop_logits)
@@ -299,8 +311,7 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         moments.append(terms)
         # The layer's attention backward.
-        terms = dict(state)
-        terms["activations/embedding"] = BT * d * s
+        terms = _add(state, before)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
         terms = _add(terms, loop_logits)
@@ -309,7 +320,35 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         moments.append(terms)
+    moments.append(backward_end(spec, setup))
     return moments
+
+
+def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The embedding's backward, last in the step: every other gradient made, the
+    gradient of layer 0's input, and ``embedding_dense_backward``'s V·d result. Untied,
+    that result becomes the embedding's gradient; tied, the lm_head's gradient already
+    holds the slot and AccumulateGrad adds the new V·d into it
+    (``torch/csrc/autograd/functions/accumulate_grad.h``): one V·d more at the
+    gradients' dtype alive at once."""
+    terms = dict(state_terms(spec, setup))
+    saved_all = saved_terms(spec, setup)
+    if "activations/logits/output" in saved_all:
+        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    terms["grads"] = grad_bytes(spec, setup, spec.n_params)
+    vd = spec.vocab_size * spec.hidden_size
+    terms["grads/embedding_sum"] = grad_bytes(spec, setup, vd) if spec.tie_word_embeddings else 0
+    terms["activations/embedding/grad"] = setup.tokens * spec.hidden_size * setup.activation_bytes
+    return terms
+
+
+def logits_grad_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value of the logits' gradient at lm_head's backward: FP32 for the
+    reference model; the logits' own dtype for transformers' classes (the FP32 gradient
+    of ``.float()`` is cast back before lm_head sees it)."""
+    if saved.is_transformers(setup):
+        return setup.activation_bytes
+    return FP32
 
 
 def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:

@@ -40,6 +40,7 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 
 from __future__ import annotations
 
+from introspect.refined import hf_saved
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -50,12 +51,34 @@ def is_mlx(setup: TrainingSetup) -> bool:
     return setup.framework in ("mlx", "mlx_compiled")
 
 
+def is_transformers(setup: TrainingSetup) -> bool:
+    """transformers' own classes (:mod:`introspect.refined.hf_saved`) rather than our
+    reference model."""
+    return setup.implementation == "transformers" and setup.framework == "torch"
+
+
 def keeps_t2(setup: TrainingSetup) -> bool:
     """Whether the T×T probabilities are kept: eager attention, and on MLX always —
     ``mx.fast.scaled_dot_product_attention`` has no fused backward on the CPU backend;
     its vjp runs the unfused composition (measured: 496.7 MB memory-efficient vs 493.5 MB
     eager, L=4, d=256, h=8, V=8000, T=1024)."""
     return setup.attention == "eager" or is_mlx(setup)
+
+
+def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """:func:`keeps_t2` with the model known (transformers' SDPA falls back to the math
+    kernel under dropout on CPU: :func:`introspect.refined.hf_saved.keeps_t2`)."""
+    if is_transformers(setup):
+        return hf_saved.keeps_t2(spec, setup)
+    return keeps_t2(setup)
+
+
+def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Bytes kept before the first layer: the embedding output (layer 0's input) and, for
+    transformers' classes, the embedding dropout's mask and the shared rotary tables."""
+    if is_transformers(setup):
+        return hf_saved.embedding(spec, setup)
+    return {"activations/embedding": setup.tokens * spec.hidden_size * setup.activation_bytes}
 
 
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -83,6 +106,8 @@ def norm_extra(spec: ModelSpec, tokens: int, width: int, s: int) -> int:
 def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes one layer's backward keeps, by term (the layer input is the previous
     layer's ``feed_forward/down`` or the embedding, so it is not repeated here)."""
+    if is_transformers(setup):
+        return hf_saved.per_layer(spec, setup)
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, d, h = B * T, spec.hidden_size, spec.num_attention_heads
     n = spec.norms_per_layer
@@ -146,6 +171,8 @@ ATTENTION_SIDE = (
     "attention/linear/v",
     "attention/quadratic/probs",
     "attention/quadratic/probs_cast",
+    "attention/quadratic/dropout_mask",
+    "attention/quadratic/dropped",
     "attention/logsumexp",
     "attention/rope",
 )
@@ -166,6 +193,8 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes kept after the last layer: the final norm's output (saved by lm_head), its
     statistics and, for RMSNorm, its normalized input. The embedding output (layer 0's
     input) is the ``activations/embedding`` term."""
+    if is_transformers(setup):
+        return hf_saved.final(spec, setup)
     BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
     out = {"final_norm": BT * d * s, "final_norm/statistics": norm_statistics(spec, BT)}
     if spec.norm == "rmsnorm" and not is_mlx(setup):
@@ -180,6 +209,8 @@ def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     backward, but the training loop holds them (``logits = model(x)``) until the step
     ends: ``B·T·V·s``. A fused or chunked loss never materialises either; it keeps one
     log-sum-exp per token."""
+    if is_transformers(setup):
+        return hf_saved.logits_saved(spec, setup)
     BTV = setup.tokens * spec.vocab_size
     if setup.cross_entropy == "standard":
         return {"logits/log_softmax": BTV * FP32, "logits/output": BTV * setup.activation_bytes}
@@ -191,4 +222,6 @@ def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     layer keeps only its input — the previous layer's output — so of the per-layer terms
     only ``feed_forward/down`` (the layer output, B·T·d) stays; the rest is recomputed,
     one layer at a time, during backward."""
+    if is_transformers(setup):
+        return hf_saved.checkpointed_layer(spec, setup)
     return {"feed_forward/down": per_layer(spec, setup)["feed_forward/down"]}
