@@ -297,6 +297,10 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     if saved.is_transformers(setup) and not saved.keeps_t2_for(spec, setup):
         # SDPA's backward reads its own output, which is the context o_proj kept.
         current["attention/linear/context"] = full["attention/linear/context"]
+    if saved.is_transformers(setup):
+        # The 16-bit copy of the probabilities is freed by probs·V's backward, before the
+        # softmax backward makes its two FP32 T×T gradients.
+        current.pop("attention/quadratic/probs_cast", None)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
     before = saved.embedding(spec, setup)
     for i in range(L - 1, -1, -1):

@@ -26,7 +26,8 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   input dtype, ``models/gpt2/modeling_gpt2.py``); the context's ``transpose(1, 2)
   .reshape`` copy is saved by o_proj. SDPA on CPU (``_scaled_dot_product_flash_attention
   _for_cpu``) saves its output — already laid out for o_proj, no copy — and a
-  log-sum-exp per row. The rotary cos/sin are made once per forward by the model's
+  log-sum-exp per row (a head-major Q, as Phi's partial rotary ``cat`` makes it, gives a
+  head-major output, and the reshape for o_proj copies it). The rotary cos/sin are made once per forward by the model's
   ``rotary_emb`` and shared by every layer (2·T·rotary_dim, not per layer).
 * **Dropout** in train mode with p > 0 (``nn.functional.dropout``): on CPU torch's
   ``_dropout_impl`` draws ``empty_like(input).bernoulli_()`` — a mask in the input's
@@ -173,22 +174,29 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
         out["layernorm/qk_norm"] = BT * widths * (FP32 + s) + stats
     kv = kv_saved_width(spec, setup)
-    out["attention/linear/q"] = BT * spec.q_dim * s
-    out["attention/linear/k"] = BT * kv * s
-    out["attention/linear/v"] = BT * kv * s
+    # SDPA's math kernel upcasts 16-bit Q, K, V to FP32 on CPU and runs everything in
+    # FP32 (census of GPT-2 under bf16 and amp); its output is cast back.
+    inner = FP32 if math_fallback(spec, setup) else s
+    out["attention/linear/q"] = BT * spec.q_dim * inner
+    out["attention/linear/k"] = BT * kv * inner
+    out["attention/linear/v"] = BT * kv * inner
     out["attention/linear/context"] = BT * spec.q_dim * s
     if keeps_t2(spec, setup):
         t2 = B * h * T * T
         gpt2_softmax = spec.model_type == "gpt2" and not is_amp(setup)
-        probs = s if gpt2_softmax else FP32
+        probs = inner if gpt2_softmax else FP32
         out["attention/quadratic/probs"] = t2 * probs
         if spec.attention_dropout > 0:
-            out["attention/quadratic/dropout_mask"] = t2 * dropout_mask_bytes(setup, s)
-            out["attention/quadratic/dropped"] = t2 * s
+            out["attention/quadratic/dropout_mask"] = t2 * dropout_mask_bytes(setup, inner)
+            out["attention/quadratic/dropped"] = t2 * inner
         elif probs > s:
             out["attention/quadratic/probs_cast"] = t2 * s
     else:
         out["attention/logsumexp"] = B * h * T * FP32
+        if spec.partial_rotary_factor < 1:
+            # Partial rotary ``torch.cat``s the rotated and passed parts: Q comes out
+            # head-major, SDPA's output follows Q's layout, and o_proj's reshape copies it.
+            out["attention/linear/context_copy"] = BT * spec.q_dim * s
     if spec.hidden_dropout > 0:
         out["attention/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
     if not parallel:
