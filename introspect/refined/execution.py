@@ -193,7 +193,7 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers)."""
-    L, s = spec.num_hidden_layers, setup.activation_bytes
+    L = spec.num_hidden_layers
     layer = saved.per_layer(spec, setup)
     if setup.activation_checkpointing:
         layer = saved.checkpointed_layer(spec, setup)
@@ -225,7 +225,8 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     stream = 2 * B * T * spec.hidden_size * s
     if saved.keeps_t2_for(spec, setup):
-        return 2 * B * spec.num_attention_heads * T * T * FP32 + stream
+        probs = hf_saved.probs_bytes(spec, setup) if saved.is_transformers(setup) else FP32
+        return 2 * B * spec.num_attention_heads * T * T * probs + stream
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
 
@@ -324,25 +325,34 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         moments.append(terms)
-    moments.append(backward_end(spec, setup))
+    if not saved.is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
+        moments.append(backward_end(spec, setup))
     return moments
 
 
 def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """The embedding's backward, last in the step: every other gradient made, the
-    gradient of layer 0's input, and ``embedding_dense_backward``'s V·d result. Untied,
-    that result becomes the embedding's gradient; tied, the lm_head's gradient already
-    holds the slot and AccumulateGrad adds the new V·d into it
-    (``torch/csrc/autograd/functions/accumulate_grad.h``): one V·d more at the
-    gradients' dtype alive at once."""
+    """The embedding's backward, last in the step, every other gradient made.
+
+    Untied: ``embedding_dense_backward`` makes the V·d gradient while the gradient of
+    layer 0's input (B·T·d) is still alive. Tied: the weight has two uses, so the engine's
+    input buffer for its AccumulateGrad already holds lm_head's V·d gradient when the
+    embedding's arrives, and sums them out of place (``torch/csrc/autograd/
+    input_buffer.cpp``): three V·d buffers at the gradients' dtype at once — the two
+    summands and the sum that becomes ``.grad`` (measured: exactly 3·V·d·4 of temporaries
+    at Qwen2's peak, FP32, fused or foreach Adam) — two beyond the N gradients."""
     terms = dict(state_terms(spec, setup))
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
     terms["grads"] = grad_bytes(spec, setup, spec.n_params)
-    vd = spec.vocab_size * spec.hidden_size
-    terms["grads/embedding_sum"] = grad_bytes(spec, setup, vd) if spec.tie_word_embeddings else 0
-    terms["activations/embedding/grad"] = setup.tokens * spec.hidden_size * setup.activation_bytes
+    if spec.tie_word_embeddings:
+        terms["grads/embedding_sum"] = 2 * grad_bytes(
+            spec, setup, spec.vocab_size * spec.hidden_size
+        )
+    else:
+        terms["activations/embedding/grad"] = (
+            setup.tokens * spec.hidden_size * setup.activation_bytes
+        )
     return terms
 
 

@@ -27,8 +27,9 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   .reshape`` copy is saved by o_proj. SDPA on CPU (``_scaled_dot_product_flash_attention
   _for_cpu``) saves its output — already laid out for o_proj, no copy — and a
   log-sum-exp per row (a head-major Q, as Phi's partial rotary ``cat`` makes it, gives a
-  head-major output, and the reshape for o_proj copies it). The rotary cos/sin are made once per forward by the model's
-  ``rotary_emb`` and shared by every layer (2·T·rotary_dim, not per layer).
+  head-major output, and the reshape for o_proj copies it). The rotary cos/sin are made
+  once per forward by the model's ``rotary_emb`` and shared by every layer
+  (2·T·rotary_dim, not per layer).
 * **Dropout** in train mode with p > 0 (``nn.functional.dropout``): on CPU torch's
   ``_dropout_impl`` draws ``empty_like(input).bernoulli_()`` — a mask in the input's
   dtype, saved — and the dropped tensor; CUDA's ``native_dropout`` keeps a one-byte
@@ -117,6 +118,16 @@ def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     return spec.kv_dim
 
 
+def probs_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per value of the saved softmax output (and of its backward's two T×T
+    gradients): FP32 where the code asks for it (``softmax(..., dtype=torch.float32)``),
+    under autocast (softmax is on its FP32 list) and in SDPA's math fallback; GPT-2's
+    plain ``softmax`` runs in the activation dtype."""
+    if spec.model_type == "gpt2" and not is_amp(setup) and not math_fallback(spec, setup):
+        return setup.activation_bytes
+    return FP32
+
+
 def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[str, int]:
     """One block norm read by ``consumers`` projections, minus its input (the residual
     tensor, counted where the stream is): its output as the projections keep it, the
@@ -183,8 +194,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     out["attention/linear/context"] = BT * spec.q_dim * s
     if keeps_t2(spec, setup):
         t2 = B * h * T * T
-        gpt2_softmax = spec.model_type == "gpt2" and not is_amp(setup)
-        probs = inner if gpt2_softmax else FP32
+        probs = probs_bytes(spec, setup)
         out["attention/quadratic/probs"] = t2 * probs
         if spec.attention_dropout > 0:
             out["attention/quadratic/dropout_mask"] = t2 * dropout_mask_bytes(setup, inner)
@@ -245,7 +255,9 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """After the last layer: the final norm (its output as lm_head keeps it, statistics,
     normalized value) and, with checkpointing, its FP32 input copy (no later checkpoint
     keeps the last layer's output); autocast's BF16 copy of the lm_head weight."""
-    terms = {f"final_norm{k[len('layernorm'):]}": v for k, v in _norm_terms(spec, setup, 1).items()}
+    terms = {
+        f"final_norm{k[len('layernorm') :]}": v for k, v in _norm_terms(spec, setup, 1).items()
+    }
     if setup.activation_checkpointing:
         terms["final_norm/input"] = setup.tokens * spec.hidden_size * norm_input_bytes(spec, setup)
     if is_amp(setup):
