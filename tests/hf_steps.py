@@ -122,8 +122,8 @@ def build(config: dict, setup: TrainingSetup):
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **keys)
     hf_config._attn_implementation = "eager" if setup.attention == "eager" else "sdpa"
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(hf_config)
-    model.to(DTYPES[setup.precision])
+    # Built in its dtype (``.to`` cannot swap fake parameters).
+    model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=DTYPES[setup.precision])
     if setup.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
