@@ -69,8 +69,17 @@ ACTIVATION_EXTRA: dict[str, int] = {
 FUSED_QKV = ("gpt2",)
 #: Families whose block is parallel: attention and feed-forward read one norm (Phi).
 PARALLEL = ("phi",)
-#: Families with Gemma's RMSNorm (normalized value kept in FP32).
-GEMMA_NORM = ("gemma", "gemma2")
+#: Families whose RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32:
+#: Gemma's ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
+#: hidden_states).to(input_dtype)``.
+FP32_NORMALIZED = ("gemma", "gemma2", "olmo2")
+#: Families whose blocks norm the branch outputs instead of the branch inputs (OLMo2:
+#: ``residual + post_attention_layernorm(attn)``, ``residual + post_feedforward_layernorm
+#: (mlp)``): the projections read the residual stream itself.
+POST_NORM = ("olmo2",)
+#: Families whose rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin``
+#: uncast; Llama's casts them to the activations' dtype).
+ROPE_FP32 = ("olmo2",)
 
 
 def is_amp(setup: TrainingSetup) -> bool:
@@ -139,7 +148,7 @@ def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[s
         "layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32,
     }
     if spec.norm == "rmsnorm":
-        normalized = FP32 if spec.model_type in GEMMA_NORM else r
+        normalized = FP32 if spec.model_type in FP32_NORMALIZED else r
         terms["layernorm/normalized"] = BT * d * normalized
     return terms
 
@@ -175,15 +184,20 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     parallel = spec.model_type in PARALLEL
     gated = spec.ffn == "gated"
     out: dict[str, int] = {}
-    _add(out, _norm_terms(spec, setup, attention_consumers(spec)))
-    if not parallel:
-        _add(out, _norm_terms(spec, setup, 2 if gated else 1))
+    post = spec.model_type in POST_NORM
+    if post:
+        out.update(_post_norm_terms(spec, setup))
+    else:
+        _add(out, _norm_terms(spec, setup, attention_consumers(spec)))
+        if not parallel:
+            _add(out, _norm_terms(spec, setup, 2 if gated else 1))
     if spec.qk_norm != "none":
-        # The raw projection upcast (or kept, FP32), its rstd, x·rstd cast back.
+        # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or FP32).
         widths = spec.q_dim + spec.kv_dim
         rows = BT * (h + spec.kv_heads) if spec.qk_norm == "head" else 2 * BT
         stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
-        out["layernorm/qk_norm"] = BT * widths * (FP32 + s) + stats
+        normalized = FP32 if spec.model_type in FP32_NORMALIZED else s
+        out["layernorm/qk_norm"] = BT * widths * (FP32 + normalized) + stats
     kv = kv_saved_width(spec, setup)
     # SDPA's math kernel upcasts 16-bit Q, K, V to FP32 on CPU and runs everything in
     # FP32 (census of GPT-2 under bf16 and amp); its output is cast back.
@@ -209,7 +223,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["attention/linear/context_copy"] = BT * spec.q_dim * s
     if spec.hidden_dropout > 0:
         out["attention/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
-    if not parallel:
+    if post:
+        out["attention/linear/out"] = BT * d * stream_kept_bytes(setup, 2 if gated else 1)
+    elif not parallel:
         out["attention/linear/out"] = BT * d * norm_input_bytes(spec, setup)
     k = spec.num_experts_per_tok if spec.is_moe else 1
     if gated:
@@ -227,8 +243,34 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
     if is_amp(setup):
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
-    out["feed_forward/down"] = BT * d * norm_input_bytes(spec, setup)
+    out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
     return out
+
+
+def stream_kept_bytes(setup: TrainingSetup, consumers: int) -> int:
+    """Bytes per value at which projections reading the residual stream directly keep
+    it: the stream itself, or under autocast one BF16 cast per projection."""
+    return consumers * setup.activation_bytes if is_amp(setup) else residual_bytes(setup)
+
+
+def layer_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per value at which a layer's input is kept: by its first norm
+    (:func:`norm_input_bytes`), or in a post-norm block by q, k and v themselves."""
+    if spec.model_type in POST_NORM:
+        return stream_kept_bytes(setup, attention_consumers(spec))
+    return norm_input_bytes(spec, setup)
+
+
+def _post_norm_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """OLMo2's two norms on the branch outputs: each keeps its input's FP32 copy (or the
+    FP32 input), rstd and the FP32 ``x·rstd``; their outputs go into the residual add,
+    which keeps nothing."""
+    BT, d = setup.tokens, spec.hidden_size
+    return {
+        "layernorm/input": 2 * BT * d * FP32,
+        "layernorm/statistics": 2 * BT * FP32,
+        "layernorm/normalized": 2 * BT * d * FP32,
+    }
 
 
 def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
@@ -241,13 +283,14 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Layer 0's input as its first norm (or checkpoint) keeps it, and the embedding
     dropout's mask (GPT-2, Phi: ``embd_pdrop``); the undropped output is freed."""
     BT, d, r = setup.tokens, spec.hidden_size, residual_bytes(setup)
-    kept = r if setup.activation_checkpointing else norm_input_bytes(spec, setup)
+    kept = r if setup.activation_checkpointing else layer_input_bytes(spec, setup)
     out = {"activations/embedding": BT * d * kept}
     if spec.embedding_dropout > 0:
         out["activations/embedding/dropout_mask"] = BT * d * dropout_mask_bytes(setup, r)
     if spec.position_embedding == "rope":
         rotary = int(spec.head_size * spec.partial_rotary_factor)
-        out["activations/positions"] = 2 * setup.seq_len * rotary * r
+        table = FP32 if spec.model_type in ROPE_FP32 else r
+        out["activations/positions"] = 2 * setup.seq_len * rotary * table
     return out
 
 
@@ -258,8 +301,16 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     terms = {
         f"final_norm{k[len('layernorm') :]}": v for k, v in _norm_terms(spec, setup, 1).items()
     }
+    BTd = setup.tokens * spec.hidden_size
     if setup.activation_checkpointing:
-        terms["final_norm/input"] = setup.tokens * spec.hidden_size * norm_input_bytes(spec, setup)
+        terms["final_norm/input"] = BTd * norm_input_bytes(spec, setup)
+    elif spec.model_type in POST_NORM:
+        # The last layer's output is kept by the final (pre-)norm, not by a next layer's
+        # q/k/v: the difference to the per-layer ``feed_forward/down`` it was counted at
+        # (signed: under autocast the three BF16 casts it stands for weigh more).
+        terms["final_norm/input"] = BTd * (
+            norm_input_bytes(spec, setup) - layer_input_bytes(spec, setup)
+        )
     if is_amp(setup):
         terms["logits/autocast_weight"] = 2 * spec.vocab_size * spec.hidden_size
     return terms
