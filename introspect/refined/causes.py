@@ -65,6 +65,10 @@ CAUSES: dict[str, str] = {
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
     "activations/logits/output": "the logits the training loop holds until the step ends",
     "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
+    "activations/layer/layernorm/input": "the norm's FP32 copy of its input (RMSNorm's "
+    "upcast; OLMo2's post-norms; with checkpointing, remade for the recomputed layer)",
+    "activations/attention_mask": "eager's (B, 1, T, T) additive causal mask, kept by every "
+    "checkpointed layer as one of its inputs",
     "activations/positions": "rotary cos/sin, made once per forward and shared by every layer",
     "activations/embedding/dropout_mask": "embedding dropout's mask (CPU: the input's dtype; "
     "CUDA: one byte)",

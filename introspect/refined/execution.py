@@ -298,11 +298,21 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     if saved.is_transformers(setup) and not saved.keeps_t2_for(spec, setup):
         # SDPA's backward reads its own output, which is the context o_proj kept.
         current["attention/linear/context"] = full["attention/linear/context"]
-    if saved.is_transformers(setup):
-        # The 16-bit copy of the probabilities is freed by probs·V's backward, before the
-        # softmax backward makes its two FP32 T×T gradients.
-        current.pop("attention/quadratic/probs_cast", None)
+    if saved.is_transformers(setup) and saved.keeps_t2_for(spec, setup):
+        # probs·V's backward (and the dropout's) have run before the softmax backward
+        # makes its two T×T gradients: V, the 16-bit copy or the dropped probabilities
+        # and the mask, each saved by one of them alone, are freed.
+        for name in (
+            "attention/quadratic/probs_cast",
+            "attention/quadratic/dropped",  # read by probs·V's backward
+            "attention/quadratic/dropout_mask",  # read by the dropout's backward
+            "attention/linear/v",
+        ):
+            current.pop(name, None)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
+    if setup.activation_checkpointing and saved.is_transformers(setup):
+        recomputed = hf_saved.recomputed_extra(spec, setup)
+        whole, current = _add(whole, recomputed), _add(current, recomputed)
     before = saved.embedding(spec, setup)
     for i in range(L - 1, -1, -1):
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,

@@ -279,6 +279,16 @@ def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return {"feed_forward/down": setup.tokens * spec.hidden_size * residual_bytes(setup)}
 
 
+def recomputed_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What the one recomputed layer keeps beyond :func:`per_layer` under checkpointing:
+    its first norm's FP32 copy of the layer input (without checkpointing that copy is
+    the previous layer's ``feed_forward/down``; with it, the checkpoint keeps the 16-bit
+    input and the recomputation makes the copy again)."""
+    if spec.model_type in POST_NORM or norm_input_bytes(spec, setup) == residual_bytes(setup):
+        return {}
+    return {"layernorm/input": setup.tokens * spec.hidden_size * norm_input_bytes(spec, setup)}
+
+
 def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Layer 0's input as its first norm (or checkpoint) keeps it, and the embedding
     dropout's mask (GPT-2, Phi: ``embd_pdrop``); the undropped output is freed."""
@@ -287,6 +297,11 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     out = {"activations/embedding": BT * d * kept}
     if spec.embedding_dropout > 0:
         out["activations/embedding/dropout_mask"] = BT * d * dropout_mask_bytes(setup, r)
+    if setup.activation_checkpointing and setup.attention == "eager":
+        # ``create_causal_mask`` (``masking_utils.py``) builds eager's additive mask,
+        # (B, 1, T, T) in the embeddings' dtype; each checkpointed layer keeps it among
+        # its inputs until its backward (without checkpointing nothing saves it).
+        out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2 * r
     if spec.position_embedding == "rope":
         rotary = int(spec.head_size * spec.partial_rotary_factor)
         table = FP32 if spec.model_type in ROPE_FP32 else r
