@@ -1,7 +1,10 @@
 """TrainingSetup: how the model is trained, as far as memory is concerned.
 
-Defaults reproduce the seed's setup: B = 1, FP32 weights and activations, ordinary FP32
-Adam, eager attention, no checkpointing, no fused loss, one device, no sharding.
+Defaults reproduce the seed's setup — B = 1, FP32 weights and activations, ordinary FP32
+Adam, eager attention, no checkpointing, no fused loss, one device, no sharding — run the
+way most users run it: transformers' own classes (mlx-lm's on MLX) with the loss computed
+inside the model (``loop="labels"``). ``implementation="reference", loop="logits"`` is
+our own reference model with the loop holding the logits.
 
 Who runs the step is three fields with one vocabulary across every command:
 ``framework`` (torch, mlx, mlx_compiled), ``device`` (cuda or cpu for torch; metal or cpu
@@ -84,9 +87,11 @@ class TrainingSetup:
     framework: Framework = "torch"
     #: Where the step runs; ``auto`` = cuda for torch, metal (Apple GPU) for MLX.
     device: Device = "auto"
-    #: Whose model class runs the step, and how its loop computes the loss.
-    implementation: Implementation = "reference"
-    loop: Loop = "logits"
+    #: Whose model class runs the step, and how its loop computes the loss. ``None`` (the
+    #: default) is what most users run: transformers' classes on torch, mlx-lm's on MLX;
+    #: the loss computed by the model from ``labels=``.
+    implementation: Implementation | None = None
+    loop: Loop = "labels"
     optimizer_impl: OptimizerImpl = "auto"
 
     def __post_init__(self) -> None:
@@ -98,6 +103,9 @@ class TrainingSetup:
             raise ValueError(
                 f"activation_bytes must be positive, got {self.activation_bytes_override}"
             )
+        if self.implementation is None:
+            default = "mlx_lm" if self.framework.startswith("mlx") else "transformers"
+            object.__setattr__(self, "implementation", default)
         dtype_bytes(self.activation_dtype)
         dtype_bytes(self.weights_dtype)
         for name, choices in (
@@ -163,6 +171,13 @@ class TrainingSetup:
         return self.batch_size * self.seq_len
 
     def replace(self, **changes: Any) -> TrainingSetup:
+        """A copy with ``changes``; a new framework without a named implementation takes
+        that framework's default one when this setup had its own framework's default."""
+        framework = changes.get("framework", self.framework)
+        if "implementation" not in changes and framework != self.framework:
+            default = "mlx_lm" if self.framework.startswith("mlx") else "transformers"
+            if self.implementation == default:
+                changes["implementation"] = None
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

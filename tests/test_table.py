@@ -99,9 +99,11 @@ def test_reported_qwen_7b(capsys):
             ratios["reported_over_seed_summed"] == r["reported_bytes"] / r["seed"]["summed_bytes"]
         )
         assert r["refined"]["summed_bytes"] == 2 * r["refined"]["per_device_bytes"]
-        # In-place (fused) Adam drops the foreach copy of each GPU's shard: 4·N/2 bytes.
+        # In-place (fused) Adam drops the foreach copy of each GPU's shard, 4·N/2 bytes,
+        # from the optimizer step; the peak may then fall in another phase.
         fused = r["refined_fused_adam"]["per_device_bytes"]
-        assert fused <= r["refined"]["per_device_bytes"] - 4 * 7_721_324_544 // 2 + 1
+        foreach = r["refined"]["per_device_bytes"]
+        assert foreach - 4 * 7_721_324_544 // 2 <= fused < foreach
         assert ratios["reported_over_refined_per_device"] == pytest.approx(
             r["reported_bytes"] / r["refined"]["per_device_bytes"]
         )

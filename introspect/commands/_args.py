@@ -242,18 +242,19 @@ def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
     group.add_argument(
         "--impl",
         type=choice(IMPLEMENTATIONS),
-        default="reference",
-        help="whose model class: reference (default: the seed's block as our own model), "
-        "transformers (the config's own Hugging Face class) or mlx-lm (mlx-lm's class)",
+        default=None,
+        help="whose model class: transformers (the config's own Hugging Face class; the "
+        "default on torch), mlx-lm (mlx-lm's class; the default on MLX) or reference "
+        "(the seed's block as our own model)",
     )
     group.add_argument(
         "--loop",
         type=choice(LOOPS),
-        default="logits",
-        help="how the step computes its loss: logits (default: the training code holds the "
-        "logits through backward and calls cross-entropy itself) or labels (the model "
-        "computes its own loss from labels=, as model(input_ids=x, labels=x).loss and the "
-        "HF Trainer's compute_loss do; nothing else is held)",
+        default="labels",
+        help="how the step computes its loss: labels (default: the model computes its own "
+        "loss from labels=, as model(input_ids=x, labels=x).loss and the HF Trainer's "
+        "compute_loss do; nothing else is held) or logits (the training code holds the "
+        "logits through backward and calls cross-entropy on them itself)",
     )
 
 
