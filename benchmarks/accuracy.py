@@ -93,7 +93,10 @@ def plan(quick: bool, full: bool, cuda: bool) -> tuple[list[tuple], list[str]]:
 def setup_for(impl: str, framework: str, T: int) -> TrainingSetup:
     # mlx-lm's Llama always runs mx.fast.scaled_dot_product_attention.
     attention = "memory_efficient" if impl == "mlx_lm" else "eager"
-    return TrainingSetup(seq_len=T, framework=framework, attention=attention)
+    # The measured steps hold the logits and call cross-entropy themselves.
+    return TrainingSetup(
+        seq_len=T, framework=framework, attention=attention, implementation=impl, loop="logits"
+    )
 
 
 def run_row(impl, variant, size, framework, device, T) -> dict:

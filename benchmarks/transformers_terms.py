@@ -6,7 +6,8 @@ Run:  .venv/bin/python benchmarks/transformers_terms.py grid      # real CPU ste
 
 ``grid``: every family of ``tests/hf_steps.py`` (llama, qwen2, qwen3, gemma, phi, gpt2,
 mistral, olmo2), eager and SDPA, labels and logits loops, FP32 / pure BF16 / autocast,
-B=2, T=256, one real CPU step each after a warm-up (live-storage tracker). ``qwen`` and
+B=2, T=256, and eager with gradient checkpointing, one real CPU step each after a
+warm-up (live-storage tracker). ``qwen`` and
 ``mistral``: the real class built inside FakeTensorMode (no memory allocated, the same
 storages), labels loop, eager and SDPA, FP32 and pure BF16 — the refined execution terms
 grouped into the tracker's categories beside the measured ones, and the saved set at the
@@ -87,14 +88,16 @@ def grid() -> None:
     worst = (0.0, "")
     for family in hf_steps.CONFIGS:
         spec = hf_steps.spec_for(hf_steps.CONFIGS[family])
-        for attention in ("eager", "memory_efficient"):
+        for attention, ckpt in (("eager", False), ("memory_efficient", False), ("eager", True)):
             for loop in ("labels", "logits"):
                 for precision in ("fp32", "bf16", "amp"):
-                    setup = setup_for(precision, attention, loop, 256, 2)
+                    setup = setup_for(
+                        precision, attention, loop, 256, 2, activation_checkpointing=ckpt
+                    )
                     m = hf_steps.measure_family(family, setup)
                     r = refined.estimate(spec, setup)
                     ratio = r.total / m.peak_bytes
-                    name = f"{family} {attention} {loop} {precision}"
+                    name = f"{family} {attention}{' ckpt' if ckpt else ''} {loop} {precision}"
                     print(
                         f"{name:36} measured {m.peak_bytes / 1e6:8.3f} MB  refined "
                         f"{r.total / 1e6:8.3f} MB  {ratio:.4f}  {r.peak_phase}",

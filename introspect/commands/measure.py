@@ -211,6 +211,8 @@ def setups_from_args(args: argparse.Namespace) -> list[TrainingSetup]:
             # A dry run's fake tensors live on the CPU: torch runs its CPU optimizer path.
             device="cuda" if args.device == "cuda" else "cpu",
             implementation=args.impl,
+            # The measured step holds the logits and calls cross-entropy itself.
+            loop="logits",
         )
         for b in args.batch
         for t in args.seq
