@@ -85,7 +85,7 @@ def category(term: str) -> str:
 
 def grid() -> None:
     rows = 0
-    worst = (0.0, "")
+    worst = (1.0, "")
     for family in hf_steps.CONFIGS:
         spec = hf_steps.spec_for(hf_steps.CONFIGS[family])
         for attention, ckpt in (("eager", False), ("memory_efficient", False), ("eager", True)):

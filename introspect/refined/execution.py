@@ -224,6 +224,16 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     stream = 2 * B * T * spec.hidden_size * s
+    if saved.is_transformers(setup):
+        # The residual stream's gradient at the stream's dtype (FP32 under autocast) and
+        # V's gradient at the width the kernel kept V (repeated under eager GQA).
+        r = hf_saved.residual_bytes(setup)
+        v = hf_saved.kv_saved_width(spec, setup)
+        stream = B * T * (spec.hidden_size * r + v * s)
+        if spec.model_type in hf_saved.PARALLEL:
+            # The feed-forward's gradient of the shared norm output waits in the engine's
+            # input buffer for the attention's (Phi's parallel block).
+            stream += B * T * spec.hidden_size * s
     if saved.keeps_t2_for(spec, setup):
         probs = hf_saved.probs_bytes(spec, setup) if saved.is_transformers(setup) else FP32
         return 2 * B * spec.num_attention_heads * T * T * probs + stream
@@ -289,9 +299,12 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
     n = spec.norms_per_layer or 1
-    for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
-        if name in full:
-            current[name] = full[name] // n
+    if saved.is_transformers(setup):
+        current.update(hf_saved.attention_norm(spec, setup))
+    else:
+        for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
+            if name in full:
+                current[name] = full[name] // n
     per_layer = layer_parameters(spec)
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)

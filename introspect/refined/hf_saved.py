@@ -279,14 +279,32 @@ def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return {"feed_forward/down": setup.tokens * spec.hidden_size * residual_bytes(setup)}
 
 
+def attention_norm(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The part of :func:`per_layer` that the attention's backward still needs besides
+    Q, K, V and the T×T tensors: the norm before it (read by q, k, v — and fc1 in a
+    parallel block; none in a post-norm block) and, under autocast, the BF16 copies of the
+    q, k and v weights."""
+    if spec.model_type in POST_NORM:
+        out: dict[str, int] = {}
+    else:
+        out = _norm_terms(spec, setup, attention_consumers(spec))
+    if is_amp(setup):
+        d = spec.hidden_size
+        out["autocast_weights"] = 2 * (d * spec.q_dim + 2 * d * spec.kv_dim)
+    return out
+
+
 def recomputed_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What the one recomputed layer keeps beyond :func:`per_layer` under checkpointing:
-    its first norm's FP32 copy of the layer input (without checkpointing that copy is
-    the previous layer's ``feed_forward/down``; with it, the checkpoint keeps the 16-bit
-    input and the recomputation makes the copy again)."""
-    if spec.model_type in POST_NORM or norm_input_bytes(spec, setup) == residual_bytes(setup):
+    the layer input as its first reader keeps it, when that is a new tensor — the first
+    norm's FP32 copy under a 16-bit stream, or in a post-norm block under autocast the
+    BF16 casts q, k and v make. Without checkpointing these are the previous layer's
+    ``feed_forward/down``; with it, the checkpoint keeps the stream itself and the
+    recomputation makes them again."""
+    kept = layer_input_bytes(spec, setup)
+    if kept == residual_bytes(setup):
         return {}
-    return {"layernorm/input": setup.tokens * spec.hidden_size * norm_input_bytes(spec, setup)}
+    return {"layernorm/input": setup.tokens * spec.hidden_size * kept}
 
 
 def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
