@@ -54,9 +54,28 @@ class ResolvedModel:
         return self.spec.n_params
 
 
-def resolve(source: str, *, revision: str | None = None) -> ResolvedModel:
+def resolve(
+    source: str,
+    *,
+    revision: str | None = None,
+    force: bool = False,
+    timeout: float | None = None,
+) -> ResolvedModel:
     """The model ``source`` names: a local path, a bundled model, or a Hub id (cache
-    first, then the Hub). ``revision`` (a branch, tag or commit) applies to the Hub."""
+    first, then the Hub). ``revision`` (a branch, tag or commit) applies to the Hub.
+    An implausible shape (:mod:`introspect.bounds`) is an error unless ``force``;
+    ``timeout`` bounds the whole Hub resolution (:func:`.hub.timeout_seconds`)."""
+    from introspect import bounds
+
+    model = _resolve(source, revision, timeout)
+    where = model.extra.get("config_path") or model.location
+    if model.origin in ("hub", "cache"):
+        where = f"{model.location} (config.json)"
+    bounds.check_spec(model.spec, str(where), force=force)
+    return model
+
+
+def _resolve(source: str, revision: str | None, timeout: float | None) -> ResolvedModel:
     if not isinstance(source, str) or not source.strip():
         raise IntrospectError("no model given; pass a config.json, a checkpoint, or a Hub id")
     path = Path(source).expanduser()
@@ -72,7 +91,7 @@ def resolve(source: str, *, revision: str | None = None) -> ResolvedModel:
         raise IntrospectError(f"{source}: no such file or folder")
     if _HUB_ID.match(source) and "--" not in source and ".." not in source:
         try:
-            return _from_hub(source, revision)
+            return _from_hub(source, revision, timeout)
         except HubError as e:
             if revision is not None and bundled.lookup(source) is not None:
                 raise HubError(
@@ -120,11 +139,17 @@ def _has_safetensors(folder: Path) -> bool:
 
 
 def _structural(spec: ModelSpec) -> tuple[ModelSpec, dict[str, int]]:
-    """The spec with N set to its structural count, and that count by component."""
+    """The spec with N set to its structural count, and that count by component. A spec
+    that already carries an exact count (a model_type read from transformers' meta-device
+    build) keeps it; what the structure read does not place is ``other``."""
     from introspect.params import parameters_by_component
 
     by_component = parameters_by_component(spec.replace(num_parameters=None))
-    return spec.replace(num_parameters=sum(by_component.values())), by_component
+    structural = sum(by_component.values())
+    if spec.num_parameters is not None and spec.num_parameters != structural:
+        by_component["other"] = spec.num_parameters - structural
+        return spec, by_component
+    return spec.replace(num_parameters=structural), by_component
 
 
 def _from_config_file(path: Path) -> ResolvedModel:
@@ -184,14 +209,14 @@ def _from_checkpoint(path: Path) -> ResolvedModel:
     )
 
 
-def _from_hub(repo_id: str, revision: str | None) -> ResolvedModel:
+def _from_hub(repo_id: str, revision: str | None, timeout: float | None = None) -> ResolvedModel:
     """The config read through the registry; the exact count from the safetensors
     headers when the cache or the Hub has them (they are the checkpoint), else from the
     config's structure."""
     from .hf_config import spec_from_config
     from .hub import fetch
 
-    model = fetch(repo_id, revision=revision)
+    model = fetch(repo_id, revision=revision, timeout=timeout)
     config_spec = spec_from_config(
         model.config, source=repo_id, path=f"{repo_id}: {model.config_path}"
     )

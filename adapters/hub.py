@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,50 +55,151 @@ class HubModel:
     notes: tuple[str, ...] = field(default=())
 
 
-def fetch(repo_id: str, *, revision: str | None = None) -> HubModel:
+#: The whole resolution's deadline (config.json and the headers, retries included), in
+#: seconds, unless ``--timeout`` or the environment variable says otherwise.
+DEFAULT_TIMEOUT_S = 30.0
+TIMEOUT_ENV = "INTROSPECT_TIMEOUT"
+
+
+def fetch(repo_id: str, *, revision: str | None = None, timeout: float | None = None) -> HubModel:
     """config.json and exact counts for ``repo_id``: from the cache when it holds the
-    config, else from the Hub. Raises :class:`HubError` (offline and not cached, gated,
-    missing repo/revision/file, a failing Hub, no connection)."""
+    config, else from the Hub, all within ``timeout`` seconds (:func:`timeout_seconds`).
+    Raises :class:`HubError` (offline and not cached, gated, missing repo/revision/file, a
+    failing, silent or trickling Hub, an unusable cache folder)."""
+    from huggingface_hub import constants
+
+    from . import hub_deadline
+
+    limit = timeout_seconds(timeout)
+    hub_deadline.check_cache_folder(constants.HF_HUB_CACHE)
+    clock = hub_deadline.Deadline(limit, repo_id, constants.ENDPOINT)
+    with _quiet(clock):
+        config, config_path, origin, notes = clock.run(
+            "config.json", lambda: _config(repo_id, revision, clock)
+        )
+        commit = Path(config_path).parent.name
+        tensors, more = _cached_headers(repo_id, revision)
+        if tensors is None and not constants.is_offline_mode():
+            try:
+                tensors, more = clock.run(
+                    "safetensors headers", lambda: _hub_headers(repo_id, revision)
+                )
+            except hub_deadline.OutOfTime as e:
+                tensors, more = None, (f"no exact parameter count: {e}",)
+        elif tensors is None:
+            more = ("offline: no cached safetensors headers, so no exact parameter count",)
+        notes += more
+    return _model(repo_id, revision, config, str(config_path), origin, commit, tensors, notes)
+
+
+def timeout_seconds(flag: float | None = None) -> float:
+    """The deadline: ``--timeout`` when given, else ``$INTROSPECT_TIMEOUT``, else
+    :data:`DEFAULT_TIMEOUT_S`; a value that is not a positive number is one line."""
+    import math
+
+    if flag is not None:
+        value, origin = flag, f"--timeout {flag}"
+    else:
+        text = os.environ.get(TIMEOUT_ENV, "").strip()
+        if not text:
+            return DEFAULT_TIMEOUT_S
+        origin = f"{TIMEOUT_ENV}={text!r}"
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise HubError(f"{origin} is not a positive number of seconds; give e.g. 30")
+    return float(value)
+
+
+def _config(repo_id: str, revision: str | None, clock) -> tuple[dict, str, str, tuple[str, ...]]:
+    """(config, its cache path, origin, notes): the cached config.json, else the Hub's.
+    A cached file that is not a JSON object (an HTML error page saved by a proxy, a
+    truncated write) is said, with its path, and fetched again once."""
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HFValidationError
 
+    from introspect.errors import ConfigError
+
     from .hf_config import load_config
 
-    with _quiet():
+    try:
+        path = hf_hub_download(repo_id, CONFIG_FILE, revision=revision, local_files_only=True)
+    except HFValidationError as e:
+        raise HubError(_invalid_id(repo_id, e)) from e
+    except EntryNotFoundError:
+        path = None
+    except OSError as e:
+        raise HubError(_explain(e, repo_id, revision, CONFIG_FILE)) from e
+    notes: tuple[str, ...] = ()
+    if path is not None:
         try:
-            config_path = hf_hub_download(
-                repo_id, CONFIG_FILE, revision=revision, local_files_only=True
-            )
-            origin = "cache"
-        except HFValidationError as e:
-            raise HubError(_invalid_id(repo_id, e)) from e
-        except EntryNotFoundError:
+            return load_config(path), path, "cache", notes
+        except ConfigError as e:
             if constants.is_offline_mode():
                 raise HubError(
-                    f"offline (HF_HUB_OFFLINE is set) and {_at(repo_id, revision)} is not in "
-                    f"the cache (HF_HUB_CACHE={constants.HF_HUB_CACHE}); run once online or "
-                    "unset HF_HUB_OFFLINE"
-                ) from None
+                    f"the cached config.json of {_at(repo_id, revision)} is {_what(path)}: "
+                    f"delete {path} and run online to fetch it again"
+                ) from e
+            # hf_hub_download(force_download=True) fetches a new blob but keeps an existing
+            # snapshot pointer (huggingface_hub/file_download.py creates the pointer only
+            # when missing), so the bad pointer goes first.
+            what = _what(path)
             try:
-                config_path = hf_hub_download(repo_id, CONFIG_FILE, revision=revision)
-            except Exception as e:
-                raise HubError(_explain(e, repo_id, revision, CONFIG_FILE)) from e
-            origin = "hub"
+                os.remove(path)
+            except OSError as err:
+                raise HubError(
+                    f"the cached config.json of {_at(repo_id, revision)} is {what} and "
+                    f"cannot be removed ({err.strerror}); delete {path} by hand"
+                ) from err
+            notes = (f"the cached {path} was unusable ({what}); fetched it again",)
+    elif constants.is_offline_mode():
+        raise HubError(
+            f"offline (HF_HUB_OFFLINE is set) and {_at(repo_id, revision)} is not in "
+            f"the cache (HF_HUB_CACHE={constants.HF_HUB_CACHE}); run once online or "
+            "unset HF_HUB_OFFLINE"
+        )
+    try:
+        path = hf_hub_download(
+            repo_id,
+            CONFIG_FILE,
+            revision=revision,
+            force_download=bool(notes),
+            etag_timeout=clock.per_request(),
+        )
+    except Exception as e:
+        raise HubError(_explain(e, repo_id, revision, CONFIG_FILE, clock.retries)) from e
+    try:
+        return load_config(path), path, "hub", notes
+    except ConfigError as e:
+        raise HubError(
+            f"the Hub at {constants.ENDPOINT} served a config.json for "
+            f"{_at(repo_id, revision)} that is {_what(path)}, saved at {path}; "
+            f"check HF_ENDPOINT and any proxy, then delete that file (or run again: an "
+            "unusable cached copy is fetched once more)"
+        ) from e
 
-        config = load_config(config_path)
-        commit = Path(config_path).parent.name
-        tensors, notes = _cached_headers(repo_id, revision)
-        if tensors is None and not constants.is_offline_mode():
-            tensors, notes = _hub_headers(repo_id, revision)
-        elif tensors is None:
-            notes = ("offline: no cached safetensors headers, so no exact parameter count",)
 
+def _what(path: str) -> str:
+    """What an unusable config.json looks like: an HTML page, or not JSON."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512).lstrip().lower()
+    except OSError:
+        return "unreadable"
+    if head.startswith(b"<"):
+        return "an HTML page, not JSON"
+    return "not a JSON object"
+
+
+def _model(repo_id, revision, config, config_path, origin, commit, tensors, notes) -> HubModel:
     if tensors is None:
         return HubModel(
             repo_id=repo_id,
             revision=revision,
             config=config,
-            config_path=str(config_path),
+            config_path=config_path,
             parameter_count=None,
             params_by_dtype={},
             buffers_count=0,
@@ -117,7 +219,7 @@ def fetch(repo_id: str, *, revision: str | None = None) -> HubModel:
         repo_id=repo_id,
         revision=revision,
         config=config,
-        config_path=str(config_path),
+        config_path=config_path,
         parameter_count=counts.parameter_count,
         params_by_dtype=counts.params_by_dtype,
         buffers_count=counts.buffer_count,
@@ -191,8 +293,28 @@ def _invalid_id(repo_id: str, e: Exception) -> str:
     return f"'{repo_id}' is not a valid Hub id ({e}); give owner/name, e.g. Qwen/Qwen2.5-0.5B"
 
 
-def _explain(e: Exception, repo_id: str, revision: str | None, what: str) -> str:
-    """One line for a huggingface_hub exception: what failed and what to do."""
+def _explain(
+    e: Exception,
+    repo_id: str,
+    revision: str | None,
+    what: str,
+    retries: tuple[int, int] | None = None,
+) -> str:
+    """One line for a huggingface_hub exception: what failed and what to do (and how
+    many times huggingface_hub retried, when it did)."""
+    line = _explain_line(e, repo_id, revision, what)
+    if retries:
+        line += f" ({retries[0]} of {retries[1]} retries made)"
+    return line
+
+
+#: errno values that mean the cache, not the network, is the problem.
+_CACHE_ERRNOS = ("EACCES", "EPERM", "EROFS", "ENOTDIR", "ENOSPC", "EISDIR", "EDQUOT")
+
+
+def _explain_line(e: Exception, repo_id: str, revision: str | None, what: str) -> str:
+    import errno
+
     import httpx2
     from huggingface_hub import constants
     from huggingface_hub.errors import (
@@ -237,6 +359,13 @@ def _explain(e: Exception, repo_id: str, revision: str | None, what: str) -> str
         return f"{endpoint} does not answer like the Hugging Face Hub ({cause}); check HF_ENDPOINT"
     if isinstance(cause, SafetensorsParsingError):
         return f"a safetensors header of {where} is unreadable ({' '.join(str(cause).split())})"
+    code = getattr(cause, "errno", None)
+    if isinstance(cause, OSError) and code in {getattr(errno, n, -1) for n in _CACHE_ERRNOS}:
+        place = cause.filename or constants.HF_HUB_CACHE
+        return (
+            f"cannot write the Hugging Face cache at {place} ({cause.strerror}); point "
+            "HF_HOME at a writable folder, or set HF_HUB_OFFLINE=1 to use what is cached"
+        )
     if isinstance(cause, (httpx2.TransportError, OSError)):
         return (
             f"cannot reach the Hub at {endpoint} for {where} ({type(cause).__name__}); check "
@@ -246,21 +375,35 @@ def _explain(e: Exception, repo_id: str, revision: str | None, what: str) -> str
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """No progress bars or retry warnings from huggingface_hub on our one-line output."""
+def _quiet(clock=None) -> Iterator[None]:
+    """No progress bars or retry warnings from huggingface_hub on our one-line output;
+    its retry warnings are counted on ``clock`` instead (:mod:`.hub_deadline`)."""
     from huggingface_hub.utils import (
         are_progress_bars_disabled,
         disable_progress_bars,
         enable_progress_bars,
     )
 
+    from .hub_deadline import RetryCounter
+
     hub_logger = logging.getLogger("huggingface_hub")
+    http_logger = logging.getLogger("huggingface_hub.utils._http")
     level, bars_off = hub_logger.level, are_progress_bars_disabled()
+    http_state = (http_logger.level, http_logger.propagate)
+    counter = RetryCounter(clock) if clock is not None else None
     hub_logger.setLevel(logging.ERROR)
+    if counter is not None:
+        http_logger.setLevel(logging.WARNING)
+        http_logger.propagate = False
+        http_logger.addHandler(counter)
     disable_progress_bars()
     try:
         yield
     finally:
         hub_logger.setLevel(level)
+        if counter is not None:
+            http_logger.removeHandler(counter)
+            http_logger.setLevel(http_state[0])
+            http_logger.propagate = http_state[1]
         if not bars_off:
             enable_progress_bars()

@@ -90,10 +90,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             seen[info.name] = file.name
             tensors.append(info)
     if not tensors:
-        raise CheckpointError(f"{root}: the safetensors headers hold no tensors")
+        shown = ", ".join(f.name for f in files[:_SHOWN])
+        raise CheckpointError(f"{root}: the safetensors headers ({shown}) hold no tensors")
     if weight_map is not None:
         _check_index(index_path, weight_map, seen)
 
+    # Quantized weights (FP8, MXFP4, packed 4-bit) count the parameters they stand for.
+    from .quantized import unpack
+
+    quant_config = load_config(config_path) if config_path else None
+    tensors, quant_notes = unpack(tensors, quant_config)
+    notes.extend(quant_notes)
     counts = tally(tensors)
     if counts.unknown:
         notes.append(
@@ -183,6 +190,8 @@ def _explain(message: str) -> str:
     if "unknown variant" in text:
         dtype = text.split("unknown variant", 1)[1].split(",")[0].strip(" `")
         return f"unknown dtype {dtype!r} in the header; the file is corrupt or from a newer format"
+    if any(w in text for w in ("invalid type", "invalid value", "missing field")):
+        return f"header does not describe tensors ({text}); the file is corrupt (re-download it)"
     if "invalid JSON" in text:
         return f"header is not valid JSON ({text}); the file is corrupt (re-download it)"
     if "offset" in text or "invalid shape" in text:
@@ -228,6 +237,10 @@ def _load_json(path: Path, what: str) -> dict:
         raise CheckpointError(f"{path}: cannot read {what} ({e.strerror or e})") from e
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: {what} is not valid JSON ({e}); re-download it") from e
+    except RecursionError as e:
+        raise CheckpointError(f"{path}: {what} is nested too deeply to be one") from e
+    except ValueError as e:  # an integer of over 4300 digits
+        raise CheckpointError(f"{path}: {what} holds an unreadable value ({e})") from e
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: {what} must hold a JSON object")
     return data
@@ -239,6 +252,8 @@ def _read_index(index: Path) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
     ):
         raise CheckpointError(f"{index}: no 'weight_map' of tensor name → shard file")
+    if not weight_map:
+        raise CheckpointError(f"{index}: the weight_map is empty; re-download the checkpoint")
     return weight_map
 
 

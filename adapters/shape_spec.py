@@ -57,6 +57,14 @@ def infer_spec(
     notes: list[str] = []
     params = [t for t in tensors if not t.is_buffer]
     has = {(t.component, t.role) for t in params}
+    for t in params:
+        # A zero-width or 0-d weight in a known role gives no width to infer from (and
+        # a division by it); the count still holds, and a config.json still gives the spec.
+        if t.component != "other" and (not t.shape or 0 in t.shape):
+            raise CheckpointError(
+                f"{where}: tensor {t.name} (in {t.file}) has shape {list(t.shape)}, so the "
+                "shapes cannot give the spec; give the model's config.json"
+            )
 
     emb = _first(params, "embeddings", "embedding") or _first(params, "lm_head", "lm_head")
     if emb is None or len(emb.shape) != 2:

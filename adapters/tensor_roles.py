@@ -68,10 +68,26 @@ _TABLE: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
     ("layers.{}.mlp.experts.{}.gate_proj", _W, "experts", "gate"),
     ("layers.{}.mlp.experts.{}.up_proj", _W, "experts", "up"),
     ("layers.{}.mlp.experts.{}.down_proj", _W, "experts", "down"),
-    ("layers.{}.mlp.shared_expert.gate_proj", _W, "experts", "shared_gate"),
-    ("layers.{}.mlp.shared_expert.up_proj", _W, "experts", "shared_up"),
-    ("layers.{}.mlp.shared_expert.down_proj", _W, "experts", "shared_down"),
-    ("layers.{}.mlp.shared_expert_gate", _W, "router", "shared_router"),
+    # Shared experts are always active: ``mlp``, as introspect.params counts them.
+    ("layers.{}.mlp.shared_expert.gate_proj", _W, "mlp", "shared_gate"),
+    ("layers.{}.mlp.shared_expert.up_proj", _W, "mlp", "shared_up"),
+    ("layers.{}.mlp.shared_expert.down_proj", _W, "mlp", "shared_down"),
+    ("layers.{}.mlp.shared_expert_gate", _W, "mlp", "shared_expert_gate"),
+    # ---- DeepSeek-V3: MLA projections and their norms, shared experts -------------------
+    ("layers.{}.self_attn.q_a_proj", _WB, "attention", "q_a"),
+    ("layers.{}.self_attn.q_a_layernorm", _W, "attention", "q_a_norm"),
+    ("layers.{}.self_attn.q_b_proj", _W, "attention", "q_b"),
+    ("layers.{}.self_attn.kv_a_proj_with_mqa", _WB, "attention", "kv_a"),
+    ("layers.{}.self_attn.kv_a_layernorm", _W, "attention", "kv_a_norm"),
+    ("layers.{}.self_attn.kv_b_proj", _W, "attention", "kv_b"),
+    ("layers.{}.mlp.shared_experts.gate_proj", _W, "mlp", "shared_gate"),
+    ("layers.{}.mlp.shared_experts.up_proj", _W, "mlp", "shared_up"),
+    ("layers.{}.mlp.shared_experts.down_proj", _W, "mlp", "shared_down"),
+    # ---- gpt-oss: fused expert tensors (no .weight), a biased router, sinks -------------
+    ("layers.{}.self_attn.sinks", ("",), "attention", "sinks"),
+    ("layers.{}.mlp.router", _WB, "router", "router"),
+    ("layers.{}.mlp.experts.gate_up_proj", ("", "_bias"), "experts", "gate_up"),
+    ("layers.{}.mlp.experts.down_proj", ("", "_bias"), "experts", "down"),
     # ---- GPT-2 (h.{}.…, Conv1D weights stored [in, out]) --------------------------------
     ("wte", _W, "embeddings", "embedding"),
     ("wpe", _W, "embeddings", "position"),
@@ -92,13 +108,14 @@ _TABLE: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
 _BUFFERS: dict[str, str] = {
     "h.{}.attn.bias": "causal_mask",  # GPT-2
     "h.{}.attn.masked_bias": "causal_mask",
+    "layers.{}.mlp.gate.e_score_correction_bias": "router_correction_bias",  # DeepSeek-V3
 }
 
 _PREFIXES = ("model.", "transformer.")
 _NUMERIC = re.compile(r"(?<=\.)\d+(?=\.)")
 
 ROLES: dict[str, tuple[str, str]] = {
-    template + suffix: (component, role + ("_bias" if suffix == ".bias" else ""))
+    template + suffix: (component, role + ("_bias" if suffix in (".bias", "_bias") else ""))
     for template, suffixes, component, role in _TABLE
     for suffix in suffixes
 }

@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from introspect import __version__
 from introspect.errors import IntrospectError
 
 #: Sub-command modules under introspect.commands, in the order --help lists them.
@@ -30,23 +31,48 @@ change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line and a pointer to ``--help`` (not the usage
+    block): ``introspect profile: error: argument --seq: 'x' is not a number (see
+    'introspect profile --help')``. Sub-command parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The top-level parser with only ``command``'s sub-parser (none for ``--help``, whose
+    command list is the static :data:`DESCRIPTION`): building every sub-command's parser
+    would import every command's modules, a large part of a closed-form command's start."""
+    parser = OneLineParser(
         prog="introspect",
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--debug", action="store_true", help="show the full traceback on errors")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        module = importlib.import_module(f"introspect.commands.{name}")
-        module.add_parser(sub)
+    parser.add_argument("--version", action="version", version=f"introspect {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of those above")
+    if command is not None:
+        importlib.import_module(f"introspect.commands.{command}").add_parser(sub)
     return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The first argument that is not a flag (the top-level flags take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    command = _command_in(argv)
+    if command is not None and command not in COMMANDS:
+        print(
+            f"introspect: unknown command {command!r}; choose one of {', '.join(COMMANDS)} "
+            "(see introspect --help)",
+            file=sys.stderr,
+        )
+        return 2
+    parser = build_parser(command)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

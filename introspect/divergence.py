@@ -80,8 +80,9 @@ LARGE_VOCAB_RULE = "B·T·V logits exceed one layer's activations (architecture 
 
 def flags(spec: ModelSpec, setup: TrainingSetup) -> list[Flag]:
     """The features found in ``spec``: RMSNorm; GQA with its group size; a gated
-    feed-forward with its width ratio; tied embeddings; q/k norms; MoE; large-vocabulary
-    logits (:data:`LARGE_VOCAB_RULE`)."""
+    feed-forward with its width ratio; tied embeddings; q/k norms; the stack's features
+    (:func:`stack_flags`: MoE, sliding windows, sinks, MLA …); large-vocabulary logits
+    (:data:`LARGE_VOCAB_RULE`)."""
     out: list[Flag] = []
     if spec.norm == "rmsnorm":
         out.append(
@@ -128,15 +129,7 @@ def flags(spec: ModelSpec, setup: TrainingSetup) -> list[Flag]:
         )
     if spec.qk_norm != "none":
         out.append(Flag("qk_norm", f"q/k norms ({spec.qk_norm})", "q/k norm"))
-    if spec.is_moe:
-        out.append(
-            Flag(
-                "moe",
-                f"MoE: {spec.num_local_experts} experts, {spec.num_experts_per_tok} "
-                "active per token",
-                f"MoE {spec.num_experts_per_tok}/{spec.num_local_experts}",
-            )
-        )
+    out.extend(stack_flags(spec))
     logits = setup.tokens * spec.vocab_size
     arch = refined.architecture.estimate(spec, setup)
     s = setup.activation_bytes
@@ -150,6 +143,102 @@ def flags(spec: ModelSpec, setup: TrainingSetup) -> list[Flag]:
                 f"{logits / one_layer:.1f}× one layer's activations, {share:.0%} of all "
                 f"(rule: {LARGE_VOCAB_RULE})",
                 "large vocab",
+            )
+        )
+    return out
+
+
+def _layers_with(spec: ModelSpec, test) -> tuple[int, object]:
+    """How many layers pass ``test(kind)``, and the first such kind."""
+    n, first = 0, None
+    for kind, count in spec.kinds:
+        if test(kind):
+            n += count
+            first = first or kind
+    return n, first
+
+
+def stack_flags(spec: ModelSpec) -> list[Flag]:
+    """The features of a (heterogeneous) stack the seed's block lacks, each naming how
+    many of the L layers have it: MoE (routed of E, shared experts, active parameters),
+    sliding-window and chunked attention, attention sinks, MLA, linear attention; a
+    multimodal tower and multi-token-prediction layers the checkpoint holds."""
+    from introspect.params import active_parameter_count
+
+    L = spec.num_hidden_layers
+    out: list[Flag] = []
+    n, kind = _layers_with(spec, lambda k: k.feed_forward.is_moe)
+    if kind is not None:
+        ff = kind.feed_forward
+        shared = (
+            f", shared experts {ff.shared_intermediate_size} wide"
+            if ff.shared_intermediate_size
+            else ""
+        )
+        active = active_parameter_count(spec)
+        out.append(
+            Flag(
+                "moe",
+                f"MoE on {n} of {L} layers: {ff.num_experts} experts of {ff.intermediate_size}, "
+                f"{ff.top_k} active per token{shared}; {active:,} of {spec.n_params:,} "
+                "parameters active per token",
+                f"MoE {ff.top_k}/{ff.num_experts}",
+            )
+        )
+    for name, label in (("sliding", "sliding window"), ("chunked", "chunked attention")):
+        n, kind = _layers_with(spec, lambda k, name=name: k.attention.kind == name)
+        if kind is not None:
+            W = kind.attention.window
+            short = "SWA" if name == "sliding" else "chunked"
+            out.append(
+                Flag(
+                    f"{name}_window" if name == "sliding" else "chunked_attention",
+                    f"{label} of {W} tokens on {n} of {L} layers (each query sees at most "
+                    f"{W} keys)",
+                    f"{short} {W} ({n}/{L})",
+                )
+            )
+    n, kind = _layers_with(spec, lambda k: k.attention.sinks)
+    if kind is not None:
+        out.append(
+            Flag(
+                "sinks",
+                f"attention sinks: a learned logit per head joins the softmax on {n} of {L} layers",
+                "sinks",
+            )
+        )
+    n, kind = _layers_with(spec, lambda k: k.attention.kind == "mla")
+    if kind is not None:
+        a = kind.attention
+        q = f"q rank {a.q_lora_rank}, " if a.q_lora_rank else ""
+        out.append(
+            Flag(
+                "mla",
+                f"MLA on {n} of {L} layers: K/V compressed to a {a.kv_lora_rank}-wide latent "
+                f"(+{a.qk_rope_head_dim} rotary), {q}decompressed to {a.num_attention_heads} "
+                f"heads of {a.qk_head_dim} (K) and {a.v_head_dim} (V)",
+                f"MLA {a.kv_lora_rank}",
+            )
+        )
+    n, kind = _layers_with(spec, lambda k: k.attention.kind == "linear")
+    if kind is not None:
+        out.append(
+            Flag(
+                "linear_attention",
+                f"linear attention (Gated DeltaNet) on {n} of {L} layers: no T×T scores; "
+                "the execution layer's saved set for its chunked kernel is a lower bound",
+                f"linear {n}/{L}",
+            )
+        )
+    if spec.tower_parameters:
+        out.append(Flag("tower", f"{spec.tower}: {spec.tower_parameters:,} parameters", "tower"))
+    if spec.unbuilt_parameters:
+        out.append(
+            Flag(
+                "unbuilt",
+                f"the checkpoint also holds {spec.unbuilt} ({spec.unbuilt_parameters:,} "
+                "parameters) that the built model lacks",
+                "MTP",
             )
         )
     return out

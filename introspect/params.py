@@ -1,16 +1,29 @@
-"""Exact parameter counts from a ModelSpec's structure, by component.
+"""Exact parameter counts from a ModelSpec's structure, by component and by layer kind.
 
 Unlike the seed's ``2Vd + 12Ld²``, this counts every tensor a real checkpoint holds:
 GQA's narrower K/V projections, gated feed-forwards' third matrix, biases, norm weights
-(and LayerNorm biases), q/k norms, learned positions, experts and their router, and a
-tied output embedding once. The components always sum exactly to the total.
+(and LayerNorm biases), q/k norms, learned positions, MLA's latent projections and norms,
+Gated DeltaNet's projections, convolution and decay, attention sinks, routed experts
+(with their biases) and their router, shared experts and their gate, a multimodal
+wrapper's tower, and a tied output embedding once. Each distinct layer kind is counted
+once and multiplied by how many layers have it. The components always sum exactly to the
+total.
+
+Sources: ``transformers/models/<family>/modeling_<family>.py`` — ``deepseek_v3``
+(``DeepseekV3Attention``: q_a/q_b, kv_a_proj_with_mqa, kv_b, their RMSNorms;
+``DeepseekV3TopkRouter``: the correction bias is an ``nn.Buffer``), ``gpt_oss``
+(``GptOssExperts`` biases, ``GptOssTopKRouter`` bias, ``sinks``), ``qwen2_moe``
+(``shared_expert_gate``), ``qwen3_next`` (``Qwen3NextGatedDeltaNet``).
 """
 
 from __future__ import annotations
 
+from introspect.layers import Attention, FeedForward, LayerKind
 from introspect.spec import ModelSpec
 
-#: Components in report order.
+#: Components in report order; ``mlp`` holds dense feed-forwards and shared experts
+#: (always active), ``experts`` the routed ones; ``vision_tower`` is reported only when
+#: the model has one.
 COMPONENTS = ("embeddings", "attention", "mlp", "experts", "router", "norms", "lm_head")
 
 
@@ -20,65 +33,167 @@ def norm_params(spec: ModelSpec, width: int) -> int:
     return width * (2 if has_bias else 1)
 
 
-def attention_params(spec: ModelSpec) -> int:
-    """One layer's attention: Q (d×q_dim), K and V (d×kv_dim each), O (q_dim×d), and
-    their biases where the model has them."""
-    d, q, kv = spec.hidden_size, spec.q_dim, spec.kv_dim
+def _rms(width: int) -> int:
+    return width  # RMSNorm inside MLA / Gated DeltaNet: one scale per feature
+
+
+def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
+    """One layer's attention (``att``, default the spec's own block):
+
+    * full / sliding / chunked: Q (d×q_dim), K and V (d×kv_dim each), O (q_dim×d), their
+      biases where present, one sink logit per query head (gpt-oss), and Qwen3-Next's
+      output gate (q_proj twice as wide);
+    * MLA: q_a (d×r_q) + its RMSNorm + q_b (r_q × h·(nope+rope)), or a plain q_proj;
+      kv_a (d × (r_kv + rope)) + its RMSNorm + kv_b (r_kv × h·(nope+v)); O (h·v × d);
+      ``qkv_bias`` on q_a/kv_a, ``o_bias`` on O;
+    * linear (Gated DeltaNet): in_proj_qkvz (d → 2·key + 2·value), in_proj_ba
+      (d → 2·value heads), a depthwise conv over 2·key + value channels, dt_bias and
+      A_log per value head, a gated RMSNorm of the value head width, out_proj (value → d).
+    """
+    att = att or spec.default_kind.attention
+    d = spec.hidden_size
+    if att.kind == "mla":
+        h, qk, r_kv = att.num_attention_heads, att.qk_head_dim, att.kv_lora_rank
+        if att.q_lora_rank is None:
+            q = d * h * qk
+        else:
+            r_q = att.q_lora_rank
+            q = d * r_q + (r_q if att.qkv_bias else 0) + _rms(r_q) + r_q * h * qk
+        kv_a = d * (r_kv + att.qk_rope_head_dim)
+        kv = kv_a + (r_kv + att.qk_rope_head_dim if att.qkv_bias else 0) + _rms(r_kv)
+        kv += r_kv * h * (att.qk_nope_head_dim + att.v_head_dim)
+        o = h * att.v_head_dim * d + (d if att.o_bias else 0)
+        return q + kv + o
+    if att.kind == "linear":
+        key = att.linear_num_key_heads * att.linear_key_head_dim
+        value = att.linear_num_value_heads * att.linear_value_head_dim
+        nv = att.linear_num_value_heads
+        conv = (2 * key + value) * att.linear_conv_kernel_dim
+        return (
+            d * (2 * key + 2 * value)
+            + d * 2 * nv
+            + conv
+            + 2 * nv
+            + _rms(att.linear_value_head_dim)
+            + value * d
+        )
+    q, kv = att.q_dim, att.k_dim
     total = d * q + 2 * d * kv + q * d
-    if spec.qkv_bias:
+    if att.qkv_bias:
         total += q + 2 * kv
-    if spec.o_bias:
+    if att.o_bias:
         total += d
+    if att.sinks:
+        total += att.num_attention_heads
+    if att.output_gate:
+        total += d * q + (q if att.qkv_bias else 0)
     return total
 
 
-def ffn_params(spec: ModelSpec) -> int:
-    """One feed-forward: plain d→f→d (2·d·f) or gated (gate, up, down: 3·d·f), with
-    biases (f per up-side projection, d for down) where the model has them."""
-    d, f = spec.hidden_size, spec.ffn_dim
-    matrices = 3 if spec.ffn == "gated" else 2
-    total = matrices * d * f
-    if spec.mlp_bias:
-        total += (matrices - 1) * f + d
+def dense_ffn_params(d: int, width: int, ffn: str, bias: bool) -> int:
+    """One feed-forward d→width→d: plain (2·d·f) or gated (3·d·f), with biases (f per
+    up-side projection, d for down) where present."""
+    matrices = 3 if ffn == "gated" else 2
+    total = matrices * d * width
+    if bias:
+        total += (matrices - 1) * width + d
     return total
 
 
-def qk_norm_params(spec: ModelSpec) -> int:
+def ffn_params(spec: ModelSpec, ff: FeedForward | None = None) -> int:
+    """One feed-forward of the block's width (for MoE: one routed expert)."""
+    ff = ff or spec.default_kind.feed_forward
+    return dense_ffn_params(spec.hidden_size, ff.intermediate_size, ff.ffn, ff.bias)
+
+
+def feed_forward_by_component(spec: ModelSpec, ff: FeedForward) -> dict[str, int]:
+    """One layer's feed-forward: ``mlp`` (dense, or the shared experts and their gate),
+    ``experts`` (E routed experts) and ``router`` (d·E, plus E with a router bias). The
+    DeepSeek correction bias is a buffer and counts nowhere."""
+    d = spec.hidden_size
+    if not ff.is_moe:
+        return {"mlp": ffn_params(spec, ff), "experts": 0, "router": 0}
+    shared = 0
+    if ff.shared_intermediate_size:
+        shared = dense_ffn_params(d, ff.shared_intermediate_size, ff.ffn, False)
+        shared += d if ff.shared_expert_gate else 0
+    return {
+        "mlp": shared,
+        "experts": ff.num_experts * ffn_params(spec, ff),
+        "router": d * ff.num_experts + (ff.num_experts if ff.router_bias else 0),
+    }
+
+
+def qk_norm_params(spec: ModelSpec, att: Attention | None = None) -> int:
     """One layer's q/k norms: per head (``head_dim`` each, shared across heads, as Qwen3)
-    or over the full projection widths (q_dim + kv_dim, as OLMo2)."""
-    if spec.qk_norm == "head":
-        return 2 * norm_params(spec, spec.head_size)
-    if spec.qk_norm == "full":
-        return norm_params(spec, spec.q_dim) + norm_params(spec, spec.kv_dim)
+    or over the full projection widths (q_dim + kv_dim, as OLMo2); L2 norms (Llama 4)
+    have no weights."""
+    att = att or spec.default_kind.attention
+    if att.qk_norm == "head":
+        return 2 * norm_params(spec, att.head_dim)
+    if att.qk_norm == "full":
+        return norm_params(spec, att.q_dim) + norm_params(spec, att.k_dim)
     return 0
+
+
+def layer_by_component(spec: ModelSpec, kind: LayerKind) -> dict[str, int]:
+    """One block of ``kind``, by component."""
+    out = {"attention": attention_params(spec, kind.attention)}
+    out.update(feed_forward_by_component(spec, kind.feed_forward))
+    out["norms"] = kind.norms * norm_params(spec, spec.hidden_size) + qk_norm_params(
+        spec, kind.attention
+    )
+    return out
+
+
+def layer_parameters(spec: ModelSpec, kind: LayerKind | None = None) -> int:
+    """Parameters of one block of ``kind`` (default the spec's own block), every expert."""
+    return sum(layer_by_component(spec, kind or spec.default_kind).values())
 
 
 def parameters_by_component(spec: ModelSpec) -> dict[str, int]:
     """Exact parameters per component; the values sum to :func:`parameter_count`.
 
-    embeddings = V·d (+ learned positions); attention = L·(Q, K, V, O, biases);
-    mlp = L·FFN for dense models; experts = L·E·FFN and router = L·d·E for MoE;
-    norms = L·(norms per layer + q/k norms) + final norm; lm_head = V·d unless tied
-    (+ its bias).
+    embeddings = V·d (+ learned positions); per layer kind, its count times its
+    attention, feed-forward (dense or shared → ``mlp``, routed → ``experts``, router) and
+    norms (block norms + q/k norms); the final norm; lm_head = V·d unless tied (+ its
+    bias); ``vision_tower`` when the model has one.
     """
-    L, d, V = spec.num_hidden_layers, spec.hidden_size, spec.vocab_size
+    V, d = spec.vocab_size, spec.hidden_size
     embeddings = V * d
     if spec.position_embedding == "learned":
         embeddings += (spec.max_position_embeddings or 0) * d
-    ffn = ffn_params(spec)
-    out = {
-        "embeddings": embeddings,
-        "attention": L * attention_params(spec),
-        "mlp": 0 if spec.is_moe else L * ffn,
-        "experts": L * spec.num_local_experts * ffn,
-        "router": L * d * spec.num_local_experts,
-        "norms": L * (spec.norms_per_layer * norm_params(spec, d) + qk_norm_params(spec))
-        + norm_params(spec, d),
-        "lm_head": (0 if spec.tie_word_embeddings else V * d) + (V if spec.lm_head_bias else 0),
-    }
+    out = {name: 0 for name in COMPONENTS}
+    out["embeddings"] = embeddings
+    for kind, count in spec.kinds:
+        for name, n in layer_by_component(spec, kind).items():
+            out[name] += count * n
+    out["norms"] += norm_params(spec, d)
+    out["lm_head"] = (0 if spec.tie_word_embeddings else V * d) + (V if spec.lm_head_bias else 0)
+    if spec.tower_parameters:
+        out["vision_tower"] = spec.tower_parameters
     return out
 
 
 def parameter_count(spec: ModelSpec) -> int:
     """N from the structure: the sum of :func:`parameters_by_component`."""
     return sum(parameters_by_component(spec).values())
+
+
+def active_parameter_count(spec: ModelSpec) -> int:
+    """Parameters one token passes through: N with each MoE layer's routed experts
+    counted ``top_k / num_experts`` (the embedding, router and shared experts in full).
+    Equal to N for a dense model."""
+    total = spec.n_params
+    for kind, count in spec.kinds:
+        ff = kind.feed_forward
+        if ff.is_moe:
+            routed = ff.num_experts * ffn_params(spec, ff)
+            total -= count * (routed - ff.top_k * ffn_params(spec, ff))
+    return total
+
+
+def trainable_parameter_count(spec: ModelSpec, *, freeze_tower: bool = False) -> int:
+    """Parameters that get gradients and optimizer state: N, less the multimodal tower
+    when it is frozen."""
+    return spec.n_params - (spec.tower_parameters if freeze_tower else 0)

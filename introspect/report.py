@@ -6,14 +6,12 @@ from. Memory columns are decimal GB unless a column name says otherwise.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tabulate import tabulate
-
+from introspect._tabulate import tabulate
 from introspect.breakdown import Breakdown
 from introspect.units import fmt_gb
 
@@ -42,6 +40,8 @@ def table(
 ) -> str:
     """Rows as a terminal table (``text``), GitHub ``markdown`` or ``csv``."""
     if fmt == "csv":
+        import csv  # only here: most commands never write CSV
+
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(headers)
@@ -58,9 +58,38 @@ def gb(n_bytes: int | float, digits: int = 3) -> str:
     return fmt_gb(n_bytes, digits)
 
 
+#: Version of every command's JSON output. 2: ``total_bytes`` is the refined estimate of
+#: the peak everywhere (``table`` gave the architecture total, now
+#: ``architecture_total_bytes``); ``table`` rows may carry an ``error``.
+SCHEMA_VERSION = 2
+
+
 def dumps(obj: Any) -> str:
-    """JSON as the tool prints it: indented, keys in insertion order, UTF-8 kept."""
+    """JSON as the tool prints it: indented, keys in insertion order, UTF-8 kept; a
+    top-level object starts with ``schema_version`` (:data:`SCHEMA_VERSION`)."""
+    if isinstance(obj, dict):
+        obj = {"schema_version": SCHEMA_VERSION, **obj}
     return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+def setup_line(setup: Any) -> str:
+    """Every setting of a TrainingSetup that changes the figures, on one line."""
+    parts = [
+        f"B={setup.batch_size}",
+        f"T={setup.seq_len}",
+        f"s={setup.activation_bytes} bytes ({setup.activation_dtype} activations)",
+        f"weights {setup.weights_dtype}",
+        f"precision {setup.precision}",
+        f"optimizer {setup.optimizer} ({setup.resolved_optimizer_impl.replace('_', '-')})",
+        f"{setup.attention} attention",
+        "checkpointing" if setup.activation_checkpointing else "no checkpointing",
+        f"{setup.cross_entropy} cross-entropy",
+        f"{setup.devices} device{'s' if setup.devices > 1 else ''}",
+        f"ZeRO {setup.zero_stage}",
+        f"{setup.framework} on {setup.resolved_device}",
+        f"{setup.implementation.replace('_', '-')} implementation, loop {setup.loop}",
+    ]
+    return ", ".join(parts)
 
 
 def key_value(pairs: Iterable[tuple[str, Any]]) -> str:

@@ -67,6 +67,7 @@ QWEN_7B = Reported(
         ("activation_checkpointing", True),
         ("devices", 2),
         ("zero_stage", 3),
+        ("sharding", "zero"),  # DeepSpeed's ZeRO-3, not FSDP2
     ),
 )
 

@@ -49,6 +49,11 @@ LOOPS = ("logits", "labels")
 #: ``_default_to_fused_or_foreach``); MLX has one update and ignores this.
 OPTIMIZER_IMPLS = ("auto", "single_tensor", "foreach", "fused")
 ZERO_STAGES = (0, 1, 2, 3)
+#: How the state is spread over ``devices`` (``introspect.refined.sharding``): ``none``
+#: (every device a full copy, plain data parallel without a reducer, or one device),
+#: ``ddp`` (DistributedDataParallel), ``zero`` (DDP with ZeRO ``zero_stage``: torch's
+#: ZeroRedundancyOptimizer at 1, DeepSpeed's stages 1-3), ``fsdp`` (FSDP2 ``fully_shard``).
+SHARDINGS = ("none", "ddp", "zero", "fsdp")
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
 OPTIMIZER_STATE_BYTES: dict[str, int] = {
@@ -93,12 +98,39 @@ class TrainingSetup:
     implementation: Implementation | None = None
     loop: Loop = "labels"
     optimizer_impl: OptimizerImpl = "auto"
+    # ---- multimodal (issue 10) ---------------------------------------------------------
+    #: Freeze a multimodal wrapper's vision/audio tower (``ModelSpec.tower_parameters``):
+    #: its weights stay, it gets no gradients, master copy or optimizer state.
+    freeze_tower: bool = False
+
+    # --- sharding and model parallelism (introspect.refined.sharding) ---------------------
+    #: ``none``, ``ddp``, ``zero`` or ``fsdp`` (see :data:`SHARDINGS`); ``zero`` with
+    #: ``zero_stage`` 0 reads as ``none``. Older callers that set only ``zero_stage`` get
+    #: ``zero`` (stages 1-2) or ``fsdp`` (stage 3) when ``devices`` > 1.
+    sharding: str = "none"
+    #: FSDP2 ``fully_shard(reshard_after_forward=…)``: free each unit's gathered weights
+    #: after its forward (True, ZeRO-3) or keep them until backward (False, ZeRO-2-like).
+    reshard_after_forward: bool = True
+    #: DDP ``gradient_as_bucket_view``: gradients are views into the reducer's buckets.
+    gradient_as_bucket_view: bool = False
+    #: Megatron tensor-parallel and pipeline-parallel degrees (closed forms, not measured);
+    #: ``devices`` stays the data-parallel degree.
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    #: Micro-batches per step for the pipeline (1F1B): ``None`` = the pipeline depth.
+    micro_batches: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "devices"):
+        for name in ("batch_size", "seq_len", "devices", "tensor_parallel", "pipeline_parallel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.micro_batches is not None and (
+            isinstance(self.micro_batches, bool) or self.micro_batches <= 0
+        ):
+            raise ValueError(
+                f"micro_batches must be a positive integer, got {self.micro_batches!r}"
+            )
         if self.activation_bytes_override is not None and self.activation_bytes_override <= 0:
             raise ValueError(
                 f"activation_bytes must be positive, got {self.activation_bytes_override}"
@@ -119,6 +151,7 @@ class TrainingSetup:
             ("loop", LOOPS),
             ("optimizer_impl", OPTIMIZER_IMPLS),
             ("zero_stage", ZERO_STAGES),
+            ("sharding", SHARDINGS),
         ):
             if getattr(self, name) not in choices:
                 allowed = ", ".join(str(c) for c in choices)
@@ -134,6 +167,16 @@ class TrainingSetup:
             raise ValueError(
                 f"implementation {self.implementation} does not run on {self.framework}"
             )
+
+    @property
+    def resolved_sharding(self) -> str:
+        """The strategy the estimate models: :attr:`sharding`, or for a setup that gives only
+        ``zero_stage`` over several devices, ``zero`` (stages 1-2) or ``fsdp`` (stage 3)."""
+        if self.sharding == "zero" and self.zero_stage == 0:
+            return "none"
+        if self.sharding == "none" and self.zero_stage and self.devices > 1:
+            return "fsdp" if self.zero_stage == 3 else "zero"
+        return self.sharding
 
     @property
     def resolved_device(self) -> str:

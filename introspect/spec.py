@@ -12,14 +12,16 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
+
 NormKind = Literal["layernorm", "rmsnorm"]
 FFNKind = Literal["plain", "gated"]
-QKNorm = Literal["none", "head", "full"]
+QKNorm = Literal["none", "head", "full", "l2"]
 PositionKind = Literal["rope", "learned", "none"]
 
 NORM_KINDS = ("layernorm", "rmsnorm")
 FFN_KINDS = ("plain", "gated")
-QK_NORMS = ("none", "head", "full")
+QK_NORMS = ("none", "head", "full", "l2")
 POSITION_KINDS = ("rope", "learned", "none")
 
 
@@ -29,6 +31,12 @@ class ModelSpec:
 
     The seed's symbols map as: ``L = num_hidden_layers``, ``d = hidden_size``,
     ``h = num_attention_heads``, ``V = vocab_size``, ``N = n_params``.
+
+    The per-layer fields (heads, widths, biases, norms, experts, ``sliding_window``)
+    describe one kind of block repeated L times (:attr:`default_kind`). A heterogeneous
+    stack lists its blocks in ``layers``, runs of identical kinds
+    (:mod:`introspect.layers`) whose counts sum to L; the flat fields then describe its
+    main kind for display.
     """
 
     hidden_size: int
@@ -62,11 +70,25 @@ class ModelSpec:
     #: the feed-forward), 1 for a parallel block (Phi), 4 with extra post-norms (Gemma-2).
     norms_per_layer: int = 2
     position_embedding: PositionKind = "rope"
-    #: Learned position table size (GPT-2's n_positions); only with ``learned`` positions.
+    #: The context length; with ``learned`` positions also the table's size (GPT-2's
+    #: n_positions). Windows and chunks may not exceed it.
     max_position_embeddings: int | None = None
+    #: Every layer attends to the last W tokens only (Mistral-7B-v0.1); ``None`` = full.
+    sliding_window: int | None = None
     #: Mixture of experts: experts per layer (0 = dense) and experts used per token.
     num_local_experts: int = 0
     num_experts_per_tok: int = 0
+    #: A heterogeneous stack: runs of identical blocks; empty = L blocks of
+    #: :attr:`default_kind`.
+    layers: tuple[LayerRun, ...] = ()
+    #: A multimodal wrapper's vision / audio tower and projector: parameters counted in
+    #: N but reported apart, and what they are.
+    tower_parameters: int = 0
+    tower: str = ""
+    #: Parameters a published checkpoint holds that the built model lacks (DeepSeek-V3's
+    #: multi-token-prediction layers): not in N, said in reports.
+    unbuilt_parameters: int = 0
+    unbuilt: str = ""
     #: The exact parameter count when the source knows it (checkpoint headers, a published
     #: total, or the seed's N given by hand); ``None`` derives it from the structure.
     num_parameters: int | None = None
@@ -95,6 +117,7 @@ class ModelSpec:
             "head_dim",
             "intermediate_size",
             "max_position_embeddings",
+            "sliding_window",
             "num_parameters",
         ):
             value = getattr(self, name)
@@ -125,6 +148,32 @@ class ModelSpec:
             raise ValueError("max_position_embeddings is required with learned positions")
         if self.norms_per_layer < 0:
             raise ValueError(f"norms_per_layer must be >= 0, got {self.norms_per_layer}")
+        if self.tower_parameters < 0 or self.unbuilt_parameters < 0:
+            raise ValueError("tower_parameters and unbuilt_parameters must be >= 0")
+        self._check_layers()
+
+    def _check_layers(self) -> None:
+        if not isinstance(self.layers, tuple) or not all(
+            isinstance(r, LayerRun) for r in self.layers
+        ):
+            raise ValueError("layers must be a tuple of LayerRun")
+        if self.layers:
+            listed = sum(r.count for r in self.layers)
+            if listed != self.num_hidden_layers:
+                raise ValueError(
+                    f"layers: {listed} layers listed but num_hidden_layers={self.num_hidden_layers}"
+                )
+        else:
+            self.default_kind  # noqa: B018  (its own invariants)
+        context = self.max_position_embeddings
+        for run in self.runs:
+            att = run.kind.attention
+            if context is not None and att.window is not None and att.window > context:
+                key = "sliding_window" if att.kind == "sliding" else "attention_chunk_size"
+                raise ValueError(
+                    f"{key}={att.window} is larger than the context "
+                    f"max_position_embeddings={context}"
+                )
 
     # ---- derived shapes -------------------------------------------------------------
     @property
@@ -159,7 +208,50 @@ class ModelSpec:
 
     @property
     def is_moe(self) -> bool:
-        return self.num_local_experts > 0
+        """Any block routes tokens to experts."""
+        return any(r.kind.feed_forward.is_moe for r in self.runs)
+
+    # ---- layer kinds ----------------------------------------------------------------
+    @property
+    def default_kind(self) -> LayerKind:
+        """The block the flat per-layer fields describe."""
+        attention = Attention(
+            kind="sliding" if self.sliding_window else "full",
+            num_attention_heads=self.num_attention_heads,
+            num_key_value_heads=self.kv_heads,
+            head_dim=self.head_size,
+            qkv_bias=self.qkv_bias,
+            o_bias=self.o_bias,
+            qk_norm=self.qk_norm,
+            window=self.sliding_window,
+            rope=self.position_embedding == "rope",
+        )
+        feed_forward = FeedForward(
+            ffn=self.ffn,
+            intermediate_size=self.ffn_dim,
+            bias=self.mlp_bias,
+            num_experts=self.num_local_experts,
+            top_k=self.num_experts_per_tok if self.num_local_experts else 0,
+        )
+        return LayerKind(attention=attention, feed_forward=feed_forward, norms=self.norms_per_layer)
+
+    @property
+    def runs(self) -> tuple[LayerRun, ...]:
+        """The stack in order: ``layers``, or one run of L default blocks."""
+        return self.layers or (LayerRun(self.default_kind, self.num_hidden_layers),)
+
+    @property
+    def kinds(self) -> tuple[tuple[LayerKind, int], ...]:
+        """Each distinct kind once with how many layers have it (first-seen order): what
+        an estimator computes once and multiplies."""
+        counts: dict[LayerKind, int] = {}
+        for run in self.runs:
+            counts[run.kind] = counts.get(run.kind, 0) + run.count
+        return tuple(counts.items())
+
+    @property
+    def is_heterogeneous(self) -> bool:
+        return len(self.kinds) > 1
 
     @property
     def n_params(self) -> int:
@@ -176,10 +268,28 @@ class ModelSpec:
         """A copy with some fields changed (the spec itself never mutates)."""
         return dataclasses.replace(self, **changes)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        """The spec back from :meth:`to_dict` (the derived shapes are dropped)."""
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        runs = []
+        for run in fields.get("layers") or ():
+            kind = {k: v for k, v in run.items() if k != "count"}
+            kind = LayerKind(
+                attention=Attention(**kind["attention"]),
+                feed_forward=FeedForward(**kind["feed_forward"]),
+                norms=kind.get("norms", 2),
+            )
+            runs.append(LayerRun(kind, run["count"]))
+        fields["layers"] = tuple(runs)
+        fields["assumptions"] = tuple(fields.get("assumptions", ()))
+        return cls(**fields)
+
     def to_dict(self) -> dict[str, Any]:
         """Fields plus the derived shapes, JSON-ready."""
         out = dataclasses.asdict(self)
         out["assumptions"] = list(self.assumptions)
+        out["layers"] = [{"count": r.count, **dataclasses.asdict(r.kind)} for r in self.layers]
         out.update(
             head_size=self.head_size,
             q_dim=self.q_dim,

@@ -16,7 +16,7 @@ its users step it:
 
 ``amp`` wraps forward and loss in ``torch.autocast("cpu", torch.bfloat16)`` over FP32
 weights; ``bf16`` casts the model to BF16 (pure BF16, Adam state BF16). The peak is
-torch's live-storage tracker (:class:`introspect.measure.tracker.PhaseMemTracker`) after
+the live-storage tracker (:mod:`introspect.measure.live_tracker`) after
 a warm-up step, so Adam's state exists. Nothing is downloaded.
 """
 
@@ -164,25 +164,21 @@ class Measured:
 
 
 def measure(model, setup: TrainingSetup, vocab: int) -> Measured:
-    """Warm up, then track one step's live storages."""
-    from introspect.measure.tracker import (
-        PhaseMemTracker,
-        categories_at_peak,
-        optimizer_state_bytes,
-        peak_total,
-    )
+    """Warm up, then track one step's live storages (the project's
+    :class:`~introspect.measure.live_tracker.LiveStorageTracker`, MemTracker's rules)."""
+    from introspect.measure import live_tracker
 
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab, (setup.batch_size, setup.seq_len + 1), generator=g)
     ids, targets = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     optimizer = make_optimizer(model, setup)
     step(model, optimizer, ids, targets, setup)
-    tracker = PhaseMemTracker()
-    tracker.track_external(model, optimizer)
+    tracker = live_tracker.LiveStorageTracker(model, optimizer)
     with tracker:
         step(model, optimizer, ids, targets, setup)
-    categories = categories_at_peak(tracker, optimizer_state_bytes(optimizer))
-    return Measured(peak_total(tracker), tracker.peak_phase, categories)
+    state = live_tracker.optimizer_state_bytes(optimizer)
+    categories = live_tracker.categories(tracker.peak_kinds, state)
+    return Measured(tracker.peak_bytes, tracker.peak_phase, categories)
 
 
 def measure_family(family: str, setup: TrainingSetup, config: dict | None = None) -> Measured:

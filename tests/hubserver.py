@@ -11,9 +11,11 @@ Served, as the Hub does (huggingface_hub 2.x ``file_download`` / ``hf_api`` /
 - errors carry ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``,
   ``EntryNotFound``, ``GatedRepo``) like the Hub, so the library raises its own types.
 
-Each repo can be made gated (401 unless ``Authorization: Bearer <token>``), or failing
-(500 on every request). Bytes served from ``.safetensors`` files are counted per repo so
-a test can assert no tensor data was fetched.
+Each repo can be made gated (401 unless ``Authorization: Bearer <token>``), failing
+(500 on every request), silent (the connection is accepted and never answered) or
+trickling (a 200 whose body comes one byte at a time, never complete). Bytes served
+from ``.safetensors`` files are counted per repo so a test can assert no tensor data was
+fetched.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class Repo:
     revisions: dict[str, tuple[str, dict[str, bytes | Path]]]
     gated_token: str | None = None
     failing: bool = False
+    #: "silent" or "trickle": a server that holds its clients (see the module docstring).
+    fault: str | None = None
 
     def resolve(self, rev: str) -> tuple[str, dict[str, bytes | Path]] | None:
         if rev in self.revisions:
@@ -78,6 +82,8 @@ class HubServer:
     def __post_init__(self) -> None:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        #: Set on exit: silent and trickling handlers stop holding their clients.
+        self.stopping = threading.Event()
 
     @property
     def url(self) -> str:
@@ -100,6 +106,7 @@ class HubServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -142,6 +149,20 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 headers["Retry-After"] = "0"  # the library's backoff retries; keep it short
             self._send(status, headers, json.dumps({"error": message}).encode(), body)
 
+        def _trickle(self) -> None:
+            """A 200 promising a megabyte, then one byte every 0.2 s until the server stops."""
+            try:
+                self.send_response(200)
+                self.send_header("Content-Length", str(2**20))
+                self.send_header("ETag", '"trickle"')
+                self.send_header("X-Repo-Commit", commit_sha("trickle"))
+                self.end_headers()
+                while not server.stopping.wait(0.2):
+                    self.wfile.write(b"{")
+                    self.wfile.flush()
+            except OSError:  # the client gave up
+                pass
+
         def _serve(self, body: bool) -> None:
             path = urlsplit(self.path).path
             server.requests.append((self.command, path, self.headers.get("Range", "")))
@@ -155,6 +176,11 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 return self._error(404, "RepoNotFound", "Repository not found", body)
             if repo.failing:
                 return self._error(500, None, "Internal Error", body)
+            if repo.fault == "silent":
+                server.stopping.wait(120)
+                return None
+            if repo.fault == "trickle":
+                return self._trickle()
             if repo.gated_token is not None:
                 if self.headers.get("Authorization") != f"Bearer {repo.gated_token}":
                     msg = f"Access to model {repo_id} is restricted. You must have access to it."

@@ -118,9 +118,10 @@ def test_cli_profile_folder_and_hub_id_give_the_published_count(model, tmp_path,
 
 def test_json_contract(capsys):
     out = _profile_json(capsys, "Qwen/Qwen2.5-0.5B", "--batch", "2", "--seq", "512")
-    assert list(out) == ["source", "spec", "params", "estimates", "divergences"]
+    assert list(out) == ["schema_version", "source", "spec", "params", "estimates", "divergences"]
     assert set(out["source"]) == {"origin", "location", "revision", "notes"}
-    assert list(out["params"]) == ["total", "by_component"]
+    assert list(out["params"]) == ["total", "active_per_token", "by_component"]
+    assert out["params"]["active_per_token"] == out["params"]["total"]  # dense
     assert list(out["params"]["by_component"]) == list(COMPONENTS)
     assert out["spec"]["num_parameters"] == out["params"]["total"]
     # The seed's estimate for the exact count and the setup given.
@@ -165,7 +166,7 @@ def _bad_inputs(tmp_path) -> dict[str, str]:
 
     llama = bundled.lookup("meta-llama/Llama-2-7b-hf").config()
     return {
-        "unknown model_type": write("a.json", json.dumps(llama | {"model_type": "falcon"})),
+        "unknown model_type": write("a.json", json.dumps(llama | {"model_type": "not_a_model"})),
         "missing key": write(
             "b.json", json.dumps({k: v for k, v in llama.items() if k != "vocab_size"})
         ),
@@ -178,7 +179,7 @@ def _bad_inputs(tmp_path) -> dict[str, str]:
 
 
 _WORDS = {
-    "unknown model_type": "model_type 'falcon' is not supported",
+    "unknown model_type": "model_type 'not_a_model' is not supported",
     "missing key": "vocab_size is missing",
     "wrong type": "hidden_size must be an integer",
     "not JSON": "not valid JSON",
@@ -212,4 +213,4 @@ def test_cli_bad_input_as_a_process_has_no_traceback(tmp_path):
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert "supported: " in proc.stderr and source in proc.stderr
+    assert "readers cover: " in proc.stderr and source in proc.stderr

@@ -106,11 +106,15 @@ def test_gpt2_reads_its_own_key_names():
 # ---- errors ---------------------------------------------------------------------------
 
 
-def test_unknown_model_type_names_itself_the_file_and_the_supported_list():
+@pytest.mark.parametrize("use_transformers", [True, False], ids=["transformers", "fallback"])
+def test_unknown_model_type_names_itself_the_file_and_the_supported_list(use_transformers):
     with pytest.raises(UnsupportedArchitecture) as err:
-        spec_from_config(_small("falcon"), path="/models/x/config.json")
+        spec_from_config(
+            _small("not_a_model"), path="/models/x/config.json", use_transformers=use_transformers
+        )
     message = str(err.value)
-    assert "'falcon'" in message and "/models/x/config.json" in message
+    assert "'not_a_model'" in message and "/models/x/config.json" in message
+    assert "safetensors headers still give the exact count" in message
     for family in supported_model_types():
         assert family in message
     assert "\n" not in message

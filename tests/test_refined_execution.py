@@ -178,8 +178,11 @@ def test_switches_move_the_terms_they_name():
     z3 = exe(devices=4, zero_stage=3)
     assert z3["optimizer/adam_m"] == -(-4 * spec.n_params // 4)
     assert z3["weights"] == -(-4 * spec.n_params // 4)
+    # ZeRO-1 (torch's ZeroRedundancyOptimizer): whole tensors, so the largest rank holds
+    # more than a quarter of the state; DDP's buckets stay.
     z1 = exe(devices=4, zero_stage=1)
-    assert z1["weights"] == 4 * spec.n_params and z1["optimizer/adam_m"] == spec.n_params
+    assert z1["weights"] == 4 * spec.n_params and z1["comm/ddp_buckets"] == 4 * spec.n_params
+    assert spec.n_params < z1["optimizer/adam_m"] < 4 * spec.n_params
     frozen = refined.estimate(spec, base.replace(optimizer="none"))
     assert frozen.execution.sum("optimizer") == 0 and frozen.execution["grads"] == 0
     assert "optimizer_step" not in frozen.phases

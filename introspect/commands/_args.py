@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 
+from introspect import bounds
 from introspect.setup import (
     ATTENTIONS,
     CROSS_ENTROPIES,
@@ -50,6 +51,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A positive, finite number of seconds (``30``, ``2.5``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
 def dtype_name(text: str) -> str:
     """A dtype name known to :mod:`introspect.units`."""
     try:
@@ -87,6 +99,19 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         dest="sub_debug",
         action="store_true",
         help="show the full traceback on errors",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="accept values beyond the sanity bounds (10^6 layers, T over 10^8, …)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="the most to wait for the Hub, all requests and retries together "
+        "(default 30, or $INTROSPECT_TIMEOUT)",
     )
 
 
@@ -148,7 +173,7 @@ def add_setup_flags(
     g.add_argument(
         "--weights-dtype",
         type=dtype_name,
-        default="fp32",
+        default=None,
         metavar="DTYPE",
         help="dtype of the working weights and their gradients (default fp32); a 16-bit "
         "dtype adds the FP32 master copy of mixed precision",
@@ -217,6 +242,7 @@ def add_setup_flags(
         "3 + weights (= FSDP full sharding)",
     )
     add_runner_flags(e)
+    add_sharding_flags(e)
 
 
 def add_runner_flags(group, *, framework_default: str | None = "torch") -> None:
@@ -275,9 +301,15 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
         seq_len=seq,
         activation_dtype=activation_dtype_for(args),
         activation_bytes_override=args.act_bytes,
-        weights_dtype=args.weights_dtype,
+        weights_dtype=args.weights_dtype or "fp32",
     )
     if hasattr(args, "precision"):
+        bounds.contradictions(
+            precision=args.precision,
+            weights_dtype=args.weights_dtype,
+            zero_stage=args.zero,
+            devices=args.devices,
+        )
         fields.update(
             precision=args.precision,
             optimizer=args.optimizer,
@@ -292,8 +324,11 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             loop=args.loop,
             optimizer_impl=args.optimizer_impl,
         )
+        fields.update(sharding_fields(args))
     fields.update(overrides)
-    return TrainingSetup(**fields)
+    setup = TrainingSetup(**fields)
+    bounds.check_setup(setup, force=getattr(args, "force", False))
+    return setup
 
 
 def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:
@@ -303,3 +338,73 @@ def sweep_setups(args: argparse.Namespace) -> Iterator[TrainingSetup]:
     for b in batches:
         for t in seqs:
             yield setup_from_args(args, batch_size=b, seq_len=t)
+
+
+def add_sharding_flags(group) -> None:
+    """--ddp, --fsdp, --no-reshard, --bucket-view, --tp, --pp and --micro-batches: how the
+    state is spread over --devices (``introspect.refined.sharding``); --zero stays."""
+    how = group.add_mutually_exclusive_group()
+    how.add_argument(
+        "--ddp",
+        action="store_true",
+        help="DistributedDataParallel over --devices: full state per device plus the "
+        "reducer's gradient buckets (N gradient-sized bytes, the whole step)",
+    )
+    how.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="FSDP2 fully_shard over --devices, one unit per block and the root "
+        "(embedding, final norm, head); with --precision mixed its MixedPrecisionPolicy "
+        "(bf16 params, fp32 reduce)",
+    )
+    group.add_argument(
+        "--no-reshard",
+        action="store_true",
+        help="FSDP2 reshard_after_forward=False: blocks stay gathered from forward to backward",
+    )
+    group.add_argument(
+        "--bucket-view",
+        action="store_true",
+        help="DDP gradient_as_bucket_view=True: gradients are views into the buckets",
+    )
+    group.add_argument(
+        "--tp",
+        type=positive_int,
+        default=1,
+        metavar="T",
+        help="Megatron tensor-parallel degree (default 1; a closed form, not measured)",
+    )
+    group.add_argument(
+        "--pp",
+        type=positive_int,
+        default=1,
+        metavar="P",
+        help="pipeline-parallel stages under 1F1B (default 1; a closed form, not measured)",
+    )
+    group.add_argument(
+        "--micro-batches",
+        type=positive_int,
+        default=None,
+        metavar="M",
+        help="micro-batches per step for the pipeline (default: --pp)",
+    )
+
+
+def sharding_fields(args: argparse.Namespace) -> dict:
+    """The TrainingSetup sharding fields from :func:`add_sharding_flags`' flags."""
+    if not hasattr(args, "fsdp"):
+        return {}
+    zero = getattr(args, "zero", 0)
+    if zero and (args.ddp or args.fsdp):
+        flag = "--ddp" if args.ddp else "--fsdp"
+        raise ValueError(f"--zero {zero} and {flag} name two shardings; give one")
+    sharding = "ddp" if args.ddp else "fsdp" if args.fsdp else "zero" if zero else "none"
+    return {
+        "sharding": sharding,
+        "zero_stage": 3 if args.fsdp else zero,
+        "reshard_after_forward": not args.no_reshard,
+        "gradient_as_bucket_view": args.bucket_view,
+        "tensor_parallel": args.tp,
+        "pipeline_parallel": args.pp,
+        "micro_batches": args.micro_batches,
+    }

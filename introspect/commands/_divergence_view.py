@@ -4,9 +4,8 @@ features found. Decimal GB."""
 
 from __future__ import annotations
 
-from tabulate import tabulate
-
 from introspect import report
+from introspect._tabulate import tabulate
 from introspect.divergence import Divergence, Flag
 from introspect.refined import RefinedEstimate
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import report, simplified
+from introspect import bounds, report, simplified
 from introspect.breakdown import Breakdown
 from introspect.commands._args import add_common, add_setup_flags, positive_int, sweep_setups
 from introspect.errors import IntrospectError
@@ -77,8 +77,18 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     )
 
 
+#: The flag that sets each spec field, for the sanity bounds' messages.
+FLAGS = {
+    "num_hidden_layers": "--layers",
+    "hidden_size": "--d-emb",
+    "num_attention_heads": "--heads",
+    "vocab_size": "--vocab",
+    "num_parameters": "--params",
+}
+
+
 def run(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args)
+    spec = bounds.check_spec(spec_from_args(args), "the flags", force=args.force, flags=FLAGS)
     setups = list(sweep_setups(args))
     results = [(s, simplified.estimate(spec, s)) for s in setups]
     if args.json:

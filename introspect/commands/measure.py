@@ -26,10 +26,11 @@ shape flags describe the model. Shape flags given with a SOURCE change that fiel
 
 The step is FP32 Adam at B=1 unless flags say otherwise, written as users write it:
 zero_grad(set_to_none=True), F.cross_entropy(logits.view(-1, V), targets.view(-1)),
-backward(), step(). A warm-up step runs first so Adam's state exists; the peak counter
-is reset before the measured step. Peaks: mx.get_peak_memory() on MLX,
-torch.cuda.max_memory_allocated() on CUDA, torch's live-storage tracker (MemTracker) on
-CPU and in a dry run (--device fake: FakeTensorMode, no memory used, any size).
+backward(), step(). Adam's state exists first (torch on CPU and fake: made directly at its
+real shapes; MLX and CUDA: a warm-up step, then the peak counter is reset). Peaks:
+mx.get_peak_memory() on MLX, torch.cuda.max_memory_allocated() on CUDA, a live-storage
+tracker with torch MemTracker's rules on CPU and in a dry run (--device fake:
+FakeTensorMode, no memory used, any size).
 
 examples:
   introspect measure 10M --framework torch --seq 256 512 1024
@@ -38,6 +39,19 @@ examples:
   introspect measure meta-llama/Llama-2-7b-hf --framework torch --device fake --seq 2048
   introspect measure --layers 4 --d-emb 256 --heads 4 --vocab 8192 --framework mlx --json
 """
+
+
+SHAPE_FLAGS = (
+    ("--layers", "num_hidden_layers", "L", "transformer layers"),
+    ("--d-emb", "hidden_size", "D", "embedding dimension d"),
+    ("--heads", "num_attention_heads", "H", "attention heads"),
+    ("--vocab", "vocab_size", "V", "vocabulary size"),
+    ("--kv-heads", "num_key_value_heads", "H_KV", "K/V heads (GQA; default = --heads)"),
+    ("--head-dim", "head_dim", "N", "width of one head (default d/h)"),
+    ("--intermediate", "intermediate_size", "F", "feed-forward width (default 4d)"),
+)
+#: The flag that sets each spec field, for the sanity bounds' messages.
+FLAGS = {dest: flag for flag, dest, _, _ in SHAPE_FLAGS}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -127,15 +141,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(torch SDPA / mx.fast.scaled_dot_product_attention)",
     )
     shape = p.add_argument_group("model shape (without SOURCE, or changing it)")
-    for flag, dest, meta, text in (
-        ("--layers", "num_hidden_layers", "L", "transformer layers"),
-        ("--d-emb", "hidden_size", "D", "embedding dimension d"),
-        ("--heads", "num_attention_heads", "H", "attention heads"),
-        ("--vocab", "vocab_size", "V", "vocabulary size"),
-        ("--kv-heads", "num_key_value_heads", "H_KV", "K/V heads (GQA; default = --heads)"),
-        ("--head-dim", "head_dim", "N", "width of one head (default d/h)"),
-        ("--intermediate", "intermediate_size", "F", "feed-forward width (default 4d)"),
-    ):
+    for flag, dest, meta, text in SHAPE_FLAGS:
         shape.add_argument(flag, dest=dest, type=positive_int, metavar=meta, help=text)
     shape.add_argument("--norm", type=choice(("layernorm", "rmsnorm")), help="layernorm or rmsnorm")
     shape.add_argument("--ffn", type=choice(("plain", "gated")), help="plain d→f→d or gated")
@@ -146,6 +152,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="Llama-style variant of the shape: RMSNorm, SwiGLU (f ≈ 8d/3), h/4 K/V heads",
     )
+    from introspect.commands import _sharded
+
+    _sharded.add_flags(p)  # --devices D --ddp | --zero 1 | --fsdp: a sharded step
     add_common(p, json_help="print JSON: spec, and per row the measurement and both estimates")
     p.set_defaults(run=run)
 
@@ -176,7 +185,7 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         if spec is None:
             from introspect.adapters import resolve
 
-            spec = resolve(args.source).spec
+            spec = resolve(args.source, force=args.force, timeout=args.timeout).spec
         spec = spec.replace(num_parameters=None, **fields) if fields else spec
     else:
         needed = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -250,22 +259,80 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def available_bytes(device: str) -> int | None:
-    """Memory a real step may use: free CUDA memory, else the OS's available RAM."""
+    """Memory a real step may use: free CUDA memory, else the least of the OS's
+    available RAM, the cgroup's limit less its usage and this process's address-space
+    limit (:func:`process_limit_bytes`)."""
     if device == "cuda":
         import torch
 
         return torch.cuda.mem_get_info()[0]
+    found = [n for n in (_mem_available(), process_limit_bytes()) if n is not None]
+    return min(found) if found else None
+
+
+def _mem_available() -> int | None:
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+#: cgroup v2 (memory.max, memory.current) and v1 (limit and usage) files.
+CGROUP_FILES = (
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+
+
+def process_limit_bytes() -> int | None:
+    """What this process may still allocate under its limits: the cgroup memory limit
+    less the cgroup's usage (v2 ``memory.max``/``memory.current``, or v1), and
+    ``RLIMIT_AS`` (``ulimit -v``) less this process's address space. None when neither
+    is set. MemAvailable alone misses both: a container or ``ulimit -v`` kills or fails
+    a step long before the machine runs out."""
+    limits = []
+    for limit_file, usage_file in CGROUP_FILES:
+        limit, usage = _read_int(limit_file), _read_int(usage_file)
+        if limit is not None and limit < 2**60:  # v1 says "no limit" with a huge number
+            limits.append(limit - (usage or 0))
+            break
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            limits.append(soft - _address_space_bytes())
+    except (ImportError, OSError, ValueError):
+        pass
+    return max(0, min(limits)) if limits else None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        return int(text) if text != "max" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _address_space_bytes() -> int:
+    """This process's virtual size (``VmSize`` in /proc/self/status), 0 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> None:
@@ -284,11 +351,17 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> Non
 
 
 def run(args: argparse.Namespace) -> int:
+    from introspect import bounds
+    from introspect.commands import _sharded
     from introspect.measure import runner
 
+    spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
+    if _sharded.wants_sharded(args):
+        return _sharded.run(args, spec)
     check_args(args)
-    spec = spec_from_args(args)
     setups = setups_from_args(args)
+    for s in setups:
+        bounds.check_setup(s, force=args.force)
     for s in setups:
         refuse_if_too_big(spec, s, args.device)
     results = []
@@ -296,8 +369,8 @@ def run(args: argparse.Namespace) -> int:
     for s in setups:
         if bar is not None:
             bar.set_description(f"B={s.batch_size} T={s.seq_len}")
-        results.append(
-            runner.run_one(
+        try:
+            row = runner.run_one(
                 spec,
                 s,
                 device=args.device,
@@ -305,7 +378,20 @@ def run(args: argparse.Namespace) -> int:
                 census=not args.no_census,
                 repeats=args.repeats,
             )
-        )
+        except MemoryError as e:
+            raise IntrospectError(
+                f"B={s.batch_size}, T={s.seq_len}: the step ran out of memory on {args.device}; "
+                "use a smaller --seq/--batch, or --device fake for a dry run"
+            ) from e
+        except RuntimeError as e:
+            if "memory" not in str(e).lower() and "alloc" not in str(e).lower():
+                raise
+            raise IntrospectError(
+                f"B={s.batch_size}, T={s.seq_len}: the step could not allocate memory on "
+                f"{args.device} ({str(e).strip().splitlines()[0][:160]}); use a smaller "
+                "--seq/--batch, or --device fake for a dry run"
+            ) from e
+        results.append(row)
         if bar is not None:
             bar.update()
     if bar is not None:

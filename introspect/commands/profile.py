@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)  # check the flags before any file or network work
-    model = resolve(args.source, revision=args.revision)
+    model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     results = estimates(model.spec, setup)
     if args.json:
         print(report.dumps(to_json(model, setup, results)))
@@ -104,10 +104,20 @@ def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[
             "notes": list(model.notes),
         },
         "spec": model.spec.to_dict(),
-        "params": {"total": model.spec.n_params, "by_component": by_component},
+        "params": {
+            "total": model.spec.n_params,
+            "active_per_token": _active(model.spec),
+            "by_component": by_component,
+        },
         "estimates": out_estimates,
         "divergences": _divergences(model.spec, setup, results),
     }
+
+
+def _active(spec: ModelSpec) -> int:
+    from introspect.params import active_parameter_count
+
+    return active_parameter_count(spec)
 
 
 def _divergences(spec: ModelSpec, setup: TrainingSetup, results: dict) -> dict[str, Any]:
@@ -169,7 +179,39 @@ def _spec_section(spec: ModelSpec) -> str:
         pairs.append(
             ("experts", f"{spec.num_local_experts} per layer, {spec.num_experts_per_tok} active")
         )
+    if spec.is_heterogeneous or spec.layers:
+        for kind, count in spec.kinds:
+            pairs.append((f"  {count} layers", describe_kind(kind)))
+    if spec.tower_parameters:
+        pairs.append(("tower (apart)", f"{spec.tower}: {spec.tower_parameters:,}"))
+    if spec.unbuilt_parameters:
+        pairs.append(
+            ("not built", f"{spec.unbuilt}: {spec.unbuilt_parameters:,} in the checkpoint")
+        )
     return "spec\n" + _indent(report.key_value(pairs))
+
+
+def describe_kind(kind) -> str:
+    """One layer kind in a few words: attention, feed-forward, norms."""
+    a, ff = kind.attention, kind.feed_forward
+    att = {
+        "full": "full attention",
+        "sliding": f"sliding window {a.window}",
+        "chunked": f"chunked {a.window}",
+        "linear": "linear attention",
+        "mla": f"MLA (latent {a.kv_lora_rank}, q rank {a.q_lora_rank})",
+    }[a.kind]
+    if a.sinks:
+        att += " + sinks"
+    if not a.rope:
+        att += ", no rope"
+    if ff.is_moe:
+        mlp = f"MoE {ff.top_k} of {ff.num_experts} experts of {ff.intermediate_size}"
+        if ff.shared_intermediate_size:
+            mlp += f" + shared {ff.shared_intermediate_size}"
+    else:
+        mlp = f"{ff.ffn} MLP {ff.intermediate_size}"
+    return f"{att}; {mlp}; {kind.norms} norms"
 
 
 def _positions(spec: ModelSpec) -> str:
@@ -186,15 +228,17 @@ def _params_section(model) -> str:
         if n
     ]
     rows.append(("total", f"{total:,}", "100.00"))
+    if model.spec.is_moe:
+        from introspect.params import active_parameter_count
+
+        active = active_parameter_count(model.spec)
+        rows.append(("active per token", f"{active:,}", f"{100 * active / total:.2f}"))
     body = report.table(rows, ["component", "parameters", "%"], colalign=("left", "right", "right"))
     return "parameters (exact)\n" + _indent(body)
 
 
 def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
-    head = (
-        f"training memory for B={setup.batch_size}, T={setup.seq_len}, "
-        f"s={setup.activation_bytes} bytes, weights {setup.weights_dtype} (decimal GB)"
-    )
+    head = f"training memory for {report.setup_line(setup)} (decimal GB)"
     parts = [head]
     for name, b in results.items():
         if not isinstance(b, Breakdown):

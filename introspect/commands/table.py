@@ -26,7 +26,7 @@ SEED_QWEN_05B_PARAMS = 490_000_000
 
 EPILOG = """\
 examples:
-  introspect table                              the bundled Qwen and Llama models
+  introspect table                              bundled Qwen, Llama and today's MoE models
   introspect table --markdown                   the same as a GitHub table
   introspect table Qwen/Qwen2.5-7B ./my-model   any sources 'introspect profile' takes
   introspect table --seq 4096 --attention memory-efficient --checkpointing
@@ -68,16 +68,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--markdown", action="store_true", help="print a GitHub markdown table")
     fmt.add_argument("--csv", action="store_true", help="print CSV")
+    p.add_argument(
+        "--units",
+        choices=("gb", "bytes"),
+        default="gb",
+        help="memory columns in decimal GB (default) or bytes",
+    )
     add_setup_flags(p, act_default="bf16", sweep=False)
     add_common(p)
     p.set_defaults(run=run)
 
 
+#: Today's models beside the seed's Qwen and Llama rows (mixture of experts, sliding
+#: windows, sinks, MLA, a vision tower).
+TODAY = (
+    "openai/gpt-oss-20b",
+    "google/gemma-3-1b-pt",
+    "google/gemma-3-4b-pt",
+    "deepseek-ai/DeepSeek-V3",
+)
+
+
 def default_sources() -> list[str]:
-    """The bundled Qwen and Llama models, in the bundle's order."""
+    """The bundled Qwen and Llama models in the bundle's order (the new Qwen3-30B-A3B and
+    Llama-4-Scout among them), then :data:`TODAY`'s."""
     from introspect.adapters import bundled
 
-    return [m.hub_id for m in bundled.models() if m.hub_id.startswith(("Qwen/", "meta-llama/"))]
+    seed = [m.hub_id for m in bundled.models() if m.hub_id.startswith(("Qwen/", "meta-llama/"))]
+    return seed + [m for m in TODAY if bundled.lookup(m) is not None]
 
 
 def _fmt(args: argparse.Namespace) -> str:
@@ -104,13 +122,32 @@ def run(args: argparse.Namespace) -> int:
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
-    models = [resolve(s) for s in (args.sources or default_sources())]
-    rows = [row(m, setup) for m in models]
+    sources = args.sources or default_sources()
+    rows = [_row_or_error(s, setup, args.force, args.timeout) for s in sources]
+    good = [r for r in rows if "error" not in r]
     if fmt == "json":
-        print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(rows)}))
+        print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(good)}))
     else:
-        print(render(rows, setup, fmt))
+        print(render(rows, setup, fmt, args.units))
+    failed = [r for r in rows if "error" in r]
+    if failed:
+        raise IntrospectError(
+            f"{len(failed)} of {len(rows)} sources failed (their rows say why); first: "
+            f"{failed[0]['error']}"
+        )
     return 0
+
+
+def _row_or_error(
+    source: str, setup: TrainingSetup, force: bool, timeout: float | None
+) -> dict[str, Any]:
+    """The source's row, or ``{"source", "error"}`` when it cannot be read."""
+    from introspect.adapters import resolve
+
+    try:
+        return row(resolve(source, force=force, timeout=timeout), setup)
+    except (IntrospectError, ValueError, OverflowError, RecursionError) as err:
+        return {"source": source, "error": str(err)}
 
 
 def row(model: Any, setup: TrainingSetup) -> dict[str, Any]:
@@ -131,7 +168,8 @@ def row(model: Any, setup: TrainingSetup) -> dict[str, Any]:
         },
         "refined": {
             "activations_bytes": est.architecture.sum("activations"),
-            "total_bytes": est.architecture.total,
+            "total_bytes": est.total,
+            "architecture_total_bytes": est.architecture.total,
             "execution_total_bytes": est.execution.total,
             "peak_phase": est.peak_phase,
         },
@@ -162,7 +200,8 @@ HEADERS = [
     "seed total GB",
     "refined act. GB",
     "refined total GB",
-    "exec. peak GB (phase)",
+    "exec. peak GB",
+    "peak phase",
     "flags",
 ]
 
@@ -171,29 +210,40 @@ def _short(flag: dict[str, str]) -> str:
     return flag.get("short") or flag["name"]
 
 
-def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str) -> str:
-    cells = [
-        (
-            r["source"],
-            str(r["params"]["total"]) if fmt == "csv" else fmt_count(r["params"]["total"]),
-            report.gb(r["state_16n_bytes"], 2),
-            report.gb(r["simplified"]["activations_bytes"], 2),
-            report.gb(r["simplified"]["total_bytes"], 2),
-            report.gb(r["refined"]["activations_bytes"], 2),
-            report.gb(r["refined"]["total_bytes"], 2),
-            f"{report.gb(r['refined']['execution_total_bytes'], 2)} ({r['refined']['peak_phase']})",
-            ", ".join(_short(f) for f in r["flags"]),
-        )
-        for r in rows
-    ]
-    body = report.table(cells, HEADERS, fmt, colalign=("left",) + ("right",) * 7 + ("left",))
+def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
+    """One row's cells: numbers (GB, or bytes with ``--units bytes``) in every numeric
+    column; a failed source's error in the flags column."""
+    if "error" in r:
+        return (r["source"], *([""] * 8), f"error: {r['error']}")
+
+    def size(n: int) -> str:
+        return str(n) if units == "bytes" else report.gb(n, 2)
+
+    ref = r["refined"]
+    return (
+        r["source"],
+        str(r["params"]["total"]) if fmt == "csv" else fmt_count(r["params"]["total"]),
+        size(r["state_16n_bytes"]),
+        size(r["simplified"]["activations_bytes"]),
+        size(r["simplified"]["total_bytes"]),
+        size(ref["activations_bytes"]),
+        size(ref["architecture_total_bytes"]),
+        size(ref["execution_total_bytes"]),
+        ref["peak_phase"],
+        ", ".join(_short(f) for f in r["flags"]),
+    )
+
+
+def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: str = "gb") -> str:
+    cells = [_cells(r, fmt, units) for r in rows]
+    headers = [h.replace(" GB", " bytes") for h in HEADERS] if units == "bytes" else HEADERS
+    body = report.table(cells, headers, fmt, colalign=("left",) + ("right",) * 7 + ("left",) * 2)
     if fmt == "csv":
         return body
     optimizer_impl = setup.resolved_optimizer_impl.replace("_", "-")
+    unit = "bytes" if units == "bytes" else "decimal GB"
     head = (
-        f"B={setup.batch_size}, T={setup.seq_len}, s={setup.activation_bytes} bytes "
-        f"({setup.activation_dtype} activations), weights {setup.weights_dtype}, "
-        f"{setup.optimizer}, {setup.attention} attention; decimal GB.\n"
+        f"{report.setup_line(setup)}; {unit}.\n"
         "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "
         "refined = the seed's bookkeeping for the real architecture; exec. peak = what "
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
@@ -262,14 +312,11 @@ def reported_comparison(model: Any, rep: Reported) -> dict[str, Any]:
 
 
 def _without_optimizer_temporaries(spec, setup: TrainingSetup, est) -> int:
-    """The execution peak if the optimizer updated in place (DeepSpeed's FusedAdam) instead
-    of making torch foreach AdamW's FP32 copy of the local shard."""
-    from introspect.refined import execution
+    """The execution peak if the optimizer updated in place (DeepSpeed's FusedAdam, torch's
+    ``fused=True``) instead of making torch foreach AdamW's FP32 copy of the local shard."""
+    from introspect import refined
 
-    step = execution.optimizer_step(spec, setup) or {}
-    in_place = sum(step.values()) - step.get("optimizer/temporaries", 0)
-    others = [v for k, v in est.phases.items() if k != "optimizer_step"]
-    return max([in_place, *others])
+    return refined.estimate(spec, setup.replace(optimizer_impl="fused")).total
 
 
 def render_reported(out: dict[str, Any], fmt: str) -> str:

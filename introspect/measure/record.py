@@ -29,8 +29,9 @@ CATEGORIES = (
 class Measurement:
     """One measured (or dry-run) training step.
 
-    ``peak_bytes`` is the step's peak after a warm-up step, with the peak counter reset
-    just before the measured step. ``categories`` is what was alive at that peak, by kind.
+    ``peak_bytes`` is the step's peak once the optimizer's state exists (made directly,
+    or by a warm-up step with the peak counter reset just before the measured step).
+    ``categories`` is what was alive at that peak, by kind.
     ``active_bytes``/``cache_bytes`` are MLX's (or torch CUDA's allocated/reserved) after
     the step. ``peak_phase`` is forward, backward or optimizer where the backend can tell.
     """

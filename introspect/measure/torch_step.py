@@ -6,10 +6,12 @@
     loss.backward()
     opt.step()
 
-A warm-up step runs first so Adam's state exists (the seed: measure "after the Adam state
-has been created and after the step has warmed up"), then the peak counter is reset and
-one step is measured. On CUDA the peak is ``torch.cuda.max_memory_allocated()``; on CPU
-and in a dry run it is the live-storage tracker's (:mod:`introspect.measure.tracker`).
+The optimizer's state is created first, at its real shapes and dtypes
+(:mod:`introspect.measure.optimizer_state`; on CUDA, and for an optimizer it does not
+know, by a warm-up step), as the seed measures "after the Adam state has been created";
+then one step is measured. On CUDA the peak is ``torch.cuda.max_memory_allocated()``
+(reset after the warm-up); on CPU and in a dry run it is the live-storage tracker's
+(:mod:`introspect.measure.live_tracker`).
 The tracker also runs on CUDA, so every device reports the same categories.
 """
 
@@ -23,14 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from introspect.errors import IntrospectError
+from introspect.measure import live_tracker
+from introspect.measure.optimizer_state import prime_optimizer
 from introspect.measure.record import Measurement, versions
 from introspect.measure.supported import measured_dtype
-from introspect.measure.tracker import (
-    PhaseMemTracker,
-    categories_at_peak,
-    optimizer_state_bytes,
-    peak_total,
-)
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -111,21 +109,24 @@ def measure_step(
     tensor_device = "cpu" if device == "fake" else device
     optimizer = make_optimizer(model, setup)
     input_ids, targets = batch(vocab, setup, tensor_device)
-    train_step(model, optimizer, input_ids, targets, forward)  # warm-up: Adam state exists
     cuda = device == "cuda"
+    # The optimizer's state made directly (no warm-up step) except on CUDA, whose first
+    # step also sets up the allocator's and cuBLAS's workspaces.
+    if cuda or not prime_optimizer(model, optimizer):
+        train_step(model, optimizer, input_ids, targets, forward)
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    tracker = PhaseMemTracker()
-    tracker.track_external(model, optimizer)
+    tracker = live_tracker.LiveStorageTracker(model, optimizer)
     start = time.perf_counter()
     with tracker:
         train_step(model, optimizer, input_ids, targets, forward)
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    categories = categories_at_peak(tracker, optimizer_state_bytes(optimizer))
-    peak = peak_total(tracker)
+    state = live_tracker.optimizer_state_bytes(optimizer)
+    categories = live_tracker.categories(tracker.peak_kinds, state)
+    peak = tracker.peak_bytes
     notes = []
     active = cache = None
     if cuda:
@@ -135,7 +136,7 @@ def measure_step(
         categories["other"] += peak - tracked
         notes.append("peak from torch.cuda.max_memory_allocated(); other = allocator - tracker")
     else:
-        notes.append("peak from live tensor storages (torch MemTracker), exact bytes")
+        notes.append("peak from live tensor storages (MemTracker's rules), exact bytes")
     # The tracker's own bookkeeping slows the step; time an untracked one when real.
     if device != "fake":
         start = time.perf_counter()

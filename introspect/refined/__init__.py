@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from introspect.breakdown import Breakdown
-from introspect.refined import architecture, causes, execution
+from introspect.refined import architecture, causes, execution, model_parallel
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -78,6 +78,8 @@ def execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     step = execution.optimizer_step(spec, setup)
     if step is not None:
         candidates.append(("optimizer_step", step))
+    # Tensor/pipeline parallel: each moment on the largest model-parallel rank.
+    candidates = [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in candidates]
     phases: dict[str, int] = {}
     for phase, terms in candidates:
         phases[phase] = max(phases.get(phase, 0), sum(terms.values()))

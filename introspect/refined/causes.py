@@ -3,7 +3,7 @@ model and setup (the ``notes`` of the execution breakdown)."""
 
 from __future__ import annotations
 
-from introspect.refined import saved
+from introspect.refined import saved, sharding
 from introspect.refined.execution import working_weight_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -124,6 +124,8 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
             key = key.rpartition("/")[0]
         if key:
             out[name] = CAUSES[key].format(**fill)
+    sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
+    out.update({k: v for k, v in sharded.items() if k in terms})
     return out
 
 

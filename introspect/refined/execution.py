@@ -16,31 +16,37 @@ full breakdown; the largest is the execution total and its name the peak phase:
 * ``optimizer_step`` — weights, full gradients, optimizer state and the update's
   temporaries (see :func:`optimizer_temporaries`), the loop's logits still held.
 
-Sharding (ZeRO 1/2/3, FSDP full sharding = ZeRO-3) divides the state per device; B is
-the per-device micro-batch. Figures are per device.
+Sharding (DDP, ZeRO-1/2/3, FSDP2) is :mod:`introspect.refined.sharding`: the per-rank
+state, each moment's gathered weights and communication buffers, FSDP2's post-backward
+moments; B is the per-device micro-batch. Figures are per device, the largest rank's.
 
 Checked against torch 2.13 on CPU — the reference model of ``introspect.measure``, FP32
 Adam after a warm-up step, peak from live storages (``PhaseMemTracker``): L=4, d=256,
 h=8, V=8000, standard and Llama-style, eager and SDPA, T = 256–2048, with and without
 per-block ``torch.utils.checkpoint``: every peak within 0.5%, and the same phase; the
 seed's 40M and 100M shapes (fake-tensor dry runs, T = 256 and 2048): within 0.15%.
-Sharding and mixed precision follow the libraries' source and are not measured here.
+DDP, ZeRO-1 and FSDP2 (FP32 and mixed) are measured in several gloo processes
+(``benchmarks/sharded_accuracy.py``); CUDA mixed precision follows the libraries' source
+and is not measured here.
 
 transformers' own classes (``implementation="transformers"``, the default; saved set in
-:mod:`introspect.refined.hf_saved`): checked against real CPU steps of llama, qwen2,
-qwen3, gemma, phi, gpt2, mistral and olmo2 (``tests/hf_steps.py``; B=2, T=256; eager,
-SDPA and eager with checkpointing; labels and logits loops; FP32, BF16 and autocast:
-144 rows, ``benchmarks/results/transformers-terms.txt``) and FakeTensorMode dry runs of
-Qwen2.5-0.5B and Mistral-7B at T=2048 — every row within ±3%, most to a few kB; the
-single-tensor, foreach and fused optimizer steps, FP32 and BF16 state, to the byte.
+:mod:`introspect.refined.hf_saved`, for one dense full-attention layer kind): checked
+against real CPU steps of llama, qwen2, qwen3, gemma, phi, gpt2, mistral and olmo2
+(``tests/hf_steps.py``; B=2, T=256; eager, SDPA and eager with checkpointing; labels and
+logits loops; FP32, BF16 and autocast: 144 rows, all within ±1%,
+``benchmarks/results/transformers-terms.txt``) and FakeTensorMode dry runs of
+Qwen2.5-0.5B and Mistral-7B at T=2048 (within 0.01%); the single-tensor, foreach and
+fused optimizer steps, FP32 and BF16 state, to the byte.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from fractions import Fraction
 
-from introspect.params import attention_params, ffn_params, norm_params, qk_norm_params
-from introspect.refined import hf_saved, saved
+from introspect.params import attention_params, norm_params, qk_norm_params
+from introspect.refined import hf_saved, saved, sharding
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -110,15 +116,12 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
 
 def layer_parameters(spec: ModelSpec) -> int:
     """Parameters of one block: attention, feed-forward (every expert) and router, its
-    norms and q/k norms."""
-    ffn = ffn_params(spec) * (spec.num_local_experts or 1)
-    return (
-        attention_params(spec)
-        + ffn
-        + spec.hidden_size * spec.num_local_experts
-        + spec.norms_per_layer * norm_params(spec, spec.hidden_size)
-        + qk_norm_params(spec)
-    )
+    norms and q/k norms — for a heterogeneous stack the mean over its layers
+    (:func:`introspect.params.layer_parameters` per kind, each kind once)."""
+    from introspect.params import layer_parameters as kind_parameters
+
+    total = sum(count * kind_parameters(spec, kind) for kind, count in spec.kinds)
+    return total // spec.num_hidden_layers
 
 
 def largest_tensor(spec: ModelSpec) -> int:
@@ -133,9 +136,10 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
 
     * ``single_tensor`` (torch's CPU default: foreach kernels exist only for
       cuda/xpu/mtia, ``torch/utils/_foreach_utils.py``): per parameter, ``_single_tensor_adam``
-      makes ``exp_avg_sq.sqrt()`` and its division — two temporaries the size of the
-      largest parameter. Measured: 2·V·d·4 bytes at the peak (``PhaseMemTracker``,
-      reference model, FP32 Adam).
+      makes ``exp_avg_sq.sqrt()`` and its division while the previous parameter's
+      ``denom`` is still bound: prev + 2·cur over the loop
+      (:func:`sharding.single_tensor_temporaries`). Measured: 2·V·d·4 bytes at the peak
+      when V·d dwarfs its neighbours, 3 tensors when equal-sized ones follow each other.
     * ``foreach`` (the CUDA default, ``_multi_tensor_adam``): ``_foreach_mul(grads, 1-β2)``
       and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
       parameter, one at a time: ``4·N_local``.
@@ -148,7 +152,7 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     impl = setup.resolved_optimizer_impl
     state = state_value_bytes(setup)
     if impl == "single_tensor":
-        return 2 * largest_tensor(spec) * state
+        return sharding.single_tensor_temporaries(spec, setup) * state
     if impl == "foreach":
         return local_params * state
     return 0
@@ -160,34 +164,33 @@ def state_value_bytes(setup: TrainingSetup) -> int:
     return 2 if setup.precision == "bf16" else FP32
 
 
+def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters with gradients and optimizer state (a frozen tower has neither)."""
+    from introspect.params import trainable_parameter_count
+
+    return trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
+
+
 def _share(n: int, devices: int, sharded: bool) -> int:
     return math.ceil(n / devices) if sharded else n
 
 
 def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Per-device persistent state: working weights (÷D at ZeRO-3, plus the gathered
-    units), FP32 master weights and optimizer state (÷D from ZeRO-1)."""
-    N, D, z = spec.n_params, setup.devices, setup.zero_stage
-    wb = working_weight_bytes(setup)
-    terms = {"weights": _share(wb * N, D, z >= 3)}
-    if z >= 3 and D > 1:
-        # FSDP/ZeRO-3 gathers one unit (a block, or the embedding) and prefetches the next.
-        unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
-        terms["weights/gathered"] = 2 * unit * wb
-    m = master_bytes(setup)
-    if m:
-        terms["optimizer/master_weights"] = _share(m * N, D, z >= 1)
-    for name, per in optimizer_state(setup).items():
-        terms[name] = _share(per * N, D, z >= 1)
-    return terms
+    """Per-device persistent state: working weights, FP32 master weights, optimizer state
+    and DDP's buckets, as the largest rank holds them (:func:`sharding.state_terms`)."""
+    return sharding.state_terms(
+        spec,
+        setup,
+        working=working_weight_bytes(setup),
+        master=master_bytes(setup),
+        state=optimizer_state(setup),
+    )
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     """Bytes of the gradients of ``n_params`` parameters on one device (÷D from
     ZeRO-2; none for a frozen model)."""
-    if setup.optimizer == "none":
-        return 0
-    return _share(working_weight_bytes(setup) * n_params, setup.devices, setup.zero_stage >= 2)
+    return sharding.grad_bytes(spec, setup, n_params, working_weight_bytes(setup))
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:
@@ -201,11 +204,12 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers)."""
     L = spec.num_hidden_layers
-    layer = saved.per_layer(spec, setup)
     if setup.activation_checkpointing:
-        layer = saved.checkpointed_layer(spec, setup)
+        layers = {k: L * v for k, v in saved.checkpointed_layer(spec, setup).items()}
+    else:
+        layers = saved.stack(spec, setup)  # each layer kind once, times its count
     terms = saved.embedding(spec, setup)
-    terms.update(_prefixed({f"layer/{k}": L * v for k, v in layer.items()}))
+    terms.update(_prefixed({f"layer/{k}": v for k, v in layers.items()}))
     terms.update(_prefixed(saved.final(spec, setup)))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))
     return terms
@@ -231,7 +235,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     stream = 2 * B * T * spec.hidden_size * s
-    if saved.is_transformers(setup):
+    if saved.is_transformers(setup, spec):
         # The residual stream's gradient at the stream's dtype (FP32 under autocast) and
         # V's gradient at the width the kernel kept V (repeated under eager GQA).
         r = hf_saved.residual_bytes(setup)
@@ -242,7 +246,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
             # input buffer for the attention's (Phi's parallel block).
             stream += B * T * spec.hidden_size * s
     if saved.keeps_t2_for(spec, setup):
-        probs = hf_saved.probs_bytes(spec, setup) if saved.is_transformers(setup) else FP32
+        probs = hf_saved.probs_bytes(spec, setup) if saved.is_transformers(setup, spec) else FP32
         return 2 * B * spec.num_attention_heads * T * T * probs + stream
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
@@ -280,19 +284,36 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     terms["activations/logits/grad"] = logits_transient(spec, setup)
     terms["grads"] = 0
     terms.update(mlx_activation_grads(spec, setup, spec.num_hidden_layers))
+    terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
 
-def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, int]]:
+#: Up to this many layers every layer's backward moments are built; above it only the
+#: layers that can hold the phase's largest moment (:func:`candidate_layers`).
+ALL_LAYERS_UP_TO = 256
+#: The most layers :func:`candidate_layers` returns when the per-layer totals are (almost)
+#: flat in the layer index and no exact argument narrows them further.
+MAX_CANDIDATES = 4096
+
+
+def backward_moments(
+    spec: ModelSpec, setup: TrainingSetup, layers: Iterable[int] | None = None
+) -> list[dict[str, int]]:
     """Moments inside backward: the output projection's backward (the log-softmax freed,
     the logits' gradient alive, lm_head's gradient made), then for each layer from the
     top down its feed-forward backward (the whole layer alive; with checkpointing,
     recomputed) and its attention backward (its feed-forward side freed, those
-    gradients made)."""
+    gradients made).
+
+    Work is bounded by the input's size, not its values: the layers' moments differ only
+    by terms linear in the layer index, so beyond :data:`ALL_LAYERS_UP_TO` layers only the
+    :func:`candidate_layers` that can hold the largest moment are built; the phase's
+    largest moment (and the first of equal ones, in step order) is the same as when
+    every layer is built. ``layers`` overrides the candidates (top down), e.g. every
+    layer, which is how the tests check the candidates."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
-    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
     head = dict(saved_all)
     head.pop("activations/logits/log_softmax", None)
     head["activations/logits/grad"] = (
@@ -300,25 +321,39 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
     ) + BT * d * s
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     head.update(mlx_activation_grads(spec, setup, L))
+    wb = working_weight_bytes(setup)
+    head.update(sharding.moment_terms(spec, setup, "head", wb))
     moments = [_add(state, head)]
+    layer = _layer_moments(spec, setup, state, saved_all)
+    for i in candidate_layers(spec, setup) if layers is None else layers:
+        moments.extend(layer(i))
+    if not saved.is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
+        moments.append(backward_end(spec, setup))
+    end = sharding.backward_end(spec, setup, wb)
+    if end is not None:
+        loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+        moments.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
+    return moments
 
+
+def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int], saved_all):
+    """A function of the layer index ``i`` giving that layer's two backward moments."""
+    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
+    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
     full = saved.per_layer(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
     n = spec.norms_per_layer or 1
-    if saved.is_transformers(setup):
+    if saved.is_transformers(setup, spec):
         current.update(hf_saved.attention_norm(spec, setup))
     else:
         for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
             if name in full:
                 current[name] = full[name] // n
-    per_layer = layer_parameters(spec)
-    attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
-    attention_side_params += norm_params(spec, d)
-    if saved.is_transformers(setup) and not saved.keeps_t2_for(spec, setup):
+    if saved.is_transformers(setup, spec) and not saved.keeps_t2_for(spec, setup):
         # SDPA's backward reads its own output, which is the context o_proj kept.
         current["attention/linear/context"] = full["attention/linear/context"]
-    if saved.is_transformers(setup) and saved.keeps_t2_for(spec, setup):
+    if saved.is_transformers(setup, spec) and saved.keeps_t2_for(spec, setup):
         # probs·V's backward (and the dropout's) have run before the softmax backward
         # makes its two T×T gradients: V, the 16-bit copy or the dropped probabilities
         # and the mask, each saved by one of them alone, are freed.
@@ -329,34 +364,52 @@ def backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str, in
             "attention/linear/v",
         ):
             current.pop(name, None)
+    per_layer = layer_parameters(spec)
+    attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
+    attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
-    if setup.activation_checkpointing and saved.is_transformers(setup):
+    if setup.activation_checkpointing and saved.is_transformers(setup, spec):
         recomputed = hf_saved.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
     before = saved.embedding(spec, setup)
-    for i in range(L - 1, -1, -1):
+    ffn_grad = ffn_transient(spec, setup)
+    attention_grad = attention_transient(spec, setup)
+    head_params = head_parameters(spec)
+
+    wb = working_weight_bytes(setup)
+
+    def moments(i: int) -> list[dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = _add(state, before)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
         terms = _add(terms, loop_logits)
-        terms["activations/layer/feed_forward/grad"] = ffn_transient(spec, setup)
-        terms["grads"] = grad_bytes(spec, setup, head_parameters(spec) + (L - 1 - i) * per_layer)
+        terms["activations/layer/feed_forward/grad"] = ffn_grad
+        terms["grads"] = grad_bytes(spec, setup, head_params + (L - 1 - i) * per_layer)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
-        moments.append(terms)
+        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
+        out = [terms]
         # The layer's attention backward.
         terms = _add(state, before)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
         terms = _add(terms, loop_logits)
-        terms["activations/layer/attention/grad"] = attention_transient(spec, setup)
-        done = head_parameters(spec) + (L - 1 - i) * per_layer + per_layer - attention_side_params
+        terms["activations/layer/attention/grad"] = attention_grad
+        done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
-        moments.append(terms)
-    if not saved.is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
-        moments.append(backward_end(spec, setup))
+        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
+        out.append(terms)
+        for post in sharding.post_backward(spec, setup, wb, i):
+            # FSDP2: the block's reduce-scatter, its activations freed.
+            terms = _add(state, before)
+            terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
+            terms = _add(_add(terms, loop_logits), post)
+            terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
+            out.append(terms)
+        return out
+
     return moments
 
 
@@ -374,7 +427,7 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    terms["grads"] = grad_bytes(spec, setup, spec.n_params)
+    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
     if spec.tie_word_embeddings:
         terms["grads/embedding_sum"] = 2 * grad_bytes(
             spec, setup, spec.vocab_size * spec.hidden_size
@@ -395,17 +448,68 @@ def logits_grad_bytes(setup: TrainingSetup) -> int:
     return FP32
 
 
+def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
+    """The layer indices, top down, whose backward moments can be the largest.
+
+    Each of a layer's two moments totals ``c + i·S + G(L-1-i) + M(i+1)``: ``S`` the bytes
+    one layer below keeps, ``G(j) = ⌈w·(g₀ + j·P)/D⌉`` the gradients made so far (``w``
+    bytes per gradient, ``P`` parameters per layer, ``D`` devices when ZeRO-2 shards them,
+    else 1; 0 for a frozen model), ``M(p) = round(k·p·B·T·d·s)`` MLX's pending activation
+    gradients (0 for torch). That is a line in ``i`` plus an error within ``margin``
+    bytes (the ceiling, the rounding, the float product), so every layer holding the
+    largest value lies within ``margin / |slope|`` of the line's top end. Without MLX's
+    rounding the totals in one residue class of ``L-1-i`` modulo ``D`` form an
+    arithmetic progression (``G(j+D) = G(j) + w·P``), so the first and last ``D``
+    layers hold the maximum too; the smaller set is used. With neither set under
+    :data:`MAX_CANDIDATES` (an almost flat line, only from a coincidence of sizes) the
+    layers nearest the line's top are used and the peak may be off by ``margin`` bytes.
+    """
+    L = spec.num_hidden_layers
+    if L <= ALL_LAYERS_UP_TO:
+        return list(range(L - 1, -1, -1))
+    if setup.activation_checkpointing:
+        below = saved.checkpointed_layer(spec, setup)
+    else:
+        below = saved.per_layer(spec, setup)
+    devices = setup.devices if setup.zero_stage >= 2 else 1
+    if sharding.strategy(setup) in ("fsdp", "zero"):
+        # Every sharded term (gathered blocks, reduce-scatter inputs, sharded gradients
+        # made so far) is affine in the layer index within each residue class modulo D,
+        # so the first and last D layers hold the maximum.
+        ends = set(range(L - 1, L - 1 - min(setup.devices, L), -1))
+        return sorted(ends | set(range(min(setup.devices, L))), reverse=True)
+    slope = Fraction(sum(below.values()))
+    margin = Fraction(4)
+    if setup.optimizer != "none":
+        slope -= Fraction(working_weight_bytes(setup) * layer_parameters(spec), devices)
+    mlx = mlx_activation_grads(spec, setup, L)
+    if mlx:
+        k = MLX_ACTIVATION_GRADS_PER_LAYER[spec.norm]
+        slope += Fraction(k) * setup.tokens * spec.hidden_size * setup.activation_bytes
+        margin += Fraction(abs(mlx["activations/mlx_activation_grads"])) / 10**13
+    top = L - 1 if slope >= 0 else 0
+    width = L if slope == 0 else math.floor(margin / abs(slope)) + 1
+    near = range(top, top - min(width, L), -1) if top else range(min(width, L) - 1, -1, -1)
+    if not mlx and 2 * devices < len(near):
+        # j = L-1-i: the first and last `devices` values of j in every residue class.
+        ends = set(range(L - 1, L - 1 - min(devices, L), -1)) | set(range(min(devices, L)))
+        return sorted(ends, reverse=True)
+    if len(near) > MAX_CANDIDATES:
+        near = near[:MAX_CANDIDATES] if top else near[-MAX_CANDIDATES:]
+    return list(near)
+
+
 def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
     """The optimizer step: state, full gradients, the loop's logits, the update's
     temporaries. None for a frozen model (no step)."""
     if setup.optimizer == "none":
         return None
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = grad_bytes(spec, setup, spec.n_params)
+    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    local = _share(spec.n_params, setup.devices, setup.zero_stage >= 1)
+    local = sharding.local_parameters(spec, setup)
     terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
     return terms
 

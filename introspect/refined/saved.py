@@ -40,6 +40,7 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 
 from __future__ import annotations
 
+from introspect.layers import LayerKind
 from introspect.refined import hf_saved
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -51,24 +52,32 @@ def is_mlx(setup: TrainingSetup) -> bool:
     return setup.framework in ("mlx", "mlx_compiled")
 
 
-def is_transformers(setup: TrainingSetup) -> bool:
+def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     """transformers' own classes (:mod:`introspect.refined.hf_saved`) rather than our
-    reference model."""
-    return setup.implementation == "transformers" and setup.framework == "torch"
-
-
-def keeps_t2(setup: TrainingSetup) -> bool:
-    """Whether the T×T probabilities are kept: eager attention, and on MLX always —
-    ``mx.fast.scaled_dot_product_attention`` has no fused backward on the CPU backend;
-    its vjp runs the unfused composition (measured: 496.7 MB memory-efficient vs 493.5 MB
-    eager, L=4, d=256, h=8, V=8000, T=1024)."""
-    return setup.attention == "eager" or is_mlx(setup)
+    reference model; with ``spec``, only where hf_saved models its layers: one layer
+    kind, full attention without sinks or an output gate, a dense feed-forward (other
+    kinds keep the reference model's saved set, :func:`per_layer`)."""
+    if not (setup.implementation == "transformers" and setup.framework == "torch"):
+        return False
+    if spec is None:
+        return True
+    if len(spec.kinds) != 1:
+        return False
+    kind = spec.kinds[0][0]
+    att = kind.attention
+    return (
+        att.kind == "full"
+        and not att.sinks
+        and not att.output_gate
+        and att.qk_norm in ("none", "head", "full")
+        and kind.feed_forward.num_experts == 0
+    )
 
 
 def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """:func:`keeps_t2` with the model known (transformers' SDPA falls back to the math
     kernel under dropout on CPU: :func:`introspect.refined.hf_saved.keeps_t2`)."""
-    if is_transformers(setup):
+    if is_transformers(setup, spec):
         return hf_saved.keeps_t2(spec, setup)
     return keeps_t2(setup)
 
@@ -81,14 +90,23 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return {"activations/embedding": setup.tokens * spec.hidden_size * setup.activation_bytes}
 
 
-def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
+def keeps_t2(setup: TrainingSetup) -> bool:
+    """Whether the T×T probabilities are kept: eager attention, and on MLX always —
+    ``mx.fast.scaled_dot_product_attention`` has no fused backward on the CPU backend;
+    its vjp runs the unfused composition (measured: 496.7 MB memory-efficient vs 493.5 MB
+    eager, L=4, d=256, h=8, V=8000, T=1024)."""
+    return setup.attention == "eager" or is_mlx(setup)
+
+
+def kv_saved_width(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None) -> int:
     """Width of the K and V tensors the attention keeps: eager attention repeats them to
     every query head (``repeat_interleave``, as Hugging Face's ``repeat_kv``) before the
     matmuls, which then save the repeated copies; SDPA with ``enable_gqa`` keeps
     ``kv_dim``."""
-    if keeps_t2(setup) and spec.group_size > 1:
-        return spec.q_dim
-    return spec.kv_dim
+    att = (kind or spec.default_kind).attention
+    if keeps_t2(setup) and att.group_size > 1:
+        return att.num_attention_heads * att.head_dim
+    return att.k_dim
 
 
 def norm_statistics(spec: ModelSpec, tokens: int) -> int:
@@ -103,61 +121,189 @@ def norm_extra(spec: ModelSpec, tokens: int, width: int, s: int) -> int:
     return tokens * width * s if spec.norm == "rmsnorm" else 0
 
 
-def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Bytes one layer's backward keeps, by term (the layer input is the previous
-    layer's ``feed_forward/down`` or the embedding, so it is not repeated here)."""
-    if is_transformers(setup):
-        return hf_saved.per_layer(spec, setup)
+def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
+    """What one layer's attention keeps (see the module docstring), by term.
+
+    * MLA (``DeepseekV3Attention.forward``): Q and K are concatenations of their
+      non-rotary and rotary parts, kept at full width (``h·(nope+rope)``); V is a slice of
+      kv_b's output, which is kept whole (``h·(nope+v)``); the latents — q_a's output and
+      its RMSNorm (input, x·rstd, output: ``3·r_q``), kv_a's output (``r_kv + rope``) and
+      its norm (``2·r_kv``) — are ``latent``.
+    * Sliding-window and chunked layers run the same kernels as full ones in transformers:
+      eager builds ``QKᵀ`` over all T keys and adds the window mask
+      (``eager_attention_forward``: matmul, then ``+ attention_mask``), so the T×T
+      probabilities are kept as for full attention; SDPA gets the mask as a tensor and
+      keeps its log-sum-exp and, below T, its mask as a ``B×1×T×T`` additive tensor per
+      layer (census: ``where`` inside each call).
+    * Sinks (gpt-oss): the softmax runs over T + 1 columns.
+    * Linear attention (Gated DeltaNet, ``torch_chunk_gated_delta_rule``): the projected
+      q, k, v, z, the conv input and output, the gates, and one FP32 ``d_k × d_v`` state
+      per value head and chunk of :data:`~introspect.refined.architecture.LINEAR_CHUNK`
+      — a LOWER BOUND: the chunked kernel also keeps FP32 copies of q, k, v per value
+      head and several ``chunk × chunk`` matrices per chunk and head (a census of a
+      small Qwen3-Next finds about 5× this; ``tests/test_refined_moe.py``), not modelled
+      here.
+    """
+    from introspect.refined.architecture import LINEAR_CHUNK
+
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
-    BT, d, h = B * T, spec.hidden_size, spec.num_attention_heads
-    n = spec.norms_per_layer
+    BT, att = B * T, kind.attention
+    h = att.num_attention_heads
+    if att.kind == "linear":
+        key = att.linear_num_key_heads * att.linear_key_head_dim
+        value = att.linear_num_value_heads * att.linear_value_head_dim
+        nv = att.linear_num_value_heads
+        chunks = -(-T // LINEAR_CHUNK)
+        return {
+            "attention/linear/q": BT * key * s,
+            "attention/linear/k": BT * key * s,
+            "attention/linear/v": BT * value * s,
+            "attention/linear/context": BT * value * s,
+            "attention/linear/out": BT * spec.hidden_size * s,
+            "attention/linear/gates": BT * (value + 2 * nv + 2 * (2 * key + value)) * s,
+            "attention/state": B
+            * chunks
+            * nv
+            * att.linear_key_head_dim
+            * att.linear_value_head_dim
+            * FP32,
+        }
+    kv = kv_saved_width(spec, setup, kind)
+    out = {
+        "attention/linear/q": BT * att.q_dim * s,
+        "attention/linear/k": BT * (att.k_dim if att.kind == "mla" else kv) * s,
+        "attention/linear/v": BT * (att.v_dim if att.kind == "mla" else kv) * s,
+        "attention/linear/context": BT * att.context_dim * s,
+        "attention/linear/out": BT * spec.hidden_size * s,
+    }
+    if att.output_gate:
+        # Qwen3-Next: q_proj's gate half (its storage is kept whole by the q norm), the
+        # gate's sigmoid and the gated context (kept by o_proj).
+        out["attention/linear/output_gate"] = 3 * BT * att.q_dim * s
+    if att.kind == "mla":
+        q_latent = 3 * att.q_lora_rank if att.q_lora_rank else 0
+        widths = q_latent + att.kv_lora_rank + att.qk_rope_head_dim + 2 * att.kv_lora_rank
+        stats = (2 if att.q_lora_rank else 1) * BT * FP32  # each latent RMSNorm's rstd
+        out["attention/linear/latent"] = BT * widths * s + stats
+    if att.qk_norm == "head" and not keeps_t2(setup):
+        # Per-head q/k norms leave Q head-major, so SDPA's saved output is head-major too
+        # and the reshape for o_proj copies it: the context is kept twice (census).
+        out["attention/linear/context_copy"] = BT * att.q_dim * s
+    keys = T + (1 if att.sinks else 0)
+    if keeps_t2(setup):
+        out["attention/quadratic/probs"] = B * h * T * keys * FP32
+        if s < FP32:
+            out["attention/quadratic/probs_cast"] = B * h * T * keys * s
+    else:
+        out["attention/logsumexp"] = B * h * T * FP32
+        if att.kind in ("sliding", "chunked") and att.keys_seen(T) < T:
+            # SDPA turns the boolean window mask into an additive one in the query's
+            # dtype (``convert_boolean_attn_mask``) inside each call, and keeps it.
+            out["attention/mask"] = B * T * T * s
+    if att.rope and spec.position_embedding == "rope" and not is_mlx(setup):
+        # cos and sin, for Q and for K, each T × (rotary) head_dim (not per batch row).
+        width = att.qk_rope_head_dim if att.kind == "mla" else att.head_dim
+        out["attention/rope"] = 4 * T * width * s
+    return out
+
+
+def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
+    """What one layer's feed-forward keeps. Dense: up (the activation's input) and the
+    activation's output (plain), or gate, up, act, product (gated); ``down`` is the
+    layer's output (B·T·d), the next layer's input.
+
+    MoE, as transformers 5 runs it by default (``use_experts_implementation`` →
+    grouped matmuls over the k·B·T routed rows, sorted by expert): the gathered input
+    (``routed_input``), gate_up's output (gate and up: one storage), act, product and the
+    expert outputs (``expert_down``); the router's FP32 softmax over E — over the top-k
+    only for gpt-oss, a sigmoid for DeepSeek/Llama 4 (``router``); the dispatch's index
+    vectors (``routing``); gpt-oss's clamped SwiGLU's three extra tensors (``glu``);
+    shared experts on every token like a dense MLP, plus their output when a sigmoid
+    gate multiplies it (Qwen2-MoE). No capacity padding: every routed row is computed
+    once. Checked against a saved-tensor census (``introspect.measure.census``) of
+    transformers' Qwen3-MoE, Qwen2-MoE, gpt-oss and DeepSeek-V3 on CPU
+    (``tests/test_refined_moe.py``)."""
+    BT, s, d = setup.tokens, setup.activation_bytes, spec.hidden_size
+    ff = kind.feed_forward
+    f = ff.intermediate_size
+    k = ff.top_k if ff.is_moe else 1
+    out: dict[str, int] = {}
+    if ff.ffn == "gated":
+        out["feed_forward/gate"] = k * BT * f * s
+    out["feed_forward/up"] = k * BT * f * s
+    out["feed_forward/act"] = k * BT * f * s
+    if ff.ffn == "gated":
+        out["feed_forward/product"] = k * BT * f * s
+    out["feed_forward/down"] = BT * d * s
+    if ff.is_moe:
+        out["feed_forward/routed_input"] = k * BT * d * s
+        out["feed_forward/expert_down"] = k * BT * d * s
+        # The router's FP32 softmax (or sigmoid) output; gpt-oss softmaxes the top-k only.
+        scored = ff.top_k if ff.router == "topk_softmax" else ff.num_experts
+        out["feed_forward/router"] = BT * scored * FP32
+        # The grouped-mm dispatch's bookkeeping: the routing weight gathered per row, and
+        # integer indices — three int64 vectors over the rows (sort, its inverse, token
+        # ids), the router's top-k (int64) and the per-expert offsets (int32).
+        out["feed_forward/routing"] = k * BT * s
+        out["feed_forward/routing_index"] = k * BT * 3 * 8 + BT * k * 8 + ff.num_experts * 4
+        if ff.clamped_glu:
+            # clamp(gate), sigmoid(α·gate), up + 1: three more k·BT·f tensors.
+            out["feed_forward/glu"] = 3 * k * BT * f * s
+        fs = ff.shared_intermediate_size
+        if fs:
+            shared = (4 if ff.ffn == "gated" else 2) * BT * fs * s
+            if ff.shared_expert_gate:
+                shared += BT * d * s + BT * s
+            out["feed_forward/shared"] = shared
+    return out
+
+
+def largest_kind(spec: ModelSpec, setup: TrainingSetup) -> LayerKind:
+    """The layer kind that keeps the most (a homogeneous model's only kind)."""
+    kinds = [kind for kind, _ in spec.kinds]
+    if len(kinds) == 1:
+        return kinds[0]
+    return max(kinds, key=lambda kind: sum(per_layer(spec, setup, kind).values()))
+
+
+def per_layer(
+    spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None
+) -> dict[str, int]:
+    """Bytes one layer of ``kind`` keeps for backward, by term (default: the kind that
+    keeps the most; the layer input is the previous layer's ``feed_forward/down`` or the
+    embedding, so it is not repeated here)."""
+    if is_transformers(setup, spec):
+        return hf_saved.per_layer(spec, setup)
+    if kind is None:
+        kind = largest_kind(spec, setup)
+    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
+    n = kind.norms
+    att = kind.attention
     out: dict[str, int] = {
         "layernorm": n * BT * d * s,
         "layernorm/statistics": n * norm_statistics(spec, BT),
     }
     if spec.norm == "rmsnorm" and not is_mlx(setup):
         out["layernorm/normalized"] = n * norm_extra(spec, BT, d, s)
-    if spec.qk_norm != "none":
+    if att.qk_norm != "none":
         # The norm keeps its input (the raw q/k projection) and, for RMSNorm, x·rstd.
-        widths = spec.q_dim + spec.kv_dim
-        rows = BT * (spec.num_attention_heads + spec.kv_heads) if spec.qk_norm == "head" else 2 * BT
+        widths = att.q_dim + att.k_dim
+        heads = att.num_attention_heads + att.num_key_value_heads
+        rows = BT * heads if att.qk_norm in ("head", "l2") else 2 * BT
         keep = (2 if spec.norm == "rmsnorm" else 1) * BT * widths * s
         stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
         out["layernorm/qk_norm"] = keep + stats
-    kv = kv_saved_width(spec, setup)
-    out.update(
-        {
-            "attention/linear/q": BT * spec.q_dim * s,
-            "attention/linear/k": BT * kv * s,
-            "attention/linear/v": BT * kv * s,
-            "attention/linear/context": BT * spec.q_dim * s,
-            "attention/linear/out": BT * d * s,
-        }
-    )
-    if spec.qk_norm == "head" and not keeps_t2(setup):
-        # Per-head q/k norms leave Q head-major, so SDPA's saved output is head-major too
-        # and the reshape for o_proj copies it: the context is kept twice (census).
-        out["attention/linear/context_copy"] = BT * spec.q_dim * s
-    if keeps_t2(setup):
-        out["attention/quadratic/probs"] = B * h * T * T * FP32
-        if s < FP32:
-            out["attention/quadratic/probs_cast"] = B * h * T * T * s
-    else:
-        out["attention/logsumexp"] = B * h * T * FP32
-    if spec.position_embedding == "rope" and not is_mlx(setup):
-        # cos and sin, for Q and for K, each T × head_dim (not per batch row).
-        out["attention/rope"] = 4 * T * spec.head_size * s
-    f = spec.ffn_dim
-    k = spec.num_experts_per_tok if spec.is_moe else 1
-    if spec.ffn == "gated":
-        out["feed_forward/gate"] = k * BT * f * s
-    out["feed_forward/up"] = k * BT * f * s
-    out["feed_forward/act"] = k * BT * f * s
-    if spec.ffn == "gated":
-        out["feed_forward/product"] = k * BT * f * s
-    out["feed_forward/down"] = k * BT * d * s
-    if spec.is_moe:
-        out["feed_forward/router"] = 2 * BT * spec.num_local_experts * s
+    out.update(_attention(spec, setup, kind))
+    out.update(_feed_forward(spec, setup, kind))
+    return out
+
+
+def stack(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Bytes every layer keeps, by term: each distinct kind once, times its count."""
+    out: dict[str, int] = {}
+    for kind, count in spec.kinds:
+        for name, value in per_layer(spec, setup, kind).items():
+            out[name] = out.get(name, 0) + count * value
     return out
 
 
@@ -175,6 +321,10 @@ ATTENTION_SIDE = (
     "attention/quadratic/dropped",
     "attention/logsumexp",
     "attention/rope",
+    "attention/linear/latent",
+    "attention/linear/gates",
+    "attention/state",
+    "attention/mask",
 )
 
 
@@ -224,4 +374,4 @@ def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     one layer at a time, during backward."""
     if is_transformers(setup):
         return hf_saved.checkpointed_layer(spec, setup)
-    return {"feed_forward/down": per_layer(spec, setup)["feed_forward/down"]}
+    return {"feed_forward/down": setup.tokens * spec.hidden_size * setup.activation_bytes}

@@ -1,0 +1,173 @@
+"""DeepSeek-V3 (and DeepSeek-V2-style MLA configs that share its keys) and Llama 4.
+
+Sources: ``transformers/models/deepseek_v3/{configuration,modeling}_deepseek_v3.py`` and
+``transformers/models/llama4/{configuration,modeling}_llama4.py`` (5.x); see
+:mod:`introspect.adapters.families.moe` for the structures in words.
+"""
+
+from __future__ import annotations
+
+from introspect.adapters.config_reader import Reader
+
+from introspect.layers import Attention, FeedForward, LayerKind, runs_from_list
+
+from ._common import LAYER_TYPES, attention, context, dense, rmsnorm_gated
+
+
+def _mla(r: Reader, heads: int, cls: str) -> Attention:
+    """Multi-head latent attention; ``q_lora_rank: null`` means a plain q_proj."""
+    if "q_lora_rank" in r.config and r.config["q_lora_rank"] is None:
+        q_rank = None
+    else:
+        q_rank = r.integer("q_lora_rank", default=1536, why=f"{cls} default 1536")
+    bias = r.flag("attention_bias", False)
+    return Attention(
+        kind="mla",
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        head_dim=r.integer("v_head_dim", default=128, why=f"{cls} default 128"),
+        qkv_bias=bias,
+        o_bias=bias,
+        q_lora_rank=q_rank,
+        kv_lora_rank=r.integer("kv_lora_rank", default=512, why=f"{cls} default 512"),
+        qk_rope_head_dim=r.integer("qk_rope_head_dim", default=64, why=f"{cls} default 64"),
+        qk_nope_head_dim=r.integer("qk_nope_head_dim", default=128, why=f"{cls} default 128"),
+        v_head_dim=r.integer("v_head_dim", default=128),
+    )
+
+
+def deepseek_v3(r: Reader) -> dict:
+    """DeepseekV3Config: MLA everywhere; dense first layers, then routed + shared experts;
+    multi-token-prediction layers counted apart (not built by transformers)."""
+    cls = "DeepseekV3Config"
+    fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
+    L, h = fields["num_hidden_layers"], fields["num_attention_heads"]
+    att = _mla(r, h, cls)
+    experts = r.integer("n_routed_experts", "num_local_experts", default=256, why=f"{cls} default")
+    top_k = r.integer("num_experts_per_tok", default=8, why=f"{cls} default 8")
+    width = r.integer("moe_intermediate_size", default=2048, why=f"{cls} default 2048")
+    shared = r.count("n_shared_experts", 1, f"{cls} default 1")
+    first_dense = min(r.count("first_k_dense_replace", 3, f"{cls} default 3"), L)
+    moe = FeedForward(
+        intermediate_size=width,
+        num_experts=experts,
+        top_k=top_k,
+        shared_intermediate_size=shared * width,
+        router_correction_bias=True,
+        router="sigmoid",
+    )
+    kinds = [
+        LayerKind(attention=att, feed_forward=dense(fields) if i < first_dense else moe)
+        for i in range(L)
+    ]
+    fields.update(
+        num_key_value_heads=None,
+        head_dim=att.qk_head_dim,
+        intermediate_size=width if first_dense < L else fields["intermediate_size"],
+        num_local_experts=experts if first_dense < L else 0,
+        num_experts_per_tok=top_k if first_dense < L else 0,
+        tie_word_embeddings=r.tied(False, cls),
+        max_position_embeddings=context(r, 4096),
+        layers=runs_from_list(kinds),
+    )
+    mtp = r.count("num_nextn_predict_layers", 1, f"{cls} default 1")
+    if mtp:
+        fields["unbuilt"] = f"{mtp} multi-token-prediction layer(s)"
+        fields["_mtp"] = (mtp, kinds[-1])
+    return fields
+
+
+def mtp_parameters(spec, mtp: int, kind: LayerKind) -> int:
+    """One DeepSeek-V3 MTP module as the checkpoint stores it (``model.layers.61``): a
+    decoder layer, ``enorm`` and ``hnorm`` (d each), ``eh_proj`` (2d → d), its own
+    ``embed_tokens`` (V·d) and ``shared_head`` (norm d, head V·d)."""
+    from introspect.params import layer_parameters
+
+    d, V = spec.hidden_size, spec.vocab_size
+    return mtp * (layer_parameters(spec, kind) + 3 * d + 2 * d * d + 2 * V * d)
+
+
+def llama4_text(r: Reader) -> dict:
+    """Llama4TextConfig: MoE layers (routed + one shared expert), dense layers of
+    ``intermediate_size_mlp``, NoPE layers every ``no_rope_layer_interval``-th, chunked
+    attention and L2 q/k norms on the rotary layers."""
+    cls = "Llama4TextConfig"
+    fields = rmsnorm_gated(r, kv=8, head_dim=128, cls=cls)
+    attention_bias = r.flag("attention_bias", False)
+    fields.update(qkv_bias=attention_bias, o_bias=attention_bias)
+    L = fields["num_hidden_layers"]
+    experts = r.integer("num_local_experts", default=16, why=f"{cls} default 16")
+    top_k = r.integer("num_experts_per_tok", default=1, why=f"{cls} default 1")
+    step = r.integer("interleave_moe_layer_step", default=1, why=f"{cls} default 1")
+    moe_layers = r.items("moe_layers", int) or list(range(step - 1, L, step))
+    interval = r.integer("no_rope_layer_interval", default=4, why=f"{cls} default 4")
+    rope = r.items("no_rope_layers", int, length=L) or [
+        int((i + 1) % interval != 0) for i in range(L)
+    ]
+    chunk = r.integer("attention_chunk_size", default=8192, why=f"{cls} default 8192")
+    types = r.items("layer_types", str, length=L) or [
+        "chunked_attention" if on and chunk else "full_attention" for on in rope
+    ]
+    qk_norm = r.flag("use_qk_norm", True, f"{cls} default true")
+    width = fields["intermediate_size"]
+    moe = dense(
+        fields, num_experts=experts, top_k=top_k, shared_intermediate_size=width, router="sigmoid"
+    )
+    mlp = dense(
+        fields,
+        intermediate_size=r.integer("intermediate_size_mlp", default=16384, why=f"{cls} default"),
+    )
+    kinds = []
+    for i in range(L):
+        kind = LAYER_TYPES.get(types[i])
+        if kind not in ("full", "chunked"):
+            raise r.fail(f"layer_types: {types[i]!r} is not a layer type llama4 has")
+        att = attention(
+            fields,
+            kind=kind,
+            window=chunk if kind == "chunked" else None,
+            rope=bool(rope[i]),
+            qk_norm="l2" if qk_norm and rope[i] else "none",
+        )
+        kinds.append(LayerKind(attention=att, feed_forward=moe if i in moe_layers else mlp))
+    fields.update(
+        num_local_experts=experts if moe_layers else 0,
+        num_experts_per_tok=top_k if moe_layers else 0,
+        max_position_embeddings=context(r, 131072),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
+
+
+def llama4_vision_parameters(v: Reader, text_hidden: int) -> int:
+    """Llama4VisionModel and Llama4MultiModalProjector (``modeling_llama4.py``): the
+    unfold patch embedding (C·p² → d, no bias), a class embedding, one learned position
+    per patch plus the class token, LayerNorms before and after (weight and bias), per
+    layer q, k, v, o (d×d with bias), fc1/fc2 (with bias) and two LayerNorms, the pixel-
+    shuffle adapter (fc1 intermediate → projector_input_dim, fc2 projector_output_dim²,
+    no biases) and the projector (vision_output_dim → the text width, no bias)."""
+    cls = "Llama4VisionConfig"
+    d = v.integer("hidden_size", default=768, why=f"{cls} default 768")
+    f = v.integer("intermediate_size", default=5632, why=f"{cls} default 5632")
+    layers = v.integer("num_hidden_layers", default=34, why=f"{cls} default 34")
+    channels = v.integer("num_channels", default=3)
+    image = v.integer("image_size", default=448, why=f"{cls} default 448")
+    patch = v.integer("patch_size", default=14, why=f"{cls} default 14")
+    p_in = v.integer("projector_input_dim", default=4096, why=f"{cls} default 4096")
+    p_out = v.integer("projector_output_dim", default=4096, why=f"{cls} default 4096")
+    out_dim = v.integer("vision_output_dim", default=7680, why=f"{cls} default 7680")
+    embeddings = channels * patch * patch * d + d + ((image // patch) ** 2 + 1) * d + 4 * d
+    layer = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
+    adapter = f * p_in + p_out * p_out
+    return embeddings + layers * layer + adapter + out_dim * text_hidden
+
+
+def llama4(r: Reader) -> dict:
+    """Llama4Config (the multimodal wrapper): its ``text_config`` is the language model,
+    its ``vision_config`` the tower (:func:`llama4_vision_parameters`), reported apart."""
+    fields = llama4_text(r.sub("text_config"))
+    tower = llama4_vision_parameters(r.sub("vision_config"), fields["hidden_size"])
+    fields["tower_parameters"] = tower
+    fields["tower"] = "Llama 4 vision tower, pixel-shuffle adapter and projector"
+    return fields

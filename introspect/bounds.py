@@ -1,0 +1,114 @@
+"""Sanity bounds on what a user (or a file) can ask for, and flags that contradict.
+
+Every estimator is closed form, so a huge value costs nothing to compute — but a config
+with 10³⁰ layers or a sequence of 10¹² tokens is almost surely a typo or a broken file,
+and an estimate for it would be a confident answer to the wrong question. Each bound is
+far above any published model (the largest dense models have ~10² layers, d ~ 10⁴,
+V ~ 10⁶, N ~ 10¹²); crossing one is one line naming the value, where it came from and
+that ``--force`` accepts it.
+"""
+
+from __future__ import annotations
+
+from introspect.errors import IntrospectError
+
+#: Field of a ModelSpec → (the most that is plausible, the unit in words).
+SPEC_LIMITS: dict[str, tuple[int, str]] = {
+    "num_hidden_layers": (10**6, "layers"),
+    "hidden_size": (10**7, "hidden size"),
+    "num_attention_heads": (10**6, "attention heads"),
+    "num_key_value_heads": (10**6, "K/V heads"),
+    "head_dim": (10**6, "head width"),
+    "intermediate_size": (10**8, "feed-forward width"),
+    "vocab_size": (10**9, "vocabulary entries"),
+    "max_position_embeddings": (10**9, "positions"),
+    "num_local_experts": (10**6, "experts"),
+    "num_experts_per_tok": (10**6, "experts per token"),
+    "norms_per_layer": (10**3, "norms per layer"),
+}
+#: The parameter count N.
+MAX_PARAMETERS = 10**15
+#: Field of a TrainingSetup → (the most that is plausible, its flag).
+SETUP_LIMITS: dict[str, tuple[int, str]] = {
+    "seq_len": (10**8, "--seq"),
+    "batch_size": (10**7, "--batch"),
+    "devices": (10**6, "--devices"),
+}
+
+FORCE_HINT = "pass --force to accept it"
+
+
+def fmt_big(n: int) -> str:
+    """An integer for a message: exact with separators up to 15 digits, else ``1.00e30``
+    (an approximate magnitude past 4000 digits, which Python will not print)."""
+    if abs(n) < 10**15:
+        return f"{n:,}"
+    if n.bit_length() < 13_000:
+        digits = str(abs(n))
+        return f"{'-' if n < 0 else ''}{digits[0]}.{digits[1:3]}e{len(digits) - 1}"
+    return f"about 1e{int(n.bit_length() * 0.30103)}"
+
+
+def check_spec(spec, where: str, *, force: bool = False, flags: dict[str, str] | None = None):
+    """Raise :class:`IntrospectError` on the first implausible field of ``spec``.
+
+    ``where`` names the file (or "the flags"); ``flags`` maps a field to the flag that set
+    it, named instead when given. Nothing is checked with ``force``."""
+    if force:
+        return spec
+    flags = flags or {}
+    for name, (limit, what) in SPEC_LIMITS.items():
+        value = getattr(spec, name, None)
+        if isinstance(value, int) and value > limit:
+            origin = f"{flags[name]} " if name in flags else f"{where}: {name} = "
+            raise IntrospectError(
+                f"{origin}{fmt_big(value)} is implausible (over {limit:,} {what}); "
+                f"check the value, or {FORCE_HINT}"
+            )
+    n = spec.n_params
+    if n > MAX_PARAMETERS:
+        origin = flags.get("num_parameters", f"{where}: the parameter count =")
+        raise IntrospectError(
+            f"{origin} {fmt_big(n)} is implausible (over {MAX_PARAMETERS:.0e} parameters); "
+            f"check the shape, or {FORCE_HINT}"
+        )
+    return spec
+
+
+def check_setup(setup, *, force: bool = False) -> None:
+    """Raise :class:`IntrospectError` on an implausible --seq, --batch or --devices."""
+    if force:
+        return
+    for name, (limit, flag) in SETUP_LIMITS.items():
+        value = getattr(setup, name)
+        if value > limit:
+            raise IntrospectError(
+                f"{flag} {fmt_big(value)} is implausible (over {limit:,}); {FORCE_HINT}"
+            )
+
+
+def contradictions(
+    *,
+    precision: str,
+    weights_dtype: str | None,
+    zero_stage: int,
+    devices: int,
+) -> None:
+    """Raise :class:`IntrospectError` when the flags contradict each other.
+
+    * ``--precision mixed`` (or ``bf16``, ``amp``) keeps 16-bit working weights; an
+      explicit ``--weights-dtype fp32`` would be silently ignored.
+    * ``--zero`` shards over ``--devices``; on one device it changes nothing, so the
+      figures would not be what the flag suggests.
+    ``weights_dtype`` is None when the flag was not given."""
+    if precision in ("mixed", "bf16", "amp") and weights_dtype in ("fp32", "float32", "tf32"):
+        raise IntrospectError(
+            f"--precision {precision} uses 16-bit working weights but --weights-dtype "
+            f"{weights_dtype} asks for 32-bit ones; drop --weights-dtype, or use "
+            "--precision fp32"
+        )
+    if zero_stage and devices == 1:
+        raise IntrospectError(
+            f"--zero {zero_stage} shards the training state over --devices, which is 1: "
+            "nothing would be sharded; give --devices D (D > 1) or drop --zero"
+        )

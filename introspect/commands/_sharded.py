@@ -1,0 +1,174 @@
+"""`introspect measure … --devices D --ddp | --zero 1 | --fsdp`: a real sharded step in D
+processes on this machine (:mod:`introspect.measure.distributed`), the largest rank's
+peak and the ranks' spread beside the refined per-rank estimate, split by category."""
+
+from __future__ import annotations
+
+import argparse
+
+from introspect import report
+from introspect.commands._args import positive_int
+from introspect.errors import IntrospectError
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("sharded step (D processes, gloo on 127.0.0.1)")
+    g.add_argument(
+        "--devices",
+        type=positive_int,
+        default=1,
+        metavar="D",
+        help="run the step in D processes (default 1; with --ddp or --fsdp one process "
+        "still wraps the model)",
+    )
+    how = g.add_mutually_exclusive_group()
+    how.add_argument("--ddp", action="store_true", help="DistributedDataParallel")
+    how.add_argument(
+        "--zero",
+        type=int,
+        choices=(1, 2, 3),
+        default=0,
+        metavar="STAGE",
+        help="1: DDP with torch's ZeroRedundancyOptimizer (stages 2 and 3 are "
+        "DeepSpeed's: estimated by `profile`, not measured here)",
+    )
+    how.add_argument("--fsdp", action="store_true", help="FSDP2 fully_shard per block and root")
+    g.add_argument("--no-reshard", action="store_true", help="FSDP2 reshard_after_forward=False")
+    g.add_argument("--bucket-view", action="store_true", help="DDP gradient_as_bucket_view=True")
+    g.add_argument(
+        "--mixed",
+        action="store_true",
+        help="FSDP2 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)",
+    )
+    g.add_argument(
+        "--step-timeout",
+        type=positive_int,
+        default=600,
+        metavar="S",
+        help="end every process of a sharded step after S seconds (default 600)",
+    )
+
+
+def wants_sharded(args: argparse.Namespace) -> bool:
+    return getattr(args, "devices", 1) > 1 or bool(
+        getattr(args, "ddp", False) or getattr(args, "fsdp", False) or getattr(args, "zero", 0)
+    )
+
+
+def setups(args: argparse.Namespace) -> list[TrainingSetup]:
+    if args.framework != "torch" or args.device != "cpu" or args.impl != "reference":
+        raise IntrospectError(
+            "a sharded step runs the reference model with torch on cpu; drop --framework "
+            "mlx/--device/--impl"
+        )
+    if args.mixed and not args.fsdp:
+        raise IntrospectError("--mixed is FSDP2's MixedPrecisionPolicy; add --fsdp")
+    if args.dtype != "fp32":
+        raise IntrospectError("a sharded step runs fp32 (or --fsdp --mixed); drop --dtype")
+    sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
+    return [
+        TrainingSetup(
+            batch_size=b,
+            seq_len=t,
+            precision="mixed" if args.mixed else "fp32",
+            activation_dtype="bf16" if args.mixed else "fp32",
+            optimizer=args.optimizer,
+            attention=args.attention,
+            device="cpu",
+            devices=args.devices,
+            sharding=sharding,
+            zero_stage=args.zero,
+            reshard_after_forward=not args.no_reshard,
+            gradient_as_bucket_view=args.bucket_view,
+        )
+        for b in args.batch
+        for t in args.seq
+    ]
+
+
+def compare(spec: ModelSpec, setup: TrainingSetup, timeout: float = 600) -> dict:
+    """Measure one sharded step and lay the refined estimate beside its largest rank."""
+    from introspect import refined
+    from introspect.measure.distributed import estimate_split, measure_sharded, measured_split
+
+    m = measure_sharded(spec, setup, timeout=timeout)
+    est = refined.estimate(spec, setup)
+    big = m.largest
+    return {
+        "setup": setup,
+        "measurement": m,
+        "estimate": est,
+        "ratio": est.total / big.peak_bytes,
+        "measured_split": measured_split(big.categories),
+        "estimate_split": estimate_split(est.execution.terms),
+    }
+
+
+def label(setup: TrainingSetup) -> str:
+    how = {"ddp": "DDP", "zero": "ZeRO-1", "fsdp": "FSDP2"}[setup.resolved_sharding]
+    if setup.resolved_sharding == "fsdp" and not setup.reshard_after_forward:
+        how += " no-reshard"
+    if setup.gradient_as_bucket_view:
+        how += " bucket-view"
+    return f"{how} {setup.precision}"
+
+
+def render(spec: ModelSpec, rows: list[dict]) -> str:
+    lines = [f"model: {spec.source or spec.model_type}, N = {spec.n_params:,}", ""]
+    table = []
+    for r in rows:
+        s, m, est = r["setup"], r["measurement"], r["estimate"]
+        big = m.largest
+        table.append(
+            [
+                label(s),
+                str(s.devices),
+                str(s.seq_len),
+                report.gb(big.peak_bytes, 4),
+                f"rank {big.rank}, {big.peak_phase}",
+                f"{100 * m.spread:.1f}%",
+                report.gb(est.total, 4),
+                est.peak_phase,
+                f"{r['ratio']:.3f}",
+            ]
+        )
+    head = ["sharding", "D", "T", "measured GB", "largest rank", "spread", "refined GB",
+            "refined phase", "refined/measured"]  # fmt: skip
+    lines.append(report.table(table, head))
+    for r in rows:
+        ms, es = r["measured_split"], r["estimate_split"]
+        s = r["setup"]
+        lines += ["", f"{label(s)}, D={s.devices}, T={s.seq_len}: largest rank by category"]
+        cat = [
+            [k, report.gb(ms[k], 4), report.gb(es[k], 4), f"{es[k] / ms[k]:.3f}" if ms[k] else "-"]
+            for k in ms
+        ]
+        lines.append(report.table(cat, ["category", "measured GB", "refined GB", "ratio"]))
+    notes = rows[0]["measurement"].notes if rows else ()
+    lines += [""] + [f"note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def to_json(spec: ModelSpec, rows: list[dict]) -> dict:
+    return {
+        "spec": spec.to_dict(),
+        "rows": [
+            {
+                "setup": r["setup"].to_dict(),
+                "measured": r["measurement"].to_json(),
+                "refined": r["estimate"].to_json(),
+                "ratio": r["ratio"],
+                "measured_split": r["measured_split"],
+                "estimate_split": r["estimate_split"],
+            }
+            for r in rows
+        ],
+    }
+
+
+def run(args: argparse.Namespace, spec: ModelSpec) -> int:
+    rows = [compare(spec, s, args.step_timeout) for s in setups(args)]
+    print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))
+    return 0

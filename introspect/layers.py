@@ -1,0 +1,236 @@
+"""Layer kinds: what one block of a (possibly heterogeneous) stack is, as data.
+
+A :class:`~introspect.spec.ModelSpec` is a sequence of :class:`LayerRun` — ``count``
+identical consecutive blocks of one :class:`LayerKind`. A kind is its attention
+(:class:`Attention`: full, a sliding window of W tokens, chunked, linear / state-space, or
+DeepSeek's multi-head latent attention, with or without attention sinks), its feed-forward
+(:class:`FeedForward`: dense plain or gated, or a mixture of routed and shared experts)
+and how many block norms it has. Field names follow the Hugging Face configs that set
+them (``sliding_window``, ``kv_lora_rank``, ``num_experts_per_tok`` …).
+
+Sources of the structures: ``transformers/models/<family>/modeling_<family>.py`` (5.x) —
+``gpt_oss`` (sinks, expert and router biases), ``deepseek_v3`` (MLA, shared experts, the
+router's correction bias buffer), ``qwen2_moe`` (shared expert with its sigmoid gate),
+``qwen3_next`` (Gated DeltaNet), ``llama4`` (chunked attention, NoPE layers).
+
+Data only: no estimator is imported here. Invariants raise ``ValueError`` naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla"]
+ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla")
+QK_NORMS = ("none", "head", "full", "l2")
+FFN_KINDS = ("plain", "gated")
+ROUTERS = ("softmax", "topk_softmax", "sigmoid")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attention:
+    """One block's token mixer.
+
+    ``full``, ``sliding`` (each query sees the last ``window`` keys) and ``chunked``
+    (queries see keys of their own ``window``-token chunk, Llama 4) share the Q/K/V/O
+    projections; ``mla`` compresses K/V (and optionally Q) through low-rank latents
+    (DeepSeek-V2/V3); ``linear`` is a Gated DeltaNet layer (Qwen3-Next) with a
+    ``linear_key_head_dim × linear_value_head_dim`` state per value head.
+    """
+
+    kind: AttentionKind = "full"
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    qkv_bias: bool = False
+    o_bias: bool = False
+    #: Extra norms on q and k: per head, over the full width, a weightless L2 norm
+    #: (Llama 4's ``use_qk_norm``), or none.
+    qk_norm: str = "none"
+    #: Sliding window W or chunk size (tokens); ``None`` for full attention.
+    window: int | None = None
+    #: gpt-oss: one learned sink logit per query head joins every softmax.
+    sinks: bool = False
+    #: Rotary positions in this layer (Llama 4's NoPE layers have none; no parameters).
+    rope: bool = True
+    #: Qwen3-Next's gated attention: q_proj also makes a per-channel gate (2·q_dim wide)
+    #: whose sigmoid multiplies the attention output.
+    output_gate: bool = False
+    # -- MLA (DeepSeek): q_lora_rank None = a plain q_proj.
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
+    # -- linear attention (Gated DeltaNet, Qwen3-Next)
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTENTION_KINDS:
+            raise ValueError(
+                f"attention kind must be one of {', '.join(ATTENTION_KINDS)}; got {self.kind!r}"
+            )
+        if self.qk_norm not in QK_NORMS:
+            raise ValueError(f"qk_norm must be one of {', '.join(QK_NORMS)}; got {self.qk_norm!r}")
+        for name in ("num_attention_heads", "num_key_value_heads", "head_dim"):
+            _positive(name, getattr(self, name))
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_key_value_heads={self.num_key_value_heads} must divide "
+                f"num_attention_heads={self.num_attention_heads}"
+            )
+        if self.kind in ("sliding", "chunked"):
+            key = "sliding_window" if self.kind == "sliding" else "attention_chunk_size"
+            if self.window is None:
+                raise ValueError(f"{key} is required for {self.kind} attention")
+            _positive(key, self.window)
+        if self.kind == "mla":
+            for name in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                _positive(name, getattr(self, name))
+            if self.q_lora_rank is not None:
+                _positive("q_lora_rank", self.q_lora_rank)
+        if self.kind == "linear":
+            for name in (
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+                "linear_conv_kernel_dim",
+            ):
+                _positive(name, getattr(self, name))
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head (MLA: the non-rotary plus the rotary part)."""
+        if self.kind == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        """Width of Q (all query heads)."""
+        return self.num_attention_heads * self.qk_head_dim
+
+    @property
+    def k_dim(self) -> int:
+        """Width of K as the attention reads it (MLA: decompressed, every head)."""
+        if self.kind == "mla":
+            return self.num_attention_heads * self.qk_head_dim
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        """Width of V as the attention reads it (MLA: decompressed, every head)."""
+        if self.kind == "mla":
+            return self.num_attention_heads * self.v_head_dim
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def context_dim(self) -> int:
+        """Width of the attention output before the output projection."""
+        if self.kind == "mla":
+            return self.num_attention_heads * self.v_head_dim
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def group_size(self) -> int:
+        return self.num_attention_heads // self.num_key_value_heads
+
+    def keys_seen(self, seq_len: int) -> int:
+        """Keys one query attends to at most: T, or the window / chunk when shorter."""
+        if self.window is None or self.kind not in ("sliding", "chunked"):
+            return seq_len
+        return min(seq_len, self.window)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedForward:
+    """One block's feed-forward: dense (``num_experts = 0``) of ``intermediate_size``,
+    or ``num_experts`` routed experts of ``intermediate_size`` each, ``top_k`` per token,
+    plus shared experts (always active) of ``shared_intermediate_size`` together."""
+
+    ffn: str = "gated"
+    intermediate_size: int
+    #: Biases on the projections (GPT-2, Phi, gpt-oss's experts).
+    bias: bool = False
+    num_experts: int = 0
+    top_k: int = 0
+    shared_intermediate_size: int = 0
+    #: Qwen2-MoE: a sigmoid gate (d → 1) on the shared expert's output.
+    shared_expert_gate: bool = False
+    #: gpt-oss: the router has a bias (E parameters).
+    router_bias: bool = False
+    #: DeepSeek-V3: ``e_score_correction_bias`` (E values), a buffer, not a parameter.
+    router_correction_bias: bool = False
+    #: How the router scores: a softmax over all E (Qwen, Mixtral), a softmax over the
+    #: top-k logits only (gpt-oss), or a sigmoid over E (DeepSeek-V3, Llama 4).
+    router: str = "softmax"
+    #: gpt-oss's clamped SwiGLU (``GptOssExperts._apply_gate``: clamp, sigmoid, +1) keeps
+    #: three more tensors per routed row than a plain SwiGLU.
+    clamped_glu: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ffn not in FFN_KINDS:
+            raise ValueError(f"ffn must be one of {', '.join(FFN_KINDS)}; got {self.ffn!r}")
+        _positive("intermediate_size", self.intermediate_size)
+        if self.num_experts < 0 or self.top_k < 0 or self.shared_intermediate_size < 0:
+            raise ValueError("num_experts, num_experts_per_tok and shared sizes must be >= 0")
+        if self.router not in ROUTERS:
+            raise ValueError(f"router must be one of {', '.join(ROUTERS)}; got {self.router!r}")
+        if self.num_experts and not 0 < self.top_k <= self.num_experts:
+            raise ValueError(
+                f"num_experts_per_tok={self.top_k} must be between 1 and "
+                f"num_experts={self.num_experts}"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerKind:
+    """One kind of block: its attention, its feed-forward and its block norms (2 for a
+    pre-norm block, 1 for a parallel block, 4 with Gemma-2's post-norms)."""
+
+    attention: Attention
+    feed_forward: FeedForward
+    norms: int = 2
+
+    def __post_init__(self) -> None:
+        if self.norms < 0:
+            raise ValueError(f"norms_per_layer must be >= 0, got {self.norms}")
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """``count`` consecutive blocks of one kind."""
+
+    kind: LayerKind
+    count: int
+
+    def __post_init__(self) -> None:
+        _positive("layer run count", self.count)
+
+
+def runs_from_list(kinds: list[LayerKind] | tuple[LayerKind, ...]) -> tuple[LayerRun, ...]:
+    """One kind per layer → runs of consecutive identical kinds."""
+    out: list[LayerRun] = []
+    for kind in kinds:
+        if out and out[-1].kind == kind:
+            out[-1] = LayerRun(kind, out[-1].count + 1)
+        else:
+            out.append(LayerRun(kind, 1))
+    return tuple(out)
+
+
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")

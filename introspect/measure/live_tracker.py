@@ -1,0 +1,290 @@
+"""Live tensor-storage tracking whose cost is linear in the step's operations.
+
+torch's ``MemTracker`` (torch/distributed/_tools/mem_tracker.py, torch 2.13) keeps, after
+every operation, the peak of every module seen so far (``_update_peak_stats`` walks
+``memory_tracking``: ops × modules, quadratic in the layer count for a whole step) and
+deep-copies snapshots at every module hook; importing it loads FSDP. We read only the
+global peak, what was alive by kind at that moment, and which phase it fell in, so
+this tracker keeps only those, with MemTracker's rules for what counts and how:
+
+* every untyped storage counts once, ``nbytes`` (rounded up to 512 bytes on CUDA, the
+  caching allocator's minimum block, as ``_WeakRefInfo._calculate_mem_consumed``), from
+  its first sight until it is freed (a weakref callback on the storage, as MemTracker);
+* a storage is first seen as an operation's output (``__torch_dispatch__``), or is
+  registered before the step: the model's parameters (``Parameter``), buffers
+  (``Buffer``), gradients (``Gradient``) and the optimizer's state (``Optstate``);
+* an output's kind is ``Optstate`` inside ``optimizer.step()``, ``Temp`` in backward
+  (``torch._C._current_graph_task_id() != -1``, ModTracker's ``is_bw``) unless a module
+  is being recomputed there (activation checkpointing: ``Activation``), else
+  ``Activation``;
+* a parameter's gradient is relabelled ``Gradient`` when autograd computes it and after
+  it is accumulated (``register_hook`` and ``register_post_accumulate_grad_hook``), and
+  the optimizer's state ``Optstate`` after each step, as MemTracker's hooks do;
+* the peak is checked after every operation, per device; the snapshot is copied only
+  when a device's live total rises above its peak.
+
+``tests/test_live_tracker.py`` checks the peak and every kind against MemTracker to the
+byte on the same step. Not handled (MemTracker handles them; no measured step uses them):
+``UntypedStorage.resize_`` outside an operation, DTensor.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
+
+#: MemTracker's ``_MemRefType`` values, the kinds a storage can have.
+KINDS = ("Parameter", "Buffer", "Gradient", "Activation", "Temp", "Optstate", "Other")
+
+#: CUDA's caching allocator rounds every block up to this (c10/cuda/CUDACachingAllocator.cpp).
+CUDA_MIN_BLOCK = 512
+
+
+def _graph_task_id() -> int:
+    return torch._C._current_graph_task_id()
+
+
+def _storages(t: torch.Tensor):
+    """The untyped storages behind ``t`` (a wrapper subclass's inner tensors' storages)."""
+    if is_traceable_wrapper_subclass(t):
+        names, _ = t.__tensor_flatten__()
+        for name in names:
+            inner = getattr(t, name)
+            if isinstance(inner, torch.Tensor):
+                yield from _storages(inner)
+        return
+    yield t.untyped_storage()
+
+
+class LiveStorageTracker(TorchDispatchMode):
+    """Track one step of ``model`` and ``optimizer``; read :attr:`peak_bytes`,
+    :attr:`peak_kinds` and :attr:`peak_phase` afterwards.
+
+    :attr:`marks` holds the live bytes when each phase (``forward``, ``backward``,
+    ``optimizer``) first ran an operation, and ``end`` when the tracker exited.
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        super().__init__()
+        self.model, self.optimizer = model, optimizer
+        # id(storage) -> [bytes, kind, device, weakref]
+        self._live: dict[int, list] = {}
+        self._current: dict[torch.device, dict[str, int]] = {}
+        self._peak: dict[torch.device, int] = {}
+        self._peak_snap: dict[torch.device, dict[str, int]] = {}
+        self._peak_phase: dict[torch.device, str | None] = {}
+        self.marks: dict[str, int] = {}
+        self._in_optimizer = False
+        self._recomputing = 0
+        self._handles: list[Any] = []
+        self._register_state()
+
+    # -- what is alive -------------------------------------------------------------------
+
+    def _add(self, t: torch.Tensor, kind: str, relabel: bool) -> None:
+        for st in _storages(t):
+            entry = self._live.get(id(st))
+            if entry is not None:
+                size = st.nbytes()
+                nbytes = _rounded(size, entry[2])
+                if nbytes != entry[0]:  # resized inside an operation
+                    snap = self._current[entry[2]]
+                    snap[entry[1]] += nbytes - entry[0]
+                    snap["Total"] += nbytes - entry[0]
+                    entry[0] = nbytes
+                if relabel and entry[1] != kind:
+                    snap = self._current[entry[2]]
+                    snap[entry[1]] -= entry[0]
+                    snap[kind] += entry[0]
+                    entry[1] = kind
+                if not relabel:
+                    return  # MemTracker's _track stops at the first known storage
+                continue
+            device = t.device
+            nbytes = _rounded(st.nbytes(), device)
+            key = id(st)
+            ref = weakref.ref(st, lambda _, key=key: self._free(key))
+            self._live[key] = [nbytes, kind, device, ref]
+            snap = self._current.get(device)
+            if snap is None:
+                snap = self._current[device] = dict.fromkeys(KINDS, 0) | {"Total": 0}
+            snap[kind] += nbytes
+            snap["Total"] += nbytes
+
+    def _free(self, key: int) -> None:
+        entry = self._live.pop(key, None)
+        if entry is not None:
+            snap = self._current[entry[2]]
+            snap[entry[1]] -= entry[0]
+            snap["Total"] -= entry[0]
+
+    def _register_state(self) -> None:
+        """What exists before the step, as MemTracker's ``track_external(model, optimizer)``."""
+        for p in self.model.parameters():
+            self._add(p, "Parameter", relabel=True)
+            if p.grad is not None:
+                self._add(p.grad, "Gradient", relabel=True)
+        for b in self.model.buffers():
+            self._add(b, "Buffer", relabel=True)
+        self._relabel_optimizer_state()
+
+    def _relabel_optimizer_state(self) -> None:
+        if self.optimizer is None:
+            return
+        for state in self.optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    self._add(value, "Optstate", relabel=True)
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def _install_hooks(self) -> None:
+        def on_grad(grad: torch.Tensor) -> None:
+            self._add(grad, "Gradient", relabel=True)
+
+        for p in self.model.parameters():
+            if p.requires_grad:
+                self._handles.append(p.register_hook(on_grad))
+                self._handles.append(
+                    p.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad))
+                )
+        if self.optimizer is not None:
+
+            def pre_step(*_: Any) -> None:
+                self._in_optimizer = True
+
+            def post_step(*_: Any) -> None:
+                self._relabel_optimizer_state()
+                self._in_optimizer = False
+
+            self._handles.append(self.optimizer.register_step_pre_hook(pre_step))
+            self._handles.append(self.optimizer.register_step_post_hook(post_step))
+
+        def pre_forward(module: nn.Module, args: Any) -> None:
+            if _graph_task_id() != -1:
+                self._recomputing += 1
+
+        def post_forward(module: nn.Module, args: Any, output: Any) -> None:
+            if self._recomputing and _graph_task_id() != -1:
+                self._recomputing -= 1
+
+        hooks = torch.nn.modules.module
+        self._handles.append(hooks.register_module_forward_pre_hook(pre_forward))
+        self._handles.append(hooks.register_module_forward_hook(post_forward, always_call=True))
+
+    def __enter__(self) -> LiveStorageTracker:
+        self._install_hooks()
+        for device, snap in self._current.items():
+            self._peak[device] = snap["Total"]
+            self._peak_snap[device] = dict(snap)
+            self._peak_phase[device] = None
+        return super().__enter__()
+
+    def __exit__(self, *args: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.marks["end"] = sum(s["Total"] for s in self._current.values())
+        super().__exit__(*args)
+
+    # -- every operation -----------------------------------------------------------------
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self._in_optimizer:
+            kind, phase = "Optstate", "optimizer"
+        elif _graph_task_id() != -1:
+            kind, phase = ("Activation" if self._recomputing else "Temp"), "backward"
+        else:
+            kind, phase = "Activation", "forward"
+        if phase not in self.marks:
+            self.marks[phase] = sum(s["Total"] for s in self._current.values())
+        self._add_outputs(out, kind)
+        for device, snap in self._current.items():
+            if snap["Total"] > self._peak.get(device, 0):
+                self._peak[device] = snap["Total"]
+                self._peak_snap[device] = dict(snap)
+                self._peak_phase[device] = phase
+        return out
+
+    def _add_outputs(self, out: Any, kind: str) -> None:
+        if isinstance(out, torch.Tensor):
+            self._add(out, kind, relabel=False)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                self._add_outputs(item, kind)
+        elif isinstance(out, dict):
+            for item in out.values():
+                self._add_outputs(item, kind)
+
+    # -- results -------------------------------------------------------------------------
+
+    @property
+    def peak_bytes(self) -> int:
+        """The peak live bytes, summed over devices (each device's own peak)."""
+        return sum(self._peak.values())
+
+    @property
+    def peak_kinds(self) -> dict[str, int]:
+        """Bytes by kind alive at each device's peak, summed over devices; they add up to
+        :attr:`peak_bytes`."""
+        out = dict.fromkeys(KINDS, 0)
+        for snap in self._peak_snap.values():
+            for kind in KINDS:
+                out[kind] += snap[kind]
+        return out
+
+    @property
+    def peak_phase(self) -> str | None:
+        """``forward``, ``backward`` or ``optimizer`` for the device with the largest peak
+        (``None``: the peak was what existed before the step)."""
+        if not self._peak:
+            return None
+        return self._peak_phase[max(self._peak, key=self._peak.get)]
+
+    def live_bytes(self) -> int:
+        """Bytes alive now, over devices."""
+        return sum(s["Total"] for s in self._current.values())
+
+
+def _rounded(nbytes: int, device: torch.device) -> int:
+    if device.type == "cuda":
+        return -(-nbytes // CUDA_MIN_BLOCK) * CUDA_MIN_BLOCK
+    return nbytes
+
+
+def storage_bytes(tensors) -> int:
+    """Bytes of the distinct untyped storages behind ``tensors`` (views counted once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            for st in _storages(t):
+                seen[id(st)] = st.nbytes()
+    return sum(seen.values())
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in ``optimizer.state`` (Adam: m, v and the step counters)."""
+    return storage_bytes(v for state in optimizer.state.values() for v in state.values())
+
+
+def categories(kinds: dict[str, int], optimizer_state: int) -> dict[str, int]:
+    """Kinds in :data:`introspect.measure.record.CATEGORIES`, summing to the same total.
+
+    MemTracker's rule labels everything made inside ``optimizer.step()`` optimizer state,
+    the update's temporaries too; the real state (``optimizer_state``, counted from
+    ``optimizer.state``) stays ``optimizer_state`` and the rest becomes ``temporary``.
+    """
+    state = min(kinds.get("Optstate", 0), optimizer_state)
+    return {
+        "parameters": kinds.get("Parameter", 0) + kinds.get("Buffer", 0),
+        "gradients": kinds.get("Gradient", 0),
+        "optimizer_state": state,
+        "activations": kinds.get("Activation", 0),
+        "temporary": kinds.get("Temp", 0) + kinds.get("Optstate", 0) - state,
+        "other": kinds.get("Other", 0),
+    }

@@ -1,0 +1,470 @@
+"""Per-rank memory of a sharded step: DDP, ZeRO-1/2/3 and FSDP2, as the libraries hold it.
+
+The execution layer (:mod:`introspect.refined.execution`) asks this module for the
+per-rank persistent state, the gradients of a part of the model, and each moment's
+gathered weights and communication buffers. Every figure is the rank with the largest
+share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
+
+* **DDP** (``torch/nn/parallel/distributed.py``, ``torch/csrc/distributed/c10d/reducer.cpp``):
+  the reducer allocates flat gradient buckets (``bucket_cap_mb=25``, the first 1 MB) for
+  every parameter when DDP is built and rebuilds them after the first step; they live for
+  the whole step — ``comm/ddp_buckets`` = N·(gradient bytes). Autograd's gradients are
+  copied into them, so gradients and buckets both exist, unless ``gradient_as_bucket_view``:
+  then the gradients *are* views into the buckets and no separate gradient is counted.
+  Measured (gloo, 2 processes): 4N bytes beside the gradients, every moment.
+* **ZeRO-1** (``torch/distributed/optim/zero_redundancy_optimizer.py``
+  ``_partition_parameters``): whole tensors, sorted by size (largest first, stable), each
+  to the rank with the smallest total so far; that rank's Adam state and update
+  temporaries. Paired with DDP, as torch documents it, so the buckets stay.
+* **ZeRO-2 / ZeRO-3 (DeepSpeed)**, not measured here: ``runtime/zero/config.py`` defaults
+  ``reduce_bucket_size=5e8``, ``contiguous_gradients=True``, ``overlap_comm`` True only at
+  stage 3 (two reduce buckets), ``stage3_prefetch_bucket_size=5e7``,
+  ``stage3_max_live_parameters=1e9``, ``stage3_param_persistence_threshold=1e5`` (smaller
+  tensors are never partitioned). Stage 2: 16-bit weights whole, gradients and FP32
+  master/state ÷D, the reduce bucket (``comm/reduce_bucket``). Stage 3 also ÷D weights,
+  gathers at most ``max_live_parameters`` (``weights/gathered``) and fetches one prefetch
+  bucket ahead (``comm/all_gather``).
+* **FSDP2** ``fully_shard`` (``torch/distributed/fsdp/_fully_shard/``): each parameter
+  sharded on dim 0, padded to a multiple of D (``_fsdp_param.py``: every rank holds the
+  padded shard). One unit per block, the root unit (embedding, final norm, head) last; the
+  root is kept gathered after forward (``_fsdp_state.py``: the root's
+  ``reshard_after_forward`` defaults to False) and through backward; blocks are
+  resharded after their forward unless ``reshard_after_forward=False``. In backward a
+  block is gathered (its all-gather output buffer alive during the copy-out,
+  ``comm/fsdp_all_gather``), the previous block's reduce-scatter input is kept until
+  the next reduce-scatter (``reduce_scatter_max_input_buffers=1``,
+  ``comm/reduce_scatter``); the root's unsharded gradients live until its own
+  reduce-scatter at the end of backward. Everything gathered is freed before the
+  optimizer step. ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``: the
+  FP32 shard is the only master copy (no separate one), gathered weights and unsharded
+  gradients BF16, sharded gradients and reduce-scatter buffers FP32.
+  Measured (gloo, 2 and 4 processes, ``benchmarks/sharded_accuracy.py``).
+* **Tensor and pipeline parallel** (Megatron): :mod:`introspect.refined.model_parallel`;
+  not measured.
+"""
+
+from __future__ import annotations
+
+import math
+
+from introspect.params import norm_params
+from introspect.refined.model_parallel import model_parallel_parameters
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+FP32 = 4
+
+#: DeepSpeed ``runtime/zero/config.py`` defaults (elements).
+DS_REDUCE_BUCKET = 500_000_000
+DS_PREFETCH_BUCKET = 50_000_000
+DS_MAX_LIVE_PARAMETERS = 1_000_000_000
+DS_PERSISTENCE_THRESHOLD = 100_000
+
+Shape = tuple[int, ...]
+
+
+# --- the parameter tensors -------------------------------------------------------------
+
+
+def _linear(out_f: int, in_f: int, bias: bool) -> list[Shape]:
+    return [(out_f, in_f)] + ([(out_f,)] if bias else [])
+
+
+def _norm(spec: ModelSpec, width: int) -> list[Shape]:
+    return [(width,)] * (norm_params(spec, width) // width)
+
+
+def layer_tensors(spec: ModelSpec) -> list[Shape]:
+    """One block's parameter tensors, in module order (Llama's names: input norm, q, k,
+    v, o and the q/k norms, post-attention norm, gate/up/down or the experts and router).
+    nn.Linear's weight is (out, in)."""
+    d, q, kv, f = spec.hidden_size, spec.q_dim, spec.kv_dim, spec.ffn_dim
+    out: list[Shape] = []
+    norms = _norm(spec, d)
+    out += norms
+    out += _linear(q, d, spec.qkv_bias) + _linear(kv, d, spec.qkv_bias) * 2
+    out += _linear(d, q, spec.o_bias)
+    if spec.qk_norm == "head":
+        out += _norm(spec, spec.head_size) * 2
+    elif spec.qk_norm == "full":
+        out += _norm(spec, q) + _norm(spec, kv)
+    for _ in range(spec.norms_per_layer - 1):
+        out += norms
+    ffn = []
+    if spec.ffn == "gated":
+        ffn += _linear(f, d, spec.mlp_bias)
+    ffn += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
+    out += ffn * max(1, spec.num_local_experts)
+    if spec.is_moe:
+        out.append((spec.num_local_experts, d))
+    return out
+
+
+def root_tensors(spec: ModelSpec) -> list[Shape]:
+    """What FSDP2's root unit holds: the embedding (and learned positions), the final
+    norm and an untied head (and its bias)."""
+    V, d = spec.vocab_size, spec.hidden_size
+    out: list[Shape] = [(V, d)]
+    if spec.position_embedding == "learned":
+        out.append((spec.max_position_embeddings or 0, d))
+    out += _norm(spec, d)
+    if not spec.tie_word_embeddings:
+        out.append((V, d))
+    if spec.lm_head_bias:
+        out.append((V,))
+    return out
+
+
+def parameter_tensors(spec: ModelSpec) -> list[Shape]:
+    """Every parameter tensor in ``model.parameters()`` order (a tied head once)."""
+    V, d = spec.vocab_size, spec.hidden_size
+    out: list[Shape] = [(V, d)]
+    if spec.position_embedding == "learned":
+        out.append((spec.max_position_embeddings or 0, d))
+    out += layer_tensors(spec) * spec.num_hidden_layers
+    out += _norm(spec, d)
+    if not spec.tie_word_embeddings:
+        out.append((V, d))
+    if spec.lm_head_bias:
+        out.append((V,))
+    return out
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)
+
+
+def zero_partition(sizes: list[int], devices: int) -> list[int]:
+    """``ZeroRedundancyOptimizer._partition_parameters``: tensors sorted by size, largest
+    first (stable), each to the first rank with the smallest total; elements per rank."""
+    totals = [0] * devices
+    for n in sorted(sizes, reverse=True):
+        totals[totals.index(min(totals))] += n
+    return totals
+
+
+def fsdp_shard(shapes: list[Shape], devices: int) -> int:
+    """Elements one rank holds of ``shapes`` under FSDP2: dim 0 padded to a multiple of D,
+    ⌈dim0/D⌉·rest each (every rank stores the padded shard)."""
+    return sum(math.ceil(s[0] / devices) * numel(s[1:]) for s in shapes)
+
+
+# --- what the execution layer asks -----------------------------------------------------
+
+
+def strategy(setup: TrainingSetup) -> str:
+    """The setup's resolved sharding (:attr:`TrainingSetup.resolved_sharding`). DDP and
+    FSDP2 on one device still hold their buckets and gathered copies."""
+    return setup.resolved_sharding
+
+
+def _fsdp_param_bytes(setup: TrainingSetup, working: int) -> int:
+    """Bytes of a gathered FSDP2 weight (and unsharded gradient): ``param_dtype``."""
+    return 2 if setup.precision in ("mixed", "bf16") else working
+
+
+def _fsdp_reduce_bytes(setup: TrainingSetup) -> int:
+    """Bytes of a sharded FSDP2 gradient and reduce-scatter buffer: ``reduce_dtype``
+    (FP32 under mixed precision; the parameter's dtype otherwise)."""
+    return 2 if setup.precision == "bf16" else FP32
+
+
+def state_terms(
+    spec: ModelSpec, setup: TrainingSetup, *, working: int, master: int, state: dict[str, int]
+) -> dict[str, int]:
+    """Per-rank persistent state: weights, master copy, optimizer state, DDP buckets.
+
+    ``working`` and ``master`` are bytes per parameter, ``state`` the optimizer's bytes
+    per parameter by term (from the execution layer)."""
+    N, D, how = spec.n_params, setup.devices, strategy(setup)
+    opt_elems = N
+    if how == "none":
+        terms = {"weights": working * N}
+    elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
+        terms = {"weights": working * N}
+        terms["comm/ddp_buckets"] = working * N
+        if how == "zero":
+            opt_elems = max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+    elif how == "zero":  # DeepSpeed stage 2 or 3
+        opt_elems = math.ceil(N / D)
+        if setup.zero_stage == 3:
+            small = sum(
+                numel(s) for s in parameter_tensors(spec) if numel(s) < DS_PERSISTENCE_THRESHOLD
+            )
+            terms = {"weights": working * (math.ceil((N - small) / D) + small)}
+            terms["weights/gathered"] = working * min(N - small, DS_MAX_LIVE_PARAMETERS)
+        else:
+            terms = {"weights": working * N}
+    else:  # fsdp
+        opt_elems = fsdp_shard(parameter_tensors(spec), D)
+        # The sharded parameter keeps the original dtype: under mixed precision it is the
+        # FP32 master itself.
+        shard_bytes = FP32 if setup.precision == "mixed" else working
+        terms = {"weights": shard_bytes * opt_elems}
+        master = 0
+    if master:
+        terms["optimizer/master_weights"] = master * opt_elems
+    for name, per in state.items():
+        terms[name] = per * opt_elems
+    return terms
+
+
+def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: int) -> int:
+    """Bytes of the gradients of the first ``n_params`` parameters backward makes (the
+    head first, then whole blocks from the top, then part of the current block).
+
+    DDP: full, none beside the buckets under ``gradient_as_bucket_view``. ZeRO-1: full.
+    DeepSpeed ZeRO-2/3: ÷D. FSDP2: the root's gradients unsharded (param dtype) until the
+    root's reduce-scatter, finished blocks sharded (reduce dtype, padded), the current
+    block's unsharded; at the step (``n_params = N``) everything sharded."""
+    if setup.optimizer == "none":
+        return 0
+    N, D, how = spec.n_params, setup.devices, strategy(setup)
+    if how == "ddp" or (how == "zero" and setup.zero_stage == 1):
+        return 0 if setup.gradient_as_bucket_view else working * n_params
+    if how == "zero":
+        return math.ceil(working * n_params / D)
+    if how != "fsdp":
+        return working * n_params
+    reduce_b = _fsdp_reduce_bytes(setup)
+    if n_params >= N:
+        return reduce_b * fsdp_shard(parameter_tensors(spec), D)
+    param_b = _fsdp_param_bytes(setup, working)
+    head = min(n_params, spec.vocab_size * spec.hidden_size)
+    rest = n_params - head
+    per_layer = sum(numel(s) for s in layer_tensors(spec))
+    done, partial = divmod(rest, per_layer)
+    shard = fsdp_shard(layer_tensors(spec), D)
+    return param_b * (head + partial) + reduce_b * done * shard
+
+
+def moment_terms(
+    spec: ModelSpec, setup: TrainingSetup, moment: str, working: int, layer: int | None = None
+) -> dict[str, int]:
+    """Gathered weights and communication buffers alive at one moment of the step:
+    ``forward_end``, ``head`` (the output projection's backward), ``layer`` (block
+    ``layer``'s backward) or ``optimizer_step``. Only FSDP2 and DeepSpeed ZeRO-3 have
+    any; DDP's buckets are persistent state."""
+    how, D = strategy(setup), setup.devices
+    if how == "zero" and setup.zero_stage >= 2:
+        buckets = 2 if setup.zero_stage == 3 else 1  # overlap_comm's default
+        terms = {}
+        if moment != "forward_end" and moment != "optimizer_step":
+            terms["comm/reduce_bucket"] = buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)
+        if setup.zero_stage == 3 and moment != "optimizer_step":
+            terms["comm/all_gather"] = working * min(DS_PREFETCH_BUCKET, spec.n_params)
+        return terms
+    if how != "fsdp" or moment == "optimizer_step":
+        return {}
+    param_b = _fsdp_param_bytes(setup, working)
+    block = sum(numel(s) for s in layer_tensors(spec))
+    block_padded = D * fsdp_shard(layer_tensors(spec), D)
+    root = sum(numel(s) for s in root_tensors(spec))
+    L = spec.num_hidden_layers
+    blocks = L if not setup.reshard_after_forward else 0
+    if moment == "layer":
+        # Resharding: this block gathered again (the next one below is prefetched into its
+        # all-gather buffer). Without: the blocks above are resharded after their backward.
+        blocks = 1 if setup.reshard_after_forward else (layer or 0) + 1
+    terms = {"weights/gathered": param_b * (root + blocks * block)}
+    # Named even when empty, so the figure shows that no buffer is alive at this moment.
+    terms["comm/fsdp_all_gather"] = terms["comm/reduce_scatter"] = 0
+    if moment == "layer":
+        terms["comm/fsdp_all_gather"] = param_b * block_padded if setup.reshard_after_forward else 0
+        if layer is not None and layer < L - 1:
+            terms["comm/reduce_scatter"] = _fsdp_reduce_bytes(setup) * block_padded
+    return terms
+
+
+def post_backward(
+    spec: ModelSpec, setup: TrainingSetup, working: int, layer: int
+) -> list[dict[str, int]]:
+    """FSDP2's post-backward of block ``layer`` (``_fsdp_param_group.post_backward`` →
+    ``foreach_reduce``), two moments. The block is resharded first and the previous
+    reduce-scatter input released (one kept). Copy-in: its unsharded gradients (param
+    dtype; under a ``reduce_dtype`` that differs, also their upcast copies, a backward
+    temporary) and the new reduce-scatter input (reduce dtype, D·padded shard). Then the
+    gradients are freed and the reduce-scatter runs into a new output (the sharded
+    gradients, one shard); gloo on CPU also copies the input (measured: one
+    input-sized temporary during each reduce-scatter; NCCL reduces in place). Alive
+    throughout: the root, the blocks still gathered without resharding, the next block's
+    all-gather buffer (prefetched), the root's unsharded gradients, the blocks above's
+    sharded ones. Empty for other strategies."""
+    if strategy(setup) != "fsdp" or setup.optimizer == "none":
+        return []
+    D, L = setup.devices, spec.num_hidden_layers
+    param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
+    block = sum(numel(s) for s in layer_tensors(spec))
+    shard = fsdp_shard(layer_tensors(spec), D)
+    root = sum(numel(s) for s in root_tensors(spec))
+    head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
+    gathered = 0 if setup.reshard_after_forward else layer
+    above = (L - 1 - layer) * shard
+    common = {
+        "weights/gathered": param_b * (root + gathered * block),
+        "comm/fsdp_all_gather": param_b * D * shard if setup.reshard_after_forward and layer else 0,
+        "comm/reduce_scatter": reduce_b * D * shard,
+    }
+    copy_in = common | {
+        "grads": param_b * (head + block) + reduce_b * above,
+        "activations/grad_upcast": reduce_b * block if reduce_b != param_b else 0,
+    }
+    reduce = common | {
+        "grads": param_b * head + reduce_b * (above + shard),
+        "comm/gloo_copy": reduce_b * D * shard if setup.resolved_device == "cpu" else 0,
+    }
+    return [copy_in, reduce]
+
+
+def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, int] | None:
+    """FSDP2's last moment of backward: the root's reduce-scatter, with every block's
+    sharded gradient made, the root's unsharded gradients and its reduce-scatter input
+    (reduce dtype) alive together. None for other strategies."""
+    if strategy(setup) != "fsdp" or setup.optimizer == "none":
+        return None
+    D = setup.devices
+    root = root_tensors(spec)
+    root_n = sum(numel(s) for s in root)
+    reduce_b = _fsdp_reduce_bytes(setup)
+    blocks = spec.num_hidden_layers * fsdp_shard(layer_tensors(spec), D)
+    return {
+        "weights/gathered": _fsdp_param_bytes(setup, working) * root_n,
+        "grads": reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
+        "comm/reduce_scatter": reduce_b * D * fsdp_shard(root, D),
+    }
+
+
+def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str]:
+    """Why the sharded terms have their size, for this strategy (overrides the execution
+    layer's generic causes)."""
+    how, D = strategy(setup), setup.devices
+    gb = lambda n: f"{n / 1e9:.3f} GB"  # noqa: E731 - a local formatter
+    out: dict[str, str] = {}
+    if how == "fsdp":
+        pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
+        block_padded = D * fsdp_shard(layer_tensors(spec), D)
+        kept = "" if setup.reshard_after_forward else " and every block (no reshard after forward)"
+        out["weights"] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
+            "FP32: the only master copy under MixedPrecisionPolicy"
+            if setup.precision == "mixed"
+            else f"{working} bytes each"
+        )
+        out["weights/gathered"] = (
+            f"FSDP2 unsharded weights ({pb} bytes each): the root unit (embedding, final "
+            f"norm, head) gathered through forward and backward{kept}; in a block's "
+            "backward that block and the next (prefetched)"
+        )
+        out["comm/fsdp_all_gather"] = (
+            f"FSDP2 all-gather output of one block ({gb(pb * block_padded)}), alive during "
+            "its copy-out in backward; none at the forward end or the optimizer step"
+        )
+        out["comm/gloo_copy"] = (
+            "gloo (CPU) reduce-scatter: a copy of its input while it runs (measured; NCCL "
+            "reduces in place)"
+        )
+        out["activations/grad_upcast"] = (
+            "FSDP2 foreach_reduce: the block's unsharded gradients upcast to reduce_dtype "
+            "before the copy into the reduce-scatter input (a backward temporary)"
+        )
+        out["comm/reduce_scatter"] = (
+            f"FSDP2 reduce-scatter input of the block below ({rb} bytes, "
+            f"{gb(rb * block_padded)}), kept until the next reduce-scatter; the root's "
+            "at the end of backward; none at the forward end"
+        )
+        shard = "this rank's FSDP2 shard"
+    elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
+        view = "; the gradients are views into them" if setup.gradient_as_bucket_view else ""
+        out["weights"] = f"working weights ({working} bytes each), a full copy on every rank"
+        out["comm/ddp_buckets"] = (
+            f"DDP reducer's flat gradient buckets (bucket_cap_mb=25, the first 1 MB): "
+            f"N·{working} bytes for the whole step{view}"
+        )
+        shard = (
+            "the full model"
+            if how == "ddp"
+            else (
+                f"this rank's ZeroRedundancyOptimizer partition (whole tensors, greedy: "
+                f"{local_parameters(spec, setup):,} of {spec.n_params:,} parameters)"
+            )
+        )
+    elif how == "zero":
+        out["comm/reduce_bucket"] = (
+            "DeepSpeed reduce bucket(s) (reduce_bucket_size=5e8 elements"
+            + (", two with overlap_comm at stage 3)" if setup.zero_stage == 3 else ")")
+            + "; not measured"
+        )
+        out["comm/all_gather"] = "DeepSpeed stage3_prefetch_bucket_size=5e7; not measured"
+        out["weights/gathered"] = (
+            "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
+        )
+        shard = f"this rank's ÷{D} DeepSpeed partition"
+        out["weights"] = (
+            f"DeepSpeed ZeRO-3: this rank's ÷{D} partition of the {working}-byte weights, "
+            "plus the tensors under stage3_param_persistence_threshold=1e5 kept whole; "
+            "not measured"
+            if setup.zero_stage == 3
+            else f"working weights ({working} bytes each), a full copy on every rank"
+        )
+    else:
+        shard = ""
+    for name in (
+        "optimizer/adam_m",
+        "optimizer/adam_v",
+        "optimizer/momentum",
+        "optimizer/master_weights",
+    ):
+        if shard:
+            out[name] = f"{name.split('/')[1].replace('_', ' ')} of {shard}"
+    if setup.tensor_parallel > 1 or setup.pipeline_parallel > 1:
+        mp = (
+            f"; Megatron tensor parallel {setup.tensor_parallel}, pipeline "
+            f"{setup.pipeline_parallel} (1F1B): this rank's "
+            f"{model_parallel_parameters(spec, setup):,} parameters (closed form, not measured)"
+        )
+        out["weights"] = out.get("weights", f"working weights ({working} bytes each)") + mp
+    return out
+
+
+def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters the largest rank's optimizer updates."""
+    how, D = strategy(setup), setup.devices
+    if how == "zero" and setup.zero_stage == 1:
+        return max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+    if how == "zero":
+        return math.ceil(spec.n_params / D)
+    if how == "fsdp":
+        return fsdp_shard(parameter_tensors(spec), D)
+    return spec.n_params
+
+
+def local_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
+    """Elements of each tensor the largest rank's optimizer updates, in its loop order:
+    ``model.parameters()`` order; ZeRO-1: the largest rank's partition, largest first (the
+    order ``_partition_parameters`` appends them); FSDP2: each tensor's dim-0 shard;
+    DeepSpeed ZeRO-2/3: one flat FP32 partition."""
+    how, D = strategy(setup), setup.devices
+    shapes = parameter_tensors(spec)
+    if how == "zero" and setup.zero_stage == 1:
+        totals = [0] * D
+        ranks: list[list[int]] = [[] for _ in range(D)]
+        for n in sorted((numel(s) for s in shapes), reverse=True):
+            r = totals.index(min(totals))
+            totals[r] += n
+            ranks[r].append(n)
+        return ranks[totals.index(max(totals))]
+    if how == "zero":
+        return [math.ceil(spec.n_params / D)]
+    if how == "fsdp":
+        return [math.ceil(s[0] / D) * numel(s[1:]) for s in shapes]
+    return [numel(s) for s in shapes]
+
+
+def single_tensor_temporaries(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Elements of the single-tensor Adam loop's temporaries at their peak
+    (``torch/optim/adam.py`` ``_single_tensor_adam``): ``denom = (exp_avg_sq.sqrt() /
+    bias_correction2_sqrt).add_(eps)`` makes the square root and the quotient of this
+    tensor while the previous tensor's ``denom`` is still bound (it is replaced only
+    after the new one exists): max over the loop of prev + 2·cur. Measured on CPU: with
+    the embedding, head and both FFN matrices the same size, 3 of them at the peak."""
+    sizes = local_tensors(spec, setup)
+    return max(p + 2 * c for p, c in zip([0, *sizes], sizes, strict=False))
