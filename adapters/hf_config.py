@@ -125,6 +125,8 @@ def spec_from_config(
         fields = read(reader)
     except ValueError as e:  # a layer kind's own invariant (top-k, window, heads)
         raise ConfigError(f"{where}: {e}") from e
+    for key, value in execution_facts(config, family).items():
+        fields.setdefault(key, value)
     mtp = fields.pop("_mtp", None)
     try:
         spec = ModelSpec(
@@ -140,3 +142,31 @@ def spec_from_config(
 
         spec = spec.replace(unbuilt_parameters=mtp_parameters(spec, *mtp))
     return spec
+
+
+#: Dropout defaults of the configuration classes that enable it (``GPT2Config``: 0.1
+#: each); every other family's default is 0.0.
+_DROPOUT_DEFAULTS = {"gpt2": 0.1}
+
+
+def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
+    """The dropout probabilities and Phi's rotary fraction the refined execution layer
+    reads: ``attention_dropout`` (GPT-2: ``attn_pdrop``), ``resid_pdrop`` /
+    ``hidden_dropout``, ``embd_pdrop``; ``partial_rotary_factor`` (Phi: 0.5 by default)."""
+    default = _DROPOUT_DEFAULTS.get(family, 0.0)
+
+    def number(*keys: str, fallback: float) -> float:
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+        return fallback
+
+    facts = {
+        "attention_dropout": number("attention_dropout", "attn_pdrop", fallback=default),
+        "hidden_dropout": number("resid_pdrop", "hidden_dropout", fallback=default),
+        "embedding_dropout": number("embd_pdrop", fallback=default),
+    }
+    if family == "phi":
+        facts["partial_rotary_factor"] = number("partial_rotary_factor", fallback=0.5)
+    return facts

@@ -111,7 +111,15 @@ def setup_for(impl: str, framework: str, T: int) -> TrainingSetup:
     attention = "memory_efficient" if impl == "mlx_lm" else "eager"
     # Every reference row runs here: on the CPU (or as a dry run, whose fake tensors are
     # CPU tensors), so torch's optimizer runs its CPU default (single-tensor).
-    return TrainingSetup(seq_len=T, framework=framework, attention=attention, device="cpu")
+    # The measured steps hold the logits and call cross-entropy themselves.
+    return TrainingSetup(
+        seq_len=T,
+        framework=framework,
+        attention=attention,
+        device="cpu",
+        implementation=impl,
+        loop="logits",
+    )
 
 
 def run_cell(cell) -> dict:

@@ -1,7 +1,10 @@
 """TrainingSetup: how the model is trained, as far as memory is concerned.
 
-Defaults reproduce the seed's setup: B = 1, FP32 weights and activations, ordinary FP32
-Adam, eager attention, no checkpointing, no fused loss, one device, no sharding.
+Defaults reproduce the seed's setup — B = 1, FP32 weights and activations, ordinary FP32
+Adam, eager attention, no checkpointing, no fused loss, one device, no sharding — run the
+way most users run it: transformers' own classes (mlx-lm's on MLX) with the loss computed
+inside the model (``loop="labels"``). ``implementation="reference", loop="logits"`` is
+our own reference model with the loop holding the logits.
 
 Who runs the step is three fields with one vocabulary across every command:
 ``framework`` (torch, mlx, mlx_compiled), ``device`` (cuda or cpu for torch; metal or cpu
@@ -99,9 +102,13 @@ class TrainingSetup:
     framework: Framework = "torch"
     #: Where the step runs; ``auto`` = cuda for torch, metal (Apple GPU) for MLX.
     device: Device = "auto"
-    #: Whose model class runs the step, and how its loop computes the loss.
-    implementation: Implementation = "reference"
-    loop: Loop = "logits"
+    #: Whose model class runs the step, and how its loop computes the loss. ``None`` (the
+    #: default) is what most users run: transformers' classes on torch, mlx-lm's on MLX;
+    #: the loss computed by the model from ``labels=`` (``loop=None``: ``labels`` for
+    #: transformers' classes, ``logits`` for mlx-lm's trainer loss and our reference
+    #: model, whose loops compute the loss on logits they hold).
+    implementation: Implementation | None = None
+    loop: Loop | None = None
     optimizer_impl: OptimizerImpl = "auto"
     # ---- multimodal (issue 10) ---------------------------------------------------------
     #: Freeze a multimodal wrapper's vision/audio tower (``ModelSpec.tower_parameters``):
@@ -162,6 +169,11 @@ class TrainingSetup:
             raise ValueError(
                 f"activation_bytes must be positive, got {self.activation_bytes_override}"
             )
+        if self.implementation is None:
+            default = "mlx_lm" if self.framework.startswith("mlx") else "transformers"
+            object.__setattr__(self, "implementation", default)
+        if self.loop is None:
+            object.__setattr__(self, "loop", _default_loop(self.implementation))
         dtype_bytes(self.activation_dtype)
         dtype_bytes(self.weights_dtype)
         for name, choices in (
@@ -270,6 +282,16 @@ class TrainingSetup:
         return self.batch_size * self.seq_len
 
     def replace(self, **changes: Any) -> TrainingSetup:
+        """A copy with ``changes``; a new framework without a named implementation takes
+        that framework's default one when this setup had its own framework's default."""
+        framework = changes.get("framework", self.framework)
+        if "implementation" not in changes and framework != self.framework:
+            default = "mlx_lm" if self.framework.startswith("mlx") else "transformers"
+            if self.implementation == default:
+                changes["implementation"] = None
+        if "loop" not in changes and "implementation" in changes:
+            if self.loop == _default_loop(self.implementation):
+                changes["loop"] = None  # the new implementation's own loop
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -278,3 +300,9 @@ class TrainingSetup:
         out["resolved_device"] = self.resolved_device
         out["resolved_optimizer_impl"] = self.resolved_optimizer_impl
         return out
+
+
+def _default_loop(implementation: str | None) -> str:
+    """The loop an implementation's users run: ``labels`` for transformers' classes (the
+    HF Trainer's ``compute_loss``), ``logits`` for mlx-lm's trainer and our reference."""
+    return "labels" if implementation == "transformers" else "logits"

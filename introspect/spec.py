@@ -98,6 +98,16 @@ class ModelSpec:
     source: str = ""
     #: Facts the source did not state and the adapter had to assume, in words.
     assumptions: tuple[str, ...] = field(default=())
+    # ---- execution facts (the refined execution layer reads them; no parameters) ----
+    #: Dropout probabilities the config enables in train mode: on the attention
+    #: probabilities (``attention_dropout``, GPT-2's ``attn_pdrop``), on each block's
+    #: branch outputs (``resid_pdrop``, ``hidden_dropout``) and on the embedding output
+    #: (``embd_pdrop``).
+    attention_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    embedding_dropout: float = 0.0
+    #: Fraction of each head that rotary positions rotate (Phi's ``partial_rotary_factor``).
+    partial_rotary_factor: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):

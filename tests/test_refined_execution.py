@@ -42,6 +42,10 @@ IDS = [
     "learned-pos-bias",
 ]
 
+#: Our reference model with the loop holding the logits: what these measured steps run
+#: (transformers' classes, the default, are checked in tests/test_refined_transformers.py).
+REF = dict(implementation="reference", loop="logits")
+
 
 def _census_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes of the distinct floating-point storages autograd saves in one forward pass
@@ -72,7 +76,7 @@ def _census_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 @pytest.mark.parametrize("spec, attention", CASES, ids=IDS)
 def test_saved_activations_equal_the_torch_census(spec, attention):
     setup = TrainingSetup(
-        batch_size=2, seq_len=40, attention=attention, framework="torch", device="cpu"
+        batch_size=2, seq_len=40, attention=attention, framework="torch", device="cpu", **REF
     )
     terms = execution.saved_terms(spec, setup)
     # The loop's reference to the logits is held, not saved by a backward.
@@ -96,7 +100,9 @@ def test_peak_matches_a_measured_torch_step(spec, seq_len, attention):
     pytest.importorskip("torch")
     from introspect.measure.torch_step import measure_reference
 
-    setup = TrainingSetup(seq_len=seq_len, attention=attention, framework="torch", device="cpu")
+    setup = TrainingSetup(
+        seq_len=seq_len, attention=attention, framework="torch", device="cpu", **REF
+    )
     measured = measure_reference(spec, setup)
     est = refined.estimate(spec, setup)
     # Inputs, targets, the loss and Adam's step counters are not modelled (a few KB).
@@ -152,7 +158,7 @@ def test_seed_7b_execution_beside_the_seed_and_says_why():
 
 def test_switches_move_the_terms_they_name():
     spec = LLAMA.replace(num_hidden_layers=4)
-    base = TrainingSetup(seq_len=512)
+    base = TrainingSetup(seq_len=512, **REF)
     exe = lambda **kw: refined.estimate(spec, base.replace(**kw)).execution  # noqa: E731
     plain = exe()
     flash = exe(attention="memory_efficient")

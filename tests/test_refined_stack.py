@@ -35,7 +35,11 @@ MOE = LayerKind(
         shared_expert_gate=True,
     ),
 )
-SETUP = TrainingSetup(seq_len=64, batch_size=2, activation_dtype="bf16")
+#: The reference model's saved set, which models every layer kind (transformers' classes
+#: are modelled for one dense full-attention kind: introspect/refined/hf_saved.py).
+SETUP = TrainingSetup(
+    seq_len=64, batch_size=2, activation_dtype="bf16", implementation="reference", loop="logits"
+)
 
 
 def _spec(*runs):

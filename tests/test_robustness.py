@@ -232,7 +232,7 @@ def test_table_header_lists_every_setting(capsys):
         "4 devices",
         "ZeRO 2",
         "torch on cuda",
-        "loop logits",
+        "loop labels",
         "cross-entropy",
         "checkpointing",
     ):

@@ -16,7 +16,8 @@ from introspect.refined import execution, model_parallel, sharding
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
-CPU = dict(device="cpu")
+#: The measured sharded steps run our reference model with the loop holding the logits.
+CPU = dict(device="cpu", implementation="reference", loop="logits")
 
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))

@@ -284,19 +284,20 @@ def add_runner_flags(
     group.add_argument(
         "--impl",
         type=choice(IMPLEMENTATIONS),
-        default="reference",
-        help="whose model class: reference (default: the seed's block as our own model), "
-        "transformers (the config's own Hugging Face class) or mlx-lm (mlx-lm's class)",
+        default=None,
+        help="whose model class: transformers (the config's own Hugging Face class; the "
+        "default on torch), mlx-lm (mlx-lm's class; the default on MLX) or reference "
+        "(the seed's block as our own model)",
     )
     group.add_argument(
         "--loop",
         type=choice(LOOPS),
         default=None,
-        help="how the step computes its loss: logits (the training code holds the "
-        "logits through backward and calls cross-entropy itself; the default except with "
-        "--impl transformers) or labels (the model computes its own loss from labels=, as "
-        "model(input_ids=x, labels=x).loss and the HF Trainer's compute_loss do; nothing "
-        "else is held; the default with --impl transformers)",
+        help="how the step computes its loss: labels (the default with transformers' "
+        "classes: the model computes its own loss from labels=, as model(input_ids=x, "
+        "labels=x).loss and the HF Trainer's compute_loss do; nothing else is held) or "
+        "logits (the default otherwise: the training code holds the logits through "
+        "backward and calls cross-entropy on them itself)",
     )
 
 
@@ -305,7 +306,10 @@ def loop_for(args: argparse.Namespace) -> str:
     the HF Trainer's), logits otherwise."""
     if getattr(args, "loop", None):
         return args.loop
-    return "labels" if getattr(args, "impl", "reference") == "transformers" else "logits"
+    impl = getattr(args, "impl", None)
+    if impl is None:  # the framework's own class: transformers' on torch
+        impl = "mlx_lm" if getattr(args, "framework", "torch").startswith("mlx") else "transformers"
+    return "labels" if impl == "transformers" else "logits"
 
 
 def activation_dtype_for(args: argparse.Namespace) -> str:

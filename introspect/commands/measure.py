@@ -341,12 +341,27 @@ def implementation_config(args: argparse.Namespace, spec: ModelSpec):
     return None
 
 
+def default_impl(args: argparse.Namespace) -> str:
+    """The class a step runs without --impl: a published model's own (transformers' on
+    torch, mlx-lm's on MLX); our reference model for the seed's nominal sizes, the shape
+    flags and a sharded step."""
+    from introspect.commands import _sharded
+    from introspect.measure.shapes import nominal_spec
+
+    if args.source is None or nominal_spec(args.source) is not None:
+        return "reference"
+    if _sharded.wants_sharded(args):
+        return "reference"
+    return "mlx_lm" if args.framework.startswith("mlx") else "transformers"
+
+
 def run(args: argparse.Namespace) -> int:
     from introspect import bounds
     from introspect.commands import _sharded
     from introspect.measure import runner
     from introspect.positions import check_positions
 
+    args.impl = args.impl or default_impl(args)
     if args.impl == "transformers":  # a remote-code or unknown config, before reading it
         from introspect.measure.hf_models import precheck
 

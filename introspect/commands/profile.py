@@ -277,9 +277,41 @@ def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str,
         from introspect.commands import _divergence_view as view
 
         parts.append(view.refined_section(results["refined"]))
+        if setup.implementation != "reference":
+            parts.append(peak_section(results["refined"]))
         rows_ = divergence.rows(results["simplified"], results["refined"])
         parts.append(view.divergence_section(rows_, divergence.flags(spec, setup)))
     return "\n\n".join(parts)
+
+
+def peak_section(est: RefinedEstimate) -> str:
+    """What makes the peak, in the names ``measure`` prints for a real step: the
+    tracker's categories, then the saved activations by census term and each transient,
+    largest first."""
+    from introspect.refined.causes import TRACKER_CATEGORIES, census_term, tracker_category
+
+    by_category: dict[str, int] = dict.fromkeys(TRACKER_CATEGORIES, 0)
+    saved: dict[str, int] = {}
+    transients: dict[str, int] = {}
+    for term, value in est.execution.items():
+        kind = tracker_category(term)
+        by_category[kind] += value
+        if kind == "activations":
+            saved[census_term(term)] = saved.get(census_term(term), 0) + value
+        elif kind == "temporary" and value:
+            transients[term] = value
+    cats = ", ".join(f"{k} {report.gb(v)}" for k, v in by_category.items() if v)
+    rows = [(f"saved  {k}", report.gb(v)) for k, v in sorted(saved.items(), key=lambda kv: -kv[1])]
+    rows += [(f"transient  {k}", report.gb(v)) for k, v in transients.items()]
+    body = report.table(rows, ["tensor (census / tracker names)", "GB"], colalign=("left", "right"))
+    # The tracker calls the loss's backward (our forward_end moment) backward.
+    tracker_phase = {"forward_end": "backward", "optimizer_step": "optimizer"}.get(
+        est.peak_phase, est.peak_phase
+    )
+    return (
+        f"peak: {est.peak_phase} (the tracker's {tracker_phase}), {report.gb(est.total)} GB "
+        f"(as the tracker counts it: {cats})\n" + _indent(body)
+    )
 
 
 def render_list(as_json: bool) -> str:

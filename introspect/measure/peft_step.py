@@ -122,6 +122,7 @@ def measure(spec: ModelSpec, setup: TrainingSetup) -> Measurement:
         device="cpu",
         forward=hf_forward,
         implementation="transformers+peft",
+        loop=setup.loop,
     )
     extra = quant_state_bytes(model)
     if not extra:

@@ -65,6 +65,29 @@ CAUSES: dict[str, str] = {
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
     "activations/logits/output": "the logits the training loop holds until the step ends",
     "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
+    "activations/layer/layernorm/input": "the norm's FP32 copy of its input (RMSNorm's "
+    "upcast; OLMo2's post-norms; with checkpointing, remade for the recomputed layer)",
+    "activations/attention_mask": "eager's (B, 1, T, T) additive causal mask, kept by every "
+    "checkpointed layer as one of its inputs",
+    "activations/positions": "rotary cos/sin, made once per forward and shared by every layer",
+    "activations/embedding/dropout_mask": "embedding dropout's mask (CPU: the input's dtype; "
+    "CUDA: one byte)",
+    "activations/embedding/grad": "gradient of layer 0's input, read by the embedding's backward",
+    "activations/layer/autocast_weights": "autocast's BF16 copies of each linear weight, kept "
+    "by the matmuls",
+    "activations/logits/autocast_weight": "autocast's BF16 copy of the lm_head weight",
+    "activations/logits/labels": "the shifted labels (int64), kept by the NLL",
+    "activations/layer/attention/quadratic/dropout_mask": "attention dropout's T×T mask "
+    "(CPU: the input's dtype; CUDA: one byte)",
+    "activations/layer/attention/quadratic/dropped": "the dropped probabilities, saved by probs·V",
+    "activations/layer/attention/dropout_mask": "residual dropout's mask after the attention",
+    "activations/layer/feed_forward/dropout_mask": "residual dropout's mask after the feed-forward",
+    "activations/layer/feed_forward/act_intermediates": "the activation's own elementwise "
+    "intermediates ({act}: transformers/activations.py)",
+    "activations/final_norm/input": "with checkpointing, the final norm's own copy of the last "
+    "layer's output",
+    "grads/embedding_sum": "tied embedding: lm_head's and the embedding's V·d gradients and "
+    "their out-of-place sum, alive at once",
     "activations/logits/logsumexp": "{ce} cross-entropy: one log-sum-exp per token, never "
     "all logits",
 }
@@ -77,7 +100,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     if spec.group_size > 1:
         kv = (
             f": repeated to all {spec.num_attention_heads} heads (eager)"
-            if saved.keeps_t2(setup)
+            if saved.keeps_t2_for(spec, setup)
             else f": {spec.kv_heads} heads (GQA kept by the kernel)"
         )
     fill = {
@@ -92,6 +115,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
         if setup.activation_checkpointing
         else "",
         "ce": setup.cross_entropy,
+        "act": spec.hidden_act,
     }
     from introspect.refined import lora
 
@@ -107,3 +131,53 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
     out.update({k: v for k, v in sharded.items() if k in terms})
     return out
+
+
+#: The tracker's categories (``introspect.measure.tracker.categories_at_peak``), in order.
+TRACKER_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporary")
+
+
+def tracker_category(term: str) -> str:
+    """The category of the live-storage tracker that an execution term's bytes fall in:
+    tensors made in forward are activations; those made in backward or in the update
+    before they become a gradient (the loss's and the layers' gradients in flight, the
+    tied embedding's sum, the update's temporaries) are temporary."""
+    if term == "weights" or term.startswith("weights/"):
+        return "parameters"
+    if term == "optimizer/temporaries" or term.startswith("grads/"):
+        return "temporary"
+    if term.startswith("optimizer/"):
+        return "optimizer_state"
+    if term == "grads":
+        return "gradients"
+    if term.endswith("/grad") or term.startswith("activations/mlx_"):
+        return "temporary"
+    return "activations"
+
+
+def census_term(term: str) -> str:
+    """The saved-tensor census's name (``introspect.measure.census.term_for``) for a saved
+    execution term, so a profile reads beside ``measure``'s census."""
+    if not term.startswith("activations/"):
+        return term
+    rest = term[len("activations/") :]
+    if rest.startswith("layer/layernorm"):
+        return "activations/layer/layernorm" + ("/stats" if "statistics" in rest else "")
+    if rest in ("layer/attention/linear/out", "layer/feed_forward/down"):
+        return "activations/layer/residual"
+    if rest.startswith("layer/attention/quadratic/"):
+        sub = "probabilities" if rest.endswith("/probs") else "other"
+        return f"activations/layer/attention/quadratic/{sub}"
+    if rest.startswith("layer/attention"):
+        return "activations/layer/attention/linear"
+    if rest.startswith("layer/feed_forward"):
+        return "activations/layer/feed_forward"
+    if rest.startswith("layer/"):
+        return "activations/layer/" + rest.split("/")[1]
+    if rest.startswith("final_norm"):
+        return "activations/final_norm"
+    if rest.startswith("logits/") and not rest.endswith("/grad"):
+        return "activations/logits"
+    if rest.startswith("embedding") and not rest.endswith("/grad"):
+        return "activations/embedding"
+    return term

@@ -26,8 +26,17 @@ h=8, V=8000, standard and Llama-style, eager and SDPA, T = 256–2048, with and 
 per-block ``torch.utils.checkpoint``: every peak within 0.5%, and the same phase; the
 seed's 40M and 100M shapes (fake-tensor dry runs, T = 256 and 2048): within 0.15%.
 DDP, ZeRO-1 and FSDP2 (FP32 and mixed) are measured in several gloo processes
-(``benchmarks/sharded_accuracy.py``); the foreach (CUDA default) optimizer and CUDA
-mixed precision follow the libraries' source and are not measured here.
+(``benchmarks/sharded_accuracy.py``); CUDA mixed precision follows the libraries' source
+and is not measured here.
+
+transformers' own classes (``implementation="transformers"``, the default; saved set in
+:mod:`introspect.refined.hf_saved`, for one dense full-attention layer kind): checked
+against real CPU steps of llama, qwen2, qwen3, gemma, phi, gpt2, mistral and olmo2
+(``tests/hf_steps.py``; B=2, T=256; eager, SDPA and eager with checkpointing; labels and
+logits loops; FP32, BF16 and autocast: 144 rows, all within ±1%,
+``benchmarks/results/transformers-terms.txt``) and FakeTensorMode dry runs of
+Qwen2.5-0.5B and Mistral-7B at T=2048 (within 0.01%); the single-tensor, foreach and
+fused optimizer steps, FP32 and BF16 state, to the byte.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 from introspect.params import attention_params, norm_params, qk_norm_params
-from introspect.refined import lora, offload, saved, sharding
+from introspect.refined import hf_saved, lora, offload, saved, sharding
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -141,13 +150,20 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
     impl = setup.resolved_optimizer_impl
+    state = state_value_bytes(setup)
     if impl == "single_tensor":
         if _lora(setup):
-            return 2 * lora.largest_trainable(spec, setup) * FP32
-        return sharding.single_tensor_temporaries(spec, setup) * FP32
+            return 2 * lora.largest_trainable(spec, setup) * state
+        return sharding.single_tensor_temporaries(spec, setup) * state
     if impl == "foreach":
-        return local_params * FP32
+        return local_params * state
     return 0
+
+
+def state_value_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value of Adam's m and v, and so of the update's temporaries
+    (``exp_avg_sq.sqrt()`` has exp_avg_sq's dtype): 2 under pure BF16, else FP32."""
+    return 2 if setup.precision == "bf16" else FP32
 
 
 def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -208,12 +224,15 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return lora.per_layer(spec, setup, full) if _lora(setup) else full
 
 
-def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """The embedding output, kept by the first norm; a frozen embedding's output needs
-    no gradient, so under LoRA (embeddings frozen) nothing keeps it."""
+def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What is kept before the first layer (:func:`saved.embedding`: the embedding output,
+    and for transformers' classes the embedding dropout's mask and the shared rotary
+    tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
+    frozen) nothing keeps the output itself."""
+    terms = saved.embedding(spec, setup)
     if _lora(setup) and not setup.train_embeddings:
-        return 0
-    return setup.tokens * spec.hidden_size * setup.activation_bytes
+        terms = dict(terms) | {"activations/embedding": 0}
+    return terms
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:
@@ -233,7 +252,7 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         layers = {k: L * v for k, v in layer_saved(spec, setup).items()}
     else:
         layers = saved.stack(spec, setup)  # each layer kind once, times its count
-    terms = {"activations/embedding": embedding_saved(spec, setup)}
+    terms = embedding_saved(spec, setup)
     terms.update(_prefixed({f"layer/{k}": v for k, v in layers.items()}))
     if _lora(setup) and not setup.activation_checkpointing:
         for name, value in lora.first_layer_saving(spec, setup).items():
@@ -250,6 +269,8 @@ def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     (measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward); a chunked or
     fused loss holds one chunk's logits, log-softmax and gradient instead."""
     V = spec.vocab_size
+    if setup.cross_entropy == "standard" and saved.is_transformers(setup):
+        return 2 * setup.tokens * V * hf_saved.loss_bytes(setup)
     if setup.cross_entropy == "standard":
         return 2 * setup.tokens * V * FP32
     return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
@@ -262,8 +283,19 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     stream = 2 * B * T * spec.hidden_size * s
-    if saved.keeps_t2(setup):
-        return 2 * B * spec.num_attention_heads * T * T * FP32 + stream
+    if saved.is_transformers(setup, spec):
+        # The residual stream's gradient at the stream's dtype (FP32 under autocast) and
+        # V's gradient at the width the kernel kept V (repeated under eager GQA).
+        r = hf_saved.residual_bytes(setup)
+        v = hf_saved.kv_saved_width(spec, setup)
+        stream = B * T * (spec.hidden_size * r + v * s)
+        if spec.model_type in hf_saved.PARALLEL:
+            # The feed-forward's gradient of the shared norm output waits in the engine's
+            # input buffer for the attention's (Phi's parallel block).
+            stream += B * T * spec.hidden_size * s
+    if saved.keeps_t2_for(spec, setup):
+        probs = hf_saved.probs_bytes(spec, setup) if saved.is_transformers(setup, spec) else FP32
+        return 2 * B * spec.num_attention_heads * T * T * probs + stream
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
 
@@ -333,7 +365,7 @@ def backward_moments(
     head = dict(saved_all)
     head.pop("activations/logits/log_softmax", None)
     head["activations/logits/grad"] = (
-        BT * spec.vocab_size * FP32 if setup.cross_entropy == "standard" else 0
+        BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
     ) + BT * d * s
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     head.update(mlx_activation_grads(spec, setup, L))
@@ -343,6 +375,8 @@ def backward_moments(
     layer = _layer_moments(spec, setup, state, saved_all)
     for i in candidate_layers(spec, setup) if layers is None else layers:
         moments.extend(layer(i))
+    if not saved.is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
+        moments.append(backward_end(spec, setup))
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
         loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
@@ -358,13 +392,34 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
     n = spec.norms_per_layer or 1
-    for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
-        if name in full:
-            current[name] = full[name] // n
+    if saved.is_transformers(setup, spec):
+        current.update(hf_saved.attention_norm(spec, setup))
+    else:
+        for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
+            if name in full:
+                current[name] = full[name] // n
+    if saved.is_transformers(setup, spec) and not saved.keeps_t2_for(spec, setup):
+        # SDPA's backward reads its own output, which is the context o_proj kept.
+        current["attention/linear/context"] = full["attention/linear/context"]
+    if saved.is_transformers(setup, spec) and saved.keeps_t2_for(spec, setup):
+        # probs·V's backward (and the dropout's) have run before the softmax backward
+        # makes its two T×T gradients: V, the 16-bit copy or the dropped probabilities
+        # and the mask, each saved by one of them alone, are freed.
+        for name in (
+            "attention/quadratic/probs_cast",
+            "attention/quadratic/dropped",  # read by probs·V's backward
+            "attention/quadratic/dropout_mask",  # read by the dropout's backward
+            "attention/linear/v",
+        ):
+            current.pop(name, None)
     per_layer = layer_parameters(spec)
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
+    if setup.activation_checkpointing and saved.is_transformers(setup, spec):
+        recomputed = hf_saved.recomputed_extra(spec, setup)
+        whole, current = _add(whole, recomputed), _add(current, recomputed)
+    before = embedding_saved(spec, setup)
     ffn_grad = ffn_transient(spec, setup)
     attention_grad = attention_transient(spec, setup)
     head_params = head_parameters(spec)
@@ -374,8 +429,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     def moments(i: int) -> list[dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
-        terms = dict(state)
-        terms["activations/embedding"] = embedding_saved(spec, setup)
+        terms = _add(state, before)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
         terms = _add(terms, loop_logits)
@@ -385,8 +439,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         out = [terms]
         # The layer's attention backward.
-        terms = dict(state)
-        terms["activations/embedding"] = embedding_saved(spec, setup)
+        terms = _add(state, before)
         terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
         terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
         terms = _add(terms, loop_logits)
@@ -398,8 +451,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
-            terms = dict(state)
-            terms["activations/embedding"] = embedding_saved(spec, setup)
+            terms = _add(state, before)
             terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
             terms = _add(_add(terms, loop_logits), post)
             terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
@@ -407,6 +459,41 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         return out
 
     return moments
+
+
+def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The embedding's backward, last in the step, every other gradient made.
+
+    Untied: ``embedding_dense_backward`` makes the V·d gradient while the gradient of
+    layer 0's input (B·T·d) is still alive. Tied: the weight has two uses, so the engine's
+    input buffer for its AccumulateGrad already holds lm_head's V·d gradient when the
+    embedding's arrives, and sums them out of place (``torch/csrc/autograd/
+    input_buffer.cpp``): three V·d buffers at the gradients' dtype at once — the two
+    summands and the sum that becomes ``.grad`` (measured: exactly 3·V·d·4 of temporaries
+    at Qwen2's peak, FP32, fused or foreach Adam) — two beyond the N gradients."""
+    terms = dict(state_terms(spec, setup))
+    saved_all = saved_terms(spec, setup)
+    if "activations/logits/output" in saved_all:
+        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
+    if spec.tie_word_embeddings:
+        terms["grads/embedding_sum"] = 2 * grad_bytes(
+            spec, setup, spec.vocab_size * spec.hidden_size
+        )
+    else:
+        terms["activations/embedding/grad"] = (
+            setup.tokens * spec.hidden_size * setup.activation_bytes
+        )
+    return terms
+
+
+def logits_grad_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value of the logits' gradient at lm_head's backward: FP32 for the
+    reference model; the logits' own dtype for transformers' classes (the FP32 gradient
+    of ``.float()`` is cast back before lm_head sees it)."""
+    if saved.is_transformers(setup):
+        return setup.activation_bytes
+    return FP32
 
 
 def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:

@@ -41,6 +41,7 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 from __future__ import annotations
 
 from introspect.layers import LayerKind
+from introspect.refined import hf_saved
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -49,6 +50,44 @@ FP32 = 4
 
 def is_mlx(setup: TrainingSetup) -> bool:
     return setup.framework in ("mlx", "mlx_compiled")
+
+
+def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
+    """transformers' own classes (:mod:`introspect.refined.hf_saved`) rather than our
+    reference model; with ``spec``, only where hf_saved models its layers: one layer
+    kind, full attention without sinks or an output gate, a dense feed-forward (other
+    kinds keep the reference model's saved set, :func:`per_layer`)."""
+    if not (setup.implementation == "transformers" and setup.framework == "torch"):
+        return False
+    if spec is None:
+        return True
+    if len(spec.kinds) != 1:
+        return False
+    kind = spec.kinds[0][0]
+    att = kind.attention
+    return (
+        att.kind == "full"
+        and not att.sinks
+        and not att.output_gate
+        and att.qk_norm in ("none", "head", "full")
+        and kind.feed_forward.num_experts == 0
+    )
+
+
+def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """:func:`keeps_t2` with the model known (transformers' SDPA falls back to the math
+    kernel under dropout on CPU: :func:`introspect.refined.hf_saved.keeps_t2`)."""
+    if is_transformers(setup, spec):
+        return hf_saved.keeps_t2(spec, setup)
+    return keeps_t2(setup)
+
+
+def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Bytes kept before the first layer: the embedding output (layer 0's input) and, for
+    transformers' classes, the embedding dropout's mask and the shared rotary tables."""
+    if is_transformers(setup):
+        return hf_saved.embedding(spec, setup)
+    return {"activations/embedding": setup.tokens * spec.hidden_size * setup.activation_bytes}
 
 
 def keeps_t2(setup: TrainingSetup) -> bool:
@@ -248,6 +287,8 @@ def per_layer(
     """Bytes one layer of ``kind`` keeps for backward, by term (default: the kind that
     keeps the most; the layer input is the previous layer's ``feed_forward/down`` or the
     embedding, so it is not repeated here)."""
+    if is_transformers(setup, spec):
+        return hf_saved.per_layer(spec, setup)
     if kind is None:
         kind = largest_kind(spec, setup)
     BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
@@ -291,6 +332,8 @@ ATTENTION_SIDE = (
     "attention/linear/v",
     "attention/quadratic/probs",
     "attention/quadratic/probs_cast",
+    "attention/quadratic/dropout_mask",
+    "attention/quadratic/dropped",
     "attention/logsumexp",
     "attention/rope",
     "attention/linear/latent",
@@ -315,6 +358,8 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes kept after the last layer: the final norm's output (saved by lm_head), its
     statistics and, for RMSNorm, its normalized input. The embedding output (layer 0's
     input) is the ``activations/embedding`` term."""
+    if is_transformers(setup):
+        return hf_saved.final(spec, setup)
     BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
     out = {"final_norm": BT * d * s, "final_norm/statistics": norm_statistics(spec, BT)}
     if spec.norm == "rmsnorm" and not is_mlx(setup):
@@ -329,6 +374,8 @@ def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     backward, but the training loop holds them (``logits = model(x)``) until the step
     ends: ``B·T·V·s``. A fused or chunked loss never materialises either; it keeps one
     log-sum-exp per token."""
+    if is_transformers(setup):
+        return hf_saved.logits_saved(spec, setup)
     BTV = setup.tokens * spec.vocab_size
     if setup.cross_entropy == "standard":
         return {"logits/log_softmax": BTV * FP32, "logits/output": BTV * setup.activation_bytes}
@@ -340,4 +387,6 @@ def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     layer keeps only its input — the previous layer's output — so of the per-layer terms
     only ``feed_forward/down`` (the layer output, B·T·d) stays; the rest is recomputed,
     one layer at a time, during backward."""
+    if is_transformers(setup):
+        return hf_saved.checkpointed_layer(spec, setup)
     return {"feed_forward/down": setup.tokens * spec.hidden_size * setup.activation_bytes}

@@ -1,0 +1,376 @@
+"""What autograd keeps for backward when the model is transformers' own class.
+
+The same bookkeeping as :mod:`introspect.refined.saved` (bytes for all L layers unless a
+function says per layer), derived from transformers 5.x's source and checked by the
+saved-tensor census (:mod:`introspect.measure.census`) of the real classes
+(``tests/hf_steps.py``). Per layer, by where the code makes it:
+
+* **Norms.** ``LlamaRMSNorm`` (``models/llama/modeling_llama.py``, and Qwen2/Qwen3/
+  Mistral/OLMo2's copies) runs ``hidden_states.to(torch.float32)``, then ``pow(2).mean``,
+  ``rsqrt``, ``x·rstd`` and ``weight * x.to(input_dtype)``: under a 16-bit residual the
+  FP32 copy of its input is saved (by ``pow`` and the ``rsqrt`` multiply) in place of the
+  16-bit input, plus the FP32 rstd and the normalized value cast back (saved by the
+  weight multiply). ``GemmaRMSNorm`` (``models/gemma/modeling_gemma.py``) multiplies
+  ``x·rstd`` by ``1 + weight.float()`` in FP32, so its normalized value stays FP32.
+  ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd.
+* **Autocast** (``torch.autocast``, ``amp``): weights, embedding and residual stream stay
+  FP32; each ``nn.Linear`` (GPT-2's ``Conv1D`` = ``addmm``) casts its weight to BF16 once
+  (the cast cache; the copy is saved by the matmul) and casts an FP32 input — a norm's
+  output — to BF16 itself, so a norm read by q, k and v leaves three BF16 copies and no
+  FP32 output.
+* **Attention.** Q, K, V as the attention kernel keeps them: eager repeats K and V to
+  every query head (``repeat_kv``, ``expand`` + ``reshape`` = a copy); SDPA keeps them at
+  ``num_key_value_heads`` when ``use_gqa_in_sdpa`` (no mask, head_dim ≤ 256:
+  ``integrations/sdpa_attention.py``). Eager: ``softmax(dtype=float32)`` saves its FP32
+  output and ``.to(query.dtype)`` a 16-bit copy for probs·V (GPT-2's softmax runs in the
+  input dtype, ``models/gpt2/modeling_gpt2.py``); the context's ``transpose(1, 2)
+  .reshape`` copy is saved by o_proj. SDPA on CPU (``_scaled_dot_product_flash_attention
+  _for_cpu``) saves its output — already laid out for o_proj, no copy — and a
+  log-sum-exp per row (a head-major Q, as Phi's partial rotary ``cat`` makes it, gives a
+  head-major output, and the reshape for o_proj copies it). The rotary cos/sin are made
+  once per forward by the model's ``rotary_emb`` and shared by every layer
+  (2·T·rotary_dim, not per layer).
+* **Dropout** in train mode with p > 0 (``nn.functional.dropout``): on CPU torch's
+  ``_dropout_impl`` draws ``empty_like(input).bernoulli_()`` — a mask in the input's
+  dtype, saved — and the dropped tensor; CUDA's ``native_dropout`` keeps a one-byte
+  mask. With dropout on the probabilities, SDPA on CPU falls back to the math kernel,
+  which keeps what eager keeps (the FP32 softmax, mask, dropped probabilities); CUDA's
+  kernels keep a log-sum-exp. p = 0 returns its input: nothing kept.
+* **Feed-forward.** gate, up, act, product (gated) or up, act (plain), and what the
+  activation's own ops keep (:data:`ACTIVATION_EXTRA`, from ``activations.py``).
+* **Checkpointing** (``gradient_checkpointing_enable``, ``modeling_utils.py`` →
+  ``torch.utils.checkpoint`` around each decoder layer): each layer keeps its input at
+  the residual dtype; one layer is recomputed at a time.
+"""
+
+from __future__ import annotations
+
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+FP32 = 4
+
+#: B·T·f tensors an activation's own ops keep beyond its input and output, read from
+#: ``transformers/activations.py``. ``NewGELUActivation`` (gelu_new) and
+#: ``AccurateGELUActivation``: ``0.5 * x * (1 + tanh(c·(x + 0.044715·x³)))`` — tanh saves
+#: its output, ``1 + tanh`` and ``0.5·x`` are saved by the final multiply: 3.
+#: ``FastGELUActivation``: ``x·0.797…`` and ``1 + 0.044715·x·x`` (saved by their product),
+#: tanh, ``1 + tanh``, ``0.5·x``: 5. ``QuickGELUActivation``: the sigmoid's output: 1.
+#: ``nn.SiLU``, ``GELUActivation`` (``F.gelu``), ``GELUTanh`` (``F.gelu(approximate=
+#: "tanh")``) and ReLU are single ops: 0.
+ACTIVATION_EXTRA: dict[str, int] = {
+    "gelu_new": 3,
+    "gelu_accurate": 3,
+    "gelu_fast": 5,
+    "quick_gelu": 1,
+}
+
+#: Families whose attention input projection is one fused matrix (GPT-2's ``c_attn``).
+FUSED_QKV = ("gpt2",)
+#: Families whose block is parallel: attention and feed-forward read one norm (Phi).
+PARALLEL = ("phi",)
+#: Families whose RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32:
+#: Gemma's ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
+#: hidden_states).to(input_dtype)``.
+FP32_NORMALIZED = ("gemma", "gemma2", "olmo2")
+#: Families whose blocks norm the branch outputs instead of the branch inputs (OLMo2:
+#: ``residual + post_attention_layernorm(attn)``, ``residual + post_feedforward_layernorm
+#: (mlp)``): the projections read the residual stream itself.
+POST_NORM = ("olmo2",)
+#: Families whose rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin``
+#: uncast; Llama's casts them to the activations' dtype).
+ROPE_FP32 = ("olmo2",)
+
+
+def is_amp(setup: TrainingSetup) -> bool:
+    return setup.precision == "amp"
+
+
+def residual_bytes(setup: TrainingSetup) -> int:
+    """Bytes of the residual stream: FP32 under autocast (the embedding and the adds run
+    in the weights' FP32), else the activation dtype."""
+    return FP32 if is_amp(setup) else setup.activation_bytes
+
+
+def norm_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per value of a block norm's saved input: RMSNorm's ``.to(torch.float32)``
+    copy (FP32) when the stream is 16-bit; otherwise the stream itself."""
+    r = residual_bytes(setup)
+    return FP32 if spec.norm == "rmsnorm" else r
+
+
+def dropout_mask_bytes(setup: TrainingSetup, value_bytes: int) -> int:
+    """Bytes per value of a dropout mask: the input's dtype on CPU (``_dropout_impl``),
+    one byte on CUDA (``native_dropout``'s bool mask)."""
+    return 1 if setup.resolved_device == "cuda" else value_bytes
+
+
+def math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """SDPA with dropout on the probabilities runs the math kernel on CPU."""
+    return (
+        setup.attention != "eager"
+        and spec.attention_dropout > 0
+        and setup.resolved_device != "cuda"
+    )
+
+
+def keeps_t2(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether a T×T tensor per layer is kept: eager attention, or SDPA's math fallback."""
+    return setup.attention == "eager" or math_fallback(spec, setup)
+
+
+def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """K/V width kept: repeated to every query head by ``repeat_kv`` when the T×T path runs
+    (eager, or SDPA given a mask or head_dim > 256), else ``kv_dim``."""
+    if spec.group_size > 1 and (keeps_t2(spec, setup) or spec.head_size > 256):
+        return spec.q_dim
+    return spec.kv_dim
+
+
+def probs_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per value of the saved softmax output (and of its backward's two T×T
+    gradients): FP32 where the code asks for it (``softmax(..., dtype=torch.float32)``),
+    under autocast (softmax is on its FP32 list) and in SDPA's math fallback; GPT-2's
+    plain ``softmax`` runs in the activation dtype."""
+    if spec.model_type == "gpt2" and not is_amp(setup) and not math_fallback(spec, setup):
+        return setup.activation_bytes
+    return FP32
+
+
+def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[str, int]:
+    """One block norm read by ``consumers`` projections, minus its input (the residual
+    tensor, counted where the stream is): its output as the projections keep it, the
+    statistics, RMSNorm's normalized value."""
+    BT, d, s, r = setup.tokens, spec.hidden_size, setup.activation_bytes, residual_bytes(setup)
+    out_bytes = consumers * s if is_amp(setup) else r
+    terms = {
+        "layernorm": BT * d * out_bytes,
+        "layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32,
+    }
+    if spec.norm == "rmsnorm":
+        normalized = FP32 if spec.model_type in FP32_NORMALIZED else r
+        terms["layernorm/normalized"] = BT * d * normalized
+    return terms
+
+
+def _add(into: dict[str, int], more: dict[str, int]) -> None:
+    for k, v in more.items():
+        into[k] = into.get(k, 0) + v
+
+
+def attention_consumers(spec: ModelSpec) -> int:
+    """Projections reading the attention norm's output: q, k, v (one fused ``c_attn``
+    for GPT-2), plus fc1 in a parallel block."""
+    qkv = 1 if spec.model_type in FUSED_QKV else 3
+    return qkv + (1 if spec.model_type in PARALLEL else 0)
+
+
+def linear_weights_per_layer(spec: ModelSpec) -> int:
+    """Weight elements of one block's linear layers (biases excluded: autocast's cast of a
+    bias is not kept for backward)."""
+    d, f = spec.hidden_size, spec.ffn_dim
+    attention = d * spec.q_dim + 2 * d * spec.kv_dim + spec.q_dim * d
+    experts = spec.num_local_experts or 1
+    ffn = (3 if spec.ffn == "gated" else 2) * d * f * experts
+    return attention + ffn + d * spec.num_local_experts
+
+
+def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Bytes one layer keeps, by term. ``attention/linear/out`` (the mid-block residual)
+    and ``feed_forward/down`` (the layer output, the next norm's input) are kept at
+    :func:`norm_input_bytes`."""
+    B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
+    BT, d, h, f = B * T, spec.hidden_size, spec.num_attention_heads, spec.ffn_dim
+    parallel = spec.model_type in PARALLEL
+    gated = spec.ffn == "gated"
+    out: dict[str, int] = {}
+    post = spec.model_type in POST_NORM
+    if post:
+        out.update(_post_norm_terms(spec, setup))
+    else:
+        _add(out, _norm_terms(spec, setup, attention_consumers(spec)))
+        if not parallel:
+            _add(out, _norm_terms(spec, setup, 2 if gated else 1))
+    if spec.qk_norm != "none":
+        # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or FP32).
+        widths = spec.q_dim + spec.kv_dim
+        rows = BT * (h + spec.kv_heads) if spec.qk_norm == "head" else 2 * BT
+        stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
+        normalized = FP32 if spec.model_type in FP32_NORMALIZED else s
+        out["layernorm/qk_norm"] = BT * widths * (FP32 + normalized) + stats
+    kv = kv_saved_width(spec, setup)
+    # SDPA's math kernel upcasts 16-bit Q, K, V to FP32 on CPU and runs everything in
+    # FP32 (census of GPT-2 under bf16 and amp); its output is cast back.
+    inner = FP32 if math_fallback(spec, setup) else s
+    out["attention/linear/q"] = BT * spec.q_dim * inner
+    out["attention/linear/k"] = BT * kv * inner
+    out["attention/linear/v"] = BT * kv * inner
+    out["attention/linear/context"] = BT * spec.q_dim * s
+    if keeps_t2(spec, setup):
+        t2 = B * h * T * T
+        probs = probs_bytes(spec, setup)
+        out["attention/quadratic/probs"] = t2 * probs
+        if spec.attention_dropout > 0:
+            out["attention/quadratic/dropout_mask"] = t2 * dropout_mask_bytes(setup, inner)
+            out["attention/quadratic/dropped"] = t2 * inner
+        elif probs > s:
+            out["attention/quadratic/probs_cast"] = t2 * s
+    else:
+        out["attention/logsumexp"] = B * h * T * FP32
+        if spec.partial_rotary_factor < 1:
+            # Partial rotary ``torch.cat``s the rotated and passed parts: Q comes out
+            # head-major, SDPA's output follows Q's layout, and o_proj's reshape copies it.
+            out["attention/linear/context_copy"] = BT * spec.q_dim * s
+    if spec.hidden_dropout > 0:
+        out["attention/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
+    if post:
+        out["attention/linear/out"] = BT * d * stream_kept_bytes(setup, 2 if gated else 1)
+    elif not parallel:
+        out["attention/linear/out"] = BT * d * norm_input_bytes(spec, setup)
+    k = spec.num_experts_per_tok if spec.is_moe else 1
+    if gated:
+        out["feed_forward/gate"] = k * BT * f * s
+    out["feed_forward/up"] = k * BT * f * s
+    out["feed_forward/act"] = k * BT * f * s
+    extra = ACTIVATION_EXTRA.get(spec.hidden_act, 0)
+    if extra:
+        out["feed_forward/act_intermediates"] = extra * k * BT * f * s
+    if gated:
+        out["feed_forward/product"] = k * BT * f * s
+    if spec.is_moe:
+        out["feed_forward/router"] = 2 * BT * spec.num_local_experts * s
+    if spec.hidden_dropout > 0:
+        out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
+    if is_amp(setup):
+        out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
+    out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
+    return out
+
+
+def stream_kept_bytes(setup: TrainingSetup, consumers: int) -> int:
+    """Bytes per value at which projections reading the residual stream directly keep
+    it: the stream itself, or under autocast one BF16 cast per projection."""
+    return consumers * setup.activation_bytes if is_amp(setup) else residual_bytes(setup)
+
+
+def layer_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per value at which a layer's input is kept: by its first norm
+    (:func:`norm_input_bytes`), or in a post-norm block by q, k and v themselves."""
+    if spec.model_type in POST_NORM:
+        return stream_kept_bytes(setup, attention_consumers(spec))
+    return norm_input_bytes(spec, setup)
+
+
+def _post_norm_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """OLMo2's two norms on the branch outputs: each keeps its input's FP32 copy (or the
+    FP32 input), rstd and the FP32 ``x·rstd``; their outputs go into the residual add,
+    which keeps nothing."""
+    BT, d = setup.tokens, spec.hidden_size
+    return {
+        "layernorm/input": 2 * BT * d * FP32,
+        "layernorm/statistics": 2 * BT * FP32,
+        "layernorm/normalized": 2 * BT * d * FP32,
+    }
+
+
+def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """``torch.utils.checkpoint`` around each decoder layer keeps its input (the stream,
+    at the residual dtype): the layer output ``feed_forward/down``."""
+    return {"feed_forward/down": setup.tokens * spec.hidden_size * residual_bytes(setup)}
+
+
+def attention_norm(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The part of :func:`per_layer` that the attention's backward still needs besides
+    Q, K, V and the T×T tensors: the norm before it (read by q, k, v — and fc1 in a
+    parallel block; none in a post-norm block) and, under autocast, the BF16 copies of the
+    q, k and v weights."""
+    if spec.model_type in POST_NORM:
+        out: dict[str, int] = {}
+    else:
+        out = _norm_terms(spec, setup, attention_consumers(spec))
+    if is_amp(setup):
+        d = spec.hidden_size
+        out["autocast_weights"] = 2 * (d * spec.q_dim + 2 * d * spec.kv_dim)
+    return out
+
+
+def recomputed_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What the one recomputed layer keeps beyond :func:`per_layer` under checkpointing:
+    the layer input as its first reader keeps it, when that is a new tensor — the first
+    norm's FP32 copy under a 16-bit stream, or in a post-norm block under autocast the
+    BF16 casts q, k and v make. Without checkpointing these are the previous layer's
+    ``feed_forward/down``; with it, the checkpoint keeps the stream itself and the
+    recomputation makes them again."""
+    kept = layer_input_bytes(spec, setup)
+    if kept == residual_bytes(setup):
+        return {}
+    return {"layernorm/input": setup.tokens * spec.hidden_size * kept}
+
+
+def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Layer 0's input as its first norm (or checkpoint) keeps it, and the embedding
+    dropout's mask (GPT-2, Phi: ``embd_pdrop``); the undropped output is freed."""
+    BT, d, r = setup.tokens, spec.hidden_size, residual_bytes(setup)
+    kept = r if setup.activation_checkpointing else layer_input_bytes(spec, setup)
+    out = {"activations/embedding": BT * d * kept}
+    if spec.embedding_dropout > 0:
+        out["activations/embedding/dropout_mask"] = BT * d * dropout_mask_bytes(setup, r)
+    if setup.activation_checkpointing and setup.attention == "eager":
+        # ``create_causal_mask`` (``masking_utils.py``) builds eager's additive mask,
+        # (B, 1, T, T) in the embeddings' dtype; each checkpointed layer keeps it among
+        # its inputs until its backward (without checkpointing nothing saves it).
+        out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2 * r
+    if spec.position_embedding == "rope":
+        rotary = int(spec.head_size * spec.partial_rotary_factor)
+        table = FP32 if spec.model_type in ROPE_FP32 else r
+        out["activations/positions"] = 2 * setup.seq_len * rotary * table
+    return out
+
+
+def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """After the last layer: the final norm (its output as lm_head keeps it, statistics,
+    normalized value) and, with checkpointing, its FP32 input copy (no later checkpoint
+    keeps the last layer's output); autocast's BF16 copy of the lm_head weight."""
+    terms = {
+        f"final_norm{k[len('layernorm') :]}": v for k, v in _norm_terms(spec, setup, 1).items()
+    }
+    BTd = setup.tokens * spec.hidden_size
+    if setup.activation_checkpointing:
+        terms["final_norm/input"] = BTd * norm_input_bytes(spec, setup)
+    elif spec.model_type in POST_NORM:
+        # The last layer's output is kept by the final (pre-)norm, not by a next layer's
+        # q/k/v: the difference to the per-layer ``feed_forward/down`` it was counted at
+        # (signed: under autocast the three BF16 casts it stands for weigh more).
+        terms["final_norm/input"] = BTd * (
+            norm_input_bytes(spec, setup) - layer_input_bytes(spec, setup)
+        )
+    if is_amp(setup):
+        terms["logits/autocast_weight"] = 2 * spec.vocab_size * spec.hidden_size
+    return terms
+
+
+def loss_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value of the cross-entropy's log-softmax: FP32 when the model computes
+    the loss (``ForCausalLMLoss`` upcasts with ``logits.float()``,
+    ``loss/loss_utils.py``) or under autocast (``log_softmax`` and ``nll_loss`` are on
+    autocast's FP32 list); a hand-written loss on held 16-bit logits stays 16-bit."""
+    if setup.loop == "labels" or is_amp(setup):
+        return FP32
+    return setup.activation_bytes
+
+
+def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What the loss keeps: the log-softmax at :func:`loss_bytes`; the logits only in the
+    logits loop (the loop holds them until the step ends). In the labels loop the logits
+    go with the output object (``Trainer.compute_loss`` returns the loss alone), the FP32
+    copy ``.float()`` makes is saved by nothing, and the shifted labels (int64) are kept
+    by the NLL."""
+    BT, V = setup.tokens, spec.vocab_size
+    if setup.cross_entropy != "standard":
+        return {"logits/logsumexp": BT * FP32}
+    out = {"logits/log_softmax": BT * V * loss_bytes(setup)}
+    if setup.loop == "logits":
+        out["logits/output"] = BT * V * setup.activation_bytes
+    else:
+        out["logits/labels"] = BT * 8
+    return out
