@@ -97,6 +97,10 @@ def dtype_name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
+class UntraceableError(ValueError):
+    """The step holds a primitive ``mx.export_function`` cannot record."""
+
+
 def plain(x):
     """An export argument as plain Python (dtypes become their names)."""
     if isinstance(x, (list, tuple)):
@@ -144,7 +148,15 @@ def trace(fun: Callable, inputs: Sequence, held_count: int, output_names: list[s
                 graph.producer[o] = len(graph.nodes)
             graph.nodes.append(node)
 
-    mx.export_function(callback, fun, *inputs)
+    try:
+        mx.export_function(callback, fun, *inputs)
+    except ValueError as err:
+        if "CustomTransforms" in str(err):
+            raise UntraceableError(
+                "the MLX replay cannot trace this step: mx.export_function cannot record "
+                "mx.checkpoint / mx.custom_function (CustomTransforms has no state to export)"
+            ) from err
+        raise
     graph.output_names = list(output_names)
     return graph
 

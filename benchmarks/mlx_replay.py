@@ -1,0 +1,247 @@
+"""The MLX replay against measured MLX CPU peaks.
+
+Two passes, so that held-out predictions exist before their steps run:
+
+    python benchmarks/mlx_replay.py predict   # replay every row, write the predictions
+    git commit benchmarks/results/mlx_replay_predictions.json
+    python benchmarks/mlx_replay.py measure   # run each step, write mlx_replay.md
+
+A row is (implementation, family, dtype, B, T, compiled, checkpointed). Rows marked
+``derived`` are the ones the replay's rules were written against; every other row is
+held out. ``--only`` filters rows by a substring of their key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "benchmarks" / "results"
+PREDICTIONS = RESULTS / "mlx_replay_predictions.json"
+REPORT = RESULTS / "mlx_replay.md"
+
+#: Shape of every family's row: d, layers, ffn, heads, kv heads, vocab (≈ 5–7M params).
+SHAPE = dict(d=256, layers=4, ffn=704, heads=4, kv=2, vocab=8192)
+#: (B, T) per row.
+BT = ((1, 128), (4, 256), (1, 1024))
+
+
+def rows() -> list[dict]:
+    out = []
+    for family in ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2", "reference"):
+        for dtype in ("fp32", "bf16"):
+            for b, t in BT:
+                for compiled in (False, True):
+                    out.append(row(family, dtype, b, t, compiled, False))
+        if family != "reference":  # mlx-lm's grad_checkpoint
+            for compiled in (False, True):
+                out.append(row(family, "fp32", 4, 256, compiled, True))
+    return out
+
+
+def row(family, dtype, b, t, compiled, checkpoint) -> dict:
+    key = f"{family}/{dtype}/B{b}/T{t}/{'compiled' if compiled else 'eager'}"
+    key += "/checkpoint" if checkpoint else ""
+    derived = family == "llama" and dtype == "fp32" and not checkpoint and (b, t) == (4, 256)
+    return dict(
+        key=key,
+        family=family,
+        dtype=dtype,
+        batch=b,
+        seq=t,
+        compiled=compiled,
+        checkpoint=checkpoint,
+        derived=derived,
+    )
+
+
+def build(r: dict):
+    """(model, optimizer, step, batch, n_params) for a row, the model evaluated."""
+    import mlx.core as mx
+    import mlx.optimizers as optim
+    from mlx.utils import tree_flatten
+
+    from introspect.measure import mlx_replay as mr
+
+    dtype = mx.bfloat16 if r["dtype"] == "bf16" else mx.float32
+    s = SHAPE
+    if r["family"] == "reference":
+        from introspect.measure import mlx_model, mlx_step
+        from introspect.spec import ModelSpec
+
+        spec = ModelSpec(
+            hidden_size=s["d"],
+            num_hidden_layers=s["layers"],
+            num_attention_heads=s["heads"],
+            num_key_value_heads=s["kv"],
+            intermediate_size=s["ffn"],
+            vocab_size=s["vocab"],
+            norm="rmsnorm",
+            norm_bias=False,
+            ffn="gated",
+            hidden_act="silu",
+            tie_word_embeddings=False,
+        )
+        model = mlx_model.build(spec, "eager", dtype)
+        loss = mlx_step.loss_fn
+        tokens = mx.random.randint(0, s["vocab"], (r["batch"], r["seq"]), key=mx.random.key(1))
+        targets = mx.random.randint(0, s["vocab"], (r["batch"], r["seq"]), key=mx.random.key(2))
+        mx.eval(tokens, targets)
+        batch = (tokens, targets)
+    else:
+        cfg = mr.family_config(
+            r["family"], s["d"], s["layers"], s["ffn"], s["heads"], s["kv"], s["vocab"]
+        )
+        if r["family"] in ("phi", "gpt2"):
+            cfg = mr.family_config(
+                r["family"], s["d"], s["layers"], s["ffn"], s["heads"], s["heads"], s["vocab"]
+            )
+        model = mr.mlx_lm_model(cfg, dtype)
+        loss = mr.mlx_lm_loss
+        batch = mr.mlx_lm_batch(s["vocab"], r["batch"], r["seq"])
+    optimizer = optim.Adam(learning_rate=1e-4)
+    optimizer.init(model.trainable_parameters())
+    step = mr.make_step(model, optimizer, loss, r["compiled"])
+    n = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    return model, optimizer, step, batch, n
+
+
+def run_row(r: dict, measure: bool) -> dict:
+    import contextlib
+
+    from introspect.measure import mlx_replay as mr
+
+    model, optimizer, step, batch, n = build(r)
+    ctx = mr.checkpointed(model) if r["checkpoint"] else contextlib.nullcontext()
+    from introspect.measure.mlx_replay_trace import UntraceableError
+
+    with ctx:
+        start = time.perf_counter()
+        out = dict(key=r["key"], n_params=n)
+        try:
+            rep = mr.predict(model, optimizer, step, batch, r["compiled"])
+            out.update(
+                replay_peak=rep.peak_bytes,
+                replay_baseline=rep.baseline_bytes,
+                replay_peak_op=rep.peak_op,
+                replay_seconds=round(time.perf_counter() - start, 2),
+            )
+        except UntraceableError as err:
+            out.update(replay_peak=None, replay_error=str(err))
+        if measure:
+            base, peaks = mr.measure(model, optimizer, step, batch, repeats=3)
+            out.update(measured_baseline=base, measured_peaks=peaks)
+    return out
+
+
+def git_head() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return "?"
+
+
+def predict(selected: list[dict]) -> None:
+    record = json.loads(PREDICTIONS.read_text()) if PREDICTIONS.exists() else {"rows": {}}
+    for r in selected:
+        res = run_row(r, measure=False)
+        res["predicted_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        res["code"] = git_head()
+        record["rows"][r["key"]] = res
+        shown = f"{res['replay_peak'] / 1e6:9.2f} MB" if res["replay_peak"] else res["replay_error"]
+        print(f"{r['key']:45s} replay {shown}", flush=True)
+    PREDICTIONS.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def measure(selected: list[dict]) -> None:
+    record = json.loads(PREDICTIONS.read_text())
+    measured_path = RESULTS / "mlx_replay_measured.json"
+    done = json.loads(measured_path.read_text()) if measured_path.exists() else {}
+    for r in selected:
+        res = run_row(r, measure=True)
+        pred = record["rows"].get(r["key"])
+        res["prediction_before"] = pred["replay_peak"] if pred else None
+        done[r["key"]] = res
+        peak = max(res["measured_peaks"])
+        print(
+            f"{r['key']:45s} measured {peak / 1e6:9.2f} replay {res['replay_peak'] / 1e6:9.2f}"
+            f" ratio {res['replay_peak'] / peak:.3f}",
+            flush=True,
+        )
+        measured_path.write_text(json.dumps(done, indent=1) + "\n")
+    write_report(done)
+
+
+def write_report(done: dict) -> None:
+    import mlx.core as mx
+
+    lines = [
+        "# MLX replay vs measured MLX CPU peaks",
+        "",
+        "`python benchmarks/mlx_replay.py predict` then `python benchmarks/mlx_replay.py "
+        "measure` (predictions first, committed in `mlx_replay_predictions.json`; measured "
+        "rows in `mlx_replay_measured.json`).",
+        "",
+        f"mlx {mx.__version__}, CPU, {platform.machine()}; shape d={SHAPE['d']}, "
+        f"L={SHAPE['layers']}, ffn={SHAPE['ffn']}, heads {SHAPE['heads']}/{SHAPE['kv']} "
+        f"(phi, gpt2: MHA), V={SHAPE['vocab']}; Adam; peak = max of 3 steps after a warm-up "
+        "(`mx.reset_peak_memory()` before each). *prediction* = the replay's peak written "
+        "before the row was measured; *replay* = the replay at measurement time.",
+        "",
+        "| row | params | held out | measured MB | prediction MB | ratio | replay MB | ratio"
+        " | peak op |",
+        "|---|---:|:-:|---:|---:|---:|---:|---:|---|",
+    ]
+    ratios = []
+    for key, res in done.items():
+        r = next((x for x in rows() if x["key"] == key), None)
+        peak = max(res["measured_peaks"])
+        pred = res.get("prediction_before")
+        ratio = res["replay_peak"] / peak
+        ratios.append((key, ratio, r is not None and not r["derived"]))
+        lines.append(
+            f"| {key} | {res['n_params'] / 1e6:.1f}M | {'' if r and r['derived'] else 'yes'}"
+            f" | {peak / 1e6:.2f} | {pred / 1e6 if pred else float('nan'):.2f}"
+            f" | {pred / peak if pred else float('nan'):.3f} | {res['replay_peak'] / 1e6:.2f}"
+            f" | {ratio:.3f} | {res['replay_peak_op']} |"
+        )
+    held = [x for x in ratios if x[2]]
+    worst = max(ratios, key=lambda x: abs(x[1] - 1)) if ratios else None
+    lines += [
+        "",
+        f"{len(ratios)} rows; {sum(abs(x[1] - 1) <= 0.05 for x in ratios)} within ±5%, "
+        f"{sum(abs(x[1] - 1) <= 0.03 for x in ratios)} within ±3%, "
+        f"{sum(abs(x[1] - 1) <= 0.01 for x in ratios)} within ±1%; held out: {len(held)}, "
+        f"{sum(abs(x[1] - 1) <= 0.05 for x in held)} within ±5%."
+        + (f" Worst: {worst[0]} at {worst[1]:.3f}." if worst else ""),
+        "",
+    ]
+    REPORT.write_text("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("predict", "measure", "report"))
+    parser.add_argument("--only", nargs="*", default=[], help="substrings of row keys")
+    args = parser.parse_args()
+    selected = [r for r in rows() if not args.only or any(s in r["key"] for s in args.only)]
+    if args.mode == "predict":
+        predict(selected)
+    elif args.mode == "measure":
+        measure(selected)
+    else:
+        write_report(json.loads((RESULTS / "mlx_replay_measured.json").read_text()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The MLX dry run: a training step's peak memory from its graph, at any size, with
+nothing allocated.
+
+MLX builds the step lazily. :mod:`.mlx_replay_trace` records that graph with
+``mx.export_function`` (nothing evaluated — the parameters themselves may be lazy);
+:mod:`.mlx_replay_fuse` redoes ``mx.compile``'s fusion for a compiled step;
+:mod:`.mlx_replay_eval` replays the graph through MLX's CPU evaluator — its order, each
+op's buffer (new, donated or a view), what keeps a buffer alive (users not yet
+evaluated, Python, tasks the worker has not run) and how far the main thread runs ahead
+of the worker — and returns the allocator's peak, what ``mx.get_peak_memory()`` reads.
+No constant is fitted: every rule and number is MLX's (v0.32), named where it is used.
+
+The step is the one :mod:`.mlx_step` measures and mlx-lm's trainer runs:
+``nn.value_and_grad(model, loss)``, ``optimizer.update(model, grads)``, optionally
+``mx.compile`` with the model and optimizer state captured, evaluated as
+``mx.eval(step(*batch), [model.state, optimizer.state])`` after a warm-up step.
+
+**Derived from** (while writing the rules): mlx-lm's Llama at d=64–256, L=2–6, T=128–1024,
+B=1–4, FP32, compiled and not — within 0.3% of ``mx.get_peak_memory()`` but one row at
++3.8% (L=4, T=512, B=1: the worker keeps up better than the replay assumes).
+**Checked on**: the rows in ``benchmarks/results/mlx_replay.md`` — mlx-lm's llama,
+qwen2, qwen3, gemma, phi and gpt2 classes and the reference model, FP32 and BF16,
+checkpointed, compiled or not — with predictions written before each was measured.
+
+**Verified** on the CPU (Linux) only. On Metal the graph, its order, the donation rules
+and the fusion are the same source; what differs is the backend: Metal's allocator
+rounds buffers to pages and keeps its own cache, the command buffer commits every
+``MLX_MAX_OPS_PER_BUFFER`` ops instead of the CPU's task window, and temporaries are
+held to the command buffer's completion — so on Metal this replay is an estimate from
+the source, not a verified figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from functools import partial
+
+from introspect.measure.mlx_replay_eval import Replay, replay
+from introspect.measure.mlx_replay_trace import Graph, trace_step
+
+#: Small configs of mlx-lm's classes: ``mlx_lm.models.<model_type>.ModelArgs`` fields.
+FAMILIES = ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2")
+
+
+def family_config(model_type: str, d: int, layers: int, ffn: int, heads: int, kv: int, vocab: int):
+    """``ModelArgs`` keyword arguments for one of :data:`FAMILIES` at this shape."""
+    if model_type == "gpt2":
+        return dict(
+            model_type="gpt2",
+            n_ctx=4096,
+            n_embd=d,
+            n_head=heads,
+            n_layer=layers,
+            n_positions=4096,
+            layer_norm_epsilon=1e-5,
+            vocab_size=vocab,
+        )
+    if model_type == "phi":
+        return dict(
+            model_type="phi",
+            max_position_embeddings=4096,
+            vocab_size=vocab,
+            hidden_size=d,
+            num_attention_heads=heads,
+            num_hidden_layers=layers,
+            num_key_value_heads=kv,
+            intermediate_size=ffn,
+            # Phi-2's 0.4 of a 64-wide head is 25.6 rotary dims; mx.fast.rope needs even.
+            partial_rotary_factor=0.5,
+        )
+    cfg = dict(
+        model_type=model_type,
+        hidden_size=d,
+        num_hidden_layers=layers,
+        intermediate_size=ffn,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        rms_norm_eps=1e-6,
+        vocab_size=vocab,
+    )
+    if model_type in ("qwen3", "gemma"):
+        cfg["head_dim"] = d // heads
+    if model_type == "qwen3":
+        cfg.update(max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1e6)
+    return cfg
+
+
+def mlx_lm_model(config: dict, dtype=None, evaluate: bool = True):
+    """``mlx_lm.models.<model_type>.Model`` from ``config``, in ``dtype``; its random
+    weights evaluated, or left lazy for a dry run (nothing allocated)."""
+    import importlib
+
+    import mlx.core as mx
+
+    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    mx.random.seed(0)
+    model = module.Model(module.ModelArgs.from_dict(config))
+    if dtype is not None and dtype != mx.float32:
+        model.set_dtype(dtype)
+    if evaluate:
+        mx.eval(model.parameters())
+    return model
+
+
+@contextlib.contextmanager
+def checkpointed(model) -> Iterator[None]:
+    """mlx-lm's ``grad_checkpoint(model.layers[0])`` (``mlx_lm/tuner/trainer.py``) —
+    every layer of that class recomputed in backward — undone on exit, since it patches
+    the class."""
+    from mlx_lm.tuner.trainer import grad_checkpoint
+
+    cls = type(model.layers[0])
+    original = cls.__call__
+    grad_checkpoint(model.layers[0])
+    try:
+        yield
+    finally:
+        cls.__call__ = original
+
+
+def mlx_lm_loss(model, batch, lengths):
+    """mlx-lm's ``default_loss`` (``mlx_lm/tuner/trainer.py``)."""
+    from mlx_lm.tuner.trainer import default_loss
+
+    return default_loss(model, batch, lengths)
+
+
+def mlx_lm_batch(vocab: int, batch_size: int, seq_len: int, evaluate: bool = True):
+    """mlx-lm's (batch, lengths): B sequences of T+1 tokens, every position counted."""
+    import mlx.core as mx
+
+    if evaluate:
+        tokens = mx.random.randint(0, vocab, (batch_size, seq_len + 1), key=mx.random.key(0))
+    else:
+        tokens = mx.zeros((batch_size, seq_len + 1), dtype=mx.int32)
+    lengths = mx.array([[0, seq_len]] * batch_size)
+    if evaluate:
+        mx.eval(tokens, lengths)
+    return tokens, lengths
+
+
+def make_step(model, optimizer, loss: Callable, compiled: bool) -> Callable:
+    """The step of the module docstring (``mlx_step.make_step`` with any loss)."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    loss_and_grad = nn.value_and_grad(model, loss)
+
+    def step(*batch):
+        value, grads = loss_and_grad(model, *batch)
+        optimizer.update(model, grads)
+        return value
+
+    if compiled:
+        state = [model.state, optimizer.state]
+        return partial(mx.compile, inputs=state, outputs=state)(step)
+    return step
+
+
+def graph_of(model, optimizer, step: Callable, batch, compiled: bool) -> Graph:
+    """The graph MLX evaluates for one step (fused when compiled)."""
+    graph = trace_step(model, optimizer, step, batch)
+    if compiled:
+        from introspect.measure.mlx_replay_fuse import fuse
+
+        graph = fuse(graph)
+    return graph
+
+
+def predict(model, optimizer, step: Callable, batch, compiled: bool) -> Replay:
+    """The replayed peak of one step (the optimizer's state must exist)."""
+    return replay(graph_of(model, optimizer, step, batch, compiled))
+
+
+def measure(model, optimizer, step: Callable, batch, repeats: int = 3) -> tuple[int, list[int]]:
+    """A real step: warm up, then ``repeats`` times reset the peak, step, read
+    ``mx.get_peak_memory()``. Returns the active bytes before the step and the peaks."""
+    import mlx.core as mx
+
+    state = [model.state, optimizer.state]
+    mx.eval(step(*batch), state)
+    mx.synchronize()
+    peaks = []
+    base = 0
+    for _ in range(repeats):
+        base = mx.get_active_memory()
+        mx.reset_peak_memory()
+        mx.eval(step(*batch), state)
+        mx.synchronize()
+        peaks.append(mx.get_peak_memory())
+    mx.clear_cache()
+    return base, peaks
