@@ -63,6 +63,27 @@ def row(family, dtype, b, t, compiled, checkpoint) -> dict:
     )
 
 
+#: The order rows are measured in: (dtype, (B, T), compiled), most telling first.
+PRIORITY = (
+    ("fp32", (4, 256), False),
+    ("bf16", (1, 1024), True),
+    ("fp32", (1, 1024), False),
+    ("bf16", (4, 256), True),
+    ("fp32", (1, 128), True),
+    ("bf16", (1, 128), False),
+    ("fp32", (4, 256), True),
+    ("bf16", (1, 1024), False),
+    ("bf16", (4, 256), False),
+    ("fp32", (1, 1024), True),
+    ("fp32", (1, 128), False),
+    ("bf16", (1, 128), True),
+)
+
+
+def priority(r: dict) -> int:
+    return PRIORITY.index((r["dtype"], (r["batch"], r["seq"]), r["compiled"]))
+
+
 def build(r: dict):
     """(model, optimizer, step, batch, n_params) for a row, the model evaluated."""
     import mlx.core as mx
@@ -137,7 +158,11 @@ def run_row(r: dict, measure: bool) -> dict:
         except UntraceableError as err:
             out.update(replay_peak=None, replay_error=str(err))
         if measure:
-            base, peaks = mr.measure(model, optimizer, step, batch, repeats=3)
+            low = mr.replay(
+                mr.graph_of(model, optimizer, step, batch, r["compiled"]), worker="caught_up"
+            )
+            out.update(replay_caught_up=low.peak_bytes)
+            base, peaks = mr.measure(model, optimizer, step, batch, repeats=2)
             out.update(measured_baseline=base, measured_peaks=peaks)
     return out
 
@@ -167,7 +192,11 @@ def measure(selected: list[dict]) -> None:
     record = json.loads(PREDICTIONS.read_text())
     measured_path = RESULTS / "mlx_replay_measured.json"
     done = json.loads(measured_path.read_text()) if measured_path.exists() else {}
+    # Broad coverage first: each family's row of one priority before the next priority.
+    selected = sorted(selected, key=lambda r: (r["checkpoint"], priority(r)))
     for r in selected:
+        if r["key"] in done:
+            continue
         res = run_row(r, measure=True)
         pred = record["rows"].get(r["key"])
         res["prediction_before"] = pred["replay_peak"] if pred else None

@@ -29,13 +29,16 @@ zero_grad(set_to_none=True), F.cross_entropy(logits.view(-1, V), targets.view(-1
 backward(), step(). A warm-up step runs first so Adam's state exists; the peak counter
 is reset before the measured step. Peaks: mx.get_peak_memory() on MLX,
 torch.cuda.max_memory_allocated() on CUDA, torch's live-storage tracker (MemTracker) on
-CPU and in a dry run (--device fake: FakeTensorMode, no memory used, any size).
+CPU and in a dry run (--device fake: FakeTensorMode, no memory used, any size). An MLX
+dry run (--framework mlx --device fake) traces the step's graph without evaluating it
+and replays it through MLX's CPU evaluator (introspect.measure.mlx_replay).
 
 examples:
   introspect measure 10M --framework torch --seq 256 512 1024
   introspect measure 40M --framework mlx-compiled --seq 2048
   introspect measure 10M --llama --framework torch --impl transformers --seq 512
   introspect measure meta-llama/Llama-2-7b-hf --framework torch --device fake --seq 2048
+  introspect measure meta-llama/Llama-2-7b-hf --framework mlx --device fake --seq 2048
   introspect measure --layers 4 --d-emb 256 --heads 4 --vocab 8192 --framework mlx --json
 """
 
@@ -66,8 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--device",
         type=choice(DEVICES),
         default="cpu",
-        help="cpu (default), cuda (torch), or fake: a torch dry run with FakeTensorMode "
-        "that allocates nothing, for models larger than this machine",
+        help="cpu (default), cuda (torch), or fake: a dry run that allocates nothing, for "
+        "models larger than this machine (torch: FakeTensorMode; MLX: the graph replayed)",
     )
     run_g.add_argument(
         "--impl",
@@ -219,7 +222,7 @@ def setups_from_args(args: argparse.Namespace) -> list[TrainingSetup]:
 
 def check_args(args: argparse.Namespace) -> None:
     mlx = args.framework.startswith("mlx")
-    if mlx and args.device != "cpu":
+    if mlx and args.device not in ("cpu", "fake"):
         raise IntrospectError(
             f"--device {args.device} is for torch; MLX runs on its default device (CPU on "
             "Linux, the GPU on Apple silicon)"
@@ -228,8 +231,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise IntrospectError("--impl transformers is a torch model; use --framework torch")
     if args.impl == "mlx_lm" and not mlx:
         raise IntrospectError("--impl mlx-lm is an MLX model; use --framework mlx or mlx-compiled")
-    if args.impl != "reference" and args.device == "fake":
-        raise IntrospectError("--device fake builds the reference model; drop --impl")
+    if args.impl not in ("reference", "mlx_lm") and args.device == "fake":
+        raise IntrospectError(
+            "--device fake builds the reference model (MLX: or mlx-lm's Llama); drop --impl"
+        )
     if args.device == "cuda":
         import torch
 

@@ -191,3 +191,65 @@ def measure(model, optimizer, step: Callable, batch, repeats: int = 3) -> tuple[
         peaks.append(mx.get_peak_memory())
     mx.clear_cache()
     return base, peaks
+
+
+def dry_run(spec, setup, *, impl: str = "reference"):
+    """``introspect measure --framework mlx[-compiled] --device fake``: the replayed
+    peak of the step :func:`introspect.measure.runner.measure` would run — the reference
+    model or mlx-lm's Llama, with ``mlx_step``'s loss and optimizer — built from lazy
+    parameters and traced, nothing evaluated, at any size."""
+    import time
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from introspect.measure import mlx_step
+    from introspect.measure.record import Measurement, versions
+
+    dtype = mlx_step.check_setup(setup)
+    compiled = setup.framework == "mlx_compiled"
+    mx.random.seed(0)
+    if impl == "mlx_lm":
+        from mlx_lm.models import llama
+
+        from introspect.measure.implementations import llama_config
+
+        model = llama.Model(llama.ModelArgs(model_type="llama", **llama_config(spec)))
+    else:
+        from introspect.measure.mlx_model import ReferenceModel
+
+        model = ReferenceModel(spec, setup.attention)
+    if dtype != mx.float32:
+        model.set_dtype(dtype)
+    optimizer = mlx_step.make_optimizer(setup)
+    optimizer.init(model.trainable_parameters())
+    shape = (setup.batch_size, setup.seq_len)
+    batch = (mx.zeros(shape, dtype=mx.int32), mx.zeros(shape, dtype=mx.int32))
+    step = make_step(model, optimizer, mlx_step.loss_fn, compiled)
+    start = time.perf_counter()
+    result = predict(model, optimizer, step, batch, compiled)
+    seconds = time.perf_counter() - start
+    params = sum(v.nbytes for _, v in tree_flatten(model.parameters()) if isinstance(v, mx.array))
+    opt_state = sum(v.nbytes for _, v in tree_flatten(optimizer.state) if isinstance(v, mx.array))
+    n_params = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    return Measurement(
+        peak_bytes=result.peak_bytes,
+        categories={
+            "parameters": params,
+            "optimizer_state": opt_state,
+            "other": result.peak_bytes - params - opt_state,
+        },
+        backend="mlx",
+        device="fake",
+        compiled=compiled,
+        implementation=impl,
+        n_params=n_params,
+        versions=versions("mlx", "mlx-lm"),
+        setup=setup.to_dict(),
+        notes=(
+            "dry run: the step's MLX graph traced (mx.export_function, nothing evaluated) "
+            "and replayed through MLX's CPU evaluator (introspect.measure.mlx_replay)",
+            f"replay: {result.n_ops} ops, peak during {result.peak_op} "
+            f"(op {result.peak_index}), {seconds:.1f} s",
+        ),
+    )

@@ -65,6 +65,8 @@ class Replay:
     peak_op: str
     peak_index: int
     n_ops: int
+    #: Bytes alive once the worker has run every task (what the next step starts with).
+    final_bytes: int = 0
     order: list[int] = field(default_factory=list, repr=False)
     #: Sizes of the buffers alive at the peak, by the op that allocated them.
     peak_buffers: dict[str, int] = field(default_factory=dict, repr=False)
@@ -488,8 +490,13 @@ class Evaluator:
                 self.unref(o, n - 1)
 
 
-def replay(graph: Graph, width: int = MLX_BFS_MAX_WIDTH) -> Replay:
-    """Evaluate ``graph`` as ``mx.eval`` would on the CPU, counting bytes only."""
+def replay(graph: Graph, width: int = MLX_BFS_MAX_WIDTH, worker: str = "behind") -> Replay:
+    """Evaluate ``graph`` as ``mx.eval`` would on the CPU, counting bytes only.
+
+    ``worker="behind"``: the worker is as far behind as the scheduler allows (the CPU's
+    arithmetic is slower than encoding an op: true once ops are large); ``"caught_up"``:
+    it runs each task as soon as it is dispatched — the other bound, for steps whose ops
+    are so small that the worker keeps up."""
     order = eval_order(graph, width)
     ev = Evaluator(graph)
     outputs = set(graph.outputs)
@@ -518,9 +525,14 @@ def replay(graph: Graph, width: int = MLX_BFS_MAX_WIDTH) -> Replay:
         k = graph.producer[arr]
         ev.current = (graph.nodes[k].name, idx)
         ev.execute(k, arr)
-        ev.throttle()
+        if worker == "caught_up":
+            ev.run_worker(ev.dispatches)
+        else:
+            ev.throttle()
         ev.detach(k)
+    ev.run_worker(ev.dispatches)  # mx.eval's final synchronize
     return Replay(
+        final_bytes=ev.active,
         peak_bytes=ev.peak,
         baseline_bytes=baseline,
         peak_op=ev.peak_at[0],

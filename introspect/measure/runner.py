@@ -33,6 +33,10 @@ def measure(
     """One Measurement (and the model, for a census) for the setup's framework;
     ``repeats`` measured steps on MLX (the largest peak is reported), and with
     ``phases`` the MLX gradients-only peak that places the step's peak."""
+    if setup.framework.startswith("mlx") and device == "fake":
+        from introspect.measure import mlx_replay
+
+        return mlx_replay.dry_run(spec, setup, impl=impl), None
     if setup.framework.startswith("mlx"):
         from introspect.measure import mlx_step
 
