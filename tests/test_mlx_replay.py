@@ -118,3 +118,43 @@ def test_dry_run_allocates_nothing():
     assert mx.get_peak_memory() - before < 1_000_000  # scalars, not 100M+ parameters
     assert m.peak_bytes > 16 * m.n_params  # weights, Adam's m and v, gradients at least
     assert m.device == "fake"
+
+
+def chain(held: bool, n: int = 5, shape=(256, 256)):
+    """A graph of ``n`` Exp ops on one existing array, held by Python or not."""
+    from introspect.measure.mlx_replay_trace import Graph, Node
+
+    g = Graph()
+    x = g.add_array(shape, "float32")
+    (g.held if held else g.released).append(x)
+    a = x
+    for _ in range(n):
+        b = g.add_array(shape, "float32")
+        g.producer[b] = len(g.nodes)
+        g.nodes.append(Node("Exp", [], [a], [b]))
+        a = b
+    g.outputs = [a]
+    return g
+
+
+def test_a_chain_of_elementwise_ops_reuses_its_input_buffer():
+    size = 256 * 256 * 4
+    released = replay(chain(held=False))
+    assert released.peak_bytes == released.baseline_bytes == size  # donated all along
+    held = replay(chain(held=True))
+    assert held.peak_bytes == 2 * size  # Python keeps x: one new buffer, then donated
+    assert held.final_bytes == 2 * size
+
+
+def test_a_second_reader_blocks_donation():
+    from introspect.measure.mlx_replay_trace import Node
+
+    g = chain(held=False, n=1)
+    x, y = g.released[0], g.outputs[0]
+    z = g.add_array(g.shapes[x], "float32")
+    g.producer[z] = len(g.nodes)
+    g.nodes.append(Node("Multiply", [], [x, y], [z]))  # x read again after Exp
+    g.outputs = [z]
+    size = 256 * 256 * 4
+    # Exp cannot take x (Multiply still reads it); Multiply then takes x or y.
+    assert replay(g).peak_bytes == 2 * size

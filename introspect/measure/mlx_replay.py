@@ -239,6 +239,7 @@ def dry_run(spec, setup, *, impl: str = "reference"):
             "optimizer_state": opt_state,
             "other": result.peak_bytes - params - opt_state,
         },
+        peak_phase=result.peak_phase,
         backend="mlx",
         device="fake",
         compiled=compiled,

@@ -29,6 +29,7 @@ No constant here is fitted: each is MLX's, named where it is defined.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from introspect.measure.mlx_replay_layout import (
@@ -45,8 +46,8 @@ from introspect.measure.mlx_replay_layout import (
 )
 from introspect.measure.mlx_replay_trace import Graph
 
-#: ``env::bfs_max_width()``'s default (``mlx/utils.h``; env ``MLX_BFS_MAX_WIDTH``).
-MLX_BFS_MAX_WIDTH = 20
+#: ``env::bfs_max_width()`` (``mlx/utils.h``): 20 unless ``MLX_BFS_MAX_WIDTH`` is set.
+MLX_BFS_MAX_WIDTH = int(os.environ.get("MLX_BFS_MAX_WIDTH", "20"))
 #: ``cpu::DISPATCHES_PER_TASK`` (``backend/cpu/encoder.h``).
 DISPATCHES_PER_TASK = 10
 #: ``MAX_ACTIVE_TASKS`` (``mlx/transforms.cpp``).
@@ -65,6 +66,9 @@ class Replay:
     peak_op: str
     peak_index: int
     n_ops: int
+    #: "optimizer" when the op that set the peak belongs to the update (it reads the
+    #: optimizer's state), else "forward/backward" (``mlx_step``'s phase names).
+    peak_phase: str = "forward/backward"
     #: Bytes alive once the worker has run every task (what the next step starts with).
     final_bytes: int = 0
     order: list[int] = field(default_factory=list, repr=False)
@@ -162,6 +166,8 @@ class Evaluator:
         self.executed = 0
         self.pending: list[tuple[int, list[int]]] = []
         self.current: tuple[str, int] = ("", -1)
+        self.current_node = -1
+        self.peak_node = -1
 
     # buffers -------------------------------------------------------------------------
     def malloc(self, nbytes: int, owner: str) -> int:
@@ -174,6 +180,7 @@ class Evaluator:
         if self.active > self.peak:
             self.peak = self.active
             self.peak_at = self.current
+            self.peak_node = self.current_node
             self.peak_buffers = {}
             for k, n in self.buf_size.items():
                 key = self.buf_owner[k]
@@ -490,6 +497,24 @@ class Evaluator:
                 self.unref(o, n - 1)
 
 
+def update_nodes(graph: Graph) -> set[int]:
+    """The ops of the optimizer update: everything computed from the optimizer's state
+    (Adam's m and v, the step count); a parameter's update may run mid-backward."""
+    reached = {a for a in graph.optimizer_inputs if graph.nbytes(a) > 0}
+    out: set[int] = set()
+    for k, node in enumerate(graph.nodes):  # tape order: inputs before users
+        if any(i in reached for i in node.inputs):
+            out.add(k)
+            reached.update(node.outputs)
+    return out
+
+
+def phase_of(graph: Graph, k: int) -> str:
+    if k < 0:
+        return "forward/backward"
+    return "optimizer" if k in update_nodes(graph) else "forward/backward"
+
+
 def replay(graph: Graph, width: int = MLX_BFS_MAX_WIDTH, worker: str = "behind") -> Replay:
     """Evaluate ``graph`` as ``mx.eval`` would on the CPU, counting bytes only.
 
@@ -524,6 +549,7 @@ def replay(graph: Graph, width: int = MLX_BFS_MAX_WIDTH, worker: str = "behind")
             continue
         k = graph.producer[arr]
         ev.current = (graph.nodes[k].name, idx)
+        ev.current_node = k
         ev.execute(k, arr)
         if worker == "caught_up":
             ev.run_worker(ev.dispatches)
@@ -536,6 +562,7 @@ def replay(graph: Graph, width: int = MLX_BFS_MAX_WIDTH, worker: str = "behind")
         peak_bytes=ev.peak,
         baseline_bytes=baseline,
         peak_op=ev.peak_at[0],
+        peak_phase=phase_of(graph, ev.peak_node),
         peak_index=ev.peak_at[1],
         n_ops=len(order) - 1,
         order=order,

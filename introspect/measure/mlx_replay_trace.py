@@ -74,8 +74,10 @@ class Graph:
     constants: list[int] = field(default_factory=list)
     #: What mx.eval evaluates, in its order.
     outputs: list[int] = field(default_factory=list)
-    #: For each output, its name in the step's state ("loss" for the step's value).
+    #: For each output, its name in the step's state ("value0"… for the step's values).
     output_names: list[str] = field(default_factory=list)
+    #: The optimizer-state arrays among ``released`` (Adam's old m and v, …).
+    optimizer_inputs: list[int] = field(default_factory=list)
 
     def itemsize(self, a: int) -> int:
         return ITEMSIZE[self.dtypes[a]]
@@ -213,6 +215,7 @@ def trace_step(model, optimizer, step: Callable, batch: Sequence) -> Graph:
         for key, value in opt:
             assign(optimizer.state, key, value)
     n_values = len(graph.outputs) - len(params) - len(opt)
+    graph.optimizer_inputs = graph.released[len(params) :]
     graph.output_names = (
         [f"value{i}" for i in range(n_values)]
         + [f"param:{k}" for k, _ in params]
