@@ -317,12 +317,13 @@ def write_report(done: dict, recompute: bool = False) -> None:
         low = now.get("caught_up", res.get("replay_caught_up"))
         cf = closed_form(r)
         ratio = rep / peak if rep else None
+        cf_ratio = cf / peak if cf else None
         stats.append((key, ratio, pred / peak if pred else None, r))
         where = f"{now.get('op', res.get('replay_peak_op', ''))}, {now.get('phase', '')}"
         lines.append(
             f"| {key} | {'' if r['derived'] else 'yes'} | {fmt(peak)} | {fmt(pred)}"
             f" | {fmt(pred / peak if pred else None, 1, 3)} | {fmt(rep)}"
-            f" | {fmt(ratio, 1, 3)} | {fmt(low)} | {fmt(cf)} | {fmt(cf / peak if cf else None, 1, 3)}"
+            f" | {fmt(ratio, 1, 3)} | {fmt(low)} | {fmt(cf)} | {fmt(cf_ratio, 1, 3)}"
             f" | {where.strip(', ')} |"
         )
 
@@ -338,9 +339,10 @@ def write_report(done: dict, recompute: bool = False) -> None:
         if not sel:
             continue
         worst = max(sel, key=lambda x: abs(x[1] - 1))
+        now = [x[1] for x in sel]
         lines.append(
-            f"- {label}: {len(sel)} replayed; replay within ±5% on {count([x[1] for x in sel], 0.05)},"
-            f" ±3% on {count([x[1] for x in sel], 0.03)}, ±1% on {count([x[1] for x in sel], 0.01)};"
+            f"- {label}: {len(sel)} replayed; replay within ±5% on {count(now, 0.05)},"
+            f" ±3% on {count(now, 0.03)}, ±1% on {count(now, 0.01)};"
             f" predictions written before measuring: {count(held, 0.05)} of {len(held)} within"
             f" ±5%; worst {worst[0]} at {worst[1]:.3f}."
         )
