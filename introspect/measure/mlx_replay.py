@@ -15,19 +15,32 @@ The step is the one :mod:`.mlx_step` measures and mlx-lm's trainer runs:
 ``mx.compile`` with the model and optimizer state captured, evaluated as
 ``mx.eval(step(*batch), [model.state, optimizer.state])`` after a warm-up step.
 
-**Derived from** (while writing the rules): mlx-lm's Llama at d=64–256, L=2–6, T=128–1024,
-B=1–4, FP32, compiled and not — within 0.3% of ``mx.get_peak_memory()`` but one row at
-+3.8% (L=4, T=512, B=1: the worker keeps up better than the replay assumes).
-**Checked on**: the rows in ``benchmarks/results/mlx_replay.md`` — mlx-lm's llama,
-qwen2, qwen3, gemma, phi and gpt2 classes and the reference model, FP32 and BF16,
-checkpointed, compiled or not — with predictions written before each was measured.
+**Derived from** (while writing the rules): mlx-lm's Llama, FP32 Adam, at d=128 L=2 V=1000
+T=128 B=2, d=128 L=4 V=2000 T=512 B=1, d=256 L=2 V=4000 T=256 B=4 and d=64 L=6 V=8000
+T=1024 B=1, compiled and not: within 0.3% of ``mx.get_peak_memory()`` but the
+T=512 B=1 row (+3.8%).
+**Checked on** (``benchmarks/results/mlx_replay.md``, every prediction recorded before
+its row was measured but one): 84 rows, mlx-lm's llama, qwen2, qwen3, gemma, phi and gpt2
+classes and the reference model, d=256 L=4 V=8192, FP32 and BF16, (B, T) = (1, 128),
+(4, 256), (1, 1024), compiled and not — 80 within ±5%, 73 within ±1%; every row with
+B·T ≥ 256 within ±2.1%, every compiled row within ±0.9%. The four misses (+8–9%: llama
+and gemma, B=1, T=128, uncompiled) are the worker keeping up with ops that small: fewer
+tasks pending than the scheduler allows; the ``worker="caught_up"`` replay bounds them
+from below. Not traceable: ``mx.checkpoint`` (``export_function`` cannot record its
+CustomTransforms primitive), so mlx-lm's ``grad_checkpoint`` steps are not replayed.
 
-**Verified** on the CPU (Linux) only. On Metal the graph, its order, the donation rules
-and the fusion are the same source; what differs is the backend: Metal's allocator
-rounds buffers to pages and keeps its own cache, the command buffer commits every
-``MLX_MAX_OPS_PER_BUFFER`` ops instead of the CPU's task window, and temporaries are
-held to the command buffer's completion — so on Metal this replay is an estimate from
-the source, not a verified figure.
+**Verified** on the CPU (Linux) only. What follows from the source for Metal, unmeasured
+here: the order, the reference counting and the donation rules are the same code
+(``transforms.cpp``, ``backend/common``), but (1) the graph differs — on the GPU
+``mx.fast.rms_norm``, ``rope``, ``layer_norm`` and ``scaled_dot_product_attention`` are
+single primitives with their own backward kernels, while on the CPU they fall back to the
+elementwise ops this trace records, so a trace taken on Linux is the CPU's graph;
+(2) an op's inputs are held until its *command buffer* completes (``metal/eval.cpp``),
+a buffer commits every 20–50 ops or 40–50 MB by chip (``metal/device.cpp``,
+``MLX_MAX_OPS_PER_BUFFER``), with up to 10 in flight — so up to 200–500 ops of inputs
+can be pinned instead of the CPU's ~100 dispatches; (3) Metal's allocator rounds every
+buffer above a page to whole pages (``metal/allocator.cpp``). A Metal replay needs the
+GPU's graph and those three rules; this module does not claim one.
 """
 
 from __future__ import annotations
