@@ -158,3 +158,13 @@ def test_a_second_reader_blocks_donation():
     size = 256 * 256 * 4
     # Exp cannot take x (Multiply still reads it); Multiply then takes x or y.
     assert replay(g).peak_bytes == 2 * size
+
+
+def test_measure_cli_runs_the_mlx_dry_run(capsys):
+    from introspect.cli import main
+
+    argv = ["measure", "--layers", "2", "--d-emb", "128", "--heads", "4", "--vocab", "1024"]
+    argv += ["--framework", "mlx-compiled", "--device", "fake", "--seq", "64", "--json"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert '"device": "fake"' in out and "mlx_replay" in out
