@@ -7,7 +7,8 @@ MLX builds the step lazily. :mod:`.mlx_replay_trace` records that graph with
 :mod:`.mlx_replay_eval` replays the graph through MLX's CPU evaluator — its order, each
 op's buffer (new, donated or a view: :mod:`.mlx_replay_ops`, :mod:`.mlx_replay_layout`),
 what keeps a buffer alive (users not yet evaluated, Python, tasks the worker has not run)
-and how far the main thread runs ahead of the worker — and returns the allocator's peak, what ``mx.get_peak_memory()`` reads.
+and how far the main thread runs ahead of the worker — and returns the allocator's peak,
+what ``mx.get_peak_memory()`` reads.
 No constant is fitted: every rule and number is MLX's (v0.32), named where it is used.
 
 The step is the one :mod:`.mlx_step` measures and mlx-lm's trainer runs:
