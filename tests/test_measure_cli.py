@@ -85,8 +85,8 @@ def test_fake_llama_shape_flags(capsys):
     [
         (["measure", "10M", "--framework", "jax"], "--framework"),
         (
-            ["measure", "10M", "--framework", "mlx", "--device", "fake"],
-            "--device fake is for torch",
+            ["measure", "10M", "--framework", "mlx", "--device", "cuda"],
+            "--device cuda is for torch",
         ),
         (["measure", "--layers", "2", "--framework", "torch"], "missing --d-emb"),
         (["measure", "10M", "--framework", "torch", "--impl", "mlx-lm"], "MLX model"),

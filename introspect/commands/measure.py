@@ -46,6 +46,9 @@ CPU and in a dry run (--device fake).
 --impl transformers builds the config's own class (AutoConfig.for_model →
 AutoModelForCausalLM.from_config; never trust_remote_code); --impl mlx-lm builds
 mlx-lm's class (mlx_lm.models.<model_type>.Model) and runs mlx-lm's default_loss.
+An MLX dry run (--framework mlx --device fake) traces the step's graph without evaluating
+it and replays it through MLX's CPU evaluator (introspect.measure.mlx_replay): our
+reference model or, with --impl mlx-lm, mlx-lm's Llama for a Llama-shaped model.
 
 examples:
   introspect measure 10M --framework torch --device cpu --seq 256 512 1024
@@ -54,6 +57,7 @@ examples:
       --precision amp --checkpointing --attention memory-efficient
   introspect measure Qwen/Qwen2.5-0.5B --impl transformers --device fake --loop logits
   introspect measure meta-llama/Llama-2-7b-hf --framework torch --device fake --seq 2048
+  introspect measure meta-llama/Llama-2-7b-hf --framework mlx --device fake --seq 2048
   introspect measure --layers 4 --d-emb 256 --heads 4 --vocab 8192 --framework mlx --json
 """
 
@@ -201,7 +205,7 @@ def setups_from_args(args: argparse.Namespace) -> list[TrainingSetup]:
 def check_args(args: argparse.Namespace) -> None:
     mlx = args.framework.startswith("mlx")
     device = measure_device(args)
-    if mlx and device not in ("cpu", "metal"):
+    if mlx and device not in ("cpu", "metal", "fake"):
         raise IntrospectError(
             f"--device {device} is for torch; MLX runs on its default device (CPU on "
             "Linux, the GPU on Apple silicon)"

@@ -39,6 +39,10 @@ def measure(
     ``config`` is the raw config dict and where it came from, for the implementations'
     own classes (:func:`introspect.measure.hf_models.source_config`); without it they are
     built from a Llama config of ``spec``."""
+    if setup.framework.startswith("mlx") and device == "fake":
+        from introspect.measure import mlx_replay
+
+        return mlx_replay.dry_run(spec, setup, impl=impl), None
     if setup.framework.startswith("mlx"):
         from introspect.measure import mlx_step
 
