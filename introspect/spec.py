@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
@@ -212,7 +213,10 @@ class ModelSpec:
         return any(r.kind.feed_forward.is_moe for r in self.runs)
 
     # ---- layer kinds ----------------------------------------------------------------
-    @property
+    # Cached: the spec is frozen, and the estimators ask for its kinds once per moment
+    # (``functools.cached_property`` writes the instance ``__dict__``, which a frozen
+    # dataclass allows; equality, hashing and ``to_dict`` read the fields only).
+    @cached_property
     def default_kind(self) -> LayerKind:
         """The block the flat per-layer fields describe."""
         attention = Attention(
@@ -235,12 +239,12 @@ class ModelSpec:
         )
         return LayerKind(attention=attention, feed_forward=feed_forward, norms=self.norms_per_layer)
 
-    @property
+    @cached_property
     def runs(self) -> tuple[LayerRun, ...]:
         """The stack in order: ``layers``, or one run of L default blocks."""
         return self.layers or (LayerRun(self.default_kind, self.num_hidden_layers),)
 
-    @property
+    @cached_property
     def kinds(self) -> tuple[tuple[LayerKind, int], ...]:
         """Each distinct kind once with how many layers have it (first-seen order): what
         an estimator computes once and multiplies."""

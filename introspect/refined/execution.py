@@ -425,13 +425,17 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     head_params = head_parameters(spec)
 
     wb = working_weight_bytes(setup)
+    # Prefixed once: a moment differs from the next only by the layers below (times i).
+    below_p = _prefixed({f"layer/{k}": v for k, v in below.items()})
+    whole_p = _prefixed({f"layer/{k}": v for k, v in whole.items()})
+    current_p = _prefixed({f"layer/{k}": v for k, v in current.items()})
 
     def moments(i: int) -> list[dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = _add(state, before)
-        terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
-        terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in whole.items()}))
+        terms.update({k: i * v for k, v in below_p.items()})
+        terms = _add(terms, whole_p)
         terms = _add(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = ffn_grad
         terms["grads"] = grad_bytes(spec, setup, head_params + (L - 1 - i) * per_layer)
@@ -440,8 +444,8 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         out = [terms]
         # The layer's attention backward.
         terms = _add(state, before)
-        terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
-        terms = _add(terms, _prefixed({f"layer/{k}": v for k, v in current.items()}))
+        terms.update({k: i * v for k, v in below_p.items()})
+        terms = _add(terms, current_p)
         terms = _add(terms, loop_logits)
         terms["activations/layer/attention/grad"] = attention_grad
         done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
@@ -452,7 +456,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
             terms = _add(state, before)
-            terms.update(_prefixed({f"layer/{k}": i * v for k, v in below.items()}))
+            terms.update({k: i * v for k, v in below_p.items()})
             terms = _add(_add(terms, loop_logits), post)
             terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
             out.append(terms)
