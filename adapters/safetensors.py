@@ -212,6 +212,11 @@ def _locate(root: Path) -> tuple[list[Path], Path | None, Path | None]:
     if root.is_file():
         if root.name.endswith(".index.json"):
             return _shards(root), root, config_path
+        index = folder / INDEX_FILE
+        if index.is_file() and root.name in set(_read_index(index).values()):
+            # One shard of a sharded checkpoint: its index beside it names the others,
+            # and the count is the whole checkpoint's, as for the folder.
+            return _shards(index), index, config_path
         return [root], None, config_path
     index = root / INDEX_FILE
     if index.is_file():

@@ -384,3 +384,15 @@ def test_fuzz_mutated_headers(tmp_path, name, key, value, length_delta):
     data = _with_header(raw, header)
     n = struct.unpack("<Q", data[:8])[0]
     _read_bytes(tmp_path, struct.pack("<Q", max(0, n + length_delta)) + data[8:])
+
+
+def test_one_shard_of_a_sharded_checkpoint_uses_the_index_beside_it(tmp_path):
+    """Pointing at one shard counts the whole checkpoint: the index beside it names the
+    other shards (as the folder does)."""
+    tensors, config = cf.mixtral()
+    folder = cf.write(tmp_path / "three", tensors, config, shards=3)
+    whole = read_checkpoint(folder)
+    first = sorted(folder.glob("*.safetensors"))[0]
+    one = read_checkpoint(first)
+    assert one.parameter_count == whole.parameter_count
+    assert [f.name for f in one.files] == [f.name for f in whole.files]
