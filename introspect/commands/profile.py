@@ -59,6 +59,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list the bundled reference models and exit")
     add_setup_flags(p, sweep=False)
     add_plot_flag(p, "the seed's and the refined breakdown as stacked bars")
+    from introspect.commands import _exact
+
+    _exact.add_flag(p)
     add_common(
         p,
         json_help="print JSON: source, spec, params (exact integers), estimates (bytes)",
@@ -90,10 +93,22 @@ def run(args: argparse.Namespace) -> int:
         title = f"{model.location}: B={setup.batch_size}, T={setup.seq_len}, "
         title += f"peak at {results['refined'].peak_phase}"
         plot.breakdown_stack(bars, args.plot, title)
+    exact = None
+    if args.exact:
+        from introspect.commands import _exact
+
+        exact = _exact.dry_run(args.source, model.spec, setup)
     if args.json:
-        print(report.dumps(to_json(model, setup, results)))
+        out = to_json(model, setup, results)
+        if exact is not None:
+            out["exact"] = exact
+        print(report.dumps(out))
     else:
         print(render(model, setup, results))
+        if exact is not None:
+            from introspect.commands import _exact
+
+            print("\n" + _exact.render(exact))
     return 0
 
 
