@@ -170,10 +170,9 @@ class TrainingSetup:
                 f"activation_bytes must be positive, got {self.activation_bytes_override}"
             )
         if self.implementation is None:
-            default = "mlx_lm" if self.framework.startswith("mlx") else "transformers"
-            object.__setattr__(self, "implementation", default)
+            object.__setattr__(self, "implementation", default_implementation(self.framework))
         if self.loop is None:
-            object.__setattr__(self, "loop", _default_loop(self.implementation))
+            object.__setattr__(self, "loop", default_loop(self.implementation))
         dtype_bytes(self.activation_dtype)
         dtype_bytes(self.weights_dtype)
         for name, choices in (
@@ -286,11 +285,10 @@ class TrainingSetup:
         that framework's default one when this setup had its own framework's default."""
         framework = changes.get("framework", self.framework)
         if "implementation" not in changes and framework != self.framework:
-            default = "mlx_lm" if self.framework.startswith("mlx") else "transformers"
-            if self.implementation == default:
+            if self.implementation == default_implementation(self.framework):
                 changes["implementation"] = None
         if "loop" not in changes and "implementation" in changes:
-            if self.loop == _default_loop(self.implementation):
+            if self.loop == default_loop(self.implementation):
                 changes["loop"] = None  # the new implementation's own loop
         return dataclasses.replace(self, **changes)
 
@@ -302,7 +300,13 @@ class TrainingSetup:
         return out
 
 
-def _default_loop(implementation: str | None) -> str:
+def default_implementation(framework: str) -> str:
+    """The class most users of ``framework`` train: transformers' on torch, mlx-lm's on
+    MLX."""
+    return "mlx_lm" if framework.startswith("mlx") else "transformers"
+
+
+def default_loop(implementation: str | None) -> str:
     """The loop an implementation's users run: ``labels`` for transformers' classes (the
     HF Trainer's ``compute_loss``), ``logits`` for mlx-lm's trainer and our reference."""
     return "labels" if implementation == "transformers" else "logits"

@@ -8,7 +8,7 @@ import pytest
 
 from introspect import refined
 from introspect.breakdown import Breakdown
-from introspect.refined import causes, execution
+from introspect.refined import execution
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -21,25 +21,9 @@ def old_backward_moments(spec: ModelSpec, setup: TrainingSetup) -> list[dict[str
 
 
 def old_execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
-    """``refined.execution_estimate`` over every layer's moments (the old loop)."""
-    candidates = [("forward_end", execution.forward_end(spec, setup))]
-    candidates += [("backward", m) for m in old_backward_moments(spec, setup)]
-    step = execution.optimizer_step(spec, setup)
-    if step is not None:
-        candidates.append(("optimizer_step", step))
-    phases: dict[str, int] = {}
-    for phase, terms in candidates:
-        phases[phase] = max(phases.get(phase, 0), sum(terms.values()))
-    phase, terms = max(candidates, key=lambda c: sum(c[1].values()))
-    terms, extra = execution.framework_extra(spec, setup, terms)
-    if extra:
-        phases = {k: v + extra for k, v in phases.items()}
-    return Breakdown(
-        terms,
-        label=f"refined: execution ({setup.framework} on {setup.resolved_device})",
-        notes=causes.causes(spec, setup, terms),
-        meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},
-    )
+    """``refined.execution_estimate`` over every layer's moments."""
+    every = range(spec.num_hidden_layers - 1, -1, -1)
+    return refined.execution_estimate(spec, setup, layers=every)
 
 
 STD = ModelSpec(hidden_size=64, num_hidden_layers=300, num_attention_heads=4, vocab_size=500)

@@ -304,12 +304,14 @@ def add_runner_flags(
 def loop_for(args: argparse.Namespace) -> str:
     """--loop when given; else labels for transformers' classes (their users' loop and
     the HF Trainer's), logits otherwise."""
+    from introspect.setup import default_implementation, default_loop
+
     if getattr(args, "loop", None):
         return args.loop
-    impl = getattr(args, "impl", None)
-    if impl is None:  # the framework's own class: transformers' on torch
-        impl = "mlx_lm" if getattr(args, "framework", "torch").startswith("mlx") else "transformers"
-    return "labels" if impl == "transformers" else "logits"
+    impl = getattr(args, "impl", None) or default_implementation(
+        getattr(args, "framework", "torch")
+    )
+    return default_loop(impl)
 
 
 def activation_dtype_for(args: argparse.Namespace) -> str:

@@ -356,7 +356,9 @@ def default_impl(args: argparse.Namespace) -> str:
         return "reference"
     if _sharded.wants_sharded(args):
         return "reference"
-    return "mlx_lm" if args.framework.startswith("mlx") else "transformers"
+    from introspect.setup import default_implementation
+
+    return default_implementation(args.framework)
 
 
 def run(args: argparse.Namespace) -> int:

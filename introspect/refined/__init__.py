@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,13 +69,17 @@ class RefinedEstimate:
         }
 
 
-def execution_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
+def execution_estimate(
+    spec: ModelSpec, setup: TrainingSetup, *, layers: Iterable[int] | None = None
+) -> Breakdown:
     """The execution layer: every phase's moments built, the largest one returned as the
-    breakdown (its terms sum to the peak), ``meta`` naming the phase."""
+    breakdown (its terms sum to the peak), ``meta`` naming the phase. ``layers`` are the
+    backward layers to build (:func:`execution.backward_moments`; default the candidates
+    that can hold the peak)."""
     candidates: list[tuple[str, dict[str, int]]] = [
         ("forward_end", execution.forward_end(spec, setup))
     ]
-    candidates += [("backward", m) for m in execution.backward_moments(spec, setup)]
+    candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
     step = execution.optimizer_step(spec, setup)
     if step is not None:
         candidates.append(("optimizer_step", step))
