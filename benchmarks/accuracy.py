@@ -150,20 +150,7 @@ def run_row(impl, variant, size, framework, device, T) -> dict:
         "framework": framework,
         "device": device,
         "seq_len": T,
-        "n_params": m.n_params,
-        "measured_bytes": m.peak_bytes,
-        "peak_phase": m.peak_phase,
-        "categories": m.categories,
-        "census": m.census,
-        "census_total_bytes": sum(m.census.values()) if m.census else None,
-        "peak_samples": list(m.peak_samples),
-        "phase_peaks": m.phase_peaks,
-        "active_bytes": m.active_bytes,
-        "cache_bytes": m.cache_bytes,
-        "step_seconds": m.step_seconds,
-        "tokens_per_second": m.tokens_per_second,
-        "wall_seconds": wall,
-        "versions": m.versions,
+        **accuracy_impl.measured_fields(m, wall),
     }
     return out | estimates(row.comparison)
 

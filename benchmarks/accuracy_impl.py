@@ -149,6 +149,14 @@ def run_cell(c: dict) -> dict:
         "variant": setup_label(c),
         "size": c["label"],
         "seq_len": c["seq"],
+        **measured_fields(m, time.perf_counter() - start),
+        "notes": list(m.notes),
+    }, row.comparison
+
+
+def measured_fields(m, wall_seconds: float) -> dict:
+    """What a results row keeps of one Measurement (both accuracy scripts' rows)."""
+    return {
         "n_params": m.n_params,
         "measured_bytes": m.peak_bytes,
         "peak_phase": m.peak_phase,
@@ -161,10 +169,9 @@ def run_cell(c: dict) -> dict:
         "cache_bytes": m.cache_bytes,
         "step_seconds": m.step_seconds,
         "tokens_per_second": m.tokens_per_second,
-        "wall_seconds": time.perf_counter() - start,
+        "wall_seconds": wall_seconds,
         "versions": m.versions,
-        "notes": list(m.notes),
-    }, row.comparison
+    }
 
 
 def setup_label(c: dict) -> str:
