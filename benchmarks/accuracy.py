@@ -251,8 +251,10 @@ def split(categories: dict[str, int]) -> str:
 
 
 def group(r: dict) -> str:
-    impl = "" if r["implementation"] == "reference" else f"{r['implementation']}, "
-    return f"{impl}{r['framework']} ({r['device']})"
+    """The row's implementation (named always: a figure on our reference model says so),
+    framework and device."""
+    impl = "our reference model" if r["implementation"] == "reference" else r["implementation"]
+    return f"{impl}, {r['framework']} ({r['device']})"
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -270,6 +272,11 @@ def summary(rows: list[dict]) -> list[str]:
             else "refined: not available."
         ),
     ]
+    real = [r for r in rows if r["implementation"] != "reference"]
+    for name, part in (("real implementations (transformers, mlx-lm)", real),
+                       ("our reference model", [r for r in rows if r not in real])):  # fmt: skip
+        ok = sum(within(error(r["refined_bytes"], r["measured_bytes"])) for r in part)
+        lines.append(f"- {name}: refined within ±5% on {ok} of {len(part)} rows.")
     by_fw: dict[str, list[dict]] = {}
     for r in rows:
         by_fw.setdefault(group(r), []).append(r)
