@@ -76,6 +76,12 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {
 }
 
 
+def default_activation_dtype(precision: str) -> str:
+    """What a precision computes activations in: BF16 under ``bf16``, ``amp`` (autocast's
+    matmul outputs) and ``mixed``, FP32 under ``fp32``."""
+    return "bf16" if precision in ("bf16", "amp", "mixed") else "fp32"
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingSetup:
     """One training step's settings. ``s`` in the seed is :attr:`activation_bytes`."""
@@ -83,7 +89,9 @@ class TrainingSetup:
     batch_size: int = 1
     seq_len: int = 2048
     #: Activation dtype name (``fp32``, ``bf16``, ``fp16``); ``s`` = its byte width.
-    activation_dtype: str = "fp32"
+    #: None: what the precision computes in — BF16 under ``bf16``, ``amp`` (autocast's
+    #: matmul outputs) and ``mixed``, else FP32.
+    activation_dtype: str | None = None
     #: Bytes per saved activation when given directly (overrides ``activation_dtype``).
     activation_bytes_override: int | None = None
     #: Dtype of the working weights (and their gradients).
@@ -173,6 +181,8 @@ class TrainingSetup:
             object.__setattr__(self, "implementation", default_implementation(self.framework))
         if self.loop is None:
             object.__setattr__(self, "loop", default_loop(self.implementation))
+        if self.activation_dtype is None:
+            object.__setattr__(self, "activation_dtype", default_activation_dtype(self.precision))
         dtype_bytes(self.activation_dtype)
         dtype_bytes(self.weights_dtype)
         for name, choices in (
@@ -290,6 +300,9 @@ class TrainingSetup:
         if "loop" not in changes and "implementation" in changes:
             if self.loop == default_loop(self.implementation):
                 changes["loop"] = None  # the new implementation's own loop
+        if "activation_dtype" not in changes and "precision" in changes:
+            if self.activation_dtype == default_activation_dtype(self.precision):
+                changes["activation_dtype"] = None  # the new precision's own
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -303,7 +303,12 @@ def peak_section(est: RefinedEstimate) -> str:
     """What makes the peak, in the names ``measure`` prints for a real step: the
     tracker's categories, then the saved activations by census term and each transient,
     largest first."""
-    from introspect.refined.causes import TRACKER_CATEGORIES, census_term, tracker_category
+    from introspect.refined.causes import (
+        TRACKER_CATEGORIES,
+        census_term,
+        tracker_category,
+        tracker_phase,
+    )
 
     by_category: dict[str, int] = dict.fromkeys(TRACKER_CATEGORIES, 0)
     saved: dict[str, int] = {}
@@ -319,12 +324,9 @@ def peak_section(est: RefinedEstimate) -> str:
     rows = [(f"saved  {k}", report.gb(v)) for k, v in sorted(saved.items(), key=lambda kv: -kv[1])]
     rows += [(f"transient  {k}", report.gb(v)) for k, v in transients.items()]
     body = report.table(rows, ["tensor (census / tracker names)", "GB"], colalign=("left", "right"))
-    # The tracker calls the loss's backward (our forward_end moment) backward.
-    tracker_phase = {"forward_end": "backward", "optimizer_step": "optimizer"}.get(
-        est.peak_phase, est.peak_phase
-    )
+    named = tracker_phase(est.peak_phase, est.execution.meta.get("framework", "torch"))
     return (
-        f"peak: {est.peak_phase} (the tracker's {tracker_phase}), {report.gb(est.total)} GB "
+        f"peak: {est.peak_phase} (the tracker's {named}), {report.gb(est.total)} GB "
         f"(as the tracker counts it: {cats})\n" + _indent(body)
     )
 

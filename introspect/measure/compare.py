@@ -90,14 +90,6 @@ def refined_saved(spec: ModelSpec, setup: TrainingSetup) -> Breakdown | None:
     return Breakdown(saved_terms(spec, setup), label="refined: saved for backward")
 
 
-#: The refined estimate's phase names → the tracker's.
-PHASE_NAMES = {"forward_end": "forward", "optimizer_step": "optimizer"}
-
-
-def phase_name(phase: str | None) -> str | None:
-    return PHASE_NAMES.get(phase, phase) if phase else phase
-
-
 def category_of(term: str) -> str:
     if any(part in TRANSIENT_PARTS for part in term.split("/")):
         return "temporary"
@@ -163,6 +155,10 @@ def compare(spec: ModelSpec, setup: TrainingSetup, m: Measurement) -> Comparison
     setup = setup.replace(framework=m.framework)
     simple = simplified.estimate(spec, setup)
     refined = refined_estimate(spec, setup)
-    phase = phase_name(refined.meta.get("peak_phase")) if refined is not None else None
+    from introspect.refined.causes import tracker_phase
+
+    phase = (
+        tracker_phase(refined.meta.get("peak_phase"), m.framework) if refined is not None else None
+    )
     gap = largest_gap(m, refined if refined is not None else simple)
     return Comparison(m, simple, refined, phase, gap)

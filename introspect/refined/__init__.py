@@ -76,9 +76,11 @@ def execution_estimate(
     breakdown (its terms sum to the peak), ``meta`` naming the phase. ``layers`` are the
     backward layers to build (:func:`execution.backward_moments`; default the candidates
     that can hold the peak)."""
-    candidates: list[tuple[str, dict[str, int]]] = [
-        ("forward_end", execution.forward_end(spec, setup))
-    ]
+    candidates: list[tuple[str, dict[str, int]]] = []
+    loss_forward = execution.loss_forward(spec, setup)
+    if loss_forward is not None:
+        candidates.append(("forward", loss_forward))
+    candidates.append(("forward_end", execution.forward_end(spec, setup)))
     candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
     step = execution.optimizer_step(spec, setup)
     if step is not None:

@@ -63,7 +63,11 @@ CAUSES: dict[str, str] = {
     "activations/mlx_compiled": "mx.compile: the fused graph keeps its intermediates "
     "(calibrated, MLX_COMPILED_FACTOR)",
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
-    "activations/logits/output": "the logits the training loop holds until the step ends",
+    "activations/logits/output": "{logits_holder}",
+    "activations/logits/upcast": "FP32 copy of the 16-bit logits the log-softmax reads "
+    "(logits.float() in ForCausalLMLoss, or autocast's cast); saved by nothing",
+    "activations/autocast_cache": "autocast's cached BF16 copies of every block's weights, "
+    "freed when the autocast region exits (with checkpointing nothing saves them)",
     "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
     "activations/layer/layernorm/input": "the norm's FP32 copy of its input (RMSNorm's "
     "upcast; OLMo2's post-norms; with checkpointing, remade for the recomputed layer)",
@@ -115,6 +119,9 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
         if setup.activation_checkpointing
         else "",
         "ce": setup.cross_entropy,
+        "logits_holder": "the logits the training loop holds until the step ends"
+        if setup.loop == "logits"
+        else "the logits in the model's output object, alive until the loss returns",
         "act": spec.hidden_act,
     }
     from introspect.refined import lora
@@ -131,6 +138,21 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
     out.update({k: v for k, v in sharded.items() if k in terms})
     return out
+
+
+def tracker_phase(phase: str | None, framework: str = "torch") -> str | None:
+    """The phase a measured step's tracker names for an execution moment.
+
+    torch's live-storage tracker (``introspect/measure/live_tracker.py``) says forward
+    until ``loss.backward()``, backward while autograd's engine runs (so the loss's own
+    backward, our ``forward_end`` moment, is backward) and optimizer inside
+    ``optimizer.step()``. MLX evaluates forward and backward as one graph, so its step
+    (``introspect/measure/mlx_step.py``) tells only forward/backward from optimizer."""
+    if phase is None:
+        return None
+    if framework in ("mlx", "mlx_compiled"):
+        return "optimizer" if phase == "optimizer_step" else "forward/backward"
+    return {"forward_end": "backward", "optimizer_step": "optimizer"}.get(phase, phase)
 
 
 #: The tracker's categories (``introspect.measure.tracker.categories_at_peak``), in order.

@@ -217,6 +217,29 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     return offload.grads(setup, value, largest, _unit_bytes(spec, setup))
 
 
+def step_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of the gradients the optimizer step reads.
+
+    Under mixed precision on one unsharded device the update runs over the FP32 master:
+    after backward each BF16 gradient is copied into an FP32 gradient of its master
+    tensor and freed, one tensor at a time (DeepSpeed's ``BF16_Optimizer``:
+    ``update_hp_grads`` then ``clear_lp_grads``; ``introspect/measure/torch_step.py``'s
+    ``TorchStep``), so the step holds 4 bytes per trainable parameter, not 2. The
+    sharded strategies hold theirs as :func:`sharding.grad_bytes` says (FSDP2's
+    ``reduce_dtype`` is FP32 already); LoRA's adapters are FP32 throughout; an offloaded
+    optimizer updates its master on the host."""
+    n = _trainable(spec, setup)
+    if (
+        setup.precision == "mixed"
+        and setup.optimizer != "none"
+        and not _lora(setup)
+        and sharding.strategy(setup) == "none"
+        and offload.steps_on_device(setup)
+    ):
+        return FP32 * n
+    return grad_bytes(spec, setup, n)
+
+
 def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """One layer's saved bytes (:func:`saved.per_layer`; under LoRA, what a frozen base
     still keeps for the adapters: :func:`lora.per_layer`)."""
@@ -336,6 +359,43 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return terms
 
 
+def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
+    """The loss's forward, inside the model's forward (transformers' classes on torch):
+    state, every saved activation, the logits and what the loss makes from them before
+    backward starts. None where no such moment can exceed :func:`forward_end` (a
+    chunked or fused loss, MLX, the reference model).
+
+    * the logits at the activation dtype: the loop's own (already saved) in the logits
+      loop; in the labels loop the output object's, alive until the loss returns;
+    * ``logits/upcast``: the FP32 copy of 16-bit logits — ``logits.float()`` in
+      ``ForCausalLMLoss`` (``transformers/loss/loss_utils.py``) or autocast's cast for
+      ``log_softmax`` (on its FP32 list) — alive while the log-softmax is computed;
+      saved by nothing (``_log_softmax_backward_data`` reads the output);
+    * ``autocast_cache``: under autocast with checkpointing, every block's BF16 weight
+      copies. autocast caches the cast of a leaf FP32 tensor that requires grad until the
+      outermost autocast region exits (``cached_cast``, ``aten/src/ATen/autocast_mode.cpp``;
+      grad mode is not consulted), and forward and loss run inside that region; without
+      checkpointing the copies are in the saved set already, and after the region they
+      are freed (checkpointing saved none of them).
+
+    Measured: Qwen3-0.6B, T=2048, amp, checkpointing, labels loop (dry run): peak in the
+    forward at 11.723 GB — weights and Adam 7.152, the saved set 0.27, the cache 0.88 and
+    lm_head's copy 0.31, logits 0.62, their upcast 1.25 and log-softmax 1.25."""
+    if not saved.is_transformers(setup) or setup.cross_entropy != "standard":
+        return None
+    terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
+    BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
+    terms["activations/logits/output"] = BTV * s
+    if hf_saved.loss_bytes(setup) > s:
+        terms["activations/logits/upcast"] = BTV * FP32
+    if hf_saved.is_amp(setup) and setup.activation_checkpointing:
+        per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
+        terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
+    terms["grads"] = 0
+    terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
+    return terms
+
+
 #: Up to this many layers every layer's backward moments are built; above it only the
 #: layers that can hold the phase's largest moment (:func:`candidate_layers`).
 ALL_LAYERS_UP_TO = 256
@@ -384,6 +444,33 @@ def backward_moments(
     return moments
 
 
+def _after_down_projection(
+    spec: ModelSpec, setup: TrainingSetup, whole: dict[str, int]
+) -> tuple[dict[str, int], int]:
+    """What a dense gated feed-forward's backward holds at its largest: inside the
+    product's backward (``act * up``), after the down projection's.
+
+    torch's engine releases a node's saved tensors once the node has run
+    (``torch/csrc/autograd/engine.cpp``: ``fn.release_variables()`` without
+    ``retain_graph``), so by the time the product's backward makes the gradients of the
+    activation and of the up projection, the product (saved only by ``down_proj``) and,
+    under autocast, ``down_proj``'s BF16 weight copy are freed, and ``down_proj``'s weight
+    gradient exists: gate, act and up kept, three B·T·f gradients
+    (:func:`ffn_transient`). Returns the layer's terms at that moment and the parameters
+    whose gradients it has made (``down_proj``'s weight and bias). A plain or expert
+    feed-forward keeps every term (an upper bound: its own order is not modelled).
+
+    Measured: a transformers Qwen2 block with f = 256·d under autocast and checkpointing
+    (``tests/test_measure_hf.py``), peak in this moment, within 1%."""
+    if spec.ffn != "gated" or spec.is_moe or "feed_forward/product" not in whole:
+        return whole, 0
+    d, f = spec.hidden_size, spec.ffn_dim
+    out = {k: v for k, v in whole.items() if k != "feed_forward/product"}
+    if "autocast_weights" in out:
+        out["autocast_weights"] -= 2 * d * f
+    return out, d * f + (d if spec.mlp_bias else 0)
+
+
 def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int], saved_all):
     """A function of the layer index ``i`` giving that layer's two backward moments."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
@@ -419,6 +506,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     if setup.activation_checkpointing and saved.is_transformers(setup, spec):
         recomputed = hf_saved.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
+    whole, down_params = _after_down_projection(spec, setup, whole)
     before = embedding_saved(spec, setup)
     ffn_grad = ffn_transient(spec, setup)
     attention_grad = attention_transient(spec, setup)
@@ -438,7 +526,8 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms = _add(terms, whole_p)
         terms = _add(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = ffn_grad
-        terms["grads"] = grad_bytes(spec, setup, head_params + (L - 1 - i) * per_layer)
+        done = head_params + (L - 1 - i) * per_layer + down_params
+        terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         out = [terms]
@@ -557,7 +646,7 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     if setup.optimizer == "none" or setup.optimizer_in_backward:
         return None
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
+    terms["grads"] = step_grad_bytes(spec, setup)
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
