@@ -17,7 +17,9 @@ import itertools
 import time
 from pathlib import Path
 
-CONFIGS = Path(__file__).parent / "configs"
+ROOT = Path(__file__).resolve().parent.parent
+#: Stored relative to the repository (results files carry no checkout's path).
+CONFIGS = "benchmarks/configs"
 
 #: label → source: bundled Hub ids, or configs written in benchmarks/configs/.
 SOURCES = {
@@ -26,14 +28,14 @@ SOURCES = {
     "Qwen2.5-14B": "Qwen/Qwen2.5-14B",
     "Llama-3.2-1B": "meta-llama/Llama-3.2-1B",
     "gemma-2b": "google/gemma-2b",
-    "GPT-2 124M": str(CONFIGS / "gpt2-124m" / "config.json"),
-    "phi 1.4B": str(CONFIGS / "phi-1.4b" / "config.json"),
-    "OLMo-2 1.5B": str(CONFIGS / "olmo2-1b" / "config.json"),
-    "Mistral 7B": str(CONFIGS / "mistral-7b" / "config.json"),
-    "Mixtral 0.2B": str(CONFIGS / "mixtral-0.2b" / "config.json"),
-    "Llama 134M": str(CONFIGS / "llama-110m" / "config.json"),
-    "Qwen2 7M": str(CONFIGS / "qwen2-7m" / "config.json"),
-    "GPT-2 8M": str(CONFIGS / "gpt2-8m" / "config.json"),
+    "GPT-2 124M": f"{CONFIGS}/gpt2-124m/config.json",
+    "phi 1.4B": f"{CONFIGS}/phi-1.4b/config.json",
+    "OLMo-2 1.5B": f"{CONFIGS}/olmo2-1b/config.json",
+    "Mistral 7B": f"{CONFIGS}/mistral-7b/config.json",
+    "Mixtral 0.2B": f"{CONFIGS}/mixtral-0.2b/config.json",
+    "Llama 134M": f"{CONFIGS}/llama-110m/config.json",
+    "Qwen2 7M": f"{CONFIGS}/qwen2-7m/config.json",
+    "GPT-2 8M": f"{CONFIGS}/gpt2-8m/config.json",
 }
 
 
@@ -120,10 +122,18 @@ def setup_of(c: dict):
     )
 
 
+def source_path(source: str) -> str:
+    """A bundled Hub id as it is; a config under benchmarks/configs/ (stored relative to
+    the repository, or as an older results file's absolute path) in this checkout."""
+    if "benchmarks/configs/" in source:
+        return str(ROOT / CONFIGS / source.split("benchmarks/configs/", 1)[1])
+    return source
+
+
 def spec_of(c: dict):
     from introspect.adapters import resolve
 
-    return resolve(c["source"]).spec
+    return resolve(source_path(c["source"])).spec
 
 
 def run_cell(c: dict) -> dict:
@@ -140,7 +150,7 @@ def run_cell(c: dict) -> dict:
         impl=c["impl"],
         census=c["framework"] == "torch",
         repeats=2 if c["framework"].startswith("mlx") else 1,
-        config=source_config(c["source"], spec),
+        config=source_config(source_path(c["source"]), spec),
     )
     m = row.comparison.measurement
     return {

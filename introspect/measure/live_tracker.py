@@ -20,6 +20,9 @@ this tracker keeps only those, with MemTracker's rules for what counts and how:
 * a parameter's gradient is relabelled ``Gradient`` when autograd computes it and after
   it is accumulated (``register_hook`` and ``register_post_accumulate_grad_hook``), and
   the optimizer's state ``Optstate`` after each step, as MemTracker's hooks do;
+* the phase of an operation is optimizer inside ``optimizer.step()`` and after backward
+  (what runs between them prepares the update: a mixed step's FP32 master gradients),
+  backward while autograd's engine runs, else forward;
 * the peak is checked after every operation, per device; the snapshot is copied only
   when a device's live total rises above its peak.
 
@@ -189,6 +192,7 @@ class LiveStorageTracker(TorchDispatchMode):
         self._handles.append(hooks.register_module_forward_hook(post_forward, always_call=True))
 
     def __enter__(self) -> LiveStorageTracker:
+        self._backward_seen = False
         self._install_hooks()
         for device, snap in self._current.items():
             self._peak[device] = snap["Total"]
@@ -211,8 +215,11 @@ class LiveStorageTracker(TorchDispatchMode):
             kind, phase = "Optstate", "optimizer"
         elif _graph_task_id() != -1:
             kind, phase = ("Activation" if self._recomputing else "Temp"), "backward"
+            self._backward_seen = True
         else:
-            kind, phase = "Activation", "forward"
+            # After backward, outside the step: the update's own preparation (a mixed
+            # step's FP32 master gradients), which the phase calls optimizer.
+            kind, phase = "Activation", "optimizer" if self._backward_seen else "forward"
         if phase not in self.marks:
             self.marks[phase] = sum(s["Total"] for s in self._current.values())
         self._add_outputs(out, kind)

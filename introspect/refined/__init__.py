@@ -82,6 +82,9 @@ def execution_estimate(
         candidates.append(("forward", loss_forward))
     candidates.append(("forward_end", execution.forward_end(spec, setup)))
     candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
+    master = execution.master_gradients(spec, setup)
+    if master is not None:
+        candidates.append(("master_grads", master))
     step = execution.optimizer_step(spec, setup)
     if step is not None:
         candidates.append(("optimizer_step", step))

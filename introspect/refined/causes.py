@@ -64,6 +64,8 @@ CAUSES: dict[str, str] = {
     "(calibrated, MLX_COMPILED_FACTOR)",
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
     "activations/logits/output": "{logits_holder}",
+    "grads/last_bf16": "the last parameter's BF16 gradient, freed once its FP32 master "
+    "gradient exists (the copy runs in parameter order)",
     "activations/logits/upcast": "FP32 copy of the 16-bit logits the log-softmax reads "
     "(logits.float() in ForCausalLMLoss, or autocast's cast); saved by nothing",
     "activations/autocast_cache": "autocast's cached BF16 copies of every block's weights, "
@@ -152,7 +154,8 @@ def tracker_phase(phase: str | None, framework: str = "torch") -> str | None:
         return None
     if framework in ("mlx", "mlx_compiled"):
         return "optimizer" if phase == "optimizer_step" else "forward/backward"
-    return {"forward_end": "backward", "optimizer_step": "optimizer"}.get(phase, phase)
+    named = {"forward_end": "backward", "optimizer_step": "optimizer", "master_grads": "optimizer"}
+    return named.get(phase, phase)
 
 
 #: The tracker's categories (``introspect.measure.tracker.categories_at_peak``), in order.
@@ -166,6 +169,8 @@ def tracker_category(term: str) -> str:
     tied embedding's sum, the update's temporaries) are temporary."""
     if term == "weights" or term.startswith("weights/"):
         return "parameters"
+    if term == "grads/last_bf16":  # a parameter's own gradient, not yet freed
+        return "gradients"
     if term == "optimizer/temporaries" or term.startswith("grads/"):
         return "temporary"
     if term.startswith("optimizer/"):

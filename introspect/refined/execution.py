@@ -1,9 +1,11 @@
 """The execution layer: what a framework actually holds at its peak for a TrainingSetup.
 
-Three phases of a steady-state step (after a warm-up step, gradients set to ``None`` by
+The phases of a steady-state step (after a warm-up step, gradients set to ``None`` by
 ``zero_grad``, Adam's state already allocated) are modelled as explicit moments, each a
 full breakdown; the largest is the execution total and its name the peak phase:
 
+* ``forward`` — transformers' classes only: the loss's forward inside the model's
+  (:func:`loss_forward`: the logits, their FP32 upcast, autocast's weight cache).
 * ``forward_end`` — end of forward / start of backward, inside the loss's backward:
   weights and optimizer state, every saved activation (:mod:`introspect.refined.saved`),
   the logits the training loop still holds, and the gradient of the log-probabilities
@@ -240,6 +242,35 @@ def step_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     return grad_bytes(spec, setup, n)
 
 
+def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
+    """The end of the copy into the master's gradients, before the update runs (mixed
+    precision on one unsharded device; None otherwise).
+
+    ``TorchStep`` copies each BF16 gradient into an FP32 gradient of its master tensor
+    and then frees it, in parameter order (DeepSpeed's ``update_hp_grads`` then
+    ``clear_lp_grads``). With ``n_j`` the elements of tensor j, the live gradient bytes
+    after tensor j's copy are ``2N + 2·S_{j-1} + 4·n_j``, largest at the last tensor:
+    ``4N + 2·n_last``. The last parameter of a causal LM is lm_head's bias, else its
+    weight (V·d), else (tied) the final norm's last tensor (d). Exceeds the optimizer
+    step wherever the update's temporaries are smaller than that BF16 gradient (fused or
+    foreach updates)."""
+    if step_grad_bytes(spec, setup) == grad_bytes(spec, setup, _trainable(spec, setup)):
+        return None
+    if spec.lm_head_bias:
+        last = spec.vocab_size
+    elif not spec.tie_word_embeddings:
+        last = spec.vocab_size * spec.hidden_size
+    else:
+        last = spec.hidden_size
+    terms = dict(state_terms(spec, setup))
+    terms["grads"] = step_grad_bytes(spec, setup)
+    terms["grads/last_bf16"] = working_weight_bytes(setup) * last
+    saved_all = saved_terms(spec, setup)
+    if "activations/logits/output" in saved_all:
+        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    return terms
+
+
 def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """One layer's saved bytes (:func:`saved.per_layer`; under LoRA, what a frozen base
     still keeps for the adapters: :func:`lora.per_layer`)."""
@@ -329,7 +360,9 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     gradient. k experts per token for MoE."""
     k = spec.num_experts_per_tok if spec.is_moe else 1
     buffers = 3 if spec.ffn == "gated" else 2
-    return (buffers * k * spec.ffn_dim + spec.hidden_size) * setup.tokens * setup.activation_bytes
+    e = saved.expert_bytes(setup) if spec.is_moe else setup.activation_bytes
+    stream = spec.hidden_size * setup.activation_bytes
+    return (buffers * k * spec.ffn_dim * e + stream) * setup.tokens
 
 
 def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:

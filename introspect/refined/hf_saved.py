@@ -105,6 +105,20 @@ def dropout_mask_bytes(setup: TrainingSetup, value_bytes: int) -> int:
     return 1 if setup.resolved_device == "cuda" else value_bytes
 
 
+def dropped_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per value of the probabilities the attention dropout reads: the softmax's
+    output cast to the query's dtype (``eager_attention_forward``:
+    ``softmax(..., dtype=torch.float32).to(query.dtype)``). The query is FP32 in SDPA's
+    math fallback, and under autocast after a Llama-style q norm, whose FP32 weight
+    promotes the cast-back BF16 value (``self.weight * hidden_states.to(input_dtype)``,
+    e.g. Qwen3); otherwise the activations' dtype."""
+    if math_fallback(spec, setup):
+        return FP32
+    if is_amp(setup) and spec.qk_norm != "none" and spec.model_type not in FP32_NORMALIZED:
+        return FP32
+    return setup.activation_bytes
+
+
 def math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """SDPA with dropout on the probabilities runs the math kernel on CPU."""
     return (
@@ -170,9 +184,11 @@ def linear_weights_per_layer(spec: ModelSpec) -> int:
     bias is not kept for backward)."""
     d, f = spec.hidden_size, spec.ffn_dim
     attention = d * spec.q_dim + 2 * d * spec.kv_dim + spec.q_dim * d
-    experts = spec.num_local_experts or 1
-    ffn = (3 if spec.ffn == "gated" else 2) * d * f * experts
-    return attention + ffn + d * spec.num_local_experts
+    if spec.is_moe:
+        # The router is a linear layer; the experts' grouped matmuls are not autocast's
+        # (they run at the weights' dtype), so no copy of them is made.
+        return attention + d * spec.num_local_experts
+    return attention + (3 if spec.ffn == "gated" else 2) * d * f
 
 
 def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
@@ -211,7 +227,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         probs = probs_bytes(spec, setup)
         out["attention/quadratic/probs"] = t2 * probs
         if spec.attention_dropout > 0:
-            out["attention/quadratic/dropout_mask"] = t2 * dropout_mask_bytes(setup, inner)
+            mask = dropout_mask_bytes(setup, dropped_bytes(spec, setup))
+            out["attention/quadratic/dropout_mask"] = t2 * mask
             out["attention/quadratic/dropped"] = t2 * inner
         elif probs > s:
             out["attention/quadratic/probs_cast"] = t2 * s
@@ -227,24 +244,35 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["attention/linear/out"] = BT * d * stream_kept_bytes(setup, 2 if gated else 1)
     elif not parallel:
         out["attention/linear/out"] = BT * d * norm_input_bytes(spec, setup)
-    k = spec.num_experts_per_tok if spec.is_moe else 1
-    if gated:
-        out["feed_forward/gate"] = k * BT * f * s
-    out["feed_forward/up"] = k * BT * f * s
-    out["feed_forward/act"] = k * BT * f * s
-    extra = ACTIVATION_EXTRA.get(spec.hidden_act, 0)
-    if extra:
-        out["feed_forward/act_intermediates"] = extra * k * BT * f * s
-    if gated:
-        out["feed_forward/product"] = k * BT * f * s
     if spec.is_moe:
-        out["feed_forward/router"] = 2 * BT * spec.num_local_experts * s
+        out.update(_routed_feed_forward(spec, setup))
+    else:
+        if gated:
+            out["feed_forward/gate"] = BT * f * s
+        out["feed_forward/up"] = BT * f * s
+        out["feed_forward/act"] = BT * f * s
+        extra = ACTIVATION_EXTRA.get(spec.hidden_act, 0)
+        if extra:
+            out["feed_forward/act_intermediates"] = extra * BT * f * s
+        if gated:
+            out["feed_forward/product"] = BT * f * s
     if spec.hidden_dropout > 0:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
     if is_amp(setup):
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
     out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
     return out
+
+
+def _routed_feed_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """A mixture-of-experts block's feed-forward as transformers 5 runs it: the routed
+    path of :func:`introspect.refined.saved._feed_forward` (grouped matmuls over the
+    k·B·T routed rows, at the weights' dtype: :func:`introspect.refined.saved.expert_bytes`),
+    beside this module's attention side."""
+    from introspect.refined.saved import _feed_forward
+
+    kind = spec.kinds[0][0]
+    return {k: v for k, v in _feed_forward(spec, setup, kind).items() if k != "feed_forward/down"}
 
 
 def stream_kept_bytes(setup: TrainingSetup, consumers: int) -> int:

@@ -70,8 +70,15 @@ def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool
         and not att.sinks
         and not att.output_gate
         and att.qk_norm in ("none", "head", "full")
-        and kind.feed_forward.num_experts == 0
+        and (kind.feed_forward.num_experts == 0 or _plain_routing(kind.feed_forward))
     )
+
+
+def _plain_routing(ff) -> bool:
+    """A mixture-of-experts feed-forward :mod:`~introspect.refined.hf_saved` models with
+    its attention side: a softmax router over every expert, no shared experts, no clamped
+    GLU (Mixtral, Qwen3-MoE, OLMoE; the others keep the reference set)."""
+    return ff.router == "softmax" and not ff.shared_intermediate_size and not ff.clamped_glu
 
 
 def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
@@ -222,6 +229,17 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
     return out
 
 
+def expert_bytes(setup: TrainingSetup) -> int:
+    """Bytes per value on a mixture-of-experts' routed path. transformers' grouped
+    matmuls are not autocast-enabled: ``_grouped_mm`` casts its input to the weight's
+    dtype (``transformers/integrations/moe.py``), so under autocast (FP32 weights) the
+    routed rows, gate_up, act, product and expert outputs are FP32; otherwise the
+    activations' dtype."""
+    if setup.precision == "amp" and setup.implementation == "transformers":
+        return setup.weight_bytes
+    return setup.activation_bytes
+
+
 def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
     """What one layer's feed-forward keeps. Dense: up (the activation's input) and the
     activation's output (plain), or gate, up, act, product (gated); ``down`` is the
@@ -242,6 +260,8 @@ def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dic
     ff = kind.feed_forward
     f = ff.intermediate_size
     k = ff.top_k if ff.is_moe else 1
+    if ff.is_moe:
+        s = expert_bytes(setup)
     out: dict[str, int] = {}
     if ff.ffn == "gated":
         out["feed_forward/gate"] = k * BT * f * s
@@ -249,7 +269,7 @@ def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dic
     out["feed_forward/act"] = k * BT * f * s
     if ff.ffn == "gated":
         out["feed_forward/product"] = k * BT * f * s
-    out["feed_forward/down"] = BT * d * s
+    out["feed_forward/down"] = BT * d * setup.activation_bytes
     if ff.is_moe:
         out["feed_forward/routed_input"] = k * BT * d * s
         out["feed_forward/expert_down"] = k * BT * d * s

@@ -90,13 +90,20 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
         out += _norm(spec, q) + _norm(spec, kv)
     for _ in range(spec.norms_per_layer - 1):
         out += norms
-    ffn = []
-    if spec.ffn == "gated":
-        ffn += _linear(f, d, spec.mlp_bias)
-    ffn += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
-    out += ffn * max(1, spec.num_local_experts)
     if spec.is_moe:
-        out.append((spec.num_local_experts, d))
+        # transformers 5's experts are fused: the router, then one (E, 2f, d) gate_up (or
+        # (E, f, d) up) and one (E, d, f) down tensor (``MixtralSparseMoeBlock``: gate,
+        # experts; ``MixtralExperts.gate_up_proj``, ``down_proj``).
+        E = spec.num_local_experts
+        out.append((E, d))
+        out.append((E, (2 if spec.ffn == "gated" else 1) * f, d))
+        out.append((E, d, f))
+        if spec.mlp_bias:
+            out += [(E, (2 if spec.ffn == "gated" else 1) * f), (E, d)]
+        return out
+    if spec.ffn == "gated":
+        out += _linear(f, d, spec.mlp_bias)
+    out += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
     return out
 
 
