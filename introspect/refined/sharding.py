@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 
 from introspect.params import norm_params, trainable_parameter_count
+from introspect.refined.memo import per_estimate
 from introspect.refined.model_parallel import model_parallel_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -74,6 +75,7 @@ def _norm(spec: ModelSpec, width: int) -> list[Shape]:
     return [(width,)] * (norm_params(spec, width) // width)
 
 
+@per_estimate
 def layer_tensors(spec: ModelSpec) -> list[Shape]:
     """One block's parameter tensors, in module order (Llama's names: input norm, q, k,
     v, o and the q/k norms, post-attention norm, gate/up/down or the experts and router).
@@ -100,6 +102,7 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
     return out
 
 
+@per_estimate
 def root_tensors(spec: ModelSpec) -> list[Shape]:
     """What FSDP2's root unit holds: the embedding (and learned positions), the final
     norm and an untied head (and its bias)."""
@@ -115,6 +118,7 @@ def root_tensors(spec: ModelSpec) -> list[Shape]:
     return out
 
 
+@per_estimate
 def parameter_tensors(spec: ModelSpec) -> list[Shape]:
     """Every parameter tensor in ``model.parameters()`` order (a tied head once)."""
     V, d = spec.vocab_size, spec.hidden_size
