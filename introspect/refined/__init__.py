@@ -87,10 +87,11 @@ def execution_estimate(
             candidates.append(("optimizer_step", step))
     # Tensor/pipeline parallel: each moment on the largest model-parallel rank.
     candidates = [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in candidates]
+    totals = [sum(terms.values()) for _, terms in candidates]  # each moment summed once
     phases: dict[str, int] = {}
-    for phase, terms in candidates:
-        phases[phase] = max(phases.get(phase, 0), sum(terms.values()))
-    phase, terms = max(candidates, key=lambda c: sum(c[1].values()))
+    for (phase, _), total in zip(candidates, totals, strict=True):
+        phases[phase] = max(phases.get(phase, 0), total)
+    phase, terms = candidates[max(range(len(totals)), key=totals.__getitem__)]  # the first
     terms, extra = execution.framework_extra(spec, setup, terms)
     if extra:
         phases = {k: v + extra for k, v in phases.items()}

@@ -324,6 +324,12 @@ def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
     return out
 
 
+def _add_into(terms: dict[str, int], more: dict[str, int]) -> None:
+    """:func:`_add` in place, for a moment's own fresh dict."""
+    for name, value in more.items():
+        terms[name] = terms.get(name, 0) + value
+
+
 @per_estimate
 def head_parameters(spec: ModelSpec) -> int:
     """Parameters whose gradients the loss backward makes first: the output projection
@@ -467,24 +473,25 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     below_p = _prefixed({f"layer/{k}": v for k, v in below.items()})
     whole_p = _prefixed({f"layer/{k}": v for k, v in whole.items()})
     current_p = _prefixed({f"layer/{k}": v for k, v in current.items()})
+    base = _add(state, before)  # every moment starts from it (each gets a copy)
 
     def moments(i: int) -> list[dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
-        terms = _add(state, before)
+        terms = dict(base)
         terms.update({k: i * v for k, v in below_p.items()})
-        terms = _add(terms, whole_p)
-        terms = _add(terms, loop_logits)
+        _add_into(terms, whole_p)
+        _add_into(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = ffn_grad
         terms["grads"] = grad_bytes(spec, setup, head_params + (L - 1 - i) * per_layer)
         terms.update(mlx_activation_grads(spec, setup, i + 1))
         terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         out = [terms]
         # The layer's attention backward.
-        terms = _add(state, before)
+        terms = dict(base)
         terms.update({k: i * v for k, v in below_p.items()})
-        terms = _add(terms, current_p)
-        terms = _add(terms, loop_logits)
+        _add_into(terms, current_p)
+        _add_into(terms, loop_logits)
         terms["activations/layer/attention/grad"] = attention_grad
         done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
@@ -493,9 +500,10 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
-            terms = _add(state, before)
+            terms = dict(base)
             terms.update({k: i * v for k, v in below_p.items()})
-            terms = _add(_add(terms, loop_logits), post)
+            _add_into(terms, loop_logits)
+            _add_into(terms, post)
             terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
             out.append(terms)
         return out
