@@ -360,7 +360,7 @@ ALL_LAYERS_UP_TO = 256
 MAX_CANDIDATES = 4096
 
 
-def builds_candidates_only(setup: TrainingSetup) -> bool:
+def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """Whether :func:`candidate_layers` narrows the layers at any L, not only beyond
     :data:`ALL_LAYERS_UP_TO`: where the estimate is the same, term for term and phase for
     phase, as building every layer (the argument does not depend on L;
@@ -384,7 +384,7 @@ def builds_candidates_only(setup: TrainingSetup) -> bool:
         and not setup.optimizer_in_backward
         and setup.offload != "parameters"
         and not setup.gradient_as_bucket_view
-        and setup.resolved_sharding != "fsdp"
+        and not (setup.resolved_sharding == "fsdp" and spec.is_heterogeneous)
     )
 
 
@@ -563,7 +563,7 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     layers nearest the line's top are used and the peak may be off by ``margin`` bytes.
     """
     L = spec.num_hidden_layers
-    if L <= ALL_LAYERS_UP_TO and not builds_candidates_only(setup):
+    if L <= ALL_LAYERS_UP_TO and not builds_candidates_only(spec, setup):
         return list(range(L - 1, -1, -1))
     if setup.activation_checkpointing:
         below = saved.checkpointed_layer(spec, setup)

@@ -153,6 +153,32 @@ def fsdp_shard(shapes: list[Shape], devices: int) -> int:
     return sum(math.ceil(s[0] / devices) * numel(s[1:]) for s in shapes)
 
 
+# One block's and the root's sizes, asked at every moment of a sharded estimate; memoised
+# per estimate (pure in the frozen spec and the device count: introspect.refined.memo).
+@per_estimate
+def block_elements(spec: ModelSpec) -> int:
+    """Elements of one block's parameter tensors."""
+    return sum(numel(s) for s in layer_tensors(spec))
+
+
+@per_estimate
+def root_elements(spec: ModelSpec) -> int:
+    """Elements of FSDP2's root unit."""
+    return sum(numel(s) for s in root_tensors(spec))
+
+
+@per_estimate
+def block_shard(spec: ModelSpec, devices: int) -> int:
+    """:func:`fsdp_shard` of one block."""
+    return fsdp_shard(layer_tensors(spec), devices)
+
+
+@per_estimate
+def model_shard(spec: ModelSpec, devices: int) -> int:
+    """:func:`fsdp_shard` of every parameter tensor."""
+    return fsdp_shard(parameter_tensors(spec), devices)
+
+
 # --- what the execution layer asks -----------------------------------------------------
 
 
@@ -202,7 +228,7 @@ def state_terms(
         else:
             terms = {"weights": working * N}
     else:  # fsdp
-        opt_elems = fsdp_shard(parameter_tensors(spec), D)
+        opt_elems = model_shard(spec, D)
         # The sharded parameter keeps the original dtype: under mixed precision it is the
         # FP32 master itself.
         shard_bytes = FP32 if setup.precision == "mixed" else working
@@ -234,13 +260,13 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: in
         return working * n_params
     reduce_b = _fsdp_reduce_bytes(setup)
     if n_params >= N:
-        return reduce_b * fsdp_shard(parameter_tensors(spec), D)
+        return reduce_b * model_shard(spec, D)
     param_b = _fsdp_param_bytes(setup, working)
     head = min(n_params, spec.vocab_size * spec.hidden_size)
     rest = n_params - head
-    per_layer = sum(numel(s) for s in layer_tensors(spec))
+    per_layer = block_elements(spec)
     done, partial = divmod(rest, per_layer)
-    shard = fsdp_shard(layer_tensors(spec), D)
+    shard = block_shard(spec, D)
     return param_b * (head + partial) + reduce_b * done * shard
 
 
@@ -263,9 +289,9 @@ def moment_terms(
     if how != "fsdp" or moment == "optimizer_step":
         return {}
     param_b = _fsdp_param_bytes(setup, working)
-    block = sum(numel(s) for s in layer_tensors(spec))
-    block_padded = D * fsdp_shard(layer_tensors(spec), D)
-    root = sum(numel(s) for s in root_tensors(spec))
+    block = block_elements(spec)
+    block_padded = D * block_shard(spec, D)
+    root = root_elements(spec)
     L = spec.num_hidden_layers
     blocks = L if not setup.reshard_after_forward else 0
     if moment == "layer":
@@ -300,9 +326,9 @@ def post_backward(
         return []
     D, L = setup.devices, spec.num_hidden_layers
     param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
-    block = sum(numel(s) for s in layer_tensors(spec))
-    shard = fsdp_shard(layer_tensors(spec), D)
-    root = sum(numel(s) for s in root_tensors(spec))
+    block = block_elements(spec)
+    shard = block_shard(spec, D)
+    root = root_elements(spec)
     head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
     gathered = 0 if setup.reshard_after_forward else layer
     above = (L - 1 - layer) * shard
@@ -332,7 +358,7 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[st
     root = root_tensors(spec)
     root_n = sum(numel(s) for s in root)
     reduce_b = _fsdp_reduce_bytes(setup)
-    blocks = spec.num_hidden_layers * fsdp_shard(layer_tensors(spec), D)
+    blocks = spec.num_hidden_layers * block_shard(spec, D)
     return {
         "weights/gathered": _fsdp_param_bytes(setup, working) * root_n,
         "grads": reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
@@ -348,7 +374,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
     out: dict[str, str] = {}
     if how == "fsdp":
         pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
-        block_padded = D * fsdp_shard(layer_tensors(spec), D)
+        block_padded = D * block_shard(spec, D)
         kept = "" if setup.reshard_after_forward else " and every block (no reshard after forward)"
         out["weights"] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
             "FP32: the only master copy under MixedPrecisionPolicy"
@@ -439,7 +465,7 @@ def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     if how == "zero":
         return math.ceil(spec.n_params / D)
     if how == "fsdp":
-        return fsdp_shard(parameter_tensors(spec), D)
+        return model_shard(spec, D)
     return spec.n_params
 
 
