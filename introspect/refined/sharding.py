@@ -179,6 +179,12 @@ def model_shard(spec: ModelSpec, devices: int) -> int:
     return fsdp_shard(parameter_tensors(spec), devices)
 
 
+@per_estimate
+def zero1_largest_rank(spec: ModelSpec, devices: int) -> int:
+    """Elements of the largest rank's :func:`zero_partition` of every parameter tensor."""
+    return max(zero_partition([numel(s) for s in parameter_tensors(spec)], devices))
+
+
 # --- what the execution layer asks -----------------------------------------------------
 
 
@@ -216,7 +222,7 @@ def state_terms(
         terms = {"weights": working * N}
         terms["comm/ddp_buckets"] = working * N
         if how == "zero":
-            opt_elems = max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+            opt_elems = zero1_largest_rank(spec, D)
     elif how == "zero":  # DeepSpeed stage 2 or 3
         opt_elems = math.ceil(N / D)
         if setup.zero_stage == 3:
@@ -461,7 +467,7 @@ def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Parameters the largest rank's optimizer updates."""
     how, D = strategy(setup), setup.devices
     if how == "zero" and setup.zero_stage == 1:
-        return max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+        return zero1_largest_rank(spec, D)
     if how == "zero":
         return math.ceil(spec.n_params / D)
     if how == "fsdp":
