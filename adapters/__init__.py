@@ -110,6 +110,8 @@ def _resolve(source: str, revision: str | None, timeout: float | None) -> Resolv
 def _from_nominal(source: str) -> ResolvedModel | None:
     """The seed's nominal sizes (10M … 70B) as ``introspect measure`` builds them: the
     size table's synthetic standard transformer, N counted from its structure."""
+    if "/" in source:  # every nominal size is a bare name (40M); spares the import
+        return None
     from introspect.measure.shapes import nominal_spec
 
     spec = nominal_spec(source)

@@ -33,10 +33,11 @@ Need = Callable[[ModelSpec, TrainingSetup], int]
 
 
 def peak(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """The refined estimate of the step's peak (allocated tensors), bytes."""
+    """The refined estimate of the step's peak (allocated tensors), bytes: the execution
+    layer's total (:attr:`introspect.refined.RefinedEstimate.total`)."""
     from introspect import refined
 
-    return refined.estimate(spec, setup).total
+    return refined.execution_estimate(spec, setup).total
 
 
 @dataclass(frozen=True)

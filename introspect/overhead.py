@@ -144,7 +144,8 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None) -> DeviceVie
     :class:`introspect.devices.Device`, or the setup's own kind when None) shows."""
     from introspect import refined
 
-    est = refined.estimate(spec, setup)
+    # The execution layer alone: its total is the refined estimate's (RefinedEstimate.total)
+    est = refined.execution_estimate(spec, setup)
     kind = (
         device.kind
         if device is not None
@@ -163,7 +164,7 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None) -> DeviceVie
                 "usable": METAL_SOURCE,
             },
         )
-    reserve = cuda_reserve(spec, setup, dict(est.execution.terms))
+    reserve = cuda_reserve(spec, setup, dict(est.terms))
     return DeviceView(
         est.total,
         reserve,

@@ -7,7 +7,6 @@ from. Memory columns are decimal GB unless a column name says otherwise.
 from __future__ import annotations
 
 import io
-import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -76,6 +75,8 @@ SCHEMA_VERSION = 2
 def dumps(obj: Any) -> str:
     """JSON as the tool prints it: indented, keys in insertion order, UTF-8 kept; a
     top-level object starts with ``schema_version`` (:data:`SCHEMA_VERSION`)."""
+    import json  # here: the text reports of estimate and sizes never need it
+
     if isinstance(obj, dict):
         obj = {"schema_version": SCHEMA_VERSION, **obj}
     return json.dumps(obj, indent=2, ensure_ascii=False)

@@ -106,3 +106,72 @@ def test_layers_beyond_any_machine_are_still_closed_form():
     assert est.total > refined.estimate(LLAMA, setup).total * 10**26
     mlx = refined.estimate(huge, SETUPS["mlx"])
     assert mlx.total > 0
+
+
+def _bundled_specs() -> list[ModelSpec]:
+    from introspect.adapters import bundled, resolve
+
+    return [resolve(m.hub_id).spec for m in bundled.models()]
+
+
+#: Setups where the candidates are used at any L (:func:`execution.builds_candidates_only`).
+SMALL_L_SETUPS = [
+    TrainingSetup(),
+    TrainingSetup(seq_len=4096, precision="mixed", activation_checkpointing=True),
+    TrainingSetup(seq_len=512, batch_size=3, precision="amp", attention="memory_efficient"),
+    TrainingSetup(precision="bf16", cross_entropy="chunked", loop="logits"),
+    TrainingSetup(implementation="reference", device="cpu", optimizer_impl="single_tensor"),
+    TrainingSetup(devices=4, zero_stage=2, activation_checkpointing=True),
+    TrainingSetup(devices=8, sharding="zero", zero_stage=3, precision="mixed"),
+    TrainingSetup(devices=3, zero_stage=1, optimizer="adam8bit"),
+    TrainingSetup(devices=8, sharding="ddp", optimizer_impl="foreach"),
+    TrainingSetup(devices=8, sharding="fsdp", precision="mixed"),
+    TrainingSetup(devices=3, zero_stage=3, reshard_after_forward=False, loop="logits"),
+    TrainingSetup(finetune="lora", lora_rank=16, precision="bf16"),
+    TrainingSetup(finetune="qlora", lora_rank=8, lora_dropout=0.1, train_embeddings=True),
+    TrainingSetup(offload="optimizer", freeze_tower=True),
+    TrainingSetup(optimizer="none"),
+]
+
+
+@pytest.mark.parametrize("setup", SMALL_L_SETUPS, ids=range(len(SMALL_L_SETUPS)))
+def test_candidates_at_small_l_give_every_layers_estimate(setup):
+    """Below ALL_LAYERS_UP_TO, where the candidates are used, every bundled model's
+    execution breakdown — terms, causes, peak phase and every phase's total — is the one
+    building every layer gives."""
+    narrowed = 0
+    for spec in _bundled_specs():
+        if setup.resolved_sharding == "fsdp" and spec.is_heterogeneous:
+            assert not execution.builds_candidates_only(spec, setup)
+            continue
+        assert execution.builds_candidates_only(spec, setup)
+        assert spec.num_hidden_layers <= execution.ALL_LAYERS_UP_TO
+        new = refined.execution_estimate(spec, setup)
+        old = old_execution_estimate(spec, setup)
+        assert (new.terms, new.notes, new.meta) == (old.terms, old.notes, old.meta), spec.source
+        narrowed += len(execution.candidate_layers(spec, setup)) < spec.num_hidden_layers
+    assert narrowed > 0
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(optimizer_in_backward=True),
+        dict(offload="parameters"),
+        dict(devices=2, sharding="ddp", gradient_as_bucket_view=True),
+        dict(tensor_parallel=2),
+        dict(pipeline_parallel=2),
+        dict(framework="mlx"),
+    ],
+)
+def test_setups_the_line_does_not_hold_for_build_every_layer(changes):
+    """Where the per-layer totals are not a line (capped or absent gradients, per-rank
+    rescaling; FSDP2 on a heterogeneous stack, above) every layer is still built below
+    ALL_LAYERS_UP_TO; the optimizer in backward shows why (Qwen2.5-7B: the largest
+    backward moment is the top layer's, the line's argument picks the bottom)."""
+    setup = TrainingSetup(**changes)
+    spec = _bundled_specs()[1]
+    assert not execution.builds_candidates_only(spec, setup)
+    assert execution.candidate_layers(spec, setup) == list(
+        range(spec.num_hidden_layers - 1, -1, -1)
+    )

@@ -64,6 +64,8 @@ CLOSED_FORM = {
     "profile-list": ["profile", "--list"],
     "table": ["table"],
     "table-json": ["table", "--json"],
+    "fit": ["fit", "Qwen/Qwen2.5-7B", "--gpu", "h100-80gb", "--seq", "4096"],
+    "fit-json": ["fit", "Qwen/Qwen2.5-0.5B", "--budget", "8GB", "--lora-rank", "16", "--json"],
 }  # fmt: skip
 
 
@@ -79,9 +81,15 @@ def test_closed_form_commands_import_nothing_heavy(name, tmp_path):
     assert "importlib.resources" not in modules
     # only the chosen sub-command's module
     chosen = argv[0]
-    others = {f"introspect.commands.{c}" for c in ("estimate", "sizes", "profile", "table")}
+    others = {f"introspect.commands.{c}" for c in ("estimate", "sizes", "profile", "table", "fit")}
     assert {m for m in modules if m in others} == {f"introspect.commands.{chosen}"}
     assert "introspect.commands.measure" not in modules
+    # not platform, whose import compiles a dozen regular expressions (the measuring
+    # package's record reads it only when asked); the measuring package only for sizes
+    # (its nominal shapes)
+    assert "platform" not in modules
+    if chosen != "sizes":
+        assert not {m for m in modules if m.startswith("introspect.measure")}
 
 
 def test_tabulate_is_the_real_library_and_metadata_still_works():

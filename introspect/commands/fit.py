@@ -106,9 +106,33 @@ def need_function(device, setup: TrainingSetup) -> fit.Need:
     return lambda spec, s: overhead.device_view(spec, s, device).shown
 
 
+def remembered(need: fit.Need) -> fit.Need:
+    """``need`` computed once per distinct setup: the search asks again for setups it has
+    seen (the start of every combination, a change that is already made). Safe: a need
+    is a pure function of the spec and the setup, both frozen dataclasses, and equal
+    setups (the key) are equal field by field; the spec is keyed by identity and kept."""
+    answers: dict[tuple[int, TrainingSetup], tuple[ModelSpec, int]] = {}
+
+    def cached(spec: ModelSpec, setup: TrainingSetup) -> int:
+        key = (id(spec), setup)
+        if key not in answers:
+            answers[key] = (spec, need(spec, setup))
+        return answers[key][1]
+
+    return cached
+
+
 def analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int):
-    """Every figure the command prints, as plain data."""
-    need = need_function(device, setup)
+    """Every figure the command prints, as plain data. One memo for the whole search
+    (:mod:`introspect.refined.memo`): the spec's own figures are computed once."""
+    from introspect.refined import memo
+
+    with memo.scope():
+        return _analyse(spec, setup, budget, device, max_devices)
+
+
+def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int):
+    need = remembered(need_function(device, setup))
     candidates = fit.changes(max_devices, setup.lora_rank, setup.framework)
     now = need(spec, setup)
     view = None

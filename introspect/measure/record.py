@@ -10,7 +10,6 @@ split always sums to the peak it describes.
 from __future__ import annotations
 
 import dataclasses
-import platform
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +81,7 @@ class Measurement:
 def versions(*modules: str) -> dict[str, str]:
     """Versions of python, the platform, and the named packages that are importable."""
     import importlib.metadata
+    import platform  # here: its import compiles regexes, and only this reads it
 
     out = {"python": platform.python_version(), "platform": platform.platform(terse=True)}
     for name in modules:

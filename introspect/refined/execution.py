@@ -49,6 +49,7 @@ from fractions import Fraction
 
 from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import hf_saved, lora, offload, saved, sharding
+from introspect.refined.memo import per_estimate
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -116,6 +117,7 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
     return {}
 
 
+@per_estimate
 def layer_parameters(spec: ModelSpec) -> int:
     """Parameters of one block: attention, feed-forward (every expert) and router, its
     norms and q/k norms — for a heterogeneous stack the mean over its layers
@@ -168,6 +170,7 @@ def state_value_bytes(setup: TrainingSetup) -> int:
     return 2 if setup.precision == "bf16" else FP32
 
 
+@per_estimate
 def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Parameters with gradients and optimizer state (a frozen tower has neither)."""
     from introspect.params import trainable_parameter_count
@@ -183,12 +186,14 @@ def _lora(setup: TrainingSetup) -> bool:
     return setup.finetune != "full"
 
 
+@per_estimate
 def _unit_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Working-weight bytes of the largest unit FSDP/ZeRO-3 gathers: a block or V·d."""
     unit = max(layer_parameters(spec), spec.vocab_size * spec.hidden_size)
     return unit * working_weight_bytes(setup)
 
 
+@per_estimate
 def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Per-device persistent state: working weights, FP32 master weights, optimizer state
     and DDP's buckets, as the largest rank holds them (:func:`sharding.state_terms`);
@@ -271,6 +276,7 @@ def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | 
     return terms
 
 
+@per_estimate
 def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """One layer's saved bytes (:func:`saved.per_layer`; under LoRA, what a frozen base
     still keeps for the adapters: :func:`lora.per_layer`)."""
@@ -278,6 +284,7 @@ def layer_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return lora.per_layer(spec, setup, full) if _lora(setup) else full
 
 
+@per_estimate
 def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What is kept before the first layer (:func:`saved.embedding`: the embedding output,
     and for transformers' classes the embedding dropout's mask and the shared rotary
@@ -297,6 +304,7 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
     return out
 
 
+@per_estimate
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers)."""
     L = spec.num_hidden_layers
@@ -372,6 +380,13 @@ def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
     return out
 
 
+def _add_into(terms: dict[str, int], more: dict[str, int]) -> None:
+    """:func:`_add` in place, for a moment's own fresh dict."""
+    for name, value in more.items():
+        terms[name] = terms.get(name, 0) + value
+
+
+@per_estimate
 def head_parameters(spec: ModelSpec) -> int:
     """Parameters whose gradients the loss backward makes first: the output projection
     (V·d, shared with the embedding when tied: its gradient is allocated here) and its
@@ -430,11 +445,40 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
 
 
 #: Up to this many layers every layer's backward moments are built; above it only the
-#: layers that can hold the phase's largest moment (:func:`candidate_layers`).
+#: layers that can hold the phase's largest moment (:func:`candidate_layers`) — and at
+#: any L where :func:`builds_candidates_only` says so.
 ALL_LAYERS_UP_TO = 256
 #: The most layers :func:`candidate_layers` returns when the per-layer totals are (almost)
 #: flat in the layer index and no exact argument narrows them further.
 MAX_CANDIDATES = 4096
+
+
+def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether :func:`candidate_layers` narrows the layers at any L, not only beyond
+    :data:`ALL_LAYERS_UP_TO`: where the estimate is the same, term for term and phase for
+    phase, as building every layer (the argument does not depend on L;
+    ``tests/test_execution_closed_form.py`` checks the bundled models). This is most of
+    a closed-form command's time: a 28-layer model's 56 backward moments become 2.
+
+    Not where the per-layer totals are not the line in the layer index (plus the bounded
+    error) that :func:`candidate_layers` assumes, which a comparison with every layer
+    over the bundled models found: the optimizer in backward and parameter offload cap
+    the gradients made so far (:func:`introspect.refined.offload.grads`: ``min(value,
+    cap)``); DDP's ``gradient_as_bucket_view`` makes none (the slope assumes them);
+    FSDP2 on a heterogeneous stack (Llama 4: the largest backward moment mid-stack);
+    tensor/pipeline parallelism rescales each moment per rank
+    (:func:`introspect.refined.model_parallel.model_parallel`) after the candidates are
+    chosen. Nor (yet) MLX, whose per-layer terms are being re-derived. These keep
+    building every layer up to :data:`ALL_LAYERS_UP_TO`."""
+    return (
+        setup.framework == "torch"
+        and setup.tensor_parallel == 1
+        and setup.pipeline_parallel == 1
+        and not setup.optimizer_in_backward
+        and setup.offload != "parameters"
+        and not setup.gradient_as_bucket_view
+        and not (setup.resolved_sharding == "fsdp" and spec.is_heterogeneous)
+    )
 
 
 def backward_moments(
@@ -550,14 +594,15 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     below_p = _prefixed({f"layer/{k}": v for k, v in below.items()})
     whole_p = _prefixed({f"layer/{k}": v for k, v in whole.items()})
     current_p = _prefixed({f"layer/{k}": v for k, v in current.items()})
+    base = _add(state, before)  # every moment starts from it (each gets a copy)
 
     def moments(i: int) -> list[dict[str, int]]:
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
-        terms = _add(state, before)
+        terms = dict(base)
         terms.update({k: i * v for k, v in below_p.items()})
-        terms = _add(terms, whole_p)
-        terms = _add(terms, loop_logits)
+        _add_into(terms, whole_p)
+        _add_into(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = ffn_grad
         done = head_params + (L - 1 - i) * per_layer + down_params
         terms["grads"] = grad_bytes(spec, setup, done)
@@ -565,10 +610,10 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
         out = [terms]
         # The layer's attention backward.
-        terms = _add(state, before)
+        terms = dict(base)
         terms.update({k: i * v for k, v in below_p.items()})
-        terms = _add(terms, current_p)
-        terms = _add(terms, loop_logits)
+        _add_into(terms, current_p)
+        _add_into(terms, loop_logits)
         terms["activations/layer/attention/grad"] = attention_grad
         done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
@@ -577,9 +622,10 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
-            terms = _add(state, before)
+            terms = dict(base)
             terms.update({k: i * v for k, v in below_p.items()})
-            terms = _add(_add(terms, loop_logits), post)
+            _add_into(terms, loop_logits)
+            _add_into(terms, post)
             terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
             out.append(terms)
         return out
@@ -639,7 +685,7 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     layers nearest the line's top are used and the peak may be off by ``margin`` bytes.
     """
     L = spec.num_hidden_layers
-    if L <= ALL_LAYERS_UP_TO:
+    if L <= ALL_LAYERS_UP_TO and not builds_candidates_only(spec, setup):
         return list(range(L - 1, -1, -1))
     if setup.activation_checkpointing:
         below = saved.checkpointed_layer(spec, setup)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved
+from introspect.refined.memo import per_estimate
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -301,6 +302,7 @@ def largest_kind(spec: ModelSpec, setup: TrainingSetup) -> LayerKind:
     return max(kinds, key=lambda kind: sum(per_layer(spec, setup, kind).values()))
 
 
+@per_estimate
 def per_layer(
     spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None
 ) -> dict[str, int]:
@@ -333,6 +335,7 @@ def per_layer(
     return out
 
 
+@per_estimate
 def stack(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes every layer keeps, by term: each distinct kind once, times its count."""
     out: dict[str, int] = {}
@@ -402,6 +405,7 @@ def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return {"logits/logsumexp": setup.tokens * FP32}
 
 
+@per_estimate
 def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """With activation checkpointing (``torch.utils.checkpoint`` around each block) a
     layer keeps only its input — the previous layer's output — so of the per-layer terms

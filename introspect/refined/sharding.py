@@ -48,6 +48,7 @@ from __future__ import annotations
 import math
 
 from introspect.params import norm_params, trainable_parameter_count
+from introspect.refined.memo import per_estimate
 from introspect.refined.model_parallel import model_parallel_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -74,6 +75,7 @@ def _norm(spec: ModelSpec, width: int) -> list[Shape]:
     return [(width,)] * (norm_params(spec, width) // width)
 
 
+@per_estimate
 def layer_tensors(spec: ModelSpec) -> list[Shape]:
     """One block's parameter tensors, in module order (Llama's names: input norm, q, k,
     v, o and the q/k norms, post-attention norm, gate/up/down or the experts and router).
@@ -107,6 +109,7 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
     return out
 
 
+@per_estimate
 def root_tensors(spec: ModelSpec) -> list[Shape]:
     """What FSDP2's root unit holds: the embedding (and learned positions), the final
     norm and an untied head (and its bias)."""
@@ -122,6 +125,7 @@ def root_tensors(spec: ModelSpec) -> list[Shape]:
     return out
 
 
+@per_estimate
 def parameter_tensors(spec: ModelSpec) -> list[Shape]:
     """Every parameter tensor in ``model.parameters()`` order (a tied head once)."""
     V, d = spec.vocab_size, spec.hidden_size
@@ -154,6 +158,38 @@ def fsdp_shard(shapes: list[Shape], devices: int) -> int:
     """Elements one rank holds of ``shapes`` under FSDP2: dim 0 padded to a multiple of D,
     ⌈dim0/D⌉·rest each (every rank stores the padded shard)."""
     return sum(math.ceil(s[0] / devices) * numel(s[1:]) for s in shapes)
+
+
+# One block's and the root's sizes, asked at every moment of a sharded estimate; memoised
+# per estimate (pure in the frozen spec and the device count: introspect.refined.memo).
+@per_estimate
+def block_elements(spec: ModelSpec) -> int:
+    """Elements of one block's parameter tensors."""
+    return sum(numel(s) for s in layer_tensors(spec))
+
+
+@per_estimate
+def root_elements(spec: ModelSpec) -> int:
+    """Elements of FSDP2's root unit."""
+    return sum(numel(s) for s in root_tensors(spec))
+
+
+@per_estimate
+def block_shard(spec: ModelSpec, devices: int) -> int:
+    """:func:`fsdp_shard` of one block."""
+    return fsdp_shard(layer_tensors(spec), devices)
+
+
+@per_estimate
+def model_shard(spec: ModelSpec, devices: int) -> int:
+    """:func:`fsdp_shard` of every parameter tensor."""
+    return fsdp_shard(parameter_tensors(spec), devices)
+
+
+@per_estimate
+def zero1_largest_rank(spec: ModelSpec, devices: int) -> int:
+    """Elements of the largest rank's :func:`zero_partition` of every parameter tensor."""
+    return max(zero_partition([numel(s) for s in parameter_tensors(spec)], devices))
 
 
 # --- what the execution layer asks -----------------------------------------------------
@@ -193,7 +229,7 @@ def state_terms(
         terms = {"weights": working * N}
         terms["comm/ddp_buckets"] = working * N
         if how == "zero":
-            opt_elems = max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+            opt_elems = zero1_largest_rank(spec, D)
     elif how == "zero":  # DeepSpeed stage 2 or 3
         opt_elems = math.ceil(N / D)
         if setup.zero_stage == 3:
@@ -205,7 +241,7 @@ def state_terms(
         else:
             terms = {"weights": working * N}
     else:  # fsdp
-        opt_elems = fsdp_shard(parameter_tensors(spec), D)
+        opt_elems = model_shard(spec, D)
         # The sharded parameter keeps the original dtype: under mixed precision it is the
         # FP32 master itself.
         shard_bytes = FP32 if setup.precision == "mixed" else working
@@ -237,13 +273,13 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: in
         return working * n_params
     reduce_b = _fsdp_reduce_bytes(setup)
     if n_params >= N:
-        return reduce_b * fsdp_shard(parameter_tensors(spec), D)
+        return reduce_b * model_shard(spec, D)
     param_b = _fsdp_param_bytes(setup, working)
     head = min(n_params, spec.vocab_size * spec.hidden_size)
     rest = n_params - head
-    per_layer = sum(numel(s) for s in layer_tensors(spec))
+    per_layer = block_elements(spec)
     done, partial = divmod(rest, per_layer)
-    shard = fsdp_shard(layer_tensors(spec), D)
+    shard = block_shard(spec, D)
     return param_b * (head + partial) + reduce_b * done * shard
 
 
@@ -266,9 +302,9 @@ def moment_terms(
     if how != "fsdp" or moment == "optimizer_step":
         return {}
     param_b = _fsdp_param_bytes(setup, working)
-    block = sum(numel(s) for s in layer_tensors(spec))
-    block_padded = D * fsdp_shard(layer_tensors(spec), D)
-    root = sum(numel(s) for s in root_tensors(spec))
+    block = block_elements(spec)
+    block_padded = D * block_shard(spec, D)
+    root = root_elements(spec)
     L = spec.num_hidden_layers
     blocks = L if not setup.reshard_after_forward else 0
     if moment == "layer":
@@ -303,9 +339,9 @@ def post_backward(
         return []
     D, L = setup.devices, spec.num_hidden_layers
     param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
-    block = sum(numel(s) for s in layer_tensors(spec))
-    shard = fsdp_shard(layer_tensors(spec), D)
-    root = sum(numel(s) for s in root_tensors(spec))
+    block = block_elements(spec)
+    shard = block_shard(spec, D)
+    root = root_elements(spec)
     head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
     gathered = 0 if setup.reshard_after_forward else layer
     above = (L - 1 - layer) * shard
@@ -335,7 +371,7 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[st
     root = root_tensors(spec)
     root_n = sum(numel(s) for s in root)
     reduce_b = _fsdp_reduce_bytes(setup)
-    blocks = spec.num_hidden_layers * fsdp_shard(layer_tensors(spec), D)
+    blocks = spec.num_hidden_layers * block_shard(spec, D)
     return {
         "weights/gathered": _fsdp_param_bytes(setup, working) * root_n,
         "grads": reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
@@ -351,7 +387,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
     out: dict[str, str] = {}
     if how == "fsdp":
         pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
-        block_padded = D * fsdp_shard(layer_tensors(spec), D)
+        block_padded = D * block_shard(spec, D)
         kept = "" if setup.reshard_after_forward else " and every block (no reshard after forward)"
         out["weights"] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
             "FP32: the only master copy under MixedPrecisionPolicy"
@@ -438,11 +474,11 @@ def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Parameters the largest rank's optimizer updates."""
     how, D = strategy(setup), setup.devices
     if how == "zero" and setup.zero_stage == 1:
-        return max(zero_partition([numel(s) for s in parameter_tensors(spec)], D))
+        return zero1_largest_rank(spec, D)
     if how == "zero":
         return math.ceil(spec.n_params / D)
     if how == "fsdp":
-        return fsdp_shard(parameter_tensors(spec), D)
+        return model_shard(spec, D)
     return spec.n_params
 
 
