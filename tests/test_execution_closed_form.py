@@ -59,6 +59,12 @@ SETUPS = {
     "ddp-d2": TrainingSetup(seq_len=64, sharding="ddp", devices=2),
     "zero1-d4": TrainingSetup(seq_len=64, sharding="zero", zero_stage=1, devices=4),
     "frozen": TrainingSetup(seq_len=16, optimizer="none"),
+    # Capped or bucketed gradients: only the saved bytes slope (the top layer).
+    "optimizer-in-backward": TrainingSetup(seq_len=4, optimizer_in_backward=True),
+    "offload-parameters": TrainingSetup(seq_len=4, offload="parameters"),
+    "ddp-bucket-view-d2": TrainingSetup(
+        seq_len=4, sharding="ddp", devices=2, gradient_as_bucket_view=True
+    ),
     "mlx": TrainingSetup(seq_len=16, framework="mlx"),
     "mlx-compiled-ckpt": TrainingSetup(
         seq_len=62, framework="mlx_compiled", activation_checkpointing=True

@@ -700,7 +700,11 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
         return sorted(ends | set(range(min(setup.devices, L))), reverse=True)
     slope = Fraction(sum(below.values()))
     margin = Fraction(4)
-    if setup.optimizer != "none":
+    if setup.optimizer_in_backward or setup.offload == "parameters":
+        return _capped_candidates(spec, setup)
+    # The gradients made so far grow by one layer's per layer down, unless they live in
+    # DDP's buckets (``gradient_as_bucket_view``): then only the saved bytes slope.
+    if setup.optimizer != "none" and grad_bytes(spec, setup, 1):
         slope -= Fraction(working_weight_bytes(setup) * layer_parameters(spec), devices)
     mlx = mlx_activation_grads(spec, setup, L)
     if mlx:
@@ -717,6 +721,27 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     if len(near) > MAX_CANDIDATES:
         near = near[:MAX_CANDIDATES] if top else near[-MAX_CANDIDATES:]
     return list(near)
+
+
+def _capped_candidates(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
+    """Candidates when the gradients made so far are capped (the optimizer in backward,
+    parameter offload: ``offload.grads`` takes ``min(made, cap)``): each moment is then
+    ``c + i·S + min(G(L-1-i), cap)``, the minimum of two lines in ``i`` — concave, so its
+    largest value is at an end or at the kink, where the uncapped gradients reach the cap
+    (found by bisection: bounded by log L, not by L). The layers within two of each."""
+    L, P = spec.num_hidden_layers, layer_parameters(spec)
+    head = head_parameters(spec)
+    cap = grad_bytes(spec, setup, head + L * P)  # the capped value, reached by the end
+    lo, hi = 0, L  # the first j whose gradients reach the cap
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if grad_bytes(spec, setup, head + mid * P) >= cap:
+            hi = mid
+        else:
+            lo = mid + 1
+    kink = L - 1 - lo
+    near = {i for c in (0, L - 1, kink) for i in range(c - 2, c + 3) if 0 <= i < L}
+    return sorted(near, reverse=True)
 
 
 def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
