@@ -109,10 +109,14 @@ def dropped_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes per value of the probabilities the attention dropout reads: the softmax's
     output cast to the query's dtype (``eager_attention_forward``:
     ``softmax(..., dtype=torch.float32).to(query.dtype)``). The query is FP32 in SDPA's
-    math fallback, and under autocast after a Llama-style q norm, whose FP32 weight
-    promotes the cast-back BF16 value (``self.weight * hidden_states.to(input_dtype)``,
-    e.g. Qwen3); otherwise the activations' dtype."""
+    math fallback, and under autocast wherever an FP32 tensor meets the BF16 projection:
+    the rotary tables (``cos.to(x.dtype)`` with ``x`` the FP32 residual stream,
+    ``LlamaRotaryEmbedding``; ``q * cos`` promotes) or a Llama-style q norm's FP32 weight
+    (``self.weight * hidden_states.to(input_dtype)``, Qwen3); otherwise (GPT-2's learned
+    positions) the activations' dtype."""
     if math_fallback(spec, setup):
+        return FP32
+    if is_amp(setup) and spec.position_embedding == "rope":
         return FP32
     if is_amp(setup) and spec.qk_norm != "none" and spec.model_type not in FP32_NORMALIZED:
         return FP32
