@@ -1,0 +1,284 @@
+"""MLX's peak in closed form: what the step's one lazy graph holds when MLX evaluates it.
+
+**Mechanism** (MLX v0.32's CPU evaluator, as :mod:`introspect.measure.mlx_replay_eval`
+replays it; that replay is the oracle this closed form is derived from):
+
+* MLX builds forward, backward and Adam's update as one graph and ``mx.eval`` runs it in
+  one pass: a depth-first use count, then a breadth-first tape (``MLX_BFS_MAX_WIDTH``
+  20) run inputs first (``mlx/transforms.cpp``). A buffer is freed when no unevaluated
+  op reads it *and* no task the worker has not run yet holds it; an elementwise op
+  reuses an input's buffer only when nothing else refers to it (donation,
+  ``backend/common/utils.h``).
+* The main thread runs ahead of the CPU worker by up to ``MAX_ACTIVE_TASKS`` (10) tasks
+  of ``DISPATCHES_PER_TASK`` (10) dispatches (``scheduler.h``, ``cpu/encoder.h``): the
+  inputs of the last ~110 dispatched ops stay pinned though dead (the *window*). Its
+  reach is a number of ops, so what it pins is a fixed set of tensors of the graph's
+  structure — ``mx.compile`` fuses elementwise chains into one kernel each, the same
+  110 dispatches reach further back and pin more tensors (``compile.cpp``), and its
+  multi-output kernels never donate (Adam's fused update makes new m, v and weights).
+* Two moments hold the peak. **backward** — the loss's backward, at the top of the
+  graph: the weights and Adam state, every forward tensor a VJP keeps (mlx-lm's classes
+  on the CPU run ``mx.fast.rms_norm``, ``rope`` and ``scaled_dot_product_attention`` as
+  their elementwise fallbacks, whose VJPs keep more than torch's: e.g. 14 B·T·d FP32
+  tensors per Llama layer, the T×T probabilities and the boolean mask), the B·T·V
+  logits, their soft-max and gradients (four B·T·V buffers with ``default_loss``), and
+  the window's last-layer and loss transients. **optimizer_step** — Adam's update of
+  the largest tensors (the tied V·d embedding is the first output ``mx.eval`` walks, so
+  its update runs once the whole gradient chain exists): its gradient, the update's
+  temporaries or fused outputs, the old and new weights and moments not yet released.
+
+**Closed form.** Each moment is the parameter bytes and Adam's two moments
+(``3·N·s``, MLX keeps the state in the weights' dtype) plus, for each *shape kind* —
+B·T·d, B·T·f, B·T·kv, B·h·T², B·T·V, V·d, d·f, … (:data:`KINDS`) — ``(L·a + b)·size``
+bytes, ``a`` and ``b`` the bytes per element a layer and the rest of the graph hold of
+that kind at that moment: integers counted from the graph (one FP32 tensor is 4, a BF16
+one 2), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`,
+``python benchmarks/mlx_derive.py``). No size-dependent constant is fitted: the counts
+come from two replays at one tiny shape (B=3, T=44, d=128, h=4, f=216, V=1000; L = 2
+and 3), and the sizes they multiply are the user's.
+
+**Derived from**: those tiny replays only (no measured row). **Checked on**
+(``benchmarks/results/mlx_closed_form.md``, ``python benchmarks/mlx_closed_form.py``):
+the 84 measured MLX CPU peaks of ``mlx_replay_measured.json`` (llama, qwen2, qwen3,
+gemma, phi, gpt2 and the reference model; d=256 L=4 V=8192; FP32 and BF16; B·T =
+128–1024; compiled or not), the MLX rows of ``accuracy.json`` (the reference model at
+the seed's 10M/40M/100M shapes, mlx-lm's Llama 10M, Qwen2 7M, GPT-2 8M with
+checkpointing) and the replay at a ~1B Llama shape at T = 2048.
+
+**Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every
+layer's ``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; see
+:func:`checkpointed_counts`.
+
+Verified on the CPU only; on Metal the fast kernels are single primitives with their
+own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+#: The structures the counts are derived for: name → (family, tied embeddings).
+#: mlx-lm's classes (``mlx_lm/models/<family>.py``) and the reference model
+#: (``introspect.measure.mlx_model``, eager attention), standard and Llama-style.
+STRUCTURES: dict[str, tuple[str, bool]] = {
+    "llama": ("llama", True),
+    "llama-untied": ("llama", False),
+    "qwen2": ("qwen2", True),
+    "qwen3": ("qwen3", True),
+    "gemma": ("gemma", True),
+    "phi": ("phi", False),
+    "gpt2": ("gpt2", True),
+    "reference-standard": ("reference-standard", False),
+    "reference-llama": ("reference-llama", False),
+}
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes the shape kinds are made of."""
+
+    B: int
+    T: int
+    d: int
+    f: int
+    h: int
+    kv: int
+    hd: int
+    V: int
+    positions: int
+    #: Rotary dimensions per head (Phi's partial rotary; else the head).
+    rot: int = 0
+
+
+#: Shape kind → its number of elements.
+KINDS = {
+    "1": lambda x: 1,
+    "T": lambda x: x.T,
+    "B·T": lambda x: x.B * x.T,
+    "B·(T+1)": lambda x: x.B * (x.T + 1),
+    "B·h·T": lambda x: x.B * x.h * x.T,
+    "B·kvh·T": lambda x: x.B * x.kv * x.T,
+    "T·hd/2": lambda x: x.T * x.hd // 2,
+    "T·hd": lambda x: x.T * x.hd,
+    "T²": lambda x: x.T * x.T,
+    "B·T²": lambda x: x.B * x.T * x.T,
+    "B·h·T²": lambda x: x.B * x.h * x.T * x.T,
+    "B·T·hd": lambda x: x.B * x.T * x.hd,
+    "B·T·d/2": lambda x: x.B * x.T * x.h * x.hd // 2,
+    "T·rot/2": lambda x: x.T * x.rot // 2,
+    "B·T·h·rot": lambda x: x.B * x.T * x.h * x.rot,
+    "B·T·h·rot/2": lambda x: x.B * x.T * x.h * x.rot // 2,
+    "B·T·h·pass": lambda x: x.B * x.T * x.h * (x.hd - x.rot),
+    "T·d": lambda x: x.T * x.d,
+    "B·T·d": lambda x: x.B * x.T * x.d,
+    "B·T·kv": lambda x: x.B * x.T * x.kv * x.hd,
+    "B·T·3d": lambda x: 3 * x.B * x.T * x.d,
+    "B·T·f": lambda x: x.B * x.T * x.f,
+    "B·T·V": lambda x: x.B * x.T * x.V,
+    "d": lambda x: x.d,
+    "kv": lambda x: x.kv * x.hd,
+    "3d": lambda x: 3 * x.d,
+    "f": lambda x: x.f,
+    "V": lambda x: x.V,
+    "d·d": lambda x: x.d * x.d,
+    "d·kv": lambda x: x.d * x.kv * x.hd,
+    "3d·d": lambda x: 3 * x.d * x.d,
+    "d·f": lambda x: x.d * x.f,
+    "V·d": lambda x: x.V * x.d,
+    "positions·d": lambda x: x.positions * x.d,
+}
+#: Kinds that are the same tensors as another when there is one K/V head per query head.
+KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T")
+
+
+#: Kinds of a partial rotary embedding (absent when the rotary covers the head).
+ROT_KINDS = ("T·rot/2", "B·T·h·rot", "B·T·h·rot/2", "B·T·h·pass")
+
+
+def kinds(dims: Dims) -> list[str]:
+    """The kinds that are distinct for these dimensions (MHA: K/V kinds are d kinds;
+    full rotary: no partial-rotary kinds)."""
+    return [
+        k
+        for k in KINDS
+        if (dims.kv != dims.h or k not in KV_KINDS) and (dims.rot != dims.hd or k not in ROT_KINDS)
+    ]
+
+
+def numel(kind: str, dims: Dims) -> int:
+    return KINDS[kind](dims)
+
+
+def key(structure: str, dtype: str, compiled: bool) -> str:
+    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}"
+
+
+#: Term of the breakdown each kind's bytes fall in.
+GROUPS = {
+    "B·T·V": "activations/mlx/logits",
+    "B·h·T²": "activations/mlx/attention",
+    "B·T²": "activations/mlx/attention",
+    "T²": "activations/mlx/attention",
+    "B·h·T": "activations/mlx/attention",
+    "B·T·f": "activations/mlx/feed_forward",
+}
+#: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
+MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T"}
+WEIGHT_KINDS = ("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d")
+
+#: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
+SAME_CLASS = {"mistral": "llama"}
+
+
+def group(kind: str) -> str:
+    if kind in WEIGHT_KINDS:
+        return "grads/mlx/weight_sized"
+    return GROUPS.get(kind, "activations/mlx/hidden")
+
+
+def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
+    """The derived structure nearest to ``spec`` as ``setup`` runs it: our reference
+    model, Llama-style (RMSNorm, gated) or standard; mlx-lm's class by ``model_type``, or
+    else the class whose structure matches (q/k norms: Qwen3; a parallel LayerNorm block:
+    Phi; learned positions: GPT-2; q/k/v biases: Qwen2; otherwise Llama)."""
+    if setup.implementation == "reference":
+        llama = spec.norm == "rmsnorm" and spec.ffn == "gated"
+        return "reference-llama" if llama else "reference-standard"
+    family = SAME_CLASS.get(spec.model_type, spec.model_type)
+    if family not in ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2"):
+        if spec.qk_norm != "none":
+            family = "qwen3"
+        elif spec.norm == "layernorm" and spec.position_embedding == "learned":
+            family = "gpt2"
+        elif spec.norm == "layernorm":
+            family = "phi"
+        elif spec.qkv_bias:
+            family = "qwen2"
+        else:
+            family = "llama"
+    if family == "llama" and not spec.tie_word_embeddings:
+        return "llama-untied"
+    return family
+
+
+def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
+    return Dims(
+        B=setup.batch_size,
+        T=setup.seq_len,
+        d=spec.hidden_size,
+        f=spec.ffn_dim,
+        h=spec.num_attention_heads,
+        kv=spec.kv_heads,
+        hd=spec.head_size,
+        V=spec.vocab_size,
+        positions=spec.max_position_embeddings or 0,
+        rot=int(spec.head_size * spec.partial_rotary_factor),
+    )
+
+
+
+def dtype_of(setup: TrainingSetup) -> str:
+    """MLX runs the step in the weights' dtype: BF16 (or FP16, the same item sizes)
+    under ``bf16``/``mixed`` precision, else FP32."""
+    return "bf16" if setup.precision in ("mixed", "bf16") or setup.weight_bytes == 2 else "fp32"
+
+
+def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The weights and Adam's m and v, all in the weights' dtype (``mlx.optimizers.Adam``
+    makes its state with ``mx.zeros_like(parameter)``)."""
+    from introspect.params import parameter_count
+
+    s = 2 if dtype_of(setup) == "bf16" else 4
+    n = parameter_count(spec)
+    return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
+
+
+def candidate_terms(candidate: dict, layers: int, x: Dims, structure: str) -> dict[str, int]:
+    """One candidate moment's bytes beyond the state, by breakdown term: ``layers``
+    times its per-layer counts plus its fixed counts."""
+    mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")
+    out: dict[str, int] = {}
+    parts = [("layer", layers), ("fixed", 1)]
+    for part, times in parts:
+        _add_counts(out, candidate[part], times, x, mha, "")
+    return out
+
+
+def _add_counts(out: dict, counts: dict, times: int, x: Dims, mha: bool, suffix: str) -> None:
+    for kind, per_element in counts.items():
+        size = numel(MHA_KIND.get(kind, kind) if mha else kind, x)
+        name = group(kind) + suffix
+        out[name] = out.get(name, 0) + times * per_element * size
+
+
+def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
+    """Every derived candidate moment of the step, as (phase, terms)."""
+    from introspect.refined.mlx_counts import COUNTS
+
+    structure = structure_of(spec, setup)
+    if setup.activation_checkpointing:
+        candidates = checkpointed_counts(structure, dtype_of(setup), compiled(setup))
+    else:
+        candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup))]
+    state = state_terms(spec, setup)
+    x = dims(spec, setup)
+    out = []
+    for c in candidates:
+        terms = dict(state)
+        terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
+        out.append((c["phase"], terms))
+    return out
+
+
+def compiled(setup: TrainingSetup) -> bool:
+    return setup.framework == "mlx_compiled"
+
+
+def checkpointed_counts(structure: str, dtype: str, is_compiled: bool) -> list[dict]:
+    """Placeholder until the checkpointed saved set is derived."""
+    from introspect.refined.mlx_counts import COUNTS
+
+    return COUNTS[key(structure, dtype, is_compiled)]
