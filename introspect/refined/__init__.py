@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from introspect.breakdown import Breakdown
-from introspect.refined import architecture, causes, execution, model_parallel
+from introspect.refined import architecture, causes, execution, mlx, model_parallel
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -76,13 +76,15 @@ def execution_estimate(
     breakdown (its terms sum to the peak), ``meta`` naming the phase. ``layers`` are the
     backward layers to build (:func:`execution.backward_moments`; default the candidates
     that can hold the peak)."""
-    candidates: list[tuple[str, dict[str, int]]] = [
-        ("forward_end", execution.forward_end(spec, setup))
-    ]
-    candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
-    step = execution.optimizer_step(spec, setup)
-    if step is not None:
-        candidates.append(("optimizer_step", step))
+    candidates: list[tuple[str, dict[str, int]]]
+    if mlx.applies(setup):
+        candidates = mlx.moments(spec, setup)  # MLX's own moments (one lazy graph)
+    else:
+        candidates = [("forward_end", execution.forward_end(spec, setup))]
+        candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
+        step = execution.optimizer_step(spec, setup)
+        if step is not None:
+            candidates.append(("optimizer_step", step))
     # Tensor/pipeline parallel: each moment on the largest model-parallel rank.
     candidates = [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in candidates]
     phases: dict[str, int] = {}

@@ -241,9 +241,8 @@ def candidate_terms(candidate: dict, layers: int, x: Dims, structure: str) -> di
     times its per-layer counts plus its fixed counts."""
     mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")
     out: dict[str, int] = {}
-    parts = [("layer", layers), ("fixed", 1)]
-    for part, times in parts:
-        _add_counts(out, candidate[part], times, x, mha, "")
+    for part, times in (("layer", layers), ("fixed", 1), ("window", 1)):
+        _add_counts(out, candidate.get(part, {}), times, x, mha, "")
     return out
 
 
@@ -278,7 +277,46 @@ def compiled(setup: TrainingSetup) -> bool:
 
 
 def checkpointed_counts(structure: str, dtype: str, is_compiled: bool) -> list[dict]:
-    """Placeholder until the checkpointed saved set is derived."""
+    """The candidates of a checkpointed step, from the source (``mx.checkpoint`` has no
+    exportable state, so no replay can trace it).
+
+    mlx-lm's ``grad_checkpoint`` (``mlx_lm/tuner/trainer.py``) wraps every layer's
+    ``__call__`` in ``mx.checkpoint``, whose VJP (``checkpoint`` in
+    ``mlx/transforms.cpp``) keeps only the layer's inputs and recomputes its forward
+    inside the backward, after the layer's output gradient exists (``depends``). So each
+    layer keeps its input (one B·T·d tensor in the activations' dtype) and one layer's
+    forward-and-backward working set exists at a time: a candidate's per-layer
+    activation counts become fixed (that one layer), its weight-sized counts (gradients
+    and update buffers, one set per layer whatever the checkpointing) stay per layer.
+    Not replayed: what MLX's breadth-first order keeps of several recomputed layers at
+    once (weight gradients deferred past the next layer's recompute) is not modelled."""
     from introspect.refined.mlx_counts import COUNTS
 
-    return COUNTS[key(structure, dtype, is_compiled)]
+    s = 2 if dtype == "bf16" else 4
+    out = []
+    for c in COUNTS[key(structure, dtype, is_compiled)]:
+        weights = {k: v for k, v in c["layer"].items() if k in WEIGHT_KINDS}
+        one_layer = {k: v for k, v in c["layer"].items() if k not in WEIGHT_KINDS}
+        fixed = dict(c["fixed"])
+        for k, v in one_layer.items():
+            fixed[k] = fixed.get(k, 0) + v
+        layer = dict(weights)
+        layer["B·T·d"] = layer.get("B·T·d", 0) + s
+        out.append(c | {"layer": layer, "fixed": fixed})
+    return out
+
+
+def applies(setup: TrainingSetup) -> bool:
+    """Whether the derived counts describe this step: MLX, full fine-tuning with Adam
+    (or AdamW: the same graph and one more multiply), a standard cross-entropy, one
+    device, nothing offloaded. Other MLX setups (SGD, LoRA, chunked losses, sharding)
+    keep torch's moments, which MLX's graph does not follow — unmodelled here."""
+    return (
+        setup.framework in ("mlx", "mlx_compiled")
+        and setup.finetune == "full"
+        and setup.optimizer in ("adam", "adamw")
+        and setup.cross_entropy == "standard"
+        and setup.devices == 1
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )
