@@ -3,23 +3,19 @@
     python benchmarks/mlx_derive.py          # writes introspect/refined/mlx_counts.py
 
 For every structure the closed form knows (:data:`introspect.refined.mlx.STRUCTURES`),
-trace the step at two tiny shapes that differ only in the layer count (L = 2 and 3),
-replay each through :mod:`introspect.measure.mlx_replay_eval`, and at two moments — the
-largest allocation during the forward/backward ops and during the update's ops — sort
-every live buffer by its *shape kind* (B·T·d, B·T·f, B·h·T², B·T·V, V·d, …, chosen so
-that no two kinds have the same size at the derivation shape) and item size. A kind's
-bytes at L=3 minus those at L=2, per element, is its count per layer; what is left at
-L=2 after two layers is its fixed count. Counts are bytes per element (4 for one FP32
-tensor, 2 for one BF16 tensor, 6 for one of each): integers by construction — the graph
-has whole tensors — and the script fails if one is not. State bytes (the old weights and
-Adam moments, which the closed form counts from the parameter count) are subtracted
-kind by kind, so a count of −4 V·d at the update says the old FP32 embedding has been
-replaced by then.
+trace mlx-lm's class (or the reference model) at tiny shapes, replay each step through
+:mod:`introspect.measure.mlx_replay_eval`, and at the largest moment — overall and
+within the update's ops — sort every live buffer by its *shape kind* (B·T·d, B·T·f,
+B·h·T², B·T·V, V·d, …; at each derivation shape no two kinds have the same size) and
+item size, less the weights and Adam state (which the closed form counts from the
+parameter count). A moment's bytes of a kind at L=16 minus those at L=4, over 12
+layers, per element, is its count per layer (rounded to a whole byte per element); what
+is left at L=4 is its fixed count; L=10 checks them (``residual``).
 
-Derivation shape: B=3, T=44, d=128, h=4 (head 32), 2 K/V heads, f=216, V=1000 — no row
-of any check. The counts carry to other shapes because MLX's evaluation order, buffer
-lifetimes and the ~110-dispatch window depend on the graph's structure, not its sizes
-(the window's reach in ops is fixed; what it pins is a set of tensors of these kinds).
+Derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216 (GPT-2: 4d; Phi's
+rotary 12 of 16), T ∈ {44, 176}, V ∈ {1000, 4000, 16000} — no row of any check. The
+counts carry to other shapes because MLX's evaluation order, buffer lifetimes and the
+~110-dispatch window depend on the graph's structure, not its sizes.
 """
 
 from __future__ import annotations
@@ -41,9 +37,7 @@ SEEDS = 3
 #: The derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216, and T × V
 #: spanning the regimes a peak can fall in (the logits', the T×T tensors', the
 #: weights'): every kind a distinct size at each (checked by :func:`kind_table`).
-SHAPES = tuple(
-    dict(DERIVE, seq=T, vocab=V) for T in (44, 176) for V in (1000, 4000, 16000)
-)
+SHAPES = tuple(dict(DERIVE, seq=T, vocab=V) for T in (44, 176) for V in (1000, 4000, 16000))
 #: Phi's partial rotary factor at the derivation shape.
 ROTARY = 0.75
 #: Buffers of an unknown shape up to this size are counted as plain bytes.
@@ -316,6 +310,8 @@ def main() -> None:
         f"{DERIVE} with L = {LAYERS}.",
         '"""',
         "",
+        "# ruff: noqa: E501",
+        "# fmt: off",
         "COUNTS: dict[str, list[dict]] = {",
     ]
     done = {}
@@ -336,6 +332,7 @@ def main() -> None:
                 lines += [f"        {c!r}," for c in counts]
                 lines.append("    ],")
     lines.append("}")
+    lines.append("# fmt: on")
     OUT.write_text("\n".join(lines) + "\n")
 
 

@@ -225,4 +225,3 @@ def test_torch_moments_carry_no_mlx_terms():
     assert all(not any("mlx" in k for k in m) for m in moments)
     est = refined.estimate(spec, TrainingSetup(seq_len=64, framework="mlx"))
     assert any(k.startswith("activations/mlx/") for k in est.execution.terms)
-

@@ -32,6 +32,7 @@ def setup_for(dtype: str, compiled: bool, batch=2, seq=96, ckpt=False) -> Traini
 
 def family_spec(family: str):
     from introspect.adapters.hf_config import spec_from_config
+
     from introspect.measure import mlx_replay as mr
 
     kv = SHAPE["heads"] if family in ("phi", "gpt2") else SHAPE["kv"]

@@ -56,6 +56,7 @@ FP32 = 4
 #: linear cross-entropy and most chunked losses work on chunks of this order).
 CE_CHUNK_TOKENS = 1024
 
+
 def working_weight_bytes(setup: TrainingSetup) -> int:
     """Bytes per working weight: 2 under mixed or pure BF16 precision, else the
     weights dtype (FP32 by default)."""

@@ -16,8 +16,8 @@ replays it; that replay is the oracle this closed form is derived from):
   structure — ``mx.compile`` fuses elementwise chains into one kernel each, the same
   110 dispatches reach further back and pin more tensors (``compile.cpp``), and its
   multi-output kernels never donate (Adam's fused update makes new m, v and weights).
-* Two moments hold the peak. **backward** — the loss's backward, at the top of the
-  graph: the weights and Adam state, every forward tensor a VJP keeps (mlx-lm's classes
+* Two kinds of moment hold the peak. **backward** — e.g. the loss's backward, at the
+  top of the graph: the weights and Adam state, every forward tensor a VJP keeps (mlx-lm's classes
   on the CPU run ``mx.fast.rms_norm``, ``rope`` and ``scaled_dot_product_attention`` as
   their elementwise fallbacks, whose VJPs keep more than torch's: e.g. 14 B·T·d FP32
   tensors per Llama layer, the T×T probabilities and the boolean mask), the B·T·V
@@ -31,23 +31,33 @@ replays it; that replay is the oracle this closed form is derived from):
 (``3·N·s``, MLX keeps the state in the weights' dtype) plus, for each *shape kind* —
 B·T·d, B·T·f, B·T·kv, B·h·T², B·T·V, V·d, d·f, … (:data:`KINDS`) — ``(L·a + b)·size``
 bytes, ``a`` and ``b`` the bytes per element a layer and the rest of the graph hold of
-that kind at that moment: integers counted from the graph (one FP32 tensor is 4, a BF16
-one 2), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`,
-``python benchmarks/mlx_derive.py``). No size-dependent constant is fitted: the counts
-come from two replays at one tiny shape (B=3, T=44, d=128, h=4, f=216, V=1000; L = 2
-and 3), and the sizes they multiply are the user's.
+that kind at that moment (4 for one FP32 tensor, 2 for a BF16 one; what the window pins
+included), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`, written by
+``python benchmarks/mlx_derive.py``). The peak is the largest candidate. No constant is
+fitted to a measured step: the counts are read off replays of the real classes at tiny
+shapes, and the sizes they multiply are the user's.
 
-**Derived from**: those tiny replays only (no measured row). **Checked on**
-(``benchmarks/results/mlx_closed_form.md``, ``python benchmarks/mlx_closed_form.py``):
-the 84 measured MLX CPU peaks of ``mlx_replay_measured.json`` (llama, qwen2, qwen3,
-gemma, phi, gpt2 and the reference model; d=256 L=4 V=8192; FP32 and BF16; B·T =
-128–1024; compiled or not), the MLX rows of ``accuracy.json`` (the reference model at
-the seed's 10M/40M/100M shapes, mlx-lm's Llama 10M, Qwen2 7M, GPT-2 8M with
-checkpointing) and the replay at a ~1B Llama shape at T = 2048.
+**Derived from** replays only (no measured row): B=3, d=128, 8 heads of 16 (2 K/V),
+f=216, T ∈ {44, 176} × V ∈ {1000, 4000, 16000} (so that every kind has its own size),
+at L = 4, 10 and 16; a candidate is the largest moment overall and within the update at
+each of those shapes. A count per layer is the change from L=4 to L=16 over 12 layers,
+rounded to a whole byte per element: the largest moment is the same op of the graph at
+every depth only up to the scheduler (where the ~110 pending dispatches end, how the
+breadth-first order interleaves weight gradients with the next layer's backward), and
+spreading that over twelve layers keeps it from being charged to every layer.
 
-**Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every
-layer's ``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; see
-:func:`checkpointed_counts`.
+**Checked on** (all held out; ``benchmarks/results/mlx_closed_form.md``,
+``python benchmarks/mlx_closed_form.py``): the 84 measured MLX CPU peaks of
+``mlx_replay_measured.json`` (mlx-lm's llama, qwen2, qwen3, gemma, phi, gpt2 and the
+reference model; d=256 L=4 V=8192; FP32 and BF16; (B, T) = (1, 128), (4, 256),
+(1, 1024); compiled or not) — every row within 1% of the replay, 80 within ±5% of the
+measured peak, the four others the replay's own misses (B·T = 128, the worker keeps
+up); the 24 MLX rows of ``accuracy.json`` (the reference model at the seed's 10M/40M/
+100M shapes, T = 256–1024; mlx-lm's Llama 10M, Qwen2 7M, GPT-2 8M checkpointed):
+every mlx-lm row within ±5% (Llama 10M +4.4%), the standard reference rows equal to
+the replay, the Llama-style reference rows compiled −6% to +9% (their largest moment
+moves between ops as layers are added); and the replay of a Llama-3.2-1B shape at
+T = 2048 (FP32: +4.5%, BF16 compiled: −0.1%) and T = 512 (BF16: +5.8%).
 
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
@@ -217,7 +227,6 @@ def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
         positions=spec.max_position_embeddings or 0,
         rot=int(spec.head_size * spec.partial_rotary_factor),
     )
-
 
 
 def dtype_of(setup: TrainingSetup) -> str:

@@ -6,6 +6,8 @@ layer and fixed (see :mod:`introspect.refined.mlx`). Derived from replays at
 {'batch': 3, 'seq': 44, 'd': 128, 'heads': 8, 'kv': 2, 'ffn': 216, 'vocab': 1000} with L = (4, 10, 16).
 """
 
+# ruff: noqa: E501
+# fmt: off
 COUNTS: dict[str, list[dict]] = {
     'llama/fp32/eager': [
         {'phase': 'backward', 'op': 'Square:d·f', 'layer': {'T²': 1, 'B·T·d': 34, 'B·T·f': 20, 'B·T·kv': 8, 'd·f': -3, 'T·hd/2': 16, 'B·h·T²': 4, 'B·T': 16}, 'fixed': {'B·(T+1)': 4, 'B·T·V': 16, 'B·T·d': 24, 'B·T·f': 12, 'd·f': 48, '1': 104, 'B·T': 32}, 'residual': -266292, 'shape': {'seq': 44, 'vocab': 1000}},
@@ -512,3 +514,4 @@ COUNTS: dict[str, list[dict]] = {
         {'phase': 'optimizer_step', 'op': 'Compiled:V·d', 'layer': {'d': 1, 'B·T·d': 24, 'B·T·f': 10, 'B·T·d/2': 1, 'B·T·kv': 1, 'd·f': 2, 'T·hd/2': 8, 'B·h·T²': 2, 'B·T': 15}, 'fixed': {'d': -4, 'B·T·V': 8, 'T²': 2, 'B·T·d': 24, 'V·d': 8, 'B·T·d/2': -4, 'B·T·kv': -2, 'd·f': -8, '1': 64, 'B·T': 26}, 'residual': -34959044, 'shape': {'seq': 176, 'vocab': 16000}},
     ],
 }
+# fmt: on
