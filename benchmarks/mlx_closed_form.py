@@ -5,7 +5,7 @@ the MLX replay.
 
 The closed form's counts are derived from replays at tiny shapes only
 (``benchmarks/mlx_derive.py``: B=3, d=128, 8 heads, f=216, T ∈ {44, 176},
-V ∈ {1000, 4000, 16000}, L ∈ {4, 10, 16}); every row here is held out — no measured row
+V ∈ {1000, 4000, 16000}, L ∈ {4, 10, 16, 32}); every row here is held out — no measured row
 and no row's shape was used. Sources: ``results/mlx_replay_measured.json`` (84 measured
 steps, d=256 L=4 V=8192, seven classes), ``results/accuracy.json`` (the seed's 10M/40M/
 100M shapes, mlx-lm's Llama, Qwen2 7M, GPT-2 8M with checkpointing) and replay-only rows
@@ -35,7 +35,23 @@ BIG_LLAMA = dict(
     num_key_value_heads=8, intermediate_size=8192, vocab_size=128256,
     tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=4096, head_dim=64,
 )  # fmt: skip
+#: Between derivation depths (L = 24; the counts were read at 4, 10, 16 and 32).
+BIG_QWEN = dict(
+    model_type="qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+    num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
+    tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=32768,
+)  # fmt: skip
+#: Deeper than any derivation depth (L = 48).
+DEEP_LLAMA = dict(
+    model_type="llama", hidden_size=512, num_hidden_layers=48, num_attention_heads=8,
+    num_key_value_heads=2, intermediate_size=1408, vocab_size=32000,
+    tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=4096,
+)  # fmt: skip
 BIG = (
+    ("Llama 48 layers d=512 (untied)", DEEP_LLAMA, 1024, "fp32", False),
+    ("Llama 48 layers d=512 (untied)", DEEP_LLAMA, 1024, "bf16", True),
+    ("Qwen2 0.5B (Qwen2.5-0.5B shape)", BIG_QWEN, 2048, "fp32", False),
+    ("Qwen2 0.5B (Qwen2.5-0.5B shape)", BIG_QWEN, 2048, "bf16", True),
     ("Llama 1.2B (Llama-3.2-1B shape)", BIG_LLAMA, 2048, "fp32", False),
     ("Llama 1.2B (Llama-3.2-1B shape)", BIG_LLAMA, 2048, "bf16", True),
     ("Llama 1.2B (Llama-3.2-1B shape)", BIG_LLAMA, 512, "bf16", False),
@@ -199,10 +215,11 @@ def write(rows: list[dict], seconds: float) -> None:
         "    python benchmarks/mlx_closed_form.py   # this file",
         "",
         f"mlx {mx.__version__}, CPU; {seconds:.0f} s. *closed form*: `refined.estimate` "
-        "(`introspect.refined.mlx`: 3·N·s for the weights and Adam's moments plus "
-        "(L·a + b) bytes per element of each shape kind, at the largest of the derived "
-        "moments). **Derived from** replays only, at B=3, d=128, 8 heads (2 K/V), f=216, "
-        "T ∈ {44, 176}, V ∈ {1000, 4000, 16000}, L ∈ {4, 10, 16} "
+        "(`introspect.refined.mlx`: 3·N·s for the weights and Adam's moments plus c(L) "
+        "bytes per element of each shape kind — counted at L = 4, 10, 16, 32, straight "
+        "lines between — at the largest of the derived moments). **Derived from** "
+        "replays only, at B=3, d=128, 8 heads (2 K/V), f=216, "
+        "T ∈ {44, 176}, V ∈ {1000, 4000, 16000}, L ∈ {4, 10, 16, 32} "
         f"({len(closed.STRUCTURES)} structures × FP32/BF16 × eager/compiled). "
         "**Held out**: every row below — no measured step and no row's shape was used. "
         "*replay*: `introspect.measure.mlx_replay` on the same step (the oracle the "

@@ -8,9 +8,8 @@ trace mlx-lm's class (or the reference model) at tiny shapes, replay each step t
 within the update's ops — sort every live buffer by its *shape kind* (B·T·d, B·T·f,
 B·h·T², B·T·V, V·d, …; at each derivation shape no two kinds have the same size) and
 item size, less the weights and Adam state (which the closed form counts from the
-parameter count). A moment's bytes of a kind at L=16 minus those at L=4, over 12
-layers, per element, is its count per layer (rounded to a whole byte per element); what
-is left at L=4 is its fixed count; L=10 checks them (``residual``).
+parameter count). A candidate is that moment's bytes per element of each kind at
+L = 4, 10, 16 and 32 (whole tensors); the closed form interpolates between the depths.
 
 Derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216 (GPT-2: 4d; Phi's
 rotary 12 of 16), T ∈ {44, 176}, V ∈ {1000, 4000, 16000} — no row of any check. The
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "introspect" / "refined" / "mlx_counts.py"
 #: The derivation shape (every kind a distinct size: checked by :func:`kind_table`).
 DERIVE = dict(batch=3, seq=44, d=128, heads=8, kv=2, ffn=216, vocab=1000)
-LAYERS = (4, 10, 16)
+LAYERS = (4, 10, 16, 32)
 #: Seeds per tape and phase: its largest ops.
 SEEDS = 3
 #: The derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216, and T × V
@@ -239,7 +238,7 @@ def tape(
 def derive(structure: str, dtype: str, compiled: bool) -> list[dict]:
     """The candidate moments of one structure: at each derivation shape, the live bytes
     by kind at the replay's largest moment (and at the update's largest) at each L of
-    :data:`LAYERS` give, by :func:`fit`, counts per layer and fixed."""
+    :data:`LAYERS` give, by :func:`fit`, its counts at each depth."""
     dims_by = [dims_of(structure, dict(shape)) for shape in SHAPES]
     for dims in dims_by:
         kind_table(dims)
@@ -261,41 +260,30 @@ def derive(structure: str, dtype: str, compiled: bool) -> list[dict]:
 
 
 def fit(structure: str, dtype: str, tops: list, dims) -> dict:
-    """Counts per layer and fixed from the largest moments at the first and last L of
-    :data:`LAYERS` (the middle one checks them: ``residual``, bytes the counts miss).
+    """A candidate: its bytes per element of each kind at each L of :data:`LAYERS`
+    (whole tensors: 4 for one FP32 tensor, 2 for a BF16 one), which the closed form
+    interpolates between (:func:`introspect.refined.mlx.counts_at`).
 
     The largest moment is the same op of the graph at every L only up to the scheduler:
     which op the window's ~110 dispatches end on, and how the breadth-first order
     interleaves a layer's weight gradients with the next layer's backward, shift by a
-    few ops as layers are added. Spreading that over L = 4…16 keeps it from being
-    charged to every layer; a count per layer is the nearest whole number of bytes per
-    element (one FP32 tensor is 4)."""
+    few ops as layers are added, so the bytes are not exactly linear in L; three depths
+    bound the error of the straight lines between them."""
     from introspect.refined import mlx as closed
 
-    first, last = tops[0][2], tops[-1][2]
-    span = LAYERS[-1] - LAYERS[0]
-    layer, fixed = {}, {}
-    for kind in set(first) | set(last):
-        if kind.startswith("elements:"):
-            raise SystemExit(f"{structure}/{dtype}: unknown kind {kind}")
-        n = closed.numel(kind, dims)
-        a, b = first.get(kind, 0), last.get(kind, 0)
-        if a % n or b % n:
-            raise SystemExit(f"{structure}/{dtype}: {kind} not whole tensors")
-        per = round((b - a) / n / span)
-        rest = a // n - LAYERS[0] * per
-        if per:
-            layer[kind] = per
-        if rest:
-            fixed[kind] = rest
-    c = {"phase": tops[0][1], "op": tops[0][0], "layer": layer, "fixed": fixed}
-    mid = LAYERS[len(LAYERS) // 2]
-    predicted = sum(
-        (mid * layer.get(k, 0) + fixed.get(k, 0)) * closed.numel(k, dims)
-        for k in set(layer) | set(fixed)
-    )
-    c["residual"] = sum(tops[len(LAYERS) // 2][2].values()) - predicted
-    return c
+    at = {}
+    for L, top in zip(LAYERS, tops, strict=True):
+        counts = {}
+        for kind, nbytes in top[2].items():
+            if kind.startswith("elements:"):
+                raise SystemExit(f"{structure}/{dtype}: unknown kind {kind}")
+            n = closed.numel(kind, dims)
+            if nbytes % n:
+                raise SystemExit(f"{structure}/{dtype}: {kind} not whole tensors")
+            if nbytes:
+                counts[kind] = nbytes // n
+        at[L] = counts
+    return {"phase": tops[0][1], "op": tops[0][0], "at": at}
 
 
 def main() -> None:

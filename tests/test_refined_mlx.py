@@ -75,8 +75,9 @@ def test_counts_are_whole_tensors_and_the_state_is_three_copies():
     for candidates in COUNTS.values():
         assert candidates
         for c in candidates:
-            for part in ("layer", "fixed", "window"):
-                assert all(isinstance(v, int) for v in c.get(part, {}).values())
+            assert set(c["at"]) == set(mlx.DEPTHS)
+            for counts in c["at"].values():
+                assert all(isinstance(v, int) for v in counts.values())
     _, spec = family_spec("llama")
     from introspect.params import parameter_count
 

@@ -29,35 +29,42 @@ replays it; that replay is the oracle this closed form is derived from):
 
 **Closed form.** Each moment is the parameter bytes and Adam's two moments
 (``3·N·s``, MLX keeps the state in the weights' dtype) plus, for each *shape kind* —
-B·T·d, B·T·f, B·T·kv, B·h·T², B·T·V, V·d, d·f, … (:data:`KINDS`) — ``(L·a + b)·size``
-bytes, ``a`` and ``b`` the bytes per element a layer and the rest of the graph hold of
-that kind at that moment (4 for one FP32 tensor, 2 for a BF16 one; what the window pins
-included), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`, written by
-``python benchmarks/mlx_derive.py``). The peak is the largest candidate. No constant is
-fitted to a measured step: the counts are read off replays of the real classes at tiny
-shapes, and the sizes they multiply are the user's.
+B·T·d, B·T·f, B·T·kv, B·h·T², B·T·V, V·d, d·f, … (:data:`KINDS`) — ``c(L)·size`` bytes,
+``c(L)`` the bytes per element of that kind the moment holds in an L-layer stack (4 for
+one FP32 tensor, 2 for a BF16 one; what the window pins included): whole numbers counted
+from the graph at L = 4, 10, 16 and 32 (:data:`DEPTHS`) and the straight lines between them
+(:func:`counts_at`), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`,
+written by ``python benchmarks/mlx_derive.py``). The peak is the largest candidate. No
+constant is fitted to a measured step: the counts are read off replays of the real
+classes at tiny shapes, and the sizes they multiply are the user's.
 
 **Derived from** replays only (no measured row): B=3, d=128, 8 heads of 16 (2 K/V),
 f=216, T ∈ {44, 176} × V ∈ {1000, 4000, 16000} (so that every kind has its own size),
-at L = 4, 10 and 16; a candidate is the largest moment overall and within the update at
-each of those shapes. A count per layer is the change from L=4 to L=16 over 12 layers,
-rounded to a whole byte per element: the largest moment is the same op of the graph at
-every depth only up to the scheduler (where the ~110 pending dispatches end, how the
-breadth-first order interleaves weight gradients with the next layer's backward), and
-spreading that over twelve layers keeps it from being charged to every layer.
+at L = 4, 10, 16 and 32; a candidate is the largest moment overall and within the update at
+each of those shapes. Between the depths the counts are interpolated, not exact: the
+largest moment is the same op of the graph at every depth only up to the scheduler
+(where the ~110 pending dispatches end, how the breadth-first order interleaves weight
+gradients with the next layer's backward), so the bytes are not exactly linear in L.
 
 **Checked on** (all held out; ``benchmarks/results/mlx_closed_form.md``,
 ``python benchmarks/mlx_closed_form.py``): the 84 measured MLX CPU peaks of
 ``mlx_replay_measured.json`` (mlx-lm's llama, qwen2, qwen3, gemma, phi, gpt2 and the
 reference model; d=256 L=4 V=8192; FP32 and BF16; (B, T) = (1, 128), (4, 256),
-(1, 1024); compiled or not) — every row within 1% of the replay, 80 within ±5% of the
-measured peak, the four others the replay's own misses (B·T = 128, the worker keeps
-up); the 24 MLX rows of ``accuracy.json`` (the reference model at the seed's 10M/40M/
-100M shapes, T = 256–1024; mlx-lm's Llama 10M, Qwen2 7M, GPT-2 8M checkpointed):
-every mlx-lm row within ±5% (Llama 10M +4.4%), the standard reference rows equal to
-the replay, the Llama-style reference rows compiled −6% to +9% (their largest moment
-moves between ops as layers are added); and the replay of a Llama-3.2-1B shape at
-T = 2048 (FP32: +4.5%, BF16 compiled: −0.1%) and T = 512 (BF16: +5.8%).
+(1, 1024); compiled or not) — every row within 0.3% of the replay, 80 within ±5% of the
+measured peak, the four others the replay's own misses (+8–9%, B·T = 128: the worker
+keeps up, fewer tasks pending than the scheduler allows); the 24 MLX rows of
+``accuracy.json`` (the reference model at the seed's 10M/40M/100M shapes, T = 256–1024;
+mlx-lm's Llama 10M, Qwen2 7M, GPT-2 8M checkpointed) — all 24 within ±5% of the measured
+peak (−4.1% to +4.7%), the Llama-style reference rows the farthest from the replay (their
+largest moment moves between ops as layers are added); and the replay alone at sizes no
+step here can run — Llama-3.2-1B's shape at T = 2048 and 512, Qwen2.5-0.5B's at T = 2048
+(L = 24, between two depths) and a 48-layer Llama (beyond the deepest): within −2.3% to
++0.1% of the replay.
+
+**Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every layer's
+``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; its candidates follow
+``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
+row, GPT-2 8M compiled at T = 256: +0.6%.
 
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
@@ -245,21 +252,50 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
 
 
+#: The depths the counts are taken at (``benchmarks/mlx_derive.py``).
+DEPTHS = (4, 10, 16, 32)
+
+
+def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-layer and fixed bytes per element of each kind on the stretch of
+    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch; above 32: the line
+    from 4 to 32, through the count at 32): the straight line through the candidate's
+    counts at its two ends."""
+    at = {int(k): v for k, v in candidate["at"].items()}
+    if layers > DEPTHS[-1]:
+        # Beyond the deepest count: the slope over all the depths (the scheduler's
+        # shifts between two nearby depths would be multiplied), through the last count.
+        lo, hi = DEPTHS[0], DEPTHS[-1]
+    else:
+        i = next(i for i in range(1, len(DEPTHS)) if layers <= DEPTHS[i])
+        lo, hi = DEPTHS[i - 1], DEPTHS[i]
+    per, fixed = {}, {}
+    for kind in set(at[lo]) | set(at[hi]):
+        a, b = at[lo].get(kind, 0), at[hi].get(kind, 0)
+        per[kind] = (b - a) / (hi - lo)
+        fixed[kind] = b - hi * per[kind]
+    return per, fixed
+
+
+def counts_at(candidate: dict, layers: int) -> dict[str, float]:
+    """Bytes per element of each kind at ``layers``: the derived counts themselves at
+    :data:`DEPTHS`, on the straight lines between them elsewhere."""
+    if "layer" in candidate:  # a checkpointed candidate (:func:`checkpointed_counts`)
+        per, fixed = candidate["layer"], candidate["fixed"]
+    else:
+        per, fixed = segment(candidate, layers)
+    return {k: layers * per.get(k, 0) + fixed.get(k, 0) for k in set(per) | set(fixed)}
+
+
 def candidate_terms(candidate: dict, layers: int, x: Dims, structure: str) -> dict[str, int]:
-    """One candidate moment's bytes beyond the state, by breakdown term: ``layers``
-    times its per-layer counts plus its fixed counts."""
+    """One candidate moment's bytes beyond the state, by breakdown term."""
     mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")
     out: dict[str, int] = {}
-    for part, times in (("layer", layers), ("fixed", 1), ("window", 1)):
-        _add_counts(out, candidate.get(part, {}), times, x, mha, "")
-    return out
-
-
-def _add_counts(out: dict, counts: dict, times: int, x: Dims, mha: bool, suffix: str) -> None:
-    for kind, per_element in counts.items():
+    for kind, per_element in counts_at(candidate, layers).items():
         size = numel(MHA_KIND.get(kind, kind) if mha else kind, x)
-        name = group(kind) + suffix
-        out[name] = out.get(name, 0) + times * per_element * size
+        name = group(kind)
+        out[name] = out.get(name, 0) + round(per_element * size)
+    return out
 
 
 def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
@@ -268,7 +304,9 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
 
     structure = structure_of(spec, setup)
     if setup.activation_checkpointing:
-        candidates = checkpointed_counts(structure, dtype_of(setup), compiled(setup))
+        candidates = checkpointed_counts(
+            structure, dtype_of(setup), compiled(setup), spec.num_hidden_layers
+        )
     else:
         candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup))]
     state = state_terms(spec, setup)
@@ -285,7 +323,7 @@ def compiled(setup: TrainingSetup) -> bool:
     return setup.framework == "mlx_compiled"
 
 
-def checkpointed_counts(structure: str, dtype: str, is_compiled: bool) -> list[dict]:
+def checkpointed_counts(structure: str, dtype: str, is_compiled: bool, layers: int) -> list[dict]:
     """The candidates of a checkpointed step, from the source (``mx.checkpoint`` has no
     exportable state, so no replay can trace it).
 
@@ -304,14 +342,13 @@ def checkpointed_counts(structure: str, dtype: str, is_compiled: bool) -> list[d
     s = 2 if dtype == "bf16" else 4
     out = []
     for c in COUNTS[key(structure, dtype, is_compiled)]:
-        weights = {k: v for k, v in c["layer"].items() if k in WEIGHT_KINDS}
-        one_layer = {k: v for k, v in c["layer"].items() if k not in WEIGHT_KINDS}
-        fixed = dict(c["fixed"])
-        for k, v in one_layer.items():
-            fixed[k] = fixed.get(k, 0) + v
-        layer = dict(weights)
-        layer["B·T·d"] = layer.get("B·T·d", 0) + s
-        out.append(c | {"layer": layer, "fixed": fixed})
+        per, fixed = segment(c, layers)
+        layer = {k: v for k, v in per.items() if k in WEIGHT_KINDS}
+        for k, v in per.items():
+            if k not in WEIGHT_KINDS:
+                fixed[k] = fixed.get(k, 0) + v  # the one layer recomputed
+        layer["B·T·d"] = layer.get("B·T·d", 0) + s  # each layer's input, kept
+        out.append({"phase": c["phase"], "op": c["op"], "layer": layer, "fixed": fixed})
     return out
 
 
