@@ -244,7 +244,7 @@ def spec_of(r: dict):
 
 
 def closed_form(r: dict) -> int | None:
-    """The refined closed form's MLX estimate for a row (its fitted MLX constants)."""
+    """The refined closed form's MLX estimate for a row (introspect.refined.mlx)."""
     from introspect import refined
     from introspect.setup import TrainingSetup
 
@@ -307,7 +307,7 @@ def write_report(done: dict, recompute: bool = False) -> None:
         "peak, written to `mlx_replay_predictions.json` and committed before the row was "
         "measured. *replay*: the replay now (worker as far behind as MLX's scheduler "
         "allows); *caught up*: the same graph with every task run at once — the lower "
-        "bound. *closed form*: `refined.estimate` (its fitted MLX constants), where a "
+        "bound. *closed form*: `refined.estimate` (`introspect.refined.mlx`), where a "
         "ModelSpec describes the model exactly. Every row is held out: the replay's rules "
         "were written against other shapes of mlx-lm's Llama ("
         + "; ".join(DERIVED_FROM)
@@ -366,7 +366,7 @@ def write_report(done: dict, recompute: bool = False) -> None:
             cfs.append((x[0], c / max(done[x[0]]["measured_peaks"])))
     if cfs:
         lines.append(
-            f"- closed form (fitted MLX constants) on the {len(cfs)} rows it describes: within"
+            f"- closed form (introspect.refined.mlx) on the {len(cfs)} rows it describes: within"
             f" ±5% on {count([c[1] for c in cfs], 0.05)}, from {min(c[1] for c in cfs):.3f} to"
             f" {max(c[1] for c in cfs):.3f}."
         )

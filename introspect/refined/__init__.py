@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from introspect.breakdown import Breakdown
-from introspect.refined import architecture, causes, execution, memo, model_parallel
+from introspect.refined import architecture, causes, execution, memo, mlx, model_parallel
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -76,20 +76,24 @@ def execution_estimate(
     breakdown (its terms sum to the peak), ``meta`` naming the phase. ``layers`` are the
     backward layers to build (:func:`execution.backward_moments`; default the candidates
     that can hold the peak). The moments share their pure sub-questions through one
-    memo (:mod:`introspect.refined.memo`)."""
+    memo (:mod:`introspect.refined.memo`); MLX has moments of its own
+    (:mod:`introspect.refined.mlx`: one lazy graph for forward, backward and update)."""
     with memo.scope():
         candidates: list[tuple[str, dict[str, int]]] = []
-        loss_forward = execution.loss_forward(spec, setup)
-        if loss_forward is not None:
-            candidates.append(("forward", loss_forward))
-        candidates.append(("forward_end", execution.forward_end(spec, setup)))
-        candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
-        master = execution.master_gradients(spec, setup)
-        if master is not None:
-            candidates.append(("master_grads", master))
-        step = execution.optimizer_step(spec, setup)
-        if step is not None:
-            candidates.append(("optimizer_step", step))
+        if mlx.applies(setup):
+            candidates = mlx.moments(spec, setup)
+        else:
+            loss_forward = execution.loss_forward(spec, setup)
+            if loss_forward is not None:
+                candidates.append(("forward", loss_forward))
+            candidates.append(("forward_end", execution.forward_end(spec, setup)))
+            candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
+            master = execution.master_gradients(spec, setup)
+            if master is not None:
+                candidates.append(("master_grads", master))
+            step = execution.optimizer_step(spec, setup)
+            if step is not None:
+                candidates.append(("optimizer_step", step))
     # Tensor/pipeline parallel: each moment on the largest model-parallel rank.
     candidates = [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in candidates]
     totals = [sum(terms.values()) for _, terms in candidates]  # each moment summed once

@@ -55,13 +55,19 @@ CAUSES: dict[str, str] = {
     "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
     "activations/final_norm/statistics": "final {norm} statistics, FP32 per token",
     "activations/final_norm/normalized": "final RMSNorm keeps x·rstd",
-    "grads/mlx_vd_buffers": "MLX: the V·d gradients and their update temporaries, alive "
-    "at its peak (one graph for forward, backward and update; calibrated, MLX_VD_BUFFERS)",
-    "activations/mlx_activation_grads": "MLX: activation gradients still referenced by "
-    "pending weight-gradient matmuls, for the layers whose weight gradients are not made "
-    "yet (calibrated, MLX_ACTIVATION_GRADS_PER_LAYER)",
-    "activations/mlx_compiled": "mx.compile: the fused graph keeps its intermediates "
-    "(calibrated, MLX_COMPILED_FACTOR)",
+    "activations/mlx": "MLX: forward tensors its VJPs keep, gradients in flight and what "
+    "the ~110 pending dispatches pin, at this moment of the step's one graph, counted per "
+    "layer from the graph (introspect.refined.mlx)",
+    "activations/mlx/logits": "MLX: the B·T·V logits, their soft-max and gradients alive "
+    "at this moment (counted from the graph: introspect.refined.mlx)",
+    "activations/mlx/attention": "MLX: the T×T probabilities and causal masks the CPU "
+    "attention's VJP keeps, and their gradients (introspect.refined.mlx)",
+    "activations/mlx/feed_forward": "MLX: B·T·f feed-forward tensors kept or in flight "
+    "(introspect.refined.mlx)",
+    "activations/mlx/hidden": "MLX: B·T·d-sized tensors kept, in flight or pinned by "
+    "pending tasks (norm fallbacks, rotary halves, residuals: introspect.refined.mlx)",
+    "grads/mlx/weight_sized": "MLX: weight-sized gradients, Adam temporaries and new "
+    "weights/moments alive beside the old ones (negative: old ones already released)",
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",
     "activations/logits/output": "{logits_holder}",
     "grads/last_bf16": "the last parameter's BF16 gradient, freed once its FP32 master "

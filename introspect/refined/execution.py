@@ -59,32 +59,6 @@ FP32 = 4
 #: linear cross-entropy and most chunked losses work on chunks of this order).
 CE_CHUNK_TOKENS = 1024
 
-#: MLX calibration, derived from measured MLX CPU steps: ``mx.get_peak_memory()`` after a
-#: warm-up step, FP32 Adam, eager attention, the reference model of
-#: ``introspect.measure.mlx_step.measure_reference`` — the seed's 10M shape (L=8, d=256,
-#: h=4, V=8192) at T = 256 and 1024, standard and Llama-style, and 40M (L=10, d=512)
-#: at T = 512 — against this module's peak moment with MLX's saved set. The excess fitted
-#: ``a·(V·d gradient bytes) + k·L·B·T·d·s`` with a = 3.4 for both families and k = 11.4
-#: (standard block) or 5.3 (Llama-style), every row within 0.5% of its peak. Out of
-#: sample: 40M Llama-style at T=512 and 20M standard at T=2048 land within 1.2%;
-#: uncompiled steps of a hand-written copy (L=4, d=256, h=8, V=8000, T = 256–2048,
-#: eager and fast attention) within 3.5%.
-#: Reading: MLX evaluates forward, backward and the update as one graph; at its peak the
-#: embedding's and the output projection's gradients and their update temporaries (about
-#: 3.4 V·d buffers) exist while k B·T·d activation-gradient buffers per layer are still
-#: referenced by pending weight-gradient matmuls. The two families differ in norm, FFN
-#: and attention at once, so k is keyed by the norm kind but not attributed to the norm.
-#: Every calibration row peaks at the forward-end moment (all L layers' activation
-#: gradients pending); the other moments charge only the layers still pending
-#: (:func:`mlx_activation_grads`), the V·d buffers every moment (:func:`mlx_extra`).
-MLX_VD_BUFFERS = 3.4
-MLX_ACTIVATION_GRADS_PER_LAYER: dict[str, float] = {"layernorm": 11.4, "rmsnorm": 5.3}
-#: ``mx.compile`` raised the same steps' peaks (and 40M standard and Llama-style at
-#: T = 512) by 1.028–1.074×, mean 1.055, with no pattern by family or size. How a graph
-#: is written moves this: a hand-written copy that builds the causal mask inside the
-#: compiled function rose 1.12–1.20×.
-MLX_COMPILED_FACTOR = 1.055
-
 
 def working_weight_bytes(setup: TrainingSetup) -> int:
     """Bytes per working weight: 2 under mixed or pure BF16 precision, else the
@@ -148,7 +122,7 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
       and then ``_foreach_sqrt(exp_avg_sq)`` each allocate one FP32 copy of every local
       parameter, one at a time: ``4·N_local``.
     * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
-    * MLX: the update is part of the step's graph; see :func:`mlx_extra`.
+    * MLX: the update is part of the step's graph; see :mod:`introspect.refined.mlx`.
     SGD (with or without momentum) and 8-bit Adam update in place.
     """
     if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
@@ -671,16 +645,15 @@ def logits_grad_bytes(setup: TrainingSetup) -> int:
 def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     """The layer indices, top down, whose backward moments can be the largest.
 
-    Each of a layer's two moments totals ``c + i·S + G(L-1-i) + M(i+1)``: ``S`` the bytes
-    one layer below keeps, ``G(j) = ⌈w·(g₀ + j·P)/D⌉`` the gradients made so far (``w``
+    Each of a layer's two moments totals ``c + i·S + G(L-1-i)``: ``S`` the bytes one
+    layer below keeps, ``G(j) = ⌈w·(g₀ + j·P)/D⌉`` the gradients made so far (``w``
     bytes per gradient, ``P`` parameters per layer, ``D`` devices when ZeRO-2 shards them,
-    else 1; 0 for a frozen model), ``M(p) = round(k·p·B·T·d·s)`` MLX's pending activation
-    gradients (0 for torch). That is a line in ``i`` plus an error within ``margin``
-    bytes (the ceiling, the rounding, the float product), so every layer holding the
-    largest value lies within ``margin / |slope|`` of the line's top end. Without MLX's
-    rounding the totals in one residue class of ``L-1-i`` modulo ``D`` form an
-    arithmetic progression (``G(j+D) = G(j) + w·P``), so the first and last ``D``
-    layers hold the maximum too; the smaller set is used. With neither set under
+    else 1; 0 for a frozen model). That is a line in ``i`` plus an error within
+    ``margin`` bytes (the ceiling), so every layer holding the largest value lies within
+    ``margin / |slope|`` of the line's top end. The totals in one residue class of
+    ``L-1-i`` modulo ``D`` form an arithmetic progression (``G(j+D) = G(j) + w·P``), so
+    the first and last ``D`` layers hold the maximum too; the smaller set is used. (MLX's
+    moments are :mod:`introspect.refined.mlx`'s, with no per-layer loop.) With neither set under
     :data:`MAX_CANDIDATES` (an almost flat line, only from a coincidence of sizes) the
     layers nearest the line's top are used and the peak may be off by ``margin`` bytes.
     """
@@ -706,15 +679,10 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     # DDP's buckets (``gradient_as_bucket_view``): then only the saved bytes slope.
     if setup.optimizer != "none" and grad_bytes(spec, setup, 1):
         slope -= Fraction(working_weight_bytes(setup) * layer_parameters(spec), devices)
-    mlx = mlx_activation_grads(spec, setup, L)
-    if mlx:
-        k = MLX_ACTIVATION_GRADS_PER_LAYER[spec.norm]
-        slope += Fraction(k) * setup.tokens * spec.hidden_size * setup.activation_bytes
-        margin += Fraction(abs(mlx["activations/mlx_activation_grads"])) / 10**13
     top = L - 1 if slope >= 0 else 0
     width = L if slope == 0 else math.floor(margin / abs(slope)) + 1
     near = range(top, top - min(width, L), -1) if top else range(min(width, L) - 1, -1, -1)
-    if not mlx and 2 * devices < len(near):
+    if 2 * devices < len(near):
         # j = L-1-i: the first and last `devices` values of j in every residue class.
         ends = set(range(L - 1, L - 1 - min(devices, L), -1)) | set(range(min(devices, L)))
         return sorted(ends, reverse=True)
@@ -766,47 +734,18 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
 def framework_extra(
     spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]
 ) -> tuple[dict[str, int], int]:
-    """The peak moment's terms plus what the framework holds beyond torch's moments, and
-    that extra in bytes (added to every phase). Only MLX has one (:func:`mlx_extra`; its
-    activation gradients are already in the moments, :func:`mlx_activation_grads`)."""
-    if setup.framework not in ("mlx", "mlx_compiled"):
-        return terms, 0
-    out = _add(terms, mlx_extra(spec, setup))
-    if setup.framework == "mlx_compiled":
-        factor = MLX_COMPILED_FACTOR - 1
-        out["activations/mlx_compiled"] = round(factor * sum(out.values()))
-    return out, sum(out.values()) - sum(terms.values())
-
-
-def mlx_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """What MLX holds beyond every moment, from the named calibration above:
-    ``grads/mlx_vd_buffers`` (the V·d gradients and their update temporaries). The
-    activation gradients are per moment: :func:`mlx_activation_grads`."""
-    vd = (
-        grad_bytes(spec, setup, spec.vocab_size * spec.hidden_size)
-        or working_weight_bytes(setup) * spec.vocab_size * spec.hidden_size
-    )
-    return {"grads/mlx_vd_buffers": round(MLX_VD_BUFFERS * vd)}
+    """The peak moment's terms plus what the framework holds beyond these moments, and
+    that extra in bytes (added to every phase): nothing. MLX's step is not torch's
+    moments plus an extra; :mod:`introspect.refined.mlx` builds its own moments (what
+    the lazy graph holds when ``mx.eval`` runs it), used by
+    :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
+    return terms, 0
 
 
 def mlx_activation_grads(
     spec: ModelSpec, setup: TrainingSetup, pending_layers: int
 ) -> dict[str, int]:
-    """MLX's activation gradients still referenced by the weight-gradient matmuls of the
-    ``pending_layers`` layers whose weight gradients are not made yet:
-    ``k·pending·B·T·d·s`` (k from the calibration above); none for torch.
-
-    MLX evaluates the step as one graph: the gradient chain through the activations runs
-    down every layer first, and each layer's weight-gradient matmuls then consume (and
-    free) that layer's activation gradients. So all L layers' are pending at the end of
-    the chain (the forward-end moment, where the calibration measured them), i+1 at the
-    moment of layer i's backward (the layers above have their weight gradients), and none
-    at the optimizer step, when every gradient exists. Charging all L at the step
-    over-estimated the measured peaks of the rows whose peak is the step: 100M standard
-    at T=256 (``python benchmarks/accuracy.py``; ``phase_peaks`` in accuracy.json) by
-    +10% instead of the +3% left with the V·d buffers."""
-    if setup.framework not in ("mlx", "mlx_compiled"):
-        return {}
-    k = MLX_ACTIVATION_GRADS_PER_LAYER[spec.norm]
-    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
-    return {"activations/mlx_activation_grads": round(k * pending_layers * BT * d * s)}
+    """Nothing: torch's moments hold no MLX terms (MLX's own moments, activation
+    gradients and window included, are :mod:`introspect.refined.mlx`'s). Kept as the
+    hook the moments call; the calls can go once no branch uses it."""
+    return {}

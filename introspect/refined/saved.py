@@ -32,8 +32,8 @@ byte. With activation checkpointing only each layer's input is kept.
 
 MLX (``mlx``/``mlx_compiled``) keeps the same set except: ``mx.fast.rms_norm`` and
 ``mx.fast.rope`` keep no normalized tensor and no cos/sin tables, and its fast attention
-keeps the T×T probabilities (:func:`keeps_t2`). What MLX holds beyond this set at its
-peak is calibrated in :mod:`introspect.refined.execution`.
+keeps the T×T probabilities (:func:`keeps_t2`). MLX's own peak (what its one lazy graph
+holds, mlx-lm's CPU fallbacks included) is :mod:`introspect.refined.mlx`'s.
 
 Every function returns bytes for all L layers (per device: B is the per-device batch).
 """

@@ -1,0 +1,328 @@
+"""Derive the MLX closed form's per-layer counts from traced graphs (the replay is the oracle).
+
+    python benchmarks/mlx_derive.py          # writes introspect/refined/mlx_counts.py
+
+For every structure the closed form knows (:data:`introspect.refined.mlx.STRUCTURES`),
+trace mlx-lm's class (or the reference model) at tiny shapes, replay each step through
+:mod:`introspect.measure.mlx_replay_eval`, and at the largest moment — overall and
+within the update's ops — sort every live buffer by its *shape kind* (B·T·d, B·T·f,
+B·h·T², B·T·V, V·d, …; at each derivation shape no two kinds have the same size) and
+item size, less the weights and Adam state (which the closed form counts from the
+parameter count). A candidate is that moment's bytes per element of each kind at
+L = 4, 10, 16 and 32 (whole tensors); the closed form interpolates between the depths.
+
+Derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216 (GPT-2: 4d; Phi's
+rotary 12 of 16), T ∈ {44, 176}, V ∈ {1000, 4000, 16000} — no row of any check. The
+counts carry to other shapes because MLX's evaluation order, buffer lifetimes and the
+~110-dispatch window depend on the graph's structure, not its sizes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "introspect" / "refined" / "mlx_counts.py"
+#: The derivation shape (every kind a distinct size: checked by :func:`kind_table`).
+DERIVE = dict(batch=3, seq=44, d=128, heads=8, kv=2, ffn=216, vocab=1000)
+LAYERS = (4, 10, 16, 32)
+#: Seeds per tape and phase: its largest ops.
+SEEDS = 3
+#: The derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216, and T × V
+#: spanning the regimes a peak can fall in (the logits', the T×T tensors', the
+#: weights'): every kind a distinct size at each (checked by :func:`kind_table`).
+SHAPES = tuple(dict(DERIVE, seq=T, vocab=V) for T in (44, 176) for V in (1000, 4000, 16000))
+#: Phi's partial rotary factor at the derivation shape.
+ROTARY = 0.75
+#: Buffers of an unknown shape up to this size are counted as plain bytes.
+SMALL = 256
+
+
+def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool):
+    """(model, optimizer, step, batch) for one structure at one shape."""
+    import mlx.core as mx
+    import mlx.optimizers as optim
+
+    from introspect.measure import mlx_replay as mr
+    from introspect.refined import mlx as closed
+
+    dt = mx.bfloat16 if dtype == "bf16" else mx.float32
+    family, tied = closed.STRUCTURES[structure]
+    B, T, V = shape["batch"], shape["seq"], shape["vocab"]
+    if family.startswith("reference"):
+        from introspect.measure import mlx_model, mlx_step
+
+        spec = reference_spec(family, tied, shape, layers)
+        model = mlx_model.build(spec, "eager", dt)
+        loss = mlx_step.loss_fn
+        tokens = mx.random.randint(0, V, (B, T), key=mx.random.key(1))
+        targets = mx.random.randint(0, V, (B, T), key=mx.random.key(2))
+        mx.eval(tokens, targets)
+        batch = (tokens, targets)
+    else:
+        kv = shape["heads"] if family in ("phi", "gpt2") else shape["kv"]
+        cfg = mr.family_config(
+            family, shape["d"], layers, shape["ffn"], shape["heads"], kv, shape["vocab"]
+        )
+        if family in ("llama", "qwen2"):
+            cfg["tie_word_embeddings"] = tied
+        if family == "phi":  # a rotary width unlike any other kind's: 12 of 16
+            cfg["partial_rotary_factor"] = ROTARY
+        model = mr.mlx_lm_model(cfg, dt)
+        loss = mr.mlx_lm_loss
+        batch = mr.mlx_lm_batch(V, B, T)
+    optimizer = optim.Adam(learning_rate=1e-4)
+    optimizer.init(model.trainable_parameters())
+    step = mr.make_step(model, optimizer, loss, compiled)
+    return model, optimizer, step, batch
+
+
+def reference_spec(family: str, tied: bool, shape: dict, layers: int):
+    from introspect.spec import ModelSpec
+
+    llama = family == "reference-llama"
+    return ModelSpec(
+        hidden_size=shape["d"],
+        num_hidden_layers=layers,
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv"] if llama else shape["heads"],
+        intermediate_size=shape["ffn"],
+        vocab_size=shape["vocab"],
+        norm="rmsnorm" if llama else "layernorm",
+        norm_bias=not llama,
+        ffn="gated" if llama else "plain",
+        hidden_act="silu" if llama else "gelu",
+        tie_word_embeddings=tied,
+    )
+
+
+def dims_of(structure: str, shape: dict) -> dict:
+    """The closed form's dimension names at ``shape`` for ``structure``."""
+    from introspect.refined import mlx as closed
+
+    family, _ = closed.STRUCTURES[structure]
+    d, h = shape["d"], shape["heads"]
+    kv = h if family in ("phi", "gpt2", "reference-standard") else shape["kv"]
+    f = 4 * d if family == "gpt2" else shape["ffn"]
+    return closed.Dims(
+        B=shape["batch"], T=shape["seq"], d=d, f=f, h=h, kv=kv, hd=d // h, V=shape["vocab"],
+        positions=4096, rot=int(d // h * ROTARY) if family == "phi" else d // h,
+    )  # fmt: skip
+
+
+def kind_table(dims) -> dict[int, str]:
+    """Size in elements → kind name; fails if two kinds collide at the derivation shape."""
+    from introspect.refined import mlx as closed
+
+    table: dict[int, str] = {}
+    for name in closed.kinds(dims):
+        n = closed.numel(name, dims)
+        if n in table:
+            raise SystemExit(f"kinds {table[n]} and {name} both have {n} elements here")
+        table[n] = name
+    return table
+
+
+class Census:
+    """Live bytes by (kind, item size) at each op's largest allocation, kept up to date
+    as the replay allocates and frees (the evaluator's own bookkeeping, observed)."""
+
+    def __init__(self, table: dict[int, str]) -> None:
+        self.table = table
+        self.live: collections.Counter = collections.Counter()
+        self.kind_of: dict[int, str] = {}
+        self.per_op: dict[int, tuple[int, dict]] = {}
+        self.array: int | None = None
+
+
+@contextlib.contextmanager
+def observed(census: Census):
+    from introspect.measure import mlx_replay_eval as ev
+
+    orig = ev.Evaluator.malloc, ev.Evaluator.drop_buf, ev.Evaluator.fresh, ev.Evaluator.like
+    orig_execute = ev.Evaluator.execute
+
+    def execute(self, k, arr):
+        # Every op has an entry (one that donates or makes a view allocates nothing), so
+        # the tapes of the two worker bounds line up op for op.
+        census.per_op[self.current[1]] = (self.active, dict(census.live))
+        return orig_execute(self, k, arr)
+
+    def malloc(self, nbytes, owner):
+        b = orig[0](self, nbytes, owner)
+        size = self.g.itemsize(census.array) if census.array is not None else None
+        kind = key_of(nbytes, size, census.table)
+        census.kind_of[b] = kind
+        census.live[kind] += nbytes
+        best = census.per_op.get(self.current[1])
+        if best is None or self.active > best[0]:
+            census.per_op[self.current[1]] = (self.active, dict(census.live))
+        return b
+
+    def drop_buf(self, b):
+        n = self.buf_size.get(b, 0)
+        orig[1](self, b)
+        if b not in self.buf_size:
+            census.live[census.kind_of.pop(b)] -= n
+
+    def fresh(self, a, owner, nbytes=None):
+        census.array = a
+        try:
+            return orig[2](self, a, owner, nbytes)
+        finally:
+            census.array = None
+
+    def like(self, a, src, owner):
+        census.array = a
+        try:
+            return orig[3](self, a, src, owner)
+        finally:
+            census.array = None
+
+    ev.Evaluator.malloc, ev.Evaluator.drop_buf = malloc, drop_buf
+    ev.Evaluator.fresh, ev.Evaluator.like = fresh, like
+    ev.Evaluator.execute = execute
+    try:
+        yield
+    finally:
+        ev.Evaluator.malloc, ev.Evaluator.drop_buf, ev.Evaluator.fresh, ev.Evaluator.like = orig
+        ev.Evaluator.execute = orig_execute
+
+
+def key_of(nbytes: int, size: int | None, table: dict[int, str]) -> str:
+    """The kind of a buffer (a temporary with no array, a matmul's copy, is tried as
+    FP32, then 16-bit)."""
+    for s in (size,) if size else (4, 2):
+        if nbytes % s == 0 and nbytes // s in table:
+            return table[nbytes // s]
+    if nbytes <= SMALL:  # lengths, step counts, scalars: counted as bytes
+        return "1"
+    return f"elements:{nbytes}"
+
+
+def tape(
+    structure: str, dtype: str, compiled: bool, shape: dict, layers: int, worker: str = "behind"
+):
+    """Per op of the replayed tape: (signature, phase, bytes by kind beyond the state)."""
+    from introspect.measure import mlx_replay as mr
+    from introspect.measure.mlx_replay_eval import update_nodes
+
+    model, optimizer, step, batch = build(structure, dtype, shape, layers, compiled)
+    graph = mr.graph_of(model, optimizer, step, batch, compiled)
+    table = kind_table(dims_of(structure, dict(shape)))
+    census = Census(table)
+    with observed(census):
+        rep = mr.replay(graph, worker=worker)
+    state = collections.Counter()
+    for a in graph.released:
+        state[key_of(graph.nbytes(a), graph.itemsize(a), table)] += graph.nbytes(a)
+    update = update_nodes(graph)
+    out = []
+    for idx, arr in enumerate(rep.order):
+        if idx not in census.per_op:
+            continue
+        k = graph.producer[arr]
+        node = graph.nodes[k]
+        sig = f"{node.name}:{key_of(graph.nbytes(arr), graph.itemsize(arr), table)}"
+        live = collections.Counter(census.per_op[idx][1])
+        live.subtract(state)
+        out.append((sig, "optimizer_step" if k in update else "backward", dict(live)))
+    return out, rep
+
+
+def derive(structure: str, dtype: str, compiled: bool) -> list[dict]:
+    """The candidate moments of one structure: at each derivation shape, the live bytes
+    by kind at the replay's largest moment (and at the update's largest) at each L of
+    :data:`LAYERS` give, by :func:`fit`, its counts at each depth."""
+    dims_by = [dims_of(structure, dict(shape)) for shape in SHAPES]
+    for dims in dims_by:
+        kind_table(dims)
+    out = []
+    for shape, dims in zip(SHAPES, dims_by, strict=True):
+        tapes = [tape(structure, dtype, compiled, dict(shape), L)[0] for L in LAYERS]
+        for phase in ("any", "optimizer_step"):
+            tops = []
+            for t in tapes:
+                ops = [x for x in t if phase == "any" or x[1] == phase]
+                if ops:
+                    tops.append(max(ops, key=lambda x: sum(x[2].values())))
+            if len(tops) < len(LAYERS):
+                continue
+            c = fit(structure, dtype, tops, dims)
+            c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
+            out.append(c)
+    return out
+
+
+def fit(structure: str, dtype: str, tops: list, dims) -> dict:
+    """A candidate: its bytes per element of each kind at each L of :data:`LAYERS`
+    (whole tensors: 4 for one FP32 tensor, 2 for a BF16 one), which the closed form
+    interpolates between (:func:`introspect.refined.mlx.counts_at`).
+
+    The largest moment is the same op of the graph at every L only up to the scheduler:
+    which op the window's ~110 dispatches end on, and how the breadth-first order
+    interleaves a layer's weight gradients with the next layer's backward, shift by a
+    few ops as layers are added, so the bytes are not exactly linear in L; three depths
+    bound the error of the straight lines between them."""
+    from introspect.refined import mlx as closed
+
+    at = {}
+    for L, top in zip(LAYERS, tops, strict=True):
+        counts = {}
+        for kind, nbytes in top[2].items():
+            if kind.startswith("elements:"):
+                raise SystemExit(f"{structure}/{dtype}: unknown kind {kind}")
+            n = closed.numel(kind, dims)
+            if nbytes % n:
+                raise SystemExit(f"{structure}/{dtype}: {kind} not whole tensors")
+            if nbytes:
+                counts[kind] = nbytes // n
+        at[L] = counts
+    return {"phase": tops[0][1], "op": tops[0][0], "at": at}
+
+
+def main() -> None:
+    from introspect.refined import mlx as closed
+
+    lines = [
+        '"""Generated by ``python benchmarks/mlx_derive.py``: do not edit by hand.',
+        "",
+        "For each structure, dtype and compilation, the candidate moments of MLX's peak:",
+        "bytes per element of each shape kind alive beyond the weights and Adam state, per",
+        "layer and fixed (see :mod:`introspect.refined.mlx`). Derived from replays at",
+        f"{DERIVE} with L = {LAYERS}.",
+        '"""',
+        "",
+        "# ruff: noqa: E501",
+        "# fmt: off",
+        "COUNTS: dict[str, list[dict]] = {",
+    ]
+    done = {}
+    if OUT.exists() and len(sys.argv) > 1:  # --from STRUCTURE: keep those before it
+        from introspect.refined.mlx_counts import COUNTS as done
+    names = list(closed.STRUCTURES)
+    first = names.index(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--from" else 0
+    for structure in names:
+        for dtype in ("fp32", "bf16"):
+            for compiled in (False, True):
+                k = closed.key(structure, dtype, compiled)
+                if names.index(structure) < first and k in done:
+                    counts = done[k]
+                else:
+                    counts = derive(structure, dtype, compiled)
+                print(k, len(counts), "candidates", flush=True)
+                lines.append(f"    {k!r}: [")
+                lines += [f"        {c!r}," for c in counts]
+                lines.append("    ],")
+    lines.append("}")
+    lines.append("# fmt: on")
+    OUT.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

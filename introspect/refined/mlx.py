@@ -1,0 +1,368 @@
+"""MLX's peak in closed form: what the step's one lazy graph holds when MLX evaluates it.
+
+**Mechanism** (MLX v0.32's CPU evaluator, as :mod:`introspect.measure.mlx_replay_eval`
+replays it; that replay is the oracle this closed form is derived from):
+
+* MLX builds forward, backward and Adam's update as one graph and ``mx.eval`` runs it in
+  one pass: a depth-first use count, then a breadth-first tape (``MLX_BFS_MAX_WIDTH``
+  20) run inputs first (``mlx/transforms.cpp``). A buffer is freed when no unevaluated
+  op reads it *and* no task the worker has not run yet holds it; an elementwise op
+  reuses an input's buffer only when nothing else refers to it (donation,
+  ``backend/common/utils.h``).
+* The main thread runs ahead of the CPU worker by up to ``MAX_ACTIVE_TASKS`` (10) tasks
+  of ``DISPATCHES_PER_TASK`` (10) dispatches (``scheduler.h``, ``cpu/encoder.h``): the
+  inputs of the last ~110 dispatched ops stay pinned though dead (the *window*). Its
+  reach is a number of ops, so what it pins is a fixed set of tensors of the graph's
+  structure — ``mx.compile`` fuses elementwise chains into one kernel each, the same
+  110 dispatches reach further back and pin more tensors (``compile.cpp``), and its
+  multi-output kernels never donate (Adam's fused update makes new m, v and weights).
+* Two kinds of moment hold the peak. **backward** — e.g. the loss's backward, at the
+  top of the graph: the weights and Adam state, every forward tensor a VJP keeps (mlx-lm's classes
+  on the CPU run ``mx.fast.rms_norm``, ``rope`` and ``scaled_dot_product_attention`` as
+  their elementwise fallbacks, whose VJPs keep more than torch's: e.g. 14 B·T·d FP32
+  tensors per Llama layer, the T×T probabilities and the boolean mask), the B·T·V
+  logits, their soft-max and gradients (four B·T·V buffers with ``default_loss``), and
+  the window's last-layer and loss transients. **optimizer_step** — Adam's update of
+  the largest tensors (the tied V·d embedding is the first output ``mx.eval`` walks, so
+  its update runs once the whole gradient chain exists): its gradient, the update's
+  temporaries or fused outputs, the old and new weights and moments not yet released.
+
+**Closed form.** Each moment is the parameter bytes and Adam's two moments
+(``3·N·s``, MLX keeps the state in the weights' dtype) plus, for each *shape kind* —
+B·T·d, B·T·f, B·T·kv, B·h·T², B·T·V, V·d, d·f, … (:data:`KINDS`) — ``c(L)·size`` bytes,
+``c(L)`` the bytes per element of that kind the moment holds in an L-layer stack (4 for
+one FP32 tensor, 2 for a BF16 one; what the window pins included): whole numbers counted
+from the graph at L = 4, 10, 16 and 32 (:data:`DEPTHS`) and the straight lines between them
+(:func:`counts_at`), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`,
+written by ``python benchmarks/mlx_derive.py``). The peak is the largest candidate. No
+constant is fitted to a measured step: the counts are read off replays of the real
+classes at tiny shapes, and the sizes they multiply are the user's.
+
+**Derived from** replays only (no measured row): B=3, d=128, 8 heads of 16 (2 K/V),
+f=216, T ∈ {44, 176} × V ∈ {1000, 4000, 16000} (so that every kind has its own size),
+at L = 4, 10, 16 and 32; a candidate is the largest moment overall and within the update at
+each of those shapes. Between the depths the counts are interpolated, not exact: the
+largest moment is the same op of the graph at every depth only up to the scheduler
+(where the ~110 pending dispatches end, how the breadth-first order interleaves weight
+gradients with the next layer's backward), so the bytes are not exactly linear in L.
+
+**Checked on** (all held out; ``benchmarks/results/mlx_closed_form.md``,
+``python benchmarks/mlx_closed_form.py``): the 84 measured MLX CPU peaks of
+``mlx_replay_measured.json`` (mlx-lm's llama, qwen2, qwen3, gemma, phi, gpt2 and the
+reference model; d=256 L=4 V=8192; FP32 and BF16; (B, T) = (1, 128), (4, 256),
+(1, 1024); compiled or not) — every row within 0.3% of the replay, 80 within ±5% of the
+measured peak, the four others the replay's own misses (+8–9%, B·T = 128: the worker
+keeps up, fewer tasks pending than the scheduler allows); the 24 MLX rows of
+``accuracy.json`` (the reference model at the seed's 10M/40M/100M shapes, T = 256–1024;
+mlx-lm's Llama 10M, Qwen2 7M, GPT-2 8M checkpointed) — all 24 within ±5% of the measured
+peak (−4.1% to +4.7%), the Llama-style reference rows the farthest from the replay (their
+largest moment moves between ops as layers are added); and the replay alone at sizes no
+step here can run — Llama-3.2-1B's shape at T = 2048 and 512, Qwen2.5-0.5B's at T = 2048
+(L = 24, between two depths) and a 48-layer Llama (beyond the deepest): within −2.3% to
++0.1% of the replay.
+
+**Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every layer's
+``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; its candidates follow
+``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
+row, GPT-2 8M compiled at T = 256: +0.6%.
+
+Verified on the CPU only; on Metal the fast kernels are single primitives with their
+own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from introspect.setup import TrainingSetup
+from introspect.spec import ModelSpec
+
+#: The structures the counts are derived for: name → (family, tied embeddings).
+#: mlx-lm's classes (``mlx_lm/models/<family>.py``) and the reference model
+#: (``introspect.measure.mlx_model``, eager attention), standard and Llama-style.
+STRUCTURES: dict[str, tuple[str, bool]] = {
+    "llama": ("llama", True),
+    "llama-untied": ("llama", False),
+    "qwen2": ("qwen2", True),
+    "qwen3": ("qwen3", True),
+    "gemma": ("gemma", True),
+    "phi": ("phi", False),
+    "gpt2": ("gpt2", True),
+    "reference-standard": ("reference-standard", False),
+    "reference-llama": ("reference-llama", False),
+}
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes the shape kinds are made of."""
+
+    B: int
+    T: int
+    d: int
+    f: int
+    h: int
+    kv: int
+    hd: int
+    V: int
+    positions: int
+    #: Rotary dimensions per head (Phi's partial rotary; else the head).
+    rot: int = 0
+
+
+#: Shape kind → its number of elements.
+KINDS = {
+    "1": lambda x: 1,
+    "T": lambda x: x.T,
+    "B·T": lambda x: x.B * x.T,
+    "B·(T+1)": lambda x: x.B * (x.T + 1),
+    "B·h·T": lambda x: x.B * x.h * x.T,
+    "B·kvh·T": lambda x: x.B * x.kv * x.T,
+    "T·hd/2": lambda x: x.T * x.hd // 2,
+    "T·hd": lambda x: x.T * x.hd,
+    "T²": lambda x: x.T * x.T,
+    "B·T²": lambda x: x.B * x.T * x.T,
+    "B·h·T²": lambda x: x.B * x.h * x.T * x.T,
+    "B·T·hd": lambda x: x.B * x.T * x.hd,
+    "B·T·d/2": lambda x: x.B * x.T * x.h * x.hd // 2,
+    "T·rot/2": lambda x: x.T * x.rot // 2,
+    "B·T·h·rot": lambda x: x.B * x.T * x.h * x.rot,
+    "B·T·h·rot/2": lambda x: x.B * x.T * x.h * x.rot // 2,
+    "B·T·h·pass": lambda x: x.B * x.T * x.h * (x.hd - x.rot),
+    "T·d": lambda x: x.T * x.d,
+    "B·T·d": lambda x: x.B * x.T * x.d,
+    "B·T·kv": lambda x: x.B * x.T * x.kv * x.hd,
+    "B·T·3d": lambda x: 3 * x.B * x.T * x.d,
+    "B·T·f": lambda x: x.B * x.T * x.f,
+    "B·T·V": lambda x: x.B * x.T * x.V,
+    "d": lambda x: x.d,
+    "kv": lambda x: x.kv * x.hd,
+    "3d": lambda x: 3 * x.d,
+    "f": lambda x: x.f,
+    "V": lambda x: x.V,
+    "d·d": lambda x: x.d * x.d,
+    "d·kv": lambda x: x.d * x.kv * x.hd,
+    "3d·d": lambda x: 3 * x.d * x.d,
+    "d·f": lambda x: x.d * x.f,
+    "V·d": lambda x: x.V * x.d,
+    "positions·d": lambda x: x.positions * x.d,
+}
+#: Kinds that are the same tensors as another when there is one K/V head per query head.
+KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T")
+
+
+#: Kinds of a partial rotary embedding (absent when the rotary covers the head).
+ROT_KINDS = ("T·rot/2", "B·T·h·rot", "B·T·h·rot/2", "B·T·h·pass")
+
+
+def kinds(dims: Dims) -> list[str]:
+    """The kinds that are distinct for these dimensions (MHA: K/V kinds are d kinds;
+    full rotary: no partial-rotary kinds)."""
+    return [
+        k
+        for k in KINDS
+        if (dims.kv != dims.h or k not in KV_KINDS) and (dims.rot != dims.hd or k not in ROT_KINDS)
+    ]
+
+
+def numel(kind: str, dims: Dims) -> int:
+    return KINDS[kind](dims)
+
+
+def key(structure: str, dtype: str, compiled: bool) -> str:
+    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}"
+
+
+#: Term of the breakdown each kind's bytes fall in.
+GROUPS = {
+    "B·T·V": "activations/mlx/logits",
+    "B·h·T²": "activations/mlx/attention",
+    "B·T²": "activations/mlx/attention",
+    "T²": "activations/mlx/attention",
+    "B·h·T": "activations/mlx/attention",
+    "B·T·f": "activations/mlx/feed_forward",
+}
+#: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
+MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T"}
+WEIGHT_KINDS = ("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d")
+
+#: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
+SAME_CLASS = {"mistral": "llama"}
+
+
+def group(kind: str) -> str:
+    if kind in WEIGHT_KINDS:
+        return "grads/mlx/weight_sized"
+    return GROUPS.get(kind, "activations/mlx/hidden")
+
+
+def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
+    """The derived structure nearest to ``spec`` as ``setup`` runs it: our reference
+    model, Llama-style (RMSNorm, gated) or standard; mlx-lm's class by ``model_type``, or
+    else the class whose structure matches (q/k norms: Qwen3; a parallel LayerNorm block:
+    Phi; learned positions: GPT-2; q/k/v biases: Qwen2; otherwise Llama)."""
+    if setup.implementation == "reference":
+        llama = spec.norm == "rmsnorm" and spec.ffn == "gated"
+        return "reference-llama" if llama else "reference-standard"
+    family = SAME_CLASS.get(spec.model_type, spec.model_type)
+    if family not in ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2"):
+        if spec.qk_norm != "none":
+            family = "qwen3"
+        elif spec.norm == "layernorm" and spec.position_embedding == "learned":
+            family = "gpt2"
+        elif spec.norm == "layernorm":
+            family = "phi"
+        elif spec.qkv_bias:
+            family = "qwen2"
+        else:
+            family = "llama"
+    if family == "llama" and not spec.tie_word_embeddings:
+        return "llama-untied"
+    return family
+
+
+def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
+    return Dims(
+        B=setup.batch_size,
+        T=setup.seq_len,
+        d=spec.hidden_size,
+        f=spec.ffn_dim,
+        h=spec.num_attention_heads,
+        kv=spec.kv_heads,
+        hd=spec.head_size,
+        V=spec.vocab_size,
+        positions=spec.max_position_embeddings or 0,
+        rot=int(spec.head_size * spec.partial_rotary_factor),
+    )
+
+
+def dtype_of(setup: TrainingSetup) -> str:
+    """MLX runs the step in the weights' dtype: BF16 (or FP16, the same item sizes)
+    under ``bf16``/``mixed`` precision, else FP32."""
+    return "bf16" if setup.precision in ("mixed", "bf16") or setup.weight_bytes == 2 else "fp32"
+
+
+def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The weights and Adam's m and v, all in the weights' dtype (``mlx.optimizers.Adam``
+    makes its state with ``mx.zeros_like(parameter)``)."""
+    from introspect.params import parameter_count
+
+    s = 2 if dtype_of(setup) == "bf16" else 4
+    n = parameter_count(spec)
+    return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
+
+
+#: The depths the counts are taken at (``benchmarks/mlx_derive.py``).
+DEPTHS = (4, 10, 16, 32)
+
+
+def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-layer and fixed bytes per element of each kind on the stretch of
+    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch; above 32: the line
+    from 4 to 32, through the count at 32): the straight line through the candidate's
+    counts at its two ends."""
+    at = {int(k): v for k, v in candidate["at"].items()}
+    if layers > DEPTHS[-1]:
+        # Beyond the deepest count: the slope over all the depths (the scheduler's
+        # shifts between two nearby depths would be multiplied), through the last count.
+        lo, hi = DEPTHS[0], DEPTHS[-1]
+    else:
+        i = next(i for i in range(1, len(DEPTHS)) if layers <= DEPTHS[i])
+        lo, hi = DEPTHS[i - 1], DEPTHS[i]
+    per, fixed = {}, {}
+    for kind in set(at[lo]) | set(at[hi]):
+        a, b = at[lo].get(kind, 0), at[hi].get(kind, 0)
+        per[kind] = (b - a) / (hi - lo)
+        fixed[kind] = b - hi * per[kind]
+    return per, fixed
+
+
+def counts_at(candidate: dict, layers: int) -> dict[str, float]:
+    """Bytes per element of each kind at ``layers``: the derived counts themselves at
+    :data:`DEPTHS`, on the straight lines between them elsewhere."""
+    if "layer" in candidate:  # a checkpointed candidate (:func:`checkpointed_counts`)
+        per, fixed = candidate["layer"], candidate["fixed"]
+    else:
+        per, fixed = segment(candidate, layers)
+    return {k: layers * per.get(k, 0) + fixed.get(k, 0) for k in set(per) | set(fixed)}
+
+
+def candidate_terms(candidate: dict, layers: int, x: Dims, structure: str) -> dict[str, int]:
+    """One candidate moment's bytes beyond the state, by breakdown term."""
+    mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")
+    out: dict[str, int] = {}
+    for kind, per_element in counts_at(candidate, layers).items():
+        size = numel(MHA_KIND.get(kind, kind) if mha else kind, x)
+        name = group(kind)
+        out[name] = out.get(name, 0) + round(per_element * size)
+    return out
+
+
+def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
+    """Every derived candidate moment of the step, as (phase, terms)."""
+    from introspect.refined.mlx_counts import COUNTS
+
+    structure = structure_of(spec, setup)
+    if setup.activation_checkpointing:
+        candidates = checkpointed_counts(
+            structure, dtype_of(setup), compiled(setup), spec.num_hidden_layers
+        )
+    else:
+        candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup))]
+    state = state_terms(spec, setup)
+    x = dims(spec, setup)
+    out = []
+    for c in candidates:
+        terms = dict(state)
+        terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
+        out.append((c["phase"], terms))
+    return out
+
+
+def compiled(setup: TrainingSetup) -> bool:
+    return setup.framework == "mlx_compiled"
+
+
+def checkpointed_counts(structure: str, dtype: str, is_compiled: bool, layers: int) -> list[dict]:
+    """The candidates of a checkpointed step, from the source (``mx.checkpoint`` has no
+    exportable state, so no replay can trace it).
+
+    mlx-lm's ``grad_checkpoint`` (``mlx_lm/tuner/trainer.py``) wraps every layer's
+    ``__call__`` in ``mx.checkpoint``, whose VJP (``checkpoint`` in
+    ``mlx/transforms.cpp``) keeps only the layer's inputs and recomputes its forward
+    inside the backward, after the layer's output gradient exists (``depends``). So each
+    layer keeps its input (one B·T·d tensor in the activations' dtype) and one layer's
+    forward-and-backward working set exists at a time: a candidate's per-layer
+    activation counts become fixed (that one layer), its weight-sized counts (gradients
+    and update buffers, one set per layer whatever the checkpointing) stay per layer.
+    Not replayed: what MLX's breadth-first order keeps of several recomputed layers at
+    once (weight gradients deferred past the next layer's recompute) is not modelled."""
+    from introspect.refined.mlx_counts import COUNTS
+
+    s = 2 if dtype == "bf16" else 4
+    out = []
+    for c in COUNTS[key(structure, dtype, is_compiled)]:
+        per, fixed = segment(c, layers)
+        layer = {k: v for k, v in per.items() if k in WEIGHT_KINDS}
+        for k, v in per.items():
+            if k not in WEIGHT_KINDS:
+                fixed[k] = fixed.get(k, 0) + v  # the one layer recomputed
+        layer["B·T·d"] = layer.get("B·T·d", 0) + s  # each layer's input, kept
+        out.append({"phase": c["phase"], "op": c["op"], "layer": layer, "fixed": fixed})
+    return out
+
+
+def applies(setup: TrainingSetup) -> bool:
+    """Whether the derived counts describe this step: MLX, full fine-tuning with Adam
+    (or AdamW: the same graph and one more multiply), a standard cross-entropy, one
+    device, nothing offloaded. Other MLX setups (SGD, LoRA, chunked losses, sharding)
+    keep torch's moments, which MLX's graph does not follow — unmodelled here."""
+    return (
+        setup.framework in ("mlx", "mlx_compiled")
+        and setup.finetune == "full"
+        and setup.optimizer in ("adam", "adamw")
+        and setup.cross_entropy == "standard"
+        and setup.devices == 1
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )

@@ -1,0 +1,133 @@
+"""The MLX closed form (introspect.refined.mlx): counts from the graph, checked against the
+replay of real mlx-lm steps at shapes the counts were not derived at."""
+
+from __future__ import annotations
+
+import pytest
+
+from introspect import refined
+from introspect.refined import execution, mlx
+from introspect.refined.mlx_counts import COUNTS
+from introspect.setup import TrainingSetup
+
+#: Not a derivation shape (those are d=128, 8 heads, f=216, B=3, T ∈ {44, 176}).
+SHAPE = dict(d=96, layers=3, ffn=256, heads=4, kv=2, vocab=3000)
+
+
+def setup_for(dtype: str, compiled: bool, batch=2, seq=96, ckpt=False) -> TrainingSetup:
+    return TrainingSetup(
+        batch_size=batch,
+        seq_len=seq,
+        activation_dtype=dtype,
+        weights_dtype=dtype,
+        precision="bf16" if dtype == "bf16" else "fp32",
+        attention="memory_efficient",
+        framework="mlx_compiled" if compiled else "mlx",
+        implementation="mlx_lm",
+        activation_checkpointing=ckpt,
+        loop="logits",
+        device="cpu",
+    )
+
+
+def family_spec(family: str):
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import mlx_replay as mr
+
+    kv = SHAPE["heads"] if family in ("phi", "gpt2") else SHAPE["kv"]
+    cfg = mr.family_config(
+        family, SHAPE["d"], SHAPE["layers"], SHAPE["ffn"], SHAPE["heads"], kv, SHAPE["vocab"]
+    )
+    if family in ("llama", "qwen2"):
+        cfg["tie_word_embeddings"] = True  # mlx-lm's default
+    return cfg, spec_from_config(cfg, use_transformers=False)
+
+
+@pytest.mark.parametrize(
+    "family,dtype,compiled",
+    [("llama", "bf16", True), ("gpt2", "fp32", False), ("qwen3", "fp32", True)],
+)
+def test_closed_form_within_5_percent_of_the_replay(family, dtype, compiled):
+    """A real mlx-lm step, traced (nothing evaluated) and replayed: the closed form,
+    whose counts come from other shapes, lands within 5% of the replayed peak."""
+    pytest.importorskip("mlx.core")
+    pytest.importorskip("mlx_lm")
+    import mlx.core as mx
+    import mlx.optimizers as optim
+
+    from introspect.measure import mlx_replay as mr
+
+    cfg, spec = family_spec(family)
+    setup = setup_for(dtype, compiled)
+    model = mr.mlx_lm_model(cfg, mx.bfloat16 if dtype == "bf16" else None, evaluate=False)
+    optimizer = optim.Adam(learning_rate=1e-4)
+    optimizer.init(model.trainable_parameters())
+    batch = mr.mlx_lm_batch(SHAPE["vocab"], setup.batch_size, setup.seq_len, evaluate=False)
+    step = mr.make_step(model, optimizer, mr.mlx_lm_loss, compiled)
+    replayed = mr.predict(model, optimizer, step, batch, compiled).peak_bytes
+    assert refined.estimate(spec, setup).total == pytest.approx(replayed, rel=0.05)
+
+
+def test_counts_are_whole_tensors_and_the_state_is_three_copies():
+    """Every count is a whole number of bytes per element, and the state under every
+    moment is the weights plus Adam's m and v in the weights' dtype."""
+    for candidates in COUNTS.values():
+        assert candidates
+        for c in candidates:
+            assert set(c["at"]) == set(mlx.DEPTHS)
+            for counts in c["at"].values():
+                assert all(isinstance(v, int) for v in counts.values())
+    _, spec = family_spec("llama")
+    from introspect.params import parameter_count
+
+    n = parameter_count(spec)
+    for dtype, s in (("fp32", 4), ("bf16", 2)):
+        for _, terms in mlx.moments(spec, setup_for(dtype, False)):
+            assert terms["weights"] == terms["optimizer/adam_m"] == n * s
+
+
+def test_the_peak_grows_with_each_size_it_is_made_of():
+    """Longer sequences, a larger vocabulary and more layers each raise the peak; BF16
+    lowers it."""
+    _, spec = family_spec("qwen2")
+    base = refined.estimate(spec, setup_for("fp32", False)).total
+    assert refined.estimate(spec, setup_for("fp32", False, seq=192)).total > base
+    assert refined.estimate(spec.replace(vocab_size=6000), setup_for("fp32", False)).total > base
+    deeper = spec.replace(num_hidden_layers=6)
+    assert refined.estimate(deeper, setup_for("fp32", False)).total > base
+    assert refined.estimate(spec, setup_for("bf16", False)).total < base
+
+
+def test_checkpointing_keeps_one_input_per_layer():
+    """mlx-lm's grad_checkpoint: a layer keeps its B·T·d input, one layer is recomputed —
+    so the checkpointed step saves more the deeper the model."""
+    _, spec = family_spec("llama")
+
+    def saving(layers: int) -> int:
+        deeper = spec.replace(num_hidden_layers=layers)
+        plain = refined.estimate(deeper, setup_for("fp32", True)).total
+        ckpt = refined.estimate(deeper, setup_for("fp32", True, ckpt=True)).total
+        return plain - ckpt
+
+    assert 0 < saving(4) < saving(12)
+
+
+def test_setups_outside_the_derivation_keep_torch_moments():
+    """SGD or LoRA on MLX are not what the counts were derived from: the closed form
+    says so by not applying (and the estimate still answers)."""
+    assert mlx.applies(setup_for("fp32", False))
+    sgd = setup_for("fp32", False).replace(optimizer="sgd")
+    assert not mlx.applies(sgd)
+    _, spec = family_spec("llama")
+    assert refined.estimate(spec, sgd).total > 0
+    assert execution.framework_extra(spec, sgd, {"weights": 1}) == ({"weights": 1}, 0)
+
+
+def test_structure_of_maps_unknown_families_by_their_structure():
+    _, spec = family_spec("llama")
+    s = setup_for("fp32", False)
+    assert mlx.structure_of(spec, s) == "llama"
+    assert mlx.structure_of(spec.replace(tie_word_embeddings=False), s) == "llama-untied"
+    assert mlx.structure_of(spec.replace(model_type="mistral"), s) == "llama"
+    assert mlx.structure_of(spec.replace(model_type="olmo", qk_norm="head"), s) == "qwen3"
