@@ -155,10 +155,8 @@ def compare(spec: ModelSpec, setup: TrainingSetup, m: Measurement) -> Comparison
     setup = setup.replace(framework=m.framework)
     simple = simplified.estimate(spec, setup)
     refined = refined_estimate(spec, setup)
-    from introspect.refined.causes import tracker_phase
+    from introspect.refined.causes import tracker_phase_of
 
-    phase = (
-        tracker_phase(refined.meta.get("peak_phase"), m.framework) if refined is not None else None
-    )
+    phase = tracker_phase_of(refined.meta, m.framework) if refined is not None else None
     gap = largest_gap(m, refined if refined is not None else simple)
     return Comparison(m, simple, refined, phase, gap)

@@ -164,6 +164,23 @@ def tracker_phase(phase: str | None, framework: str = "torch") -> str | None:
     return named.get(phase, phase)
 
 
+#: How far MLX's update must raise the peak above the gradients' for the measured step to
+#: call its peak the optimizer's (``introspect/measure/mlx_step.py``'s ``PHASE_MARGIN``).
+MLX_PHASE_MARGIN = 0.01
+
+
+def tracker_phase_of(meta: dict, framework: str = "torch") -> str | None:
+    """:func:`tracker_phase` of an estimate's peak, by the measured step's own rule: MLX
+    names the optimizer only where the update's moment exceeds every other by more than
+    :data:`MLX_PHASE_MARGIN`."""
+    phase, phases = meta.get("peak_phase"), meta.get("phases") or {}
+    if framework in ("mlx", "mlx_compiled") and "optimizer_step" in phases:
+        rest = max((v for k, v in phases.items() if k != "optimizer_step"), default=0)
+        lifted = phases["optimizer_step"] > rest * (1 + MLX_PHASE_MARGIN)
+        return "optimizer" if lifted else "forward/backward"
+    return tracker_phase(phase, framework)
+
+
 #: The tracker's categories (``introspect.measure.tracker.categories_at_peak``), in order.
 TRACKER_CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "temporary")
 
