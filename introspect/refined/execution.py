@@ -434,23 +434,21 @@ def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
     ``tests/test_execution_closed_form.py`` checks the bundled models). This is most of
     a closed-form command's time: a 28-layer model's 56 backward moments become 2.
 
-    Not where the per-layer totals are not the line in the layer index (plus the bounded
-    error) that :func:`candidate_layers` assumes, which a comparison with every layer
-    over the bundled models found: the optimizer in backward and parameter offload cap
-    the gradients made so far (:func:`introspect.refined.offload.grads`: ``min(value,
-    cap)``); DDP's ``gradient_as_bucket_view`` makes none (the slope assumes them);
-    FSDP2 on a heterogeneous stack (Llama 4: the largest backward moment mid-stack);
+    Capped gradients (the optimizer in backward, parameter offload) take the ends and
+    the cap's kink (:func:`_capped_candidates`), DDP's ``gradient_as_bucket_view`` the
+    saved bytes' slope alone. Not where the per-layer totals are not the line in the
+    layer index (plus the bounded error) that :func:`candidate_layers` assumes, which a
+    comparison with every layer over the bundled models found: FSDP2 on a heterogeneous
+    stack (Llama 4: the largest backward moment mid-stack);
     tensor/pipeline parallelism rescales each moment per rank
     (:func:`introspect.refined.model_parallel.model_parallel`) after the candidates are
-    chosen. Nor (yet) MLX, whose per-layer terms are being re-derived. These keep
-    building every layer up to :data:`ALL_LAYERS_UP_TO`."""
+    chosen. These keep building every layer up to :data:`ALL_LAYERS_UP_TO`. MLX's
+    derived setups have moments of their own (:mod:`introspect.refined.mlx`); the others
+    keep building every layer."""
     return (
         setup.framework == "torch"
         and setup.tensor_parallel == 1
         and setup.pipeline_parallel == 1
-        and not setup.optimizer_in_backward
-        and setup.offload != "parameters"
-        and not setup.gradient_as_bucket_view
         and not (setup.resolved_sharding == "fsdp" and spec.is_heterogeneous)
     )
 
