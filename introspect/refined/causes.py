@@ -145,6 +145,12 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
             out[name] = table[key].format(**fill)
     sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
     out.update({k: v for k, v in sharded.items() if k in terms})
+    if setup.framework in ("mlx", "mlx_compiled") and setup.resolved_device == "metal":
+        for name in out:
+            if "/mlx/" in name:
+                # The counts are the CPU evaluator's graph (introspect/refined/mlx.py).
+                out[name] += "; counted from MLX's CPU graph: on Metal the fused kernels "
+                out[name] += "(rms_norm, rope, attention) keep less — unverified"
     return out
 
 
