@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from introspect.breakdown import Breakdown
-from introspect.refined import architecture, causes, execution, memo, mlx, model_parallel
+from introspect.refined import architecture, causes, execution, memo, model_parallel
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -69,6 +69,14 @@ class RefinedEstimate:
         }
 
 
+def _mlx():
+    """:mod:`introspect.refined.mlx`, imported where an MLX setup asks (a torch estimate
+    never does)."""
+    from introspect.refined import mlx
+
+    return mlx
+
+
 def execution_estimate(
     spec: ModelSpec, setup: TrainingSetup, *, layers: Iterable[int] | None = None
 ) -> Breakdown:
@@ -80,8 +88,8 @@ def execution_estimate(
     (:mod:`introspect.refined.mlx`: one lazy graph for forward, backward and update)."""
     with memo.scope():
         candidates: list[tuple[str, dict[str, int]]] = []
-        if mlx.applies(setup):
-            candidates = mlx.moments(spec, setup)
+        if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup):
+            candidates = _mlx().moments(spec, setup)
         else:
             loss_forward = execution.loss_forward(spec, setup)
             if loss_forward is not None:
