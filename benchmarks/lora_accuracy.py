@@ -25,6 +25,7 @@ from pathlib import Path
 
 from introspect import refined, report, simplified
 from introspect.measure.shapes import llama_style, nominal_spec
+from introspect.refined.causes import tracker_phase
 from introspect.setup import TrainingSetup
 
 RESULTS = Path(__file__).parent / "results"
@@ -84,8 +85,9 @@ def run(seqs: list[int]) -> list[dict]:
                 if setup.finetune == "full":
                     model = transformers_llama(spec, setup.attention)
                     m = torch_step.measure_step(
-                        model, setup, vocab=spec.vocab_size, forward=torch_step.hf_forward
-                    )
+                        model, setup, vocab=spec.vocab_size, forward=torch_step.hf_forward,
+                        implementation="transformers", loop=setup.loop,
+                    )  # fmt: skip
                 else:
                     m = peft_step.measure(spec, setup)
                 row.update(measured_bytes=m.peak_bytes, measured_phase=m.peak_phase)
@@ -109,7 +111,8 @@ def render(rows: list[dict]) -> str:
             ratio(r["seed_bytes"], r["measured_bytes"]),
             report.gb(r["refined_bytes"]),
             ratio(r["refined_bytes"], r["measured_bytes"]),
-            f"{r['measured_phase'] or '-'} / {r['refined_phase']}",
+            f"{r['measured_phase'] or '-'} / {tracker_phase(r['refined_phase'])} "
+            f"({r['refined_phase']})",
         )
         for r in rows
     ]
@@ -150,14 +153,11 @@ def render(rows: list[dict]) -> str:
             "Reading it: what LoRA changes — the frozen base's storage, the adapters' "
             "parameters, gradients and Adam state, the tensors a frozen base still keeps "
             "for the adapters — is exact against peft (tests/test_lora.py: trainable "
-            "counts, NF4 bytes, QLoRA − LoRA difference). The gap left is the full-training "
-            "estimate's for this Hugging Face class: it charges four RoPE cos/sin tables "
-            "per layer where LlamaForCausalLM keeps one pair for the model (the FP32 rows' +1–2%), "
-            "and in the BF16 rows the loop's F.cross_entropy runs on BF16 logits, so the "
-            "log-softmax and the logits' gradients are BF16 where the estimate assumes FP32 "
-            "(2·B·T·V·2 bytes more in the estimate, 12.6 MB at T = 256 and V = 8192: the "
-            "11.5 MB gap). The measured peak falls inside the loss's backward, which the tracker "
-            "calls backward and the estimate's forward_end moment describes.",
+            "counts, NF4 bytes, QLoRA − LoRA difference), on top of the estimate of "
+            "transformers' own class stepped as its users step it (the loss inside the "
+            "model: `model(input_ids=x, labels=x).loss`, every row, the full fine-tune "
+            "included). The phase column gives the estimate's moment in the tracker's names "
+            "(the loss's own backward, forward_end, is the tracker's backward).",
         ]
     )
 
