@@ -114,7 +114,13 @@ def execution_estimate(
         phases = {k: v + extra for k, v in phases.items()}
     return Breakdown(
         terms,
-        label=f"refined: execution ({setup.framework} on {setup.resolved_device})",
+        label=f"refined: execution ({setup.framework} on {setup.resolved_device}"
+        + (
+            "; torch's moments: MLX's are derived for full Adam fine-tuning on one device only"
+            if setup.framework in ("mlx", "mlx_compiled") and not _mlx().applies(setup)
+            else ""
+        )
+        + ")",
         notes=causes.causes(spec, setup, terms),
         meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},
     )
