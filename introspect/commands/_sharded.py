@@ -35,15 +35,20 @@ def wants_sharded(args: argparse.Namespace) -> bool:
 
 def setups(args: argparse.Namespace) -> list[TrainingSetup]:
     """The shared setup flags' setups, checked against what a sharded step runs: our
-    reference model, torch on the CPU (gloo), FP32, or FSDP2's MixedPrecisionPolicy
+    reference model (the logits loop) or the config's transformers class (its loop,
+    labels by default), torch on the CPU (gloo), FP32, or FSDP2's MixedPrecisionPolicy
     (BF16 parameters, FP32 reduction) with --fsdp --precision mixed."""
-    from introspect.commands._args import setup_from_args
+    from introspect.commands._args import loop_for, setup_from_args
 
-    if args.framework != "torch" or args.device not in ("auto", "cpu") or args.impl != "reference":
+    if args.framework != "torch" or args.device not in ("auto", "cpu"):
         raise IntrospectError(
-            "a sharded step runs the reference model with torch on cpu; drop --framework "
-            "mlx/--device/--impl"
+            "a sharded step runs torch on cpu (gloo); drop --framework mlx and --device"
         )
+    if args.impl not in ("reference", "transformers"):
+        raise IntrospectError(
+            f"--impl {args.impl}: a sharded step runs the reference model or transformers'"
+        )
+    loop = "logits" if args.impl == "reference" else loop_for(args)
     if args.precision not in ("fp32", "mixed"):
         raise IntrospectError(
             f"--precision {args.precision}: a sharded step runs fp32, or mixed with --fsdp"
@@ -53,19 +58,28 @@ def setups(args: argparse.Namespace) -> list[TrainingSetup]:
     sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
     return [
         setup_from_args(
-            args, batch_size=b, seq_len=t, device="cpu", sharding=sharding, loop="logits"
-        )
+            args,
+            batch_size=b,
+            seq_len=t,
+            device="cpu",
+            sharding=sharding,
+            loop=loop,
+            implementation=args.impl,
+        )  # fmt: skip
         for b in args.batch
         for t in args.seq
     ]
 
 
-def compare(spec: ModelSpec, setup: TrainingSetup, timeout: float = 600) -> dict:
-    """Measure one sharded step and lay the refined estimate beside its largest rank."""
+def compare(
+    spec: ModelSpec, setup: TrainingSetup, timeout: float = 600, config: dict | None = None
+) -> dict:
+    """Measure one sharded step (of ``config``'s transformers class when given) and lay
+    the refined estimate beside its largest rank."""
     from introspect import refined
     from introspect.measure.distributed import estimate_split, measure_sharded, measured_split
 
-    m = measure_sharded(spec, setup, timeout=timeout)
+    m = measure_sharded(spec, setup, timeout=timeout, config=config)
     est = refined.estimate(spec, setup)
     big = m.largest
     return {
@@ -140,7 +154,7 @@ def to_json(spec: ModelSpec, rows: list[dict]) -> dict:
     }
 
 
-def run(args: argparse.Namespace, spec: ModelSpec) -> int:
-    rows = [compare(spec, s, args.step_timeout) for s in setups(args)]
+def run(args: argparse.Namespace, spec: ModelSpec, config: dict | None = None) -> int:
+    rows = [compare(spec, s, args.step_timeout, config) for s in setups(args)]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))
     return 0

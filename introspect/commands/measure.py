@@ -58,6 +58,8 @@ examples:
   introspect measure Qwen/Qwen2.5-0.5B --impl transformers --device fake --loop logits
   introspect measure meta-llama/Llama-2-7b-hf --framework torch --device fake --seq 2048
   introspect measure meta-llama/Llama-2-7b-hf --framework mlx --device fake --seq 2048
+  introspect measure benchmarks/configs/qwen2-7m --devices 2 --fsdp --seq 256
+                      (a sharded step: the config's transformers class in 2 gloo processes)
   introspect measure --layers 4 --d-emb 256 --heads 4 --vocab 8192 --framework mlx --json
 """
 
@@ -348,14 +350,14 @@ def implementation_config(args: argparse.Namespace, spec: ModelSpec):
 def default_impl(args: argparse.Namespace) -> str:
     """The class a step runs without --impl: a published model's own (transformers' on
     torch, mlx-lm's on MLX); our reference model for the seed's nominal sizes, the shape
-    flags and a sharded step."""
+    flags."""
     from introspect.commands import _sharded
     from introspect.measure.shapes import nominal_spec
 
     if args.source is None or nominal_spec(args.source) is not None:
         return "reference"
-    if _sharded.wants_sharded(args):
-        return "reference"
+    if _sharded.wants_sharded(args) and args.framework != "torch":
+        return "reference"  # refused by the sharded step with its own line
     from introspect.setup import default_implementation
 
     return default_implementation(args.framework)
@@ -374,7 +376,8 @@ def run(args: argparse.Namespace) -> int:
         precheck(args.source)
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
     if _sharded.wants_sharded(args):
-        return _sharded.run(args, spec)
+        config = implementation_config(args, spec) if args.impl == "transformers" else None
+        return _sharded.run(args, spec, config[0] if config else None)
     check_args(args)
     setups = setups_from_args(args)
     device = measure_device(args)

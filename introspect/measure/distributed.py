@@ -127,33 +127,46 @@ def check_measurable(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def measure_sharded(
-    spec: ModelSpec, setup: TrainingSetup, *, timeout: float = 600.0
+    spec: ModelSpec, setup: TrainingSetup, *, timeout: float = 600.0, config: dict | None = None
 ) -> ShardedMeasurement:
-    """Run the step in ``setup.devices`` processes and collect every rank's peak.
+    """Run the step in ``setup.devices`` processes and collect every rank's peak (of
+    ``config``'s transformers class when given, else our reference model).
 
     Every worker is killed if any fails or the whole run passes ``timeout`` seconds."""
-    return measure_many([(spec, setup)], timeout=timeout)[0]
+    return measure_many([(spec, setup)], timeout=timeout, configs=[config])[0]
 
 
 def measure_many(
-    jobs: list[tuple[ModelSpec, TrainingSetup]], *, timeout: float = 600.0
+    jobs: list[tuple[ModelSpec, TrainingSetup]],
+    *,
+    timeout: float = 600.0,
+    configs: list[dict | None] | None = None,
 ) -> list[ShardedMeasurement]:
     """Several sharded steps with the same D in one group of D processes (each builds a
     fresh model per job, so torch is imported once); one :class:`ShardedMeasurement`
-    per job. Every worker is killed if any fails or the run passes ``timeout`` seconds."""
+    per job. Every worker is killed if any fails or the run passes ``timeout`` seconds.
+
+    ``configs`` (one per job, or None): a Hugging Face config dict makes that job's model
+    the config's own transformers class, stepped with the setup's loop (labels:
+    ``model(input_ids=x, labels=x).loss``); None runs our reference model."""
     from introspect.measure.torch_model import check_buildable
 
     if not jobs:
         return []
+    configs = configs or [None] * len(jobs)
     D = jobs[0][1].devices
-    for spec, setup in jobs:
+    for (spec, setup), config in zip(jobs, configs, strict=True):
         check_measurable(spec, setup)
-        check_buildable(spec)
+        if config is None:
+            check_buildable(spec)
         if setup.devices != D:
             raise IntrospectError("measure_many: every job needs the same --devices")
     with tempfile.TemporaryDirectory(prefix="introspect-dist-") as tmp:
         payload = {
-            "jobs": [{"spec": sp.to_dict(), "setup": st.to_dict()} for sp, st in jobs],
+            "jobs": [
+                {"spec": sp.to_dict(), "setup": st.to_dict(), "config": config}
+                for (sp, st), config in zip(jobs, configs, strict=True)
+            ],
             "port": free_port(),
             "dir": tmp,
             "devices": D,

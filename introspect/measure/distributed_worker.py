@@ -35,7 +35,8 @@ def _worker(job_path: str, rank: int) -> None:
     )
     try:
         for j, job in enumerate(payload["jobs"]):
-            result = _one_job(spec_from_dict(job["spec"]), setup_from_dict(job["setup"]), rank)
+            spec, setup = spec_from_dict(job["spec"]), setup_from_dict(job["setup"])
+            result = _one_job(spec, setup, rank, job.get("config"))
             result["rank"] = rank
             with open(os.path.join(payload["dir"], f"rank{rank}_{j}.json"), "w") as f:
                 json.dump(result, f)
@@ -45,16 +46,26 @@ def _worker(job_path: str, rank: int) -> None:
         dist.destroy_process_group()
 
 
-def _one_job(spec: ModelSpec, setup: TrainingSetup, rank: int) -> dict[str, Any]:
+def _one_job(
+    spec: ModelSpec, setup: TrainingSetup, rank: int, config: dict | None = None
+) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from introspect.measure.torch_model import build
     from introspect.measure.torch_step import batch
 
     torch.manual_seed(0)
-    model = build(spec, setup.attention)
+    if config is None:
+        from introspect.measure.torch_model import build
+
+        model = build(spec, setup.attention)
+    else:
+        from introspect.measure import hf_models
+
+        model = hf_models.build(
+            config, "sharded job", attention=setup.attention, dtype=torch.float32
+        )
     buckets: dict[int, Any] = {}
     if setup.resolved_sharding == "fsdp":
         model = _fully_shard(model, setup)
@@ -68,8 +79,14 @@ def _one_job(spec: ModelSpec, setup: TrainingSetup, rank: int) -> dict[str, Any]
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        logits = model(input_ids)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
+        if config is None:
+            logits = model(input_ids)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.view(-1))
+        elif setup.loop == "labels":  # the HF Trainer's compute_loss
+            loss = model(input_ids=input_ids, labels=input_ids).loss
+        else:
+            logits = model(input_ids=input_ids).logits
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
         loss.backward()
         optimizer.step()
 
@@ -96,7 +113,11 @@ def _fully_shard(model, setup: TrainingSetup):
     if setup.precision == "mixed":
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = setup.reshard_after_forward
-    for layer in model.layers:
+    # Every decoder block its own unit: our model's ``layers``; a transformers class keeps
+    # them in its base model (``model.model.layers``, GPT-2's ``transformer.h``).
+    base = model if hasattr(model, "layers") else model.base_model
+    blocks = base.layers if hasattr(base, "layers") else base.h
+    for layer in blocks:
         fully_shard(layer, reshard_after_forward=reshard, mp_policy=mp)
     fully_shard(model, mp_policy=mp)  # root: default None = kept gathered
     return model

@@ -314,11 +314,23 @@ def moment_terms(
     terms = {"weights/gathered": param_b * (root + blocks * block)}
     # Named even when empty, so the figure shows that no buffer is alive at this moment.
     terms["comm/fsdp_all_gather"] = terms["comm/reduce_scatter"] = 0
+    if moment == "forward_end" and setup.reshard_after_forward and _loss_in_root(setup):
+        # The loss is an output of the root's forward, so backward starts in the root's
+        # pre-backward hook, which prefetches the last block's all-gather before the
+        # loss's own backward runs (FSDP2 ``FSDPState._pre_backward``; measured with
+        # transformers' labels loop: one block's all-gather output at the peak).
+        terms["comm/fsdp_all_gather"] = param_b * block_padded
     if moment == "layer":
         terms["comm/fsdp_all_gather"] = param_b * block_padded if setup.reshard_after_forward else 0
         if layer is not None and layer < L - 1:
             terms["comm/reduce_scatter"] = _fsdp_reduce_bytes(setup) * block_padded
     return terms
+
+
+def _loss_in_root(setup: TrainingSetup) -> bool:
+    """Whether the loss is computed inside the model's (the FSDP root's) forward:
+    transformers' classes with ``labels=`` (``ForCausalLMLoss``)."""
+    return setup.implementation == "transformers" and setup.loop == "labels"
 
 
 def post_backward(
