@@ -254,3 +254,15 @@ def test_transformers_classes_in_two_processes_match_the_estimate():
     for (_, setup), m in zip(jobs, results, strict=True):
         est = refined.estimate(spec, setup)
         assert est.total == pytest.approx(m.largest.peak_bytes, rel=0.01), setup
+
+
+def test_a_sharded_step_too_big_for_this_machine_is_refused(capsys):
+    """D processes of the refined per-rank peak beyond the available memory: one line,
+    exit 2, no process started."""
+    from introspect.cli import main
+
+    code = main(["measure", "70B", "--devices", "2", "--fsdp", "--seq", "4096"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "processes of B=1, T=4096 need about" in err and len(err.strip().splitlines()) == 1
+    assert not _children_left()

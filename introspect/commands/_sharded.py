@@ -154,7 +154,27 @@ def to_json(spec: ModelSpec, rows: list[dict]) -> dict:
     }
 
 
+def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """One line where D processes of the refined per-rank peak exceed this machine's
+    available memory (the step would be killed, or swap for hours)."""
+    from introspect import refined
+    from introspect.commands.measure import available_bytes
+
+    need = setup.devices * refined.estimate(spec, setup).total
+    have = available_bytes("cpu")
+    if have is not None and need > have:
+        raise IntrospectError(
+            f"{setup.devices} processes of B={setup.batch_size}, T={setup.seq_len} need about "
+            f"{report.gb(need)} GB by the refined estimate but {report.gb(have)} GB is "
+            "available; use fewer --devices, a smaller model, --seq or --batch, or "
+            "`introspect profile` for the estimate alone"
+        )
+
+
 def run(args: argparse.Namespace, spec: ModelSpec, config: dict | None = None) -> int:
-    rows = [compare(spec, s, args.step_timeout, config) for s in setups(args)]
+    chosen = setups(args)
+    for s in chosen:
+        refuse_if_too_big(spec, s)
+    rows = [compare(spec, s, args.step_timeout, config) for s in chosen]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))
     return 0
