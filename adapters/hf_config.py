@@ -147,12 +147,16 @@ def spec_from_config(
 #: Dropout defaults of the configuration classes that enable it (``GPT2Config``: 0.1
 #: each); every other family's default is 0.0.
 _DROPOUT_DEFAULTS = {"gpt2": 0.1}
+#: Soft-capping defaults (``Gemma2Config``: 30.0 on the logits, 50.0 on the attention
+#: scores); other families cap only where their config says so.
+_SOFTCAP_DEFAULTS = {"gemma2": (30.0, 50.0)}
 
 
 def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
     """The dropout probabilities and Phi's rotary fraction the refined execution layer
     reads: ``attention_dropout`` (GPT-2: ``attn_pdrop``), ``resid_pdrop`` /
-    ``hidden_dropout``, ``embd_pdrop``; ``partial_rotary_factor`` (Phi: 0.5 by default)."""
+    ``hidden_dropout``, ``embd_pdrop``; ``partial_rotary_factor`` (Phi: 0.5 by default);
+    Gemma 2's ``final_logit_softcapping`` and ``attn_logit_softcapping``."""
     default = _DROPOUT_DEFAULTS.get(family, 0.0)
 
     def number(*keys: str, fallback: float) -> float:
@@ -169,4 +173,10 @@ def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
     }
     if family == "phi":
         facts["partial_rotary_factor"] = number("partial_rotary_factor", fallback=0.5)
+    final, attn = _SOFTCAP_DEFAULTS.get(family, (None, None))
+    for key, fallback in (("final_logit_softcapping", final), ("attn_logit_softcapping", attn)):
+        # An explicit null turns the default off, as the configuration class reads it.
+        value = config[key] if key in config else fallback
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            facts[key] = float(value)
     return facts

@@ -109,6 +109,10 @@ class ModelSpec:
     embedding_dropout: float = 0.0
     #: Fraction of each head that rotary positions rotate (Phi's ``partial_rotary_factor``).
     partial_rotary_factor: float = 1.0
+    #: Gemma 2's tanh soft-capping of the attention scores and of the logits
+    #: (``cap · tanh(x / cap)``; Hugging Face's names; None: not capped).
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):

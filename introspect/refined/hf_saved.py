@@ -230,6 +230,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         t2 = B * h * T * T
         probs = probs_bytes(spec, setup)
         out["attention/quadratic/probs"] = t2 * probs
+        if spec.attn_logit_softcapping:
+            out["attention/quadratic/softcap"] = t2 * s
         if spec.attention_dropout > 0:
             mask = dropout_mask_bytes(setup, dropped_bytes(spec, setup))
             out["attention/quadratic/dropout_mask"] = t2 * mask
@@ -398,9 +400,13 @@ def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     copy ``.float()`` makes is saved by nothing, and the shifted labels (int64) are kept
     by the NLL."""
     BT, V = setup.tokens, spec.vocab_size
+    # Gemma 2's cap·tanh(logits/cap): tanh's backward keeps its output (logits' dtype).
+    softcap = {}
+    if spec.final_logit_softcapping:
+        softcap["logits/softcap"] = BT * V * setup.activation_bytes
     if setup.cross_entropy != "standard":
-        return {"logits/logsumexp": BT * FP32}
-    out = {"logits/log_softmax": BT * V * loss_bytes(setup)}
+        return {"logits/logsumexp": BT * FP32} | softcap
+    out = {"logits/log_softmax": BT * V * loss_bytes(setup)} | softcap
     if setup.loop == "logits":
         out["logits/output"] = BT * V * setup.activation_bytes
     else:

@@ -217,6 +217,8 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         out["attention/quadratic/probs"] = B * h * T * keys * FP32
         if s < FP32:
             out["attention/quadratic/probs_cast"] = B * h * T * keys * s
+        if spec.attn_logit_softcapping:
+            out["attention/quadratic/softcap"] = B * h * T * keys * s
     else:
         out["attention/logsumexp"] = B * h * T * FP32
         if att.kind in ("sliding", "chunked") and att.keys_seen(T) < T:
@@ -355,6 +357,7 @@ ATTENTION_SIDE = (
     "attention/linear/v",
     "attention/quadratic/probs",
     "attention/quadratic/probs_cast",
+    "attention/quadratic/softcap",
     "attention/quadratic/dropout_mask",
     "attention/quadratic/dropped",
     "attention/logsumexp",
