@@ -307,3 +307,32 @@ def test_gemma2_soft_capping_is_counted(loop):
     assert execution_estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.01)
     uncapped = spec.replace(attn_logit_softcapping=None, final_logit_softcapping=None)
     assert execution_estimate(uncapped, s).total < 0.97 * m.peak_bytes
+
+
+@pytest.mark.parametrize(
+    "model_type, attention, precision",
+    [
+        ("gemma2", "eager", "bf16"),
+        ("gemma3_text", "eager", "amp"),
+        ("gemma3_text", "memory_efficient", "mixed"),  # window 32 < T: SDPA's masks
+    ],
+)
+def test_gemma_sandwich_norms_and_windows(model_type, attention, precision):
+    """Gemma 2 and 3 norm each branch's input and output (each output norm keeps its FP32
+    input and normalized value), alternate sliding and full layers, and (3) norm q and k
+    per head with the FP32 weight: the refined estimate is within 1% of the dry run."""
+    from introspect.refined import execution_estimate
+
+    raw = dict(
+        model_type=model_type, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, intermediate_size=160, vocab_size=2048,
+        sliding_window=32,
+    )  # fmt: skip
+    if model_type == "gemma3_text":
+        raw["layer_types"] = ["sliding_attention", "full_attention"]
+    spec = spec_from_config(raw, source=model_type)
+    assert len(spec.kinds) == 2
+    s = TrainingSetup(batch_size=2, seq_len=64, implementation="transformers", device="cpu",
+                      attention=attention, precision=precision)  # fmt: skip
+    m = hf_models.measure(raw, model_type, spec, s, device="fake", census=False)[0]
+    assert execution_estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.01)

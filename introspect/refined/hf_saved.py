@@ -70,13 +70,19 @@ FUSED_QKV = ("gpt2",)
 #: Families whose block is parallel: attention and feed-forward read one norm (Phi).
 PARALLEL = ("phi",)
 #: Families whose RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32:
-#: Gemma's ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
+#: Gemma's (2's, 3's) ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
 #: hidden_states).to(input_dtype)``.
-FP32_NORMALIZED = ("gemma", "gemma2", "olmo2")
+FP32_NORMALIZED = ("gemma", "gemma2", "gemma3", "gemma3_text", "olmo2")
 #: Families whose blocks norm the branch outputs instead of the branch inputs (OLMo2:
 #: ``residual + post_attention_layernorm(attn)``, ``residual + post_feedforward_layernorm
 #: (mlp)``): the projections read the residual stream itself.
 POST_NORM = ("olmo2",)
+#: Families whose blocks norm both the branch inputs and the branch outputs (Gemma 2 and
+#: 3: ``post_attention_layernorm(attn)``, ``pre_feedforward_layernorm``,
+#: ``post_feedforward_layernorm(mlp)``, ``modeling_gemma2.py``): each output norm keeps
+#: its FP32 input (``x.float()``, or the FP32 output itself), its rstd and its FP32
+#: normalized value; the residual it adds to is not kept (the next norm keeps its copy).
+SANDWICH_NORM = ("gemma2", "gemma3", "gemma3_text")
 #: Families whose rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin``
 #: uncast; Llama's casts them to the activations' dtype).
 ROPE_FP32 = ("olmo2",)
@@ -264,6 +270,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["feed_forward/product"] = BT * f * s
     if spec.hidden_dropout > 0:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
+    if spec.model_type in SANDWICH_NORM:
+        # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
+        out["layernorm/branch_outputs"] = 2 * (BT * d * 2 * FP32 + BT * FP32)
     if is_amp(setup):
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
     out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)

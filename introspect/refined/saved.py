@@ -40,6 +40,8 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 
 from __future__ import annotations
 
+import dataclasses
+
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved
 from introspect.refined.memo import per_estimate
@@ -62,10 +64,10 @@ def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool
         return False
     if spec is None:
         return True
-    if len(spec.kinds) != 1:
+    if len(spec.kinds) != 1 and not _windows_only(spec, setup):
         return False
     kind = spec.kinds[0][0]
-    att = kind.attention
+    att = dataclasses.replace(kind.attention, kind="full", window=None)
     return (
         att.kind == "full"
         and not att.sinks
@@ -73,6 +75,26 @@ def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool
         and att.qk_norm in ("none", "head", "full")
         and (kind.feed_forward.num_experts == 0 or _plain_routing(kind.feed_forward))
     )
+
+
+def _windows_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Kinds that differ only in a sliding window (Gemma 2 and 3), which transformers'
+    layers run with full attention's saved set: eager computes every score and masks it;
+    SDPA runs the same kernel, with the window as an explicit mask where it is shorter
+    than the sequence (:func:`per_layer`)."""
+    plain = {
+        (dataclasses.replace(k.attention, kind="full", window=None), k.feed_forward)
+        for k, _ in spec.kinds
+    }
+    if len(plain) != 1:
+        return False
+    return all(k.attention.kind in ("full", "sliding") for k, _ in spec.kinds)
+
+
+def _short_window(kind: LayerKind, setup: TrainingSetup) -> bool:
+    """A sliding layer whose window is shorter than the sequence."""
+    window = kind.attention.window
+    return kind.attention.kind == "sliding" and window is not None and window < setup.seq_len
 
 
 def _plain_routing(ff) -> bool:
@@ -312,7 +334,13 @@ def per_layer(
     keeps the most; the layer input is the previous layer's ``feed_forward/down`` or the
     embedding, so it is not repeated here)."""
     if is_transformers(setup, spec):
-        return hf_saved.per_layer(spec, setup)
+        out = hf_saved.per_layer(spec, setup)
+        kinds = [kind] if kind is not None else [k for k, _ in spec.kinds]
+        if any(_short_window(k, setup) for k in kinds) and setup.attention != "eager":
+            # SDPA gets this layer's window as an explicit mask, made additive in the
+            # query's dtype inside each call and kept (``convert_boolean_attn_mask``).
+            out["attention/mask"] = setup.batch_size * setup.seq_len**2 * setup.activation_bytes
+        return out
     if kind is None:
         kind = largest_kind(spec, setup)
     BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
