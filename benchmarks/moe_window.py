@@ -100,6 +100,7 @@ def main() -> int:
                     vocab=config["vocab_size"],
                     forward=hf_forward,
                     implementation="transformers",
+                    loop=setup.loop,  # the estimate's: labels, transformers' users' loop
                 )
                 spec = spec_from_config(config)
                 est = refined.estimate(spec, setup)

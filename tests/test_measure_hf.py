@@ -336,3 +336,20 @@ def test_gemma_sandwich_norms_and_windows(model_type, attention, precision):
                       attention=attention, precision=precision)  # fmt: skip
     m = hf_models.measure(raw, model_type, spec, s, device="fake", census=False)[0]
     assert execution_estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.01)
+
+
+def test_sdpa_with_a_window_shorter_than_t_repeats_k_and_v():
+    """A sliding window shorter than the sequence gives SDPA an explicit mask, which
+    transformers' use_gqa_in_sdpa declines: K and V are repeated to every head and the
+    additive mask is kept per layer (Mistral-style, GQA 4:1)."""
+    from introspect.refined import execution_estimate
+
+    raw = dict(
+        model_type="mistral", hidden_size=128, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, intermediate_size=256, vocab_size=1024, sliding_window=32,
+    )  # fmt: skip
+    spec = spec_from_config(raw, source="mistral-window")
+    s = TrainingSetup(batch_size=1, seq_len=256, implementation="transformers", device="cpu",
+                      attention="memory_efficient")  # fmt: skip
+    m = hf_models.measure(raw, "mistral-window", spec, s, device="fake", census=False)[0]
+    assert execution_estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.005)

@@ -146,9 +146,23 @@ def keeps_t2(spec: ModelSpec, setup: TrainingSetup) -> bool:
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     """K/V width kept: repeated to every query head by ``repeat_kv`` when the T×T path runs
     (eager, or SDPA given a mask or head_dim > 256), else ``kv_dim``."""
-    if spec.group_size > 1 and (keeps_t2(spec, setup) or spec.head_size > 256):
+    if spec.group_size > 1 and (
+        keeps_t2(spec, setup) or spec.head_size > 256 or _sdpa_mask(spec, setup)
+    ):
         return spec.q_dim
     return spec.kv_dim
+
+
+def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether SDPA gets an explicit mask: a sliding window shorter than the sequence
+    (``use_gqa_in_sdpa`` in ``transformers/integrations/sdpa_attention.py`` then declines
+    SDPA's own GQA on CPU and CUDA, so K and V are repeated to every head)."""
+    return any(
+        k.attention.kind == "sliding"
+        and k.attention.window is not None
+        and k.attention.window < setup.seq_len
+        for k, _ in spec.kinds
+    )
 
 
 def probs_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
