@@ -106,10 +106,11 @@ def _plain_routing(ff) -> bool:
 
 def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """:func:`keeps_t2` with the model known (transformers' SDPA falls back to the math
-    kernel under dropout on CPU: :func:`introspect.refined.hf_saved.keeps_t2`)."""
+    kernel under dropout on CPU: :func:`introspect.refined.hf_saved.keeps_t2`; CPU SDPA
+    has no fused kernel for MLA's unequal head widths: :func:`math_sdpa`)."""
     if is_transformers(setup, spec):
         return hf_saved.keeps_t2(spec, setup)
-    return keeps_t2(setup)
+    return keeps_t2(setup) or any(math_sdpa(setup, kind) for kind, _ in spec.kinds)
 
 
 def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
