@@ -210,15 +210,20 @@ def step_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     ``reduce_dtype`` is FP32 already); LoRA's adapters are FP32 throughout; an offloaded
     optimizer updates its master on the host."""
     n = _trainable(spec, setup)
-    if (
+    return FP32 * n if copies_to_master_grads(setup) else grad_bytes(spec, setup, n)
+
+
+def copies_to_master_grads(setup: TrainingSetup) -> bool:
+    """Whether the step copies its BF16 gradients into FP32 gradients of the master
+    before the update (:func:`step_grad_bytes`): mixed precision, full training, one
+    unsharded device, the update on the device."""
+    return (
         setup.precision == "mixed"
         and setup.optimizer != "none"
         and not _lora(setup)
         and sharding.strategy(setup) == "none"
         and offload.steps_on_device(setup)
-    ):
-        return FP32 * n
-    return grad_bytes(spec, setup, n)
+    )
 
 
 def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
@@ -229,18 +234,13 @@ def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | 
     and then frees it, in parameter order (DeepSpeed's ``update_hp_grads`` then
     ``clear_lp_grads``). With ``n_j`` the elements of tensor j, the live gradient bytes
     after tensor j's copy are ``2N + 2·S_{j-1} + 4·n_j``, largest at the last tensor:
-    ``4N + 2·n_last``. The last parameter of a causal LM is lm_head's bias, else its
-    weight (V·d), else (tied) the final norm's last tensor (d). Exceeds the optimizer
-    step wherever the update's temporaries are smaller than that BF16 gradient (fused or
-    foreach updates)."""
-    if step_grad_bytes(spec, setup) == grad_bytes(spec, setup, _trainable(spec, setup)):
+    ``4N + 2·n_last``. The last parameter of a causal LM is the root's last tensor
+    (:func:`sharding.root_tensors`, in ``model.parameters()`` order: lm_head's bias, else
+    its weight, else — tied — the final norm's). Exceeds the optimizer step wherever the
+    update's temporaries are smaller than that BF16 gradient (fused or foreach updates)."""
+    if not copies_to_master_grads(setup):
         return None
-    if spec.lm_head_bias:
-        last = spec.vocab_size
-    elif not spec.tie_word_embeddings:
-        last = spec.vocab_size * spec.hidden_size
-    else:
-        last = spec.hidden_size
+    last = sharding.numel(sharding.root_tensors(spec)[-1])
     terms = dict(state_terms(spec, setup))
     terms["grads"] = step_grad_bytes(spec, setup)
     terms["grads/last_bf16"] = working_weight_bytes(setup) * last

@@ -153,16 +153,18 @@ def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     return spec.kv_dim
 
 
+def short_window(kind, setup: TrainingSetup) -> bool:
+    """A sliding layer whose window is shorter than the sequence (SDPA then gets it as an
+    explicit mask)."""
+    window = kind.attention.window
+    return kind.attention.kind == "sliding" and window is not None and window < setup.seq_len
+
+
 def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """Whether SDPA gets an explicit mask: a sliding window shorter than the sequence
     (``use_gqa_in_sdpa`` in ``transformers/integrations/sdpa_attention.py`` then declines
     SDPA's own GQA on CPU and CUDA, so K and V are repeated to every head)."""
-    return any(
-        k.attention.kind == "sliding"
-        and k.attention.window is not None
-        and k.attention.window < setup.seq_len
-        for k, _ in spec.kinds
-    )
+    return any(short_window(k, setup) for k, _ in spec.kinds)
 
 
 def probs_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:

@@ -41,6 +41,7 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved
@@ -64,12 +65,12 @@ def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool
         return False
     if spec is None:
         return True
-    if len(spec.kinds) != 1 and not _windows_only(spec, setup):
+    if len(spec.kinds) != 1 and not _windows_only(spec.kinds):
         return False
     kind = spec.kinds[0][0]
-    att = dataclasses.replace(kind.attention, kind="full", window=None)
+    att = kind.attention
     return (
-        att.kind == "full"
+        att.kind in ("full", "sliding")
         and not att.sinks
         and not att.output_gate
         and att.qk_norm in ("none", "head", "full")
@@ -77,24 +78,18 @@ def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool
     )
 
 
-def _windows_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
+@functools.lru_cache(maxsize=64)
+def _windows_only(kinds: tuple) -> bool:
     """Kinds that differ only in a sliding window (Gemma 2 and 3), which transformers'
     layers run with full attention's saved set: eager computes every score and masks it;
     SDPA runs the same kernel, with the window as an explicit mask where it is shorter
-    than the sequence (:func:`per_layer`)."""
+    than the sequence (:func:`per_layer`). Cached: a pure function of the (frozen)
+    kinds, asked on every saved-set question."""
     plain = {
         (dataclasses.replace(k.attention, kind="full", window=None), k.feed_forward)
-        for k, _ in spec.kinds
+        for k, _ in kinds
     }
-    if len(plain) != 1:
-        return False
-    return all(k.attention.kind in ("full", "sliding") for k, _ in spec.kinds)
-
-
-def _short_window(kind: LayerKind, setup: TrainingSetup) -> bool:
-    """A sliding layer whose window is shorter than the sequence."""
-    window = kind.attention.window
-    return kind.attention.kind == "sliding" and window is not None and window < setup.seq_len
+    return len(plain) == 1 and all(k.attention.kind in ("full", "sliding") for k, _ in kinds)
 
 
 def _plain_routing(ff) -> bool:
@@ -337,7 +332,7 @@ def per_layer(
     if is_transformers(setup, spec):
         out = hf_saved.per_layer(spec, setup)
         kinds = [kind] if kind is not None else [k for k, _ in spec.kinds]
-        if any(_short_window(k, setup) for k in kinds) and setup.attention != "eager":
+        if any(hf_saved.short_window(k, setup) for k in kinds) and setup.attention != "eager":
             # SDPA gets this layer's window as an explicit mask, made additive in the
             # query's dtype inside each call and kept (``convert_boolean_attn_mask``).
             out["attention/mask"] = setup.batch_size * setup.seq_len**2 * setup.activation_bytes
