@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from introspect._record import field, record
 from introspect.errors import HubError, IntrospectError
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Where a resolved model came from.
 ORIGINS = ("bundled", "config", "checkpoint", "cache", "hub", "nominal")
@@ -31,7 +34,7 @@ ORIGINS = ("bundled", "config", "checkpoint", "cache", "hub", "nominal")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}$")
 
 
-@dataclass(frozen=True)
+@record
 class ResolvedModel:
     """A model the tool can describe: its spec (``num_parameters`` set to the exact
     count), where it came from, and its parameters by component (summing exactly to

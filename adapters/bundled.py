@@ -9,17 +9,20 @@ a note and the source URL. Look-ups take the Hub id (any case) or the folder nam
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
+from introspect._record import record
 from introspect.spec import ModelSpec
 
 from .hf_config import spec_from_config
 
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass(frozen=True)
+
+@record
 class BundledModel:
     """One row of ``data/index.json``."""
 

@@ -16,9 +16,12 @@ naming the file and the key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from introspect.errors import ConfigError
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 MISSING = object()
 

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from introspect.errors import ConfigError, UnsupportedArchitecture
 from introspect.spec import ModelSpec
 
 from .config_reader import Reader
 from .families import ALIASES, REGISTRY
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: A config.json larger than this is not a config (guards against reading a checkpoint).
 MAX_CONFIG_BYTES = 16 * 1024 * 1024

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import importlib.util
 from functools import cache
-from typing import Any
 
 from introspect.errors import ConfigError, IntrospectError
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @cache

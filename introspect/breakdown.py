@@ -8,11 +8,15 @@ and any prefix summed. The total is always the sum of the terms; nothing else.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+
+from introspect._record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 
-@dataclass(frozen=True)
+@record
 class Breakdown:
     """Ordered ``{term: bytes}`` plus a label for the estimator that made it.
 

@@ -12,8 +12,7 @@ everything beyond Metal's recommended working set (see :mod:`introspect.overhead
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from introspect._record import record
 from introspect.errors import IntrospectError
 from introspect.units import GiB
 
@@ -30,7 +29,7 @@ APPLE_SPECS = "https://support.apple.com/specs (each Mac's tech specs: unified m
 APPLE_SIZES_GB = (8, 16, 24, 32, 36, 48, 64, 96, 128, 192)
 
 
-@dataclass(frozen=True)
+@record
 class Device:
     """One device: ``name`` (what ``--gpu`` takes), its memory in bytes, the maker's
     figure in the maker's words, the source of that figure, and its kind (``cuda`` or

@@ -19,13 +19,15 @@ temporaries) are execution rows with a simplified value of 0.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
-
 from introspect import refined, simplified
+from introspect._record import asdict, record
 from introspect.breakdown import Breakdown
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 ARCHITECTURE, EXECUTION = "architecture", "execution"
 
@@ -39,7 +41,7 @@ NOT_KEPT: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Divergence:
     """One row: a term, the seed's bytes, the refined layer's bytes, this layer's own
     delta, its cause and its kind (``architecture`` or ``execution``).
@@ -60,7 +62,7 @@ class Divergence:
         return asdict(self)
 
 
-@dataclass(frozen=True)
+@record
 class Flag:
     """An architecture feature the seed's block does not have, with its figures."""
 

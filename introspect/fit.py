@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -37,10 +37,10 @@ def peak(spec: ModelSpec, setup: TrainingSetup) -> int:
     layer's total (:attr:`introspect.refined.RefinedEstimate.total`)."""
     from introspect import refined
 
-    return refined.execution_estimate(spec, setup).total
+    return refined.execution_estimate(spec, setup, notes=False).total
 
 
-@dataclass(frozen=True)
+@record
 class Change:
     """One change to a setup: ``apply`` returns the changed setup, or None where the
     change does not apply (already made, or meaningless here). ``group`` names changes
@@ -205,7 +205,7 @@ def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One change (or combination) and its effect: ``need`` bytes per device."""
 
@@ -231,22 +231,100 @@ class Row:
 def largest(
     spec: ModelSpec, setup: TrainingSetup, budget: int, field: str, need: Need = peak
 ) -> int | None:
-    """The largest ``seq_len`` or ``batch_size`` (``field``) whose need fits ``budget``,
-    the others as in ``setup``; None when even 1 does not fit. Doubling, then bisection."""
-    if need(spec, setup.replace(**{field: 1})) > budget:
+    """The largest ``seq_len`` or ``batch_size`` (``field``) up to :data:`SEARCH_LIMIT`
+    whose need fits ``budget``, the others as in ``setup``; None when even 1 does not fit.
+
+    Exact, by the one property the search relies on: the need never falls as T or B
+    grows. The answer is the ``x`` with ``need(x) ≤ budget < need(x + 1)``, found by
+    keeping a bracket, ``lo`` (fits) < ``hi`` (does not), and closing it. It starts at
+    the setup's own value (already asked for), and grows from the largest value that
+    fits by where the line through the last two points reaches the budget, at least one
+    step and at most doubling. The need is nearly a parabola in T (eager attention's T²
+    terms; a line in B), so each guess inside the bracket is where the parabola through
+    the last three points reaches the budget (:func:`_guess`), which lands next to the
+    answer in a few evaluations; a guess outside the bracket, or two guesses in a row
+    that moved the same end, is followed by a halving step, so it never takes many more
+    steps than bisection's log₂."""
+    asked: list[tuple[int, int]] = []
+
+    def value(x: int) -> int:
+        n = need(spec, setup.replace(**{field: x}))
+        asked.append((x, n))
+        return n
+
+    lo, n_lo = 1, value(1)
+    if n_lo > budget:
         return None
-    lo, hi = 1, 2
-    while hi <= SEARCH_LIMIT and need(spec, setup.replace(**{field: hi})) <= budget:
-        lo, hi = hi, hi * 2
-    if hi > SEARCH_LIMIT:
-        return lo
+    hi = None
+    start = min(getattr(setup, field), SEARCH_LIMIT)
+    if start > 1:
+        if value(start) <= budget:
+            lo = start
+        else:
+            hi = start
+    while hi is None:
+        if lo == SEARCH_LIMIT:
+            return lo
+        step = lo  # doubling, unless the last two points give a line that rises
+        if len(asked) >= 2:
+            (x0, n0), (x1, n1) = sorted(asked)[-2:]
+            if n1 > n0:
+                step = (budget - n1) * (x1 - x0) // (n1 - n0) + 1
+        x = min(lo + max(1, min(step, lo)), SEARCH_LIMIT)
+        if value(x) <= budget:
+            lo = x
+        else:
+            hi = x
+    same_end, last_end = 0, ""
     while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if need(spec, setup.replace(**{field: mid})) <= budget:
+        guess = _guess(asked[-3:], budget) if same_end < 2 else None
+        if guess is not None and lo < guess < hi:
+            mid = guess
+        elif guess is not None and guess <= lo:
+            mid = lo + 1  # the answer is next to lo, or the guess is off: either way a step
+        else:
+            mid, same_end = (lo + hi) // 2, 0
+        end = "lo" if value(mid) <= budget else "hi"
+        same_end = same_end + 1 if end == last_end else 1
+        last_end = end
+        if end == "lo":
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def _guess(points: list[tuple[int, int]], budget: int) -> int | None:
+    """Where the polynomial through ``points`` (two or three ``(x, need)``; a line or a
+    parabola, Newton's divided differences) reaches ``budget``, rounded down; None where
+    it does not (flat, or no real crossing). Only a guess: :func:`largest` checks it."""
+    if len(points) < 2:
+        return None
+    (x1, y1), (x2, y2) = points[-2:]
+    if x1 == x2:
+        return None
+    f12 = (y2 - y1) / (x2 - x1)
+    a = 0.0
+    if len(points) == 3 and len({points[0][0], x1, x2}) == 3:
+        x0, y0 = points[0]
+        a = (f12 - (y1 - y0) / (x1 - x0)) / (x2 - x0)
+    b = f12 + a * (x2 - x1)  # in u = x - x2: need ≈ y2 + b·u + a·u²
+    c = y2 - budget
+    if abs(a) * max(abs(x2 - x1), 1) ** 2 < 1e-9 * max(abs(b) * abs(x2 - x1), 1.0):
+        if b <= 0:
+            return None
+        u = -c / b
+    else:
+        disc = b * b - 4 * a * c
+        if disc < 0:
+            return None
+        root = disc**0.5
+        # the crossing on the rising side: the larger root of a cup, the smaller of a cap
+        u = (-b + root) / (2 * a) if a > 0 else (-b - root) / (2 * a)
+    x = x2 + u
+    if x != x or abs(x) > 4 * SEARCH_LIMIT:
+        return None
+    return int(x // 1)
 
 
 def rank_changes(

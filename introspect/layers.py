@@ -18,17 +18,21 @@ Data only: no estimator is imported here. Invariants raise ``ValueError`` naming
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from introspect._record import record
 
-AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla"]
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla"]
+
 ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla")
 QK_NORMS = ("none", "head", "full", "l2")
 FFN_KINDS = ("plain", "gated")
 ROUTERS = ("softmax", "topk_softmax", "sigmoid")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Attention:
     """One block's token mixer.
 
@@ -148,7 +152,7 @@ class Attention:
         return min(seq_len, self.window)
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class FeedForward:
     """One block's feed-forward: dense (``num_experts = 0``) of ``intermediate_size``,
     or ``num_experts`` routed experts of ``intermediate_size`` each, ``top_k`` per token,
@@ -193,7 +197,7 @@ class FeedForward:
         return self.num_experts > 0
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class LayerKind:
     """One kind of block: its attention, its feed-forward and its block norms (2 for a
     pre-norm block, 1 for a parallel block, 4 with Gemma-2's post-norms)."""
@@ -207,7 +211,7 @@ class LayerKind:
             raise ValueError(f"norms_per_layer must be >= 0, got {self.norms}")
 
 
-@dataclass(frozen=True)
+@record
 class LayerRun:
     """``count`` consecutive blocks of one kind."""
 

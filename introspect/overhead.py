@@ -28,8 +28,7 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -63,7 +62,7 @@ METAL_SOURCE = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class DeviceView:
     """The allocated peak and what the device shows, each with its source."""
 
@@ -145,7 +144,7 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None) -> DeviceVie
     from introspect import refined
 
     # The execution layer alone: its total is the refined estimate's (RefinedEstimate.total)
-    est = refined.execution_estimate(spec, setup)
+    est = refined.execution_estimate(spec, setup, notes=False)
     kind = (
         device.kind
         if device is not None

@@ -9,11 +9,14 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from introspect._tabulate import tabulate
 from introspect.breakdown import Breakdown
 from introspect.units import display_unit, fmt_gb
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def summary(b: Breakdown) -> dict[str, int]:

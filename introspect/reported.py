@@ -7,12 +7,11 @@ of its original Qwen-7B. The figures and the setup below are copied from Qwen's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from introspect._record import record
 from introspect.setup import TrainingSetup
 
 
-@dataclass(frozen=True)
+@record
 class ReportedRun:
     """One published training-memory figure: sequence length and peak, in decimal GB as
     the source prints it."""
@@ -21,7 +20,7 @@ class ReportedRun:
     peak_gb: float
 
 
-@dataclass(frozen=True)
+@record
 class Reported:
     """A published set of runs of one model under one setup."""
 

@@ -16,21 +16,24 @@ from ``labels=``, as transformers' users and the HF Trainer's ``compute_loss`` w
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Literal
-
+from introspect import _record
+from introspect._record import record
 from introspect.units import dtype_bytes
 
-Precision = Literal["fp32", "bf16", "amp", "mixed"]
-Optimizer = Literal["adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none"]
-Attention = Literal["eager", "memory_efficient"]
-CrossEntropy = Literal["standard", "fused", "chunked"]
-Framework = Literal["torch", "mlx", "mlx_compiled"]
-Device = Literal["auto", "cuda", "cpu", "metal"]
-Implementation = Literal["reference", "transformers", "mlx_lm"]
-Loop = Literal["logits", "labels"]
-OptimizerImpl = Literal["auto", "single_tensor", "foreach", "fused"]
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    Precision = Literal["fp32", "bf16", "amp", "mixed"]
+    Optimizer = Literal["adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none"]
+    Attention = Literal["eager", "memory_efficient"]
+    CrossEntropy = Literal["standard", "fused", "chunked"]
+    Framework = Literal["torch", "mlx", "mlx_compiled"]
+    Device = Literal["auto", "cuda", "cpu", "metal"]
+    Implementation = Literal["reference", "transformers", "mlx_lm"]
+    Loop = Literal["logits", "labels"]
+    OptimizerImpl = Literal["auto", "single_tensor", "foreach", "fused"]
+
 
 #: ``fp32``: everything FP32. ``bf16``: pure BF16 weights, grads and optimizer state.
 #: ``amp``: ``torch.autocast(bfloat16)`` over FP32 weights, grads and state (plain PyTorch,
@@ -82,7 +85,7 @@ def default_activation_dtype(precision: str) -> str:
     return "bf16" if precision in ("bf16", "amp", "mixed") else "fp32"
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class TrainingSetup:
     """One training step's settings. ``s`` in the seed is :attr:`activation_bytes`."""
 
@@ -303,10 +306,10 @@ class TrainingSetup:
         if "activation_dtype" not in changes and "precision" in changes:
             if self.activation_dtype == default_activation_dtype(self.precision):
                 changes["activation_dtype"] = None  # the new precision's own
-        return dataclasses.replace(self, **changes)
+        return _record.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = _record.asdict(self)
         out["activation_bytes"] = self.activation_bytes
         out["resolved_device"] = self.resolved_device
         out["resolved_optimizer_impl"] = self.resolved_optimizer_impl

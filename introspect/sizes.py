@@ -10,15 +10,14 @@ small experiment on a laptop would; the 70B row is a scale check (16N ≈ 1.12 T
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from introspect._record import record
 from introspect.spec import ModelSpec, standard_spec
 
 #: The seed's budgets on an 8 GB M2: ~4 GB for training, 8 GB the optimistic ceiling.
 BUDGETS_GB = (4, 8)
 
 
-@dataclass(frozen=True)
+@record
 class NominalShape:
     nominal: str
     num_hidden_layers: int

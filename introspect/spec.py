@@ -8,17 +8,21 @@ Derived values are properties. Invariants raise ``ValueError`` naming the field.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
 
+from introspect import _record
+from introspect._record import field, record
 from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
 
-NormKind = Literal["layernorm", "rmsnorm"]
-FFNKind = Literal["plain", "gated"]
-QKNorm = Literal["none", "head", "full", "l2"]
-PositionKind = Literal["rope", "learned", "none"]
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    NormKind = Literal["layernorm", "rmsnorm"]
+    FFNKind = Literal["plain", "gated"]
+    QKNorm = Literal["none", "head", "full", "l2"]
+    PositionKind = Literal["rope", "learned", "none"]
+
 
 NORM_KINDS = ("layernorm", "rmsnorm")
 FFN_KINDS = ("plain", "gated")
@@ -26,7 +30,7 @@ QK_NORMS = ("none", "head", "full", "l2")
 POSITION_KINDS = ("rope", "learned", "none")
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class ModelSpec:
     """A decoder-only transformer, as far as memory is concerned.
 
@@ -274,12 +278,12 @@ class ModelSpec:
     # ---- conveniences ---------------------------------------------------------------
     def replace(self, **changes: Any) -> ModelSpec:
         """A copy with some fields changed (the spec itself never mutates)."""
-        return dataclasses.replace(self, **changes)
+        return _record.replace(self, **changes)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
         """The spec back from :meth:`to_dict` (the derived shapes are dropped)."""
-        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields = {k: v for k, v in data.items() if k in _record.field_names(cls)}
         runs = []
         for run in fields.get("layers") or ():
             kind = {k: v for k, v in run.items() if k != "count"}
@@ -295,9 +299,9 @@ class ModelSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """Fields plus the derived shapes, JSON-ready."""
-        out = dataclasses.asdict(self)
+        out = _record.asdict(self)
         out["assumptions"] = list(self.assumptions)
-        out["layers"] = [{"count": r.count, **dataclasses.asdict(r.kind)} for r in self.layers]
+        out["layers"] = [{"count": r.count, **_record.asdict(r.kind)} for r in self.layers]
         out.update(
             head_size=self.head_size,
             q_dim=self.q_dim,

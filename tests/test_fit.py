@@ -51,6 +51,66 @@ def test_largest_is_the_edge_of_the_budget(field):
     assert fit.peak(SPEC, setup.replace(**{field: n + 1})) > budget
 
 
+def _bisected(need, budget: int) -> int | None:
+    """The answer by plain doubling and bisection (the search before it guessed)."""
+    if need(1) > budget:
+        return None
+    lo, hi = 1, 2
+    while hi <= fit.SEARCH_LIMIT and need(hi) <= budget:
+        lo, hi = hi, hi * 2
+    if hi > fit.SEARCH_LIMIT:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if need(mid) <= budget else (lo, mid)
+    return lo
+
+
+#: Non-decreasing needs of x = T or B, the shapes a step's peak takes and some it
+#: does not: flat then rising (the state's moment, then the activations'), a line, a
+#: parabola, a kink, steps, a jump, a plateau at the budget, and a staircase.
+NEEDS = {
+    "flat-then-line": lambda x: max(10_000, 37 * x + 1_000),
+    "line": lambda x: 1_000 + 12_345 * x,
+    "parabola": lambda x: 5_000 + 40 * x + 3 * x * x,
+    "kink": lambda x: 2_000 + (5 * x if x < 3_000 else 15_000 + 900 * (x - 3_000)),
+    "steps": lambda x: 64 * -(-x // 512) + 100,
+    "jump": lambda x: 10 if x < 77_777 else 10**12,
+    "cube": lambda x: x**3 // 1_000 + 7,
+    "staircase": lambda x: (x // 1_000) * 1_000,
+}
+
+
+@pytest.mark.parametrize("shape", NEEDS)
+@pytest.mark.parametrize("start", [1, 3, 1024, 100_000, 1 << 24])
+def test_largest_guesses_but_answers_as_bisection_does(shape, start):
+    need_of = NEEDS[shape]
+    for budget in (5, 12_000, 10**6, 123_456_789, 10**15):
+        asked: list[int] = []
+
+        def need(spec, setup, need_of=need_of, asked=asked):
+            asked.append(setup.seq_len)
+            return need_of(setup.seq_len)
+
+        got = fit.largest(SPEC, TrainingSetup(seq_len=start), budget, "seq_len", need)
+        assert got == _bisected(need_of, budget), (shape, start, budget)
+        # bounded by the bracket's size, not the values: about twice bisection's steps
+        assert len(asked) <= 2 * 2 * 25 + 4, (shape, start, budget, len(asked))
+
+
+def test_largest_asks_few_needs_of_a_real_step():
+    setup = TrainingSetup(seq_len=4096, precision="bf16", activation_dtype="bf16")
+    asked = []
+
+    def need(spec, s):
+        asked.append(s.seq_len)
+        return fit.peak(spec, s)
+
+    n = fit.largest(SPEC, setup, 30 * GB, "seq_len", need)
+    assert n == _bisected(lambda T: fit.peak(SPEC, setup.replace(seq_len=T)), 30 * GB)
+    assert len(asked) <= 8, asked  # bisection asks 2·log₂(n) ≈ 30
+
+
 def test_largest_is_none_when_nothing_fits():
     assert fit.largest(SPEC, TrainingSetup(), 1 * GB, "seq_len") is None
 

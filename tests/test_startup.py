@@ -78,6 +78,11 @@ def test_closed_form_commands_import_nothing_heavy(name, tmp_path):
     assert heavy == [], f"{name} imported {heavy[:5]}"
     # tabulate's own import reads its version from package metadata (introspect/_tabulate)
     assert "importlib.metadata" not in modules
+    # nor dataclasses (it imports inspect, ast, dis, tokenize) nor typing nor fractions:
+    # our records are introspect._record's, tabulate checks rows without dataclasses'
+    # import, and type hints are read by type checkers only
+    slow = {"dataclasses", "inspect", "ast", "typing", "fractions", "decimal"} & modules
+    assert not slow, f"{name} imported {sorted(slow)}"
     assert "importlib.resources" not in modules
     # only the chosen sub-command's module
     chosen = argv[0]
@@ -90,6 +95,22 @@ def test_closed_form_commands_import_nothing_heavy(name, tmp_path):
     assert "platform" not in modules
     if chosen != "sizes":
         assert not {m for m in modules if m.startswith("introspect.measure")}
+
+
+def test_tabulate_lays_out_dataclass_rows_after_its_lighter_import():
+    code = (
+        "from introspect._tabulate import tabulate; import sys; "
+        "print('dataclasses' in sys.modules); "
+        "import dataclasses, tabulate as t; "
+        "R = dataclasses.make_dataclass('R', [('a', int), ('b', str)]); "
+        "print(tabulate([R(1, 'x')], headers='keys').split()); "
+        "print(t.dataclasses.is_dataclass(R), t.dataclasses.is_dataclass(1), "
+        "t.dataclasses.fields is dataclasses.fields, sys.modules['dataclasses'] is dataclasses)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == ["False", "['a', 'b', '---', '---', '1', 'x']", "True False True True"]
 
 
 def test_tabulate_is_the_real_library_and_metadata_still_works():

@@ -4,7 +4,6 @@ and B that do, and a ranked table of what to change (alone and in combinations).
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from introspect import fit, report
 from introspect.commands._args import (
@@ -19,6 +18,10 @@ from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 from introspect.units import fmt_memory, parse_memory
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 EPILOG = """\
 SOURCE is anything 'introspect profile' takes, or a nominal size of the seed's table

@@ -4,7 +4,6 @@ its exact parameters by component, and the estimates for a training setup."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from introspect import divergence, refined, report, simplified
 from introspect.breakdown import Breakdown
@@ -20,6 +19,10 @@ from introspect.params import COMPONENTS
 from introspect.refined import RefinedEstimate
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 EPILOG = """\
 SOURCE is tried in this order:

@@ -11,7 +11,6 @@ measurement of Qwen-7B beside both estimates instead.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from introspect import divergence, refined, report, simplified
 from introspect.commands._args import (
@@ -26,6 +25,10 @@ from introspect.reported import REPORTED, Reported
 from introspect.setup import TrainingSetup
 from introspect.sizes import worked_example
 from introspect.units import GB, fmt_count
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The model-card count the seed used for Qwen2.5-0.5B ("requires 7.84 GB" = 16 × 0.49e9).
 SEED_QWEN_05B_PARAMS = 490_000_000

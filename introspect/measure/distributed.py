@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from introspect._record import field_names
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -284,6 +285,4 @@ def spec_from_dict(data: dict[str, Any]) -> ModelSpec:
 
 def setup_from_dict(data: dict[str, Any]) -> TrainingSetup:
     """A TrainingSetup back from :meth:`TrainingSetup.to_dict`."""
-    return TrainingSetup(
-        **{k: v for k, v in data.items() if k in TrainingSetup.__dataclass_fields__}
-    )
+    return TrainingSetup(**{k: v for k, v in data.items() if k in field_names(TrainingSetup)})

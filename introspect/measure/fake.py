@@ -83,9 +83,9 @@ def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> M
     A size torch cannot represent (a storage over 2⁶³ bytes: torch's
     ``Storage size calculation overflowed``) is one :class:`IntrospectError` line; torch's
     own log line about it (``torch._subclasses.fake_tensor``) is silenced."""
-    import dataclasses
     import logging
 
+    from introspect import _record
     from introspect.errors import IntrospectError
     from introspect.measure.torch_step import build_reference, measure_step, run_census
 
@@ -105,7 +105,7 @@ def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> M
         ) from e
     finally:
         log.setLevel(level)
-    return dataclasses.replace(
+    return _record.replace(
         m,
         census=saved,
         notes=m.notes + ("dry run: FakeTensorMode, no memory allocated",),

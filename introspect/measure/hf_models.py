@@ -249,8 +249,8 @@ def measure(
     measure one step of the setup's loop, precision and optimizer; the census (when
     asked) is taken on the same model. Returns the Measurement (census included)."""
     import contextlib
-    import dataclasses
 
+    from introspect import _record
     from introspect.measure import torch_step
     from introspect.measure.fake import GROUPED_MM_NOTE, fake_mode
 
@@ -298,7 +298,7 @@ def measure(
             "dry run: FakeTensorMode, no memory allocated; transformers' packed-sequence "
             "check answered as the real step does (one sequence per row)"
         )
-    m = dataclasses.replace(
+    m = _record.replace(
         m, census=saved.terms if saved is not None else {}, notes=(*notes, *m.notes)
     )
     return m, saved

@@ -16,10 +16,10 @@ the measurement. mlx-lm's attention is always ``mx.fast.scaled_dot_product_atten
 
 from __future__ import annotations
 
-import dataclasses
 from contextlib import contextmanager
 from typing import Any
 
+from introspect import _record
 from introspect.errors import IntrospectError
 from introspect.spec import ModelSpec
 
@@ -159,4 +159,4 @@ def measure(
         if setup.activation_checkpointing
         else ()
     )
-    return dataclasses.replace(m, notes=notes + m.notes)
+    return _record.replace(m, notes=notes + m.notes)

@@ -110,8 +110,7 @@ def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
 def measure(spec: ModelSpec, setup: TrainingSetup) -> Measurement:
     """One measured LoRA/QLoRA step on CPU (after a warm-up step), the quant state that
     the tracker cannot see added to the peak as ``other``."""
-    import dataclasses
-
+    from introspect import _record
     from introspect.measure.torch_step import hf_forward, measure_step
 
     model = build(spec, setup)
@@ -129,7 +128,7 @@ def measure(spec: ModelSpec, setup: TrainingSetup) -> Measurement:
         return m
     categories = dict(m.categories)
     categories["other"] = categories.get("other", 0) + extra
-    return dataclasses.replace(
+    return _record.replace(
         m,
         peak_bytes=m.peak_bytes + extra,
         categories=categories,

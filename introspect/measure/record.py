@@ -9,9 +9,12 @@ split always sums to the peak it describes.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from introspect import _record
+from introspect._record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: Category names, in report order. A backend reports the subset it can tell apart.
 CATEGORIES = (
@@ -24,7 +27,7 @@ CATEGORIES = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(kw_only=True)
 class Measurement:
     """One measured (or dry-run) training step.
 
@@ -71,7 +74,7 @@ class Measurement:
         return sum(self.categories.values())
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = _record.asdict(self)
         out["framework"] = self.framework
         out["notes"] = list(self.notes)
         out["peak_samples"] = list(self.peak_samples)

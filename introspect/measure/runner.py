@@ -3,10 +3,9 @@ estimates: the glue that ``introspect measure`` and ``benchmarks/accuracy.py`` s
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from introspect import report
+from introspect import _record, report
 from introspect.measure.compare import Comparison, compare
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -81,7 +80,7 @@ def measure(
     m = torch_step.measure_step(model, setup, vocab=spec.vocab_size, device=device, loop=setup.loop)
     saved = torch_step.run_census(model, setup, spec, device, loop=setup.loop) if census else None
     if saved is not None:
-        m = dataclasses.replace(m, census=saved.terms)
+        m = _record.replace(m, census=saved.terms)
     return m, saved
 
 
@@ -117,7 +116,7 @@ def run_one(
         overrides=overrides,
     )
     if notes:
-        m = dataclasses.replace(m, notes=m.notes + notes)
+        m = _record.replace(m, notes=m.notes + notes)
     return Row(compare(spec, setup, m), saved, spec)
 
 
@@ -137,9 +136,9 @@ def to_json(spec: ModelSpec, impl: str, rows: list[Row]) -> dict:
 
 
 def _setup_fields(d: dict) -> dict:
-    import dataclasses as dc
+    from introspect._record import field_names
 
-    names = {f.name for f in dc.fields(TrainingSetup)}
+    names = set(field_names(TrainingSetup))
     return {k: v for k, v in d.items() if k in names}
 
 

@@ -15,13 +15,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
 
+from introspect._record import field, record
 from introspect.breakdown import Breakdown
 from introspect.refined import architecture, causes, execution, memo, model_parallel
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PHASES", "RefinedEstimate", "estimate", "execution_estimate"]
 
@@ -29,7 +32,7 @@ __all__ = ["PHASES", "RefinedEstimate", "estimate", "execution_estimate"]
 PHASES = ("forward_end", "backward", "optimizer_step")
 
 
-@dataclass(frozen=True)
+@record
 class RefinedEstimate:
     """Both refined layers for one model and setup.
 
@@ -78,14 +81,20 @@ def _mlx():
 
 
 def execution_estimate(
-    spec: ModelSpec, setup: TrainingSetup, *, layers: Iterable[int] | None = None
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    *,
+    layers: Iterable[int] | None = None,
+    notes: bool = True,
 ) -> Breakdown:
     """The execution layer: every phase's moments built, the largest one returned as the
     breakdown (its terms sum to the peak), ``meta`` naming the phase. ``layers`` are the
     backward layers to build (:func:`execution.backward_moments`; default the candidates
     that can hold the peak). The moments share their pure sub-questions through one
     memo (:mod:`introspect.refined.memo`); MLX has moments of its own
-    (:mod:`introspect.refined.mlx`: one lazy graph for forward, backward and update)."""
+    (:mod:`introspect.refined.mlx`: one lazy graph for forward, backward and update).
+    ``notes=False`` leaves out the causes of the terms (:mod:`~introspect.refined.causes`)
+    for a caller that reads the bytes only, such as the fit finder's search."""
     with memo.scope():
         candidates: list[tuple[str, dict[str, int]]] = []
         if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup):
@@ -121,7 +130,7 @@ def execution_estimate(
             else ""
         )
         + ")",
-        notes=causes.causes(spec, setup, terms),
+        notes=causes.causes(spec, setup, terms) if notes else {},
         meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},
     )
 

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from fractions import Fraction
 
 from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import hf_saved, lora, offload, saved, sharding
@@ -191,9 +190,13 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     wb = working_weight_bytes(setup)
     if _lora(setup):
         value = lora.grad_bytes(spec, setup, n_params, wb)
-        largest = lora.largest_trainable(spec, setup) * FP32
     else:
         value = sharding.grad_bytes(spec, setup, n_params, wb)
+    if not offload.caps_grads(setup):
+        return value
+    if _lora(setup):
+        largest = lora.largest_trainable(spec, setup) * FP32
+    else:
         largest = largest_tensor(spec) * wb
     return offload.grads(setup, value, largest, _unit_bytes(spec, setup))
 
@@ -371,12 +374,10 @@ def head_parameters(spec: ModelSpec) -> int:
 
 def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """End of forward / start of backward: state, every saved activation, the loop's
-    logits and the loss backward's transient; no gradients yet (MLX: every layer's
-    activation gradients, :func:`mlx_activation_grads`)."""
+    logits and the loss backward's transient; no gradients yet."""
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
     terms["activations/logits/grad"] = logits_transient(spec, setup)
     terms["grads"] = 0
-    terms.update(mlx_activation_grads(spec, setup, spec.num_hidden_layers))
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -468,7 +469,7 @@ def backward_moments(
     largest moment (and the first of equal ones, in step order) is the same as when
     every layer is built. ``layers`` overrides the candidates (top down), e.g. every
     layer, which is how the tests check the candidates."""
-    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
+    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
     head = dict(saved_all)
@@ -477,7 +478,6 @@ def backward_moments(
         BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
     ) + BT * d * s
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
-    head.update(mlx_activation_grads(spec, setup, L))
     wb = working_weight_bytes(setup)
     head.update(sharding.moment_terms(spec, setup, "head", wb))
     moments = [_add(state, head)]
@@ -569,33 +569,33 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     base = _add(state, before)  # every moment starts from it (each gets a copy)
 
     def moments(i: int) -> list[dict[str, int]]:
+        below_i = {k: i * v for k, v in below_p.items()}  # the i layers below
+        placed = sharding.moment_terms(spec, setup, "layer", wb, i)
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(base)
-        terms.update({k: i * v for k, v in below_p.items()})
+        terms.update(below_i)
         _add_into(terms, whole_p)
         _add_into(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = ffn_grad
         done = head_params + (L - 1 - i) * per_layer + down_params
         terms["grads"] = grad_bytes(spec, setup, done)
-        terms.update(mlx_activation_grads(spec, setup, i + 1))
-        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
+        terms.update(placed)
         out = [terms]
         # The layer's attention backward.
         terms = dict(base)
-        terms.update({k: i * v for k, v in below_p.items()})
+        terms.update(below_i)
         _add_into(terms, current_p)
         _add_into(terms, loop_logits)
         terms["activations/layer/attention/grad"] = attention_grad
         done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
         terms["grads"] = grad_bytes(spec, setup, done)
-        terms.update(mlx_activation_grads(spec, setup, i + 1))
-        terms.update(sharding.moment_terms(spec, setup, "layer", wb, i))
+        terms.update(placed)
         out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
             terms = dict(base)
-            terms.update({k: i * v for k, v in below_p.items()})
+            terms.update(below_i)
             _add_into(terms, loop_logits)
             _add_into(terms, post)
             terms["activations/layer/grad"] = BT * d * s  # the gradient flowing down
@@ -669,16 +669,17 @@ def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
         # each residue class modulo D, so the first and last D layers hold the maximum.
         ends = set(range(L - 1, L - 1 - min(setup.devices, L), -1))
         return sorted(ends | set(range(min(setup.devices, L))), reverse=True)
-    slope = Fraction(sum(below.values()))
-    margin = Fraction(4)
     if setup.optimizer_in_backward or setup.offload == "parameters":
         return _capped_candidates(spec, setup)
+    # The slope and the margin (4 bytes) times ``devices``, so both stay integers.
+    slope = sum(below.values()) * devices
+    margin = 4 * devices
     # The gradients made so far grow by one layer's per layer down, unless they live in
     # DDP's buckets (``gradient_as_bucket_view``): then only the saved bytes slope.
     if setup.optimizer != "none" and grad_bytes(spec, setup, 1):
-        slope -= Fraction(working_weight_bytes(setup) * layer_parameters(spec), devices)
+        slope -= working_weight_bytes(setup) * layer_parameters(spec)
     top = L - 1 if slope >= 0 else 0
-    width = L if slope == 0 else math.floor(margin / abs(slope)) + 1
+    width = L if slope == 0 else margin // abs(slope) + 1
     near = range(top, top - min(width, L), -1) if top else range(min(width, L) - 1, -1, -1)
     if 2 * devices < len(near):
         # j = L-1-i: the first and last `devices` values of j in every residue class.
@@ -738,12 +739,3 @@ def framework_extra(
     the lazy graph holds when ``mx.eval`` runs it), used by
     :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
     return terms, 0
-
-
-def mlx_activation_grads(
-    spec: ModelSpec, setup: TrainingSetup, pending_layers: int
-) -> dict[str, int]:
-    """Nothing: torch's moments hold no MLX terms (MLX's own moments, activation
-    gradients and window included, are :mod:`introspect.refined.mlx`'s). Kept as the
-    hook the moments call; the calls can go once no branch uses it."""
-    return {}

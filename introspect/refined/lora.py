@@ -36,6 +36,7 @@ Every function returns bytes for all L layers, per device.
 from __future__ import annotations
 
 from introspect.errors import IntrospectError
+from introspect.refined.memo import per_estimate
 from introspect.setup import LORA_MODULES, OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -46,6 +47,7 @@ NF4_DOUBLE_BLOCK = 256
 NF4_CODE_BYTES = 256 * FP32
 
 
+@per_estimate
 def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear in one block, by its Hugging Face name; a plain
     feed-forward has only ``up_proj`` and ``down_proj``."""
@@ -68,6 +70,7 @@ def _experts(spec: ModelSpec, name: str) -> int:
     return (spec.num_local_experts or 1) if name in ("gate_proj", "up_proj", "down_proj") else 1
 
 
+@per_estimate
 def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     """The block linears the adapters sit on. Names the model lacks, or a rank above a
     targeted layer's width, are an IntrospectError naming what the model has."""
@@ -91,6 +94,7 @@ def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     return chosen
 
 
+@per_estimate
 def adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Trainable adapter parameters, all layers: ``L · Σ r·(d_in + d_out)``."""
     r = setup.lora_rank
@@ -202,6 +206,7 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, wb: int) ->
     return head * wb + round(frac * adapters) * adapter_bytes(setup)
 
 
+@per_estimate
 def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Elements of the largest trainable tensor (one adapter matrix, or V·d)."""
     shapes = linear_shapes(spec)

@@ -31,9 +31,12 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
 
 _MEMO: ContextVar[dict | None] = ContextVar("introspect_estimate_memo", default=None)
 
@@ -66,10 +69,7 @@ def per_estimate(fn: F) -> F:
         if hit is None:
             hit = memo[key] = (args, fn(*args))  # the args keep their ids taken
         value = hit[1]
-        if isinstance(value, dict):
-            return dict(value)
-        if isinstance(value, list):
-            return list(value)
-        return value
+        kind = type(value)
+        return kind(value) if kind is dict or kind is list else value
 
     return memoised  # type: ignore[return-value]

@@ -72,8 +72,7 @@ own VJPs and a command buffer pins 20–50 ops, so these counts do not apply the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -93,7 +92,7 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Dims:
     """The sizes the shape kinds are made of."""
 

@@ -39,6 +39,11 @@ def state(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int], unit: in
     return out
 
 
+def caps_grads(setup: TrainingSetup) -> bool:
+    """Whether :func:`grads` caps the gradients on the device (else they are as made)."""
+    return setup.optimizer_in_backward or setup.offload == "parameters"
+
+
 def grads(setup: TrainingSetup, value: int, largest: int, unit: int) -> int:
     """Gradient bytes on the device: at most one parameter's (``largest``) with the
     optimizer in backward, at most one unit's under parameter offload."""

@@ -40,9 +40,9 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
+from introspect import _record
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved
 from introspect.refined.memo import per_estimate
@@ -86,8 +86,7 @@ def _windows_only(kinds: tuple) -> bool:
     than the sequence (:func:`per_layer`). Cached: a pure function of the (frozen)
     kinds, asked on every saved-set question."""
     plain = {
-        (dataclasses.replace(k.attention, kind="full", window=None), k.feed_forward)
-        for k, _ in kinds
+        (_record.replace(k.attention, kind="full", window=None), k.feed_forward) for k, _ in kinds
     }
     return len(plain) == 1 and all(k.attention.kind in ("full", "sliding") for k, _ in kinds)
 
