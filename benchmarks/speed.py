@@ -72,27 +72,31 @@ with torch.device("meta"):
 print(sum(p.numel() for p in model.parameters()))
 """
 
-# The dry run's old route, written with torch's own tools only: the reference model under
-# FakeTensorMode, Adam's state from a warm-up step, MemTracker around the measured step.
+# The dry run's old route, written with torch's and transformers' own tools only: the
+# published model's transformers class under FakeTensorMode, stepped as its users step it
+# (``model(input_ids=x, labels=x).loss``), Adam's state from a warm-up step, MemTracker
+# around the measured step.
 MEMTRACKER_STEP = """\
 import json, sys, time
-import torch, torch.nn.functional as F
+import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed._tools.mem_tracker import MemTracker
-from introspect.adapters import resolve
-from introspect.measure.torch_model import build
-spec = resolve(sys.argv[1]).spec
+from transformers import AutoConfig, AutoModelForCausalLM
+raw = json.load(open(sys.argv[1]))
 T = int(sys.argv[2])
+config = AutoConfig.for_model(raw.pop("model_type"), **raw)
+config.use_cache = False
 start, cpu = time.perf_counter(), time.process_time()
 with FakeTensorMode(allow_non_fake_inputs=True):
-    model = build(spec, "eager", dtype=torch.float32, device="cpu")
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager",
+                                             dtype=torch.float32)
+    model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    tokens = torch.randint(0, spec.vocab_size, (1, T + 1))
-    x, y = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    x = torch.randint(0, config.vocab_size, (1, T))
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1)).backward()
+        model(input_ids=x, labels=x).loss.backward()
         opt.step()
     step()
     tracker = MemTracker()
@@ -104,20 +108,32 @@ print(json.dumps({"seconds": time.perf_counter() - start, "cpu": time.process_ti
                   "peak": peak}))
 """
 
-# The dry-run call alone, timed inside the process. Imports excluded, torch._dynamo too:
-# FakeTensorMode imports it on first use (about 1 s), once per process whatever the model.
+# The dry-run call alone, timed inside the process: what ``introspect measure --device
+# fake`` runs for a published config (its transformers class, the labels loop). What is
+# paid once per process whatever the model's size is paid before the clock starts, by the
+# dry run of a one-layer, 64-wide model of the same type: imports (torch._dynamo, which
+# FakeTensorMode imports on first use, about 1 s; transformers' modules for the model, its
+# loss and masks) and the first dispatch of each operator. The first call's own time is
+# printed too.
 DRY_RUN_CALL = """\
 import json, sys, time
-import torch._dynamo.config
 from introspect.adapters import resolve
-from introspect.measure.fake import dry_run
+from introspect.adapters.hf_config import spec_from_config
+from introspect.measure import hf_models
 from introspect.setup import TrainingSetup
+raw = json.load(open(sys.argv[1]))
 spec = resolve(sys.argv[1]).spec
 setup = TrainingSetup(seq_len=int(sys.argv[2]), framework="torch")
+tiny = dict(raw, num_hidden_layers=1, hidden_size=64, intermediate_size=128,
+            num_attention_heads=2, num_key_value_heads=2, vocab_size=256)
+first = time.process_time()
+hf_models.measure(tiny, "tiny", spec_from_config(tiny), TrainingSetup(seq_len=16),
+                  device="fake", census=False)
+first = time.process_time() - first
 start, cpu = time.perf_counter(), time.process_time()
-m = dry_run(spec, setup, census=False)
+m, _ = hf_models.measure(raw, sys.argv[1], spec, setup, device="fake", census=False)
 print(json.dumps({"seconds": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-                  "peak": m.peak_bytes}))
+                  "peak": m.peak_bytes, "first_call_cpu": first}))
 """
 
 
@@ -326,20 +342,20 @@ def dry_runs(heavy_runs: int, folder: Path, quick: bool) -> dict:
         {
             "introspect measure 7B --device fake --seq 2048": [*fake, "--seq", "2048"],
             "  … --no-census (the step alone)": [*fake, "--seq", "2048", "--no-census"],
-            "  fake.dry_run() call": [PY, "-c", DRY_RUN_CALL, seven, "2048"],
+            "  dry-run call": [PY, "-c", DRY_RUN_CALL, seven, "2048"],
         },
         heavy_runs,
     )
     # The old route takes several times longer; one run of it.
     old = measure({"old": [PY, "-c", MEMTRACKER_STEP, seven, "2048"]}, 1)["old"]
-    call = result.pop("  fake.dry_run() call")
+    call = result.pop("  dry-run call")
     base = result["  … --no-census (the step alone)"]
     rows = [
         [name, _s(r["wall"]), _s(r["cpu"]), "", _mb(r["rss"]), "", _ok(r)]
         for name, r in result.items()
     ]
     rows.append(
-        ["  its dry_run() call alone, in-process", "", "", _s(_inner(call, "cpu")), "", "",
+        ["  its dry-run call alone, in-process", "", "", _s(_inner(call, "cpu")), "", "",
          _ok(call)]
     )  # fmt: skip
     old_peak = json.loads(old["out"])["peak"] if old["ok"] else None
@@ -374,7 +390,7 @@ def dry_runs(heavy_runs: int, folder: Path, quick: bool) -> dict:
             marginal = f"{marginals[-1]:.3f} s"
         scaling.append(
             [L, _s(cpu), f"{cpu / L:.3f} s", marginal, _s(_inner(r, "seconds")),
-             _s(r["wall"]), _mb(r["rss"]), _ok(r)]
+             _s(_inner(r, "first_call_cpu")), _s(r["wall"]), _mb(r["rss"]), _ok(r)]
         )  # fmt: skip
         previous = (L, cpu)
     out["layers"] = scaling
@@ -511,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
         *([others_note, ""] if others_note else []),
         f"## The dry run: Llama-2-7B, B=1, T=2048, FP32 Adam (median of {args.heavy_runs})",
         "",
+        "Every route steps transformers' LlamaForCausalLM as its users do, "
+        "`model(input_ids=x, labels=x).loss`, eager attention.",
+        "",
         tabulate(
             dry["versus"],
             headers=["route", "wall", "CPU", "in-process CPU", "peak RSS", "peak", ""],
@@ -519,10 +538,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Dry-run scaling in L (Llama-2-7B's shape, num_hidden_layers changed; T=2048)",
         "",
-        "*call CPU* is the CPU time of `fake.dry_run()` inside the process (model build, "
-        "optimizer state, the tracked step; no census; no imports: torch._dynamo, which "
-        "FakeTensorMode imports on first use, is imported before the clock starts), less "
-        "disturbed by the "
+        "*call CPU* is the CPU time of the dry run's call inside the process "
+        "(`hf_models.measure(..., device='fake')`, what `introspect measure --device fake` "
+        "runs: transformers' model build, optimizer state, the tracked step; no census), "
+        "after what a process pays once whatever the model (imports — torch._dynamo, "
+        "transformers' modules — and each operator's first dispatch) was paid by a dry run "
+        "of a one-layer, 64-wide model of the same type, before the clock: *first call* is "
+        "that warm-up's own CPU time. The call CPU is less disturbed by the "
         "other jobs than wall time; *marginal* is its increase per added layer from the row "
         "above; *process wall* is the whole process, imports included.",
         "",
@@ -534,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                 "call CPU / L",
                 "marginal / layer",
                 "call wall",
+                "first call",
                 "process wall",
                 "peak RSS",
                 "",

@@ -1,8 +1,9 @@
 """Does it fit, and what must change? A search over the refined closed form.
 
 Everything here is arithmetic on :func:`introspect.refined.estimate` (microseconds to
-milliseconds a call), so the verdict, the largest T and B (bisection: the peak never
-falls as T or B grows) and the combinations that fit (a bounded search over the
+milliseconds a call), so the verdict, the largest T and B (a bracketing search that
+relies only on the peak never falling as T or B grows: :func:`largest`) and the
+combinations that fit (a bounded search over the
 changes below) are fast and exact for the model they describe. What the device adds
 beyond the tensors (CUDA context, allocator reserve) is :mod:`introspect.overhead`'s;
 ``need`` is whatever the caller compares with the budget.

@@ -223,7 +223,7 @@ class ModelSpec:
     # ---- layer kinds ----------------------------------------------------------------
     # Cached: the spec is frozen, and the estimators ask for its kinds once per moment
     # (``functools.cached_property`` writes the instance ``__dict__``, which a frozen
-    # dataclass allows; equality, hashing and ``to_dict`` read the fields only).
+    # record allows; equality, hashing and ``to_dict`` read the fields only).
     @cached_property
     def default_kind(self) -> LayerKind:
         """The block the flat per-layer fields describe."""

@@ -83,6 +83,27 @@ def test_logits_loop_holds_the_logits():
     assert logits.peak_bytes - labels.peak_bytes == 2 * 32 * 512 * 4 + 2 * 32 * 8
 
 
+@pytest.mark.parametrize("loop", ["labels", "logits"])
+def test_measure_step_follows_the_setups_loop_unless_told(loop):
+    """``measure_step`` without a loop steps a transformers class with the setup's own
+    loop (the reference model keeps its logits loop), the same step as naming it."""
+    from introspect.measure import torch_step
+
+    raw = CONFIGS["qwen2"]
+    setup = TrainingSetup(batch_size=2, seq_len=16, implementation="transformers", loop=loop)
+    steps = []
+    for named in (None, loop):
+        model = hf_models.build(raw, "qwen2", attention="eager", dtype=torch_step.torch.float32)
+        steps.append(
+            torch_step.measure_step(
+                model, setup, vocab=512, forward=torch_step.hf_forward,
+                implementation="transformers", loop=named,
+            )
+        )  # fmt: skip
+    assert steps[0].peak_bytes == steps[1].peak_bytes
+    assert steps[0].setup["loop"] == loop
+
+
 @pytest.mark.parametrize("seq_len", [32, 4])  # the peak in backward, then in the update
 def test_mixed_keeps_an_fp32_master_copy(seq_len):
     m = run("qwen2", "cpu", precision="mixed", optimizer="adam", seq_len=seq_len)

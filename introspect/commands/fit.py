@@ -112,7 +112,7 @@ def need_function(device, setup: TrainingSetup) -> fit.Need:
 def remembered(need: fit.Need) -> fit.Need:
     """``need`` computed once per distinct setup: the search asks again for setups it has
     seen (the start of every combination, a change that is already made). Safe: a need
-    is a pure function of the spec and the setup, both frozen dataclasses, and equal
+    is a pure function of the spec and the setup, both frozen records, and equal
     setups (the key) are equal field by field; the spec is keyed by identity and kept."""
     answers: dict[tuple[int, TrainingSetup], tuple[ModelSpec, int]] = {}
 

@@ -245,15 +245,23 @@ def measure_step(
     device: str = "cpu",
     forward: Forward = reference_forward,
     implementation: str = "reference",
-    loop: str = "logits",
+    loop: str | None = None,
 ) -> Measurement:
     """Warm up, reset, measure one step of ``model`` (already on ``device``).
 
     ``device`` is ``cpu``, ``cuda`` or ``fake`` (the caller has built the model inside a
     FakeTensorMode; see :mod:`introspect.measure.fake`). ``loop`` is ``logits`` or
-    ``labels`` (:func:`logits_loss`, :func:`labels_loss`).
+    ``labels`` (:func:`logits_loss`, :func:`labels_loss`); None follows the
+    implementation: the setup's own loop when the model is the setup's implementation,
+    else that implementation's default (the reference model's loop is ``logits``).
     """
     check_setup(setup)
+    if loop is None:
+        from introspect.setup import default_loop
+
+        loop = (
+            setup.loop if implementation == setup.implementation else default_loop(implementation)
+        )
     tensor_device = "cpu" if device == "fake" else device
     step = make_step(model, setup, device=device, forward=forward, loop=loop)
     optimizer = step.optimizer

@@ -13,7 +13,7 @@ Why it gives the same answer as calling the function again:
 
 * the memoised functions are pure: they read their arguments and module constants
   only, and :class:`~introspect.spec.ModelSpec`, :class:`~introspect.setup.TrainingSetup`
-  and :class:`~introspect.layers.LayerKind` are frozen dataclasses;
+  and :class:`~introspect.layers.LayerKind` are frozen records (:mod:`introspect._record`);
 * a memo lives only while its scope is open (one estimate, one search), so nothing
   outlives the call: a constant changed between two calls is read by the next one;
 * keys are the arguments' identities (``id``), which costs nothing to hash, and the memo
