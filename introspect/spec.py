@@ -265,6 +265,37 @@ class ModelSpec:
     def is_heterogeneous(self) -> bool:
         return len(self.kinds) > 1
 
+    def for_kind(self, kind: LayerKind) -> ModelSpec:
+        """This spec with every layer of ``kind``: the flat per-layer fields (heads,
+        widths, biases, q/k norms, window, feed-forward, experts, norms) describe ``kind``;
+        d, V, L, the execution facts and N stay. What one layer of a heterogeneous stack
+        keeps and makes is then a question about a homogeneous stack, whose per-layer
+        fields are the flat ones. A homogeneous spec is its own; each kind's spec is made
+        once (kept in the instance ``__dict__``, as the cached properties are)."""
+        if len(self.kinds) == 1:
+            return self
+        made = self.__dict__.setdefault("_for_kind", {})
+        if kind not in made:
+            att, ff = kind.attention, kind.feed_forward
+            made[kind] = self.replace(
+                num_attention_heads=att.num_attention_heads,
+                num_key_value_heads=att.num_key_value_heads,
+                head_dim=att.head_dim,
+                qkv_bias=att.qkv_bias,
+                o_bias=att.o_bias,
+                qk_norm=att.qk_norm,
+                sliding_window=att.window if att.kind == "sliding" else None,
+                intermediate_size=ff.intermediate_size,
+                ffn=ff.ffn,
+                mlp_bias=ff.bias,
+                num_local_experts=ff.num_experts,
+                num_experts_per_tok=ff.top_k,
+                norms_per_layer=kind.norms,
+                layers=(LayerRun(kind, self.num_hidden_layers),),
+                num_parameters=self.n_params,
+            )
+        return made[kind]
+
     @property
     def n_params(self) -> int:
         """N: the exact count when known, else the count the structure implies

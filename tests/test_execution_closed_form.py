@@ -154,7 +154,7 @@ def test_candidates_at_small_l_give_every_layers_estimate(setup):
     building every layer gives."""
     narrowed = 0
     for spec in _bundled_specs():
-        if setup.resolved_sharding == "fsdp" and spec.is_heterogeneous:
+        if spec.is_heterogeneous:  # each layer below a moment is of its own kind
             assert not execution.builds_candidates_only(spec, setup)
             continue
         assert execution.builds_candidates_only(spec, setup)
@@ -175,8 +175,8 @@ def test_candidates_at_small_l_give_every_layers_estimate(setup):
     ],
 )
 def test_setups_the_line_does_not_hold_for_build_every_layer(changes):
-    """Where the candidates are not proven (per-rank rescaling after they are chosen;
-    FSDP2 on a heterogeneous stack, above) every layer is still built below
+    """Where the candidates are not proven (per-rank rescaling after they are chosen; a
+    heterogeneous stack, above) every layer is still built below
     ALL_LAYERS_UP_TO."""
     setup = TrainingSetup(**changes)
     spec = _bundled_specs()[1]

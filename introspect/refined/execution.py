@@ -342,12 +342,19 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """One layer's feed-forward backward transient: the gradient of the activation and of
     the up projection (plain: one after the other, both alive at the activation's
     backward), plus the product's gradient for a gated FFN; and the residual stream's
-    gradient. k experts per token for MoE."""
+    gradient. k experts per token for MoE; with shared experts (Qwen2-MoE's
+    ``shared_expert``, an MLP over every token beside the routed ones, run at the
+    activations' dtype: its linears are autocast's) the larger of the two MLPs'
+    backward buffers, which autograd runs one after the other."""
     k = spec.num_experts_per_tok if spec.is_moe else 1
     buffers = 3 if spec.ffn == "gated" else 2
     e = saved.expert_bytes(setup) if spec.is_moe else setup.activation_bytes
     stream = spec.hidden_size * setup.activation_bytes
-    return (buffers * k * spec.ffn_dim * e + stream) * setup.tokens
+    mlp = buffers * k * spec.ffn_dim * e
+    shared = spec.kinds[0][0].feed_forward.shared_intermediate_size if spec.is_moe else 0
+    if shared:
+        mlp = max(mlp, buffers * shared * setup.activation_bytes)
+    return (mlp + stream) * setup.tokens
 
 
 def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
@@ -439,8 +446,9 @@ def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
     the cap's kink (:func:`_capped_candidates`), DDP's ``gradient_as_bucket_view`` the
     saved bytes' slope alone. Not where the per-layer totals are not the line in the
     layer index (plus the bounded error) that :func:`candidate_layers` assumes, which a
-    comparison with every layer over the bundled models found: FSDP2 on a heterogeneous
-    stack (Llama 4: the largest backward moment mid-stack);
+    comparison with every layer over the bundled models found: a heterogeneous stack,
+    whose layers below each moment are of their own kinds (:func:`_layer_moments`: the
+    largest moment can be mid-stack, Llama 4 under FSDP2);
     tensor/pipeline parallelism rescales each moment per rank
     (:func:`introspect.refined.model_parallel.model_parallel`) after the candidates are
     chosen. These keep building every layer up to :data:`ALL_LAYERS_UP_TO`. MLX's
@@ -450,7 +458,7 @@ def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
         setup.framework == "torch"
         and setup.tensor_parallel == 1
         and setup.pipeline_parallel == 1
-        and not (setup.resolved_sharding == "fsdp" and spec.is_heterogeneous)
+        and not spec.is_heterogeneous
     )
 
 
@@ -520,24 +528,29 @@ def _after_down_projection(
     return out, d * f + (d if spec.mlp_bias else 0)
 
 
-def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int], saved_all):
-    """A function of the layer index ``i`` giving that layer's two backward moments."""
-    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
-    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
+    """One layer's share of its backward moments, for a homogeneous ``spec`` (a kind of a
+    heterogeneous stack through :meth:`ModelSpec.for_kind`): what it keeps while the layers
+    below it are alive (``below``), the whole layer at its feed-forward backward and its
+    attention side at its attention backward (prefixed terms), the two backward
+    transients, and its parameters: all, those whose gradients its feed-forward backward
+    has made (``down``), and its attention side's."""
+    d = spec.hidden_size
     full = layer_saved(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
     n = spec.norms_per_layer or 1
-    if saved.is_transformers(setup, spec):
+    hf = saved.is_transformers(setup, spec)
+    if hf:
         current.update(hf_saved.attention_norm(spec, setup))
     else:
         for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
             if name in full:
                 current[name] = full[name] // n
-    if saved.is_transformers(setup, spec) and not saved.keeps_t2_for(spec, setup):
+    if hf and not saved.keeps_t2_for(spec, setup):
         # SDPA's backward reads its own output, which is the context o_proj kept.
         current["attention/linear/context"] = full["attention/linear/context"]
-    if saved.is_transformers(setup, spec) and saved.keeps_t2_for(spec, setup):
+    if hf and saved.keeps_t2_for(spec, setup):
         # probs·V's backward (and the dropout's) have run before the softmax backward
         # makes its two T×T gradients: V, the 16-bit copy or the dropped probabilities
         # and the mask, each saved by one of them alone, are freed.
@@ -548,47 +561,97 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             "attention/linear/v",
         ):
             current.pop(name, None)
-    per_layer = layer_parameters(spec)
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
-    if setup.activation_checkpointing and saved.is_transformers(setup, spec):
+    if setup.activation_checkpointing and hf:
         recomputed = hf_saved.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
-    before = embedding_saved(spec, setup)
-    ffn_grad = ffn_transient(spec, setup)
-    attention_grad = attention_transient(spec, setup)
-    head_params = head_parameters(spec)
+    return {
+        # Prefixed once: a moment differs from the next only by the layers below.
+        "below": _prefixed({f"layer/{k}": v for k, v in below.items()}),
+        "whole": _prefixed({f"layer/{k}": v for k, v in whole.items()}),
+        "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
+        "ffn_grad": ffn_transient(spec, setup),
+        "attention_grad": attention_transient(spec, setup),
+        "params": layer_parameters(spec),
+        "down_params": down_params,
+        "attention_side_params": attention_side_params,
+    }
 
+
+def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int], saved_all):
+    """A function of the layer index ``i`` giving that layer's backward moments.
+
+    Layer ``i`` brings its own kind's share (:func:`_kind_parts`); below it the ``i``
+    layers of the stack as they are, each kind's ``below`` times the layers of that kind
+    under ``i``; above it the gradients of every layer above, each kind's parameters
+    times its layers above ``i``. A homogeneous stack is one kind: ``i·below`` and
+    ``(L-1-i)·P``. The counts come from the runs (:attr:`ModelSpec.runs`), so the work
+    per moment is bounded by the stack's description, not by L."""
+    L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
+    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+    kinds = [kind for kind, _ in spec.kinds]
+    parts = [_kind_parts(spec.for_kind(kind), setup) for kind in kinds]
+    index = {kind: n for n, kind in enumerate(kinds)}
+    runs = [(index[run.kind], run.count) for run in spec.runs]
+    before = embedding_saved(spec, setup)
+    head_params = head_parameters(spec)
     wb = working_weight_bytes(setup)
-    # Prefixed once: a moment differs from the next only by the layers below (times i).
-    below_p = _prefixed({f"layer/{k}": v for k, v in below.items()})
-    whole_p = _prefixed({f"layer/{k}": v for k, v in whole.items()})
-    current_p = _prefixed({f"layer/{k}": v for k, v in current.items()})
     base = _add(state, before)  # every moment starts from it (each gets a copy)
 
+    def counts_below(i: int) -> tuple[int, list[int]]:
+        """Layer i's kind, and how many layers of each kind lie below it."""
+        counts, start = [0] * len(kinds), 0
+        for n, count in runs:
+            if i < start + count:
+                counts[n] += i - start
+                return n, counts
+            counts[n] += count
+            start += count
+        raise IndexError(f"layer {i} of {L}")
+
+    def layers_below(counts: list[int]) -> dict[str, int]:
+        if len(parts) == 1:
+            return {k: counts[0] * v for k, v in parts[0]["below"].items()}
+        out: dict[str, int] = {}
+        for part, count in zip(parts, counts, strict=True):
+            if count:
+                _add_into(out, {k: count * v for k, v in part["below"].items()})
+        return out
+
+    def params_above(n: int, counts: list[int]) -> int:
+        totals = [c for _, c in spec.kinds]
+        return sum(
+            (total - below - (1 if m == n else 0)) * part["params"]
+            for m, (part, total, below) in enumerate(zip(parts, totals, counts, strict=True))
+        )
+
     def moments(i: int) -> list[dict[str, int]]:
-        below_i = {k: i * v for k, v in below_p.items()}  # the i layers below
+        n, counts = counts_below(i)
+        part = parts[n]
+        below_i = layers_below(counts)  # the i layers below, as they are
+        above = head_params + params_above(n, counts)
         placed = sharding.moment_terms(spec, setup, "layer", wb, i)
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(base)
         terms.update(below_i)
-        _add_into(terms, whole_p)
+        _add_into(terms, part["whole"])
         _add_into(terms, loop_logits)
-        terms["activations/layer/feed_forward/grad"] = ffn_grad
-        done = head_params + (L - 1 - i) * per_layer + down_params
+        terms["activations/layer/feed_forward/grad"] = part["ffn_grad"]
+        done = above + part["down_params"]
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out = [terms]
         # The layer's attention backward.
         terms = dict(base)
         terms.update(below_i)
-        _add_into(terms, current_p)
+        _add_into(terms, part["current"])
         _add_into(terms, loop_logits)
-        terms["activations/layer/attention/grad"] = attention_grad
-        done = head_params + (L - 1 - i) * per_layer + per_layer - attention_side_params
+        terms["activations/layer/attention/grad"] = part["attention_grad"]
+        done = above + part["params"] - part["attention_side_params"]
         terms["grads"] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)

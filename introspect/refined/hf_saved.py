@@ -205,6 +205,18 @@ def attention_consumers(spec: ModelSpec) -> int:
     return qkv + (1 if spec.model_type in PARALLEL else 0)
 
 
+def feed_forward_consumers(spec: ModelSpec) -> int:
+    """Linear layers reading the feed-forward norm's output, each keeping its own cast
+    under autocast: gate and up (up alone when plain); for MoE the router, not the
+    experts (their grouped matmuls take the FP32 rows, ``feed_forward/routed_input``),
+    plus the shared experts' gate and up and Qwen2-MoE's gate on them."""
+    two = 2 if spec.ffn == "gated" else 1
+    if not spec.is_moe:
+        return two
+    ff = spec.kinds[0][0].feed_forward
+    return 1 + (two if ff.shared_intermediate_size else 0) + (1 if ff.shared_expert_gate else 0)
+
+
 def linear_weights_per_layer(spec: ModelSpec) -> int:
     """Weight elements of one block's linear layers (biases excluded: autocast's cast of a
     bias is not kept for backward)."""
@@ -212,8 +224,13 @@ def linear_weights_per_layer(spec: ModelSpec) -> int:
     attention = d * spec.q_dim + 2 * d * spec.kv_dim + spec.q_dim * d
     if spec.is_moe:
         # The router is a linear layer; the experts' grouped matmuls are not autocast's
-        # (they run at the weights' dtype), so no copy of them is made.
-        return attention + d * spec.num_local_experts
+        # (they run at the weights' dtype), so no copy of them is made. Shared experts
+        # (and Qwen2-MoE's gate on them) are linear layers.
+        ff = spec.kinds[0][0].feed_forward
+        fs = ff.shared_intermediate_size
+        shared = ((3 if spec.ffn == "gated" else 2) * d * fs) if fs else 0
+        shared += d if ff.shared_expert_gate else 0
+        return attention + d * spec.num_local_experts + shared
     return attention + (3 if spec.ffn == "gated" else 2) * d * f
 
 
@@ -232,7 +249,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     else:
         _add(out, _norm_terms(spec, setup, attention_consumers(spec)))
         if not parallel:
-            _add(out, _norm_terms(spec, setup, 2 if gated else 1))
+            _add(out, _norm_terms(spec, setup, feed_forward_consumers(spec)))
     if spec.qk_norm != "none":
         # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or FP32).
         widths = spec.q_dim + spec.kv_dim

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import functools
 
-from introspect import _record
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved
 from introspect.refined.memo import per_estimate
@@ -58,44 +57,40 @@ def is_mlx(setup: TrainingSetup) -> bool:
 
 def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     """transformers' own classes (:mod:`introspect.refined.hf_saved`) rather than our
-    reference model; with ``spec``, only where hf_saved models its layers: one layer
-    kind, full attention without sinks or an output gate, a dense feed-forward (other
-    kinds keep the reference model's saved set, :func:`per_layer`)."""
+    reference model; with ``spec``, only where hf_saved models every layer kind
+    (:func:`_hf_kinds`; other stacks keep the reference model's saved set,
+    :func:`per_layer`)."""
     if not (setup.implementation == "transformers" and setup.framework == "torch"):
         return False
     if spec is None:
         return True
-    if len(spec.kinds) != 1 and not _windows_only(spec.kinds):
-        return False
-    kind = spec.kinds[0][0]
-    att = kind.attention
-    return (
-        att.kind in ("full", "sliding")
-        and not att.sinks
-        and not att.output_gate
-        and att.qk_norm in ("none", "head", "full")
-        and (kind.feed_forward.num_experts == 0 or _plain_routing(kind.feed_forward))
-    )
+    return _hf_kinds(spec.kinds)
 
 
 @functools.lru_cache(maxsize=64)
-def _windows_only(kinds: tuple) -> bool:
-    """Kinds that differ only in a sliding window (Gemma 2 and 3), which transformers'
-    layers run with full attention's saved set: eager computes every score and masks it;
-    SDPA runs the same kernel, with the window as an explicit mask where it is shorter
-    than the sequence (:func:`per_layer`). Cached: a pure function of the (frozen)
-    kinds, asked on every saved-set question."""
-    plain = {
-        (_record.replace(k.attention, kind="full", window=None), k.feed_forward) for k, _ in kinds
-    }
-    return len(plain) == 1 and all(k.attention.kind in ("full", "sliding") for k, _ in kinds)
+def _hf_kinds(kinds: tuple) -> bool:
+    """Every kind is one :mod:`~introspect.refined.hf_saved` models (a heterogeneous
+    stack layer by layer, each kind through :meth:`ModelSpec.for_kind`): full or sliding
+    attention without sinks or an output gate, per-head or full-width q/k norms, a dense
+    or mixture-of-experts feed-forward. Cached: a pure function of the (frozen) kinds,
+    asked on every saved-set question."""
+    for kind, _ in kinds:
+        att, ff = kind.attention, kind.feed_forward
+        if att.kind not in ("full", "sliding") or att.sinks or att.output_gate:
+            return False
+        if att.qk_norm not in ("none", "head", "full"):
+            return False
+        if ff.num_experts and not _plain_routing(ff):
+            return False
+    return True
 
 
 def _plain_routing(ff) -> bool:
     """A mixture-of-experts feed-forward :mod:`~introspect.refined.hf_saved` models with
-    its attention side: a softmax router over every expert, no shared experts, no clamped
-    GLU (Mixtral, Qwen3-MoE, OLMoE; the others keep the reference set)."""
-    return ff.router == "softmax" and not ff.shared_intermediate_size and not ff.clamped_glu
+    its attention side: a softmax router over every expert, with or without shared
+    experts, no clamped GLU (Mixtral, Qwen3-MoE, OLMoE, Qwen2-MoE; the others keep the
+    reference set)."""
+    return ff.router == "softmax" and not ff.clamped_glu
 
 
 def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
@@ -306,9 +301,12 @@ def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dic
             out["feed_forward/glu"] = 3 * k * BT * f * s
         fs = ff.shared_intermediate_size
         if fs:
-            shared = (4 if ff.ffn == "gated" else 2) * BT * fs * s
+            # The shared experts are plain linears (autocast's under amp), not the
+            # grouped matmuls: at the activations' dtype.
+            a = setup.activation_bytes
+            shared = (4 if ff.ffn == "gated" else 2) * BT * fs * a
             if ff.shared_expert_gate:
-                shared += BT * d * s + BT * s
+                shared += BT * d * a + BT * a
             out["feed_forward/shared"] = shared
     return out
 
@@ -329,9 +327,10 @@ def per_layer(
     keeps the most; the layer input is the previous layer's ``feed_forward/down`` or the
     embedding, so it is not repeated here)."""
     if is_transformers(setup, spec):
-        out = hf_saved.per_layer(spec, setup)
-        kinds = [kind] if kind is not None else [k for k, _ in spec.kinds]
-        if any(hf_saved.short_window(k, setup) for k in kinds) and setup.attention != "eager":
+        if kind is None:
+            kind = largest_kind(spec, setup)
+        out = hf_saved.per_layer(spec.for_kind(kind), setup)
+        if hf_saved.short_window(kind, setup) and setup.attention != "eager":
             # SDPA gets this layer's window as an explicit mask, made additive in the
             # query's dtype inside each call and kept (``convert_boolean_attn_mask``).
             out["attention/mask"] = setup.batch_size * setup.seq_len**2 * setup.activation_bytes

@@ -102,6 +102,15 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
         out.append((E, d, f))
         if spec.mlp_bias:
             out += [(E, (2 if spec.ffn == "gated" else 1) * f), (E, d)]
+        ff = spec.kinds[0][0].feed_forward
+        if ff.shared_intermediate_size:
+            # The shared experts, one MLP after the routed ones (Qwen2-MoE's
+            # ``shared_expert``, DeepSeek's ``shared_experts``), and Qwen2-MoE's (1, d)
+            # ``shared_expert_gate``.
+            fs = ff.shared_intermediate_size
+            out += [(fs, d)] * (2 if spec.ffn == "gated" else 1) + [(d, fs)]
+            if ff.shared_expert_gate:
+                out.append((1, d))
         return out
     if spec.ffn == "gated":
         out += _linear(f, d, spec.mlp_bias)
@@ -132,7 +141,8 @@ def parameter_tensors(spec: ModelSpec) -> list[Shape]:
     out: list[Shape] = [(V, d)]
     if spec.position_embedding == "learned":
         out.append((spec.max_position_embeddings or 0, d))
-    out += layer_tensors(spec) * spec.num_hidden_layers
+    for run in spec.runs:  # each block as its own kind, in order
+        out += layer_tensors(spec.for_kind(run.kind)) * run.count
     out += _norm(spec, d)
     if not spec.tie_word_embeddings:
         out.append((V, d))
