@@ -177,6 +177,11 @@ class FeedForward:
     #: gpt-oss's clamped SwiGLU (``GptOssExperts._apply_gate``: clamp, sigmoid, +1) keeps
     #: three more tensors per routed row than a plain SwiGLU.
     clamped_glu: bool = False
+    #: Every expert runs on every token, its input weighted by the router's score (zero
+    #: off the top-k): Llama 4's ``Llama4TextMoe`` repeats the hidden states E times and
+    #: runs the experts as one batched matmul over E·B·T rows. Otherwise each token's k
+    #: chosen experts only (grouped matmuls over k·B·T rows).
+    all_experts: bool = False
 
     def __post_init__(self) -> None:
         if self.ffn not in FFN_KINDS:

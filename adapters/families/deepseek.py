@@ -111,7 +111,12 @@ def llama4_text(r: Reader) -> dict:
     qk_norm = r.flag("use_qk_norm", True, f"{cls} default true")
     width = fields["intermediate_size"]
     moe = dense(
-        fields, num_experts=experts, top_k=top_k, shared_intermediate_size=width, router="sigmoid"
+        fields,
+        num_experts=experts,
+        top_k=top_k,
+        shared_intermediate_size=width,
+        router="sigmoid",
+        all_experts=True,
     )
     mlp = dense(
         fields,

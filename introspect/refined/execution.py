@@ -342,19 +342,35 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """One layer's feed-forward backward transient: the gradient of the activation and of
     the up projection (plain: one after the other, both alive at the activation's
     backward), plus the product's gradient for a gated FFN; and the residual stream's
-    gradient. k experts per token for MoE; with shared experts (Qwen2-MoE's
+    gradient. MoE: :func:`routed_transient`; with shared experts (Qwen2-MoE's
     ``shared_expert``, an MLP over every token beside the routed ones, run at the
-    activations' dtype: its linears are autocast's) the larger of the two MLPs'
-    backward buffers, which autograd runs one after the other."""
-    k = spec.num_experts_per_tok if spec.is_moe else 1
+    activations' dtype: its linears are autocast's) the larger of the two, which
+    autograd runs one after the other."""
     buffers = 3 if spec.ffn == "gated" else 2
-    e = saved.expert_bytes(setup) if spec.is_moe else setup.activation_bytes
     stream = spec.hidden_size * setup.activation_bytes
-    mlp = buffers * k * spec.ffn_dim * e
-    shared = spec.kinds[0][0].feed_forward.shared_intermediate_size if spec.is_moe else 0
+    if not spec.is_moe:
+        return (buffers * spec.ffn_dim * setup.activation_bytes + stream) * setup.tokens
+    mlp = routed_transient(spec, setup)
+    shared = spec.kinds[0][0].feed_forward.shared_intermediate_size
     if shared:
-        mlp = max(mlp, buffers * shared * setup.activation_bytes)
-    return (mlp + stream) * setup.tokens
+        mlp = max(mlp, buffers * shared * setup.activation_bytes * setup.tokens)
+    return mlp + stream * setup.tokens
+
+
+def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The routed experts' backward at its largest, inside the up (gate_up) grouped
+    matmul's backward (``grouped_mm_experts_forward``, ``transformers/integrations/moe.py``,
+    run in reverse): over the S = k·B·T routed rows, the gradient of gate_up's output
+    (``S·2f``; ``S·f`` plain) and the gradient of the gathered input it makes (``S·d``),
+    at the routed path's dtype (:func:`saved.expert_bytes`). Llama 4 runs every expert
+    on every token (``S = E·B·T``, :attr:`~introspect.layers.FeedForward.all_experts`)."""
+    ff = spec.kinds[0][0].feed_forward
+    if ff.all_experts:  # Llama 4: every expert's rows, through autocast's bmm
+        S, e = ff.num_experts * setup.tokens, setup.activation_bytes
+    else:
+        S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
+    width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
+    return S * (width + spec.hidden_size) * e
 
 
 def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:

@@ -230,7 +230,9 @@ def linear_weights_per_layer(spec: ModelSpec) -> int:
         fs = ff.shared_intermediate_size
         shared = ((3 if spec.ffn == "gated" else 2) * d * fs) if fs else 0
         shared += d if ff.shared_expert_gate else 0
-        return attention + d * spec.num_local_experts + shared
+        # Llama 4's experts are one torch.bmm each, which autocast casts.
+        experts = spec.num_local_experts * 3 * d * f if ff.all_experts else 0
+        return attention + d * spec.num_local_experts + shared + experts
     return attention + (3 if spec.ffn == "gated" else 2) * d * f
 
 

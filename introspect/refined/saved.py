@@ -274,6 +274,8 @@ def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dic
     BT, s, d = setup.tokens, setup.activation_bytes, spec.hidden_size
     ff = kind.feed_forward
     f = ff.intermediate_size
+    if ff.all_experts:
+        return _all_experts(spec, setup, ff)
     k = ff.top_k if ff.is_moe else 1
     if ff.is_moe:
         s = expert_bytes(setup)
@@ -308,6 +310,37 @@ def _feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dic
             if ff.shared_expert_gate:
                 shared += BT * d * a + BT * a
             out["feed_forward/shared"] = shared
+    return out
+
+
+def _all_experts(spec: ModelSpec, setup: TrainingSetup, ff) -> dict[str, int]:
+    """Llama 4's mixture of experts (``Llama4TextMoe.forward``, ``Llama4TextExperts``,
+    ``Llama4Router`` in ``transformers/models/llama4/modeling_llama4.py``): every expert
+    on every token. Over the E·B·T rows: the repeated input (``hidden.repeat(E, 1)``,
+    kept by the multiply with the scores, at the norm output's dtype), the scaled rows
+    (kept by the first ``bmm``), ``gate_up`` (kept through its two halves by the
+    activation and the product), the activation and the product (kept by the second
+    ``bmm``); the router's FP32 sigmoid over E and the scores it weights the rows with;
+    the shared expert, a dense MLP over every token. ``torch.bmm`` is autocast's, so
+    under amp the rows are BF16 (:func:`introspect.refined.hf_saved.linear_weights_per_layer`
+    counts the experts' BF16 weight copies)."""
+    BT, s, d = setup.tokens, setup.activation_bytes, spec.hidden_size
+    E, f = ff.num_experts, ff.intermediate_size
+    rows = E * BT
+    norm_out = hf_saved.residual_bytes(setup)
+    out = {
+        "feed_forward/repeated_input": rows * d * norm_out,
+        "feed_forward/routed_input": rows * d * s,
+        "feed_forward/gate": rows * f * s,
+        "feed_forward/up": rows * f * s,
+        "feed_forward/act": rows * f * s,
+        "feed_forward/product": rows * f * s,
+        "feed_forward/router": BT * E * FP32,
+        "feed_forward/routing": BT * E * s + BT * ff.top_k * 8,
+        "feed_forward/down": BT * d * s,
+    }
+    if ff.shared_intermediate_size:
+        out["feed_forward/shared"] = 4 * BT * ff.shared_intermediate_size * s
     return out
 
 

@@ -1,0 +1,186 @@
+"""Every family's own transformers class, stepped as its users step it, beside the
+refined estimate: the check for the families the seeded sweep does not draw.
+
+Run:  .venv/bin/python benchmarks/families.py          # about 3 minutes
+
+Each row: the family's ``*ForCausalLM`` built from a small config (d=256, 2–6 layers,
+V=1000; the variations transformers' config classes allow: shared experts, mixed MoE and
+dense stacks, windows on some layers, MLA, chunked and NoPE layers, Gated DeltaNet),
+stepped under FakeTensorMode (the CPU step's exact live storages) with
+``model(input_ids=x, labels=x).loss`` and Adam, three ways: eager FP32 and SDPA under
+autocast at B=2, T=128, and pure BF16 with checkpointing at T=64. Error = refined /
+measured − 1. A setup transformers refuses for a family (no SDPA for gpt-oss and Gemma 2)
+is said, not run. Writes ``benchmarks/results/families.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(__file__).parent / "results" / "families.md"
+
+SHAPE = dict(
+    hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000,
+    intermediate_size=640,
+)  # fmt: skip
+
+
+def _small(model_type: str, **keys) -> dict:
+    return {"model_type": model_type, **SHAPE, **keys}
+
+
+#: The families and variations (the shapes of tests/test_hf_config_transformers.py).
+CONFIGS: dict[str, dict] = {
+    "llama, head_dim 48": _small("llama", num_key_value_heads=2, head_dim=48),
+    "ministral": _small("ministral", num_attention_heads=16, head_dim=64),
+    "qwen2, window on layer 2": _small(
+        "qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=64,
+        max_window_layers=1,
+    ),
+    "qwen3": _small("qwen3", num_key_value_heads=4, head_dim=64),
+    "gemma, untied, bias": _small(
+        "gemma", num_key_value_heads=1, tie_word_embeddings=False, attention_bias=True
+    ),
+    "gemma2": _small("gemma2", num_key_value_heads=2, head_dim=32),
+    "gemma3_text, windows": _small(
+        "gemma3_text", num_hidden_layers=6, num_key_value_heads=2, head_dim=32,
+        sliding_window=128,
+    ),
+    "phi, q/k layernorm": _small("phi", num_key_value_heads=2, qk_layernorm=True),
+    "phi3, window": _small("phi3", vocab_size=32064, num_key_value_heads=2, sliding_window=64),
+    "olmo2, bias": _small("olmo2", num_key_value_heads=2, attention_bias=True),
+    "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 8, "vocab_size": 1000},
+    "mixtral": _small("mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1),
+    "qwen3_moe": _small(
+        "qwen3_moe", num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=64,
+    ),
+    "qwen2_moe, shared expert": _small(
+        "qwen2_moe", num_key_value_heads=4, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=64, shared_expert_intermediate_size=128,
+    ),
+    "qwen2_moe, MoE every 2nd layer": _small(
+        "qwen2_moe", num_hidden_layers=4, num_key_value_heads=4, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=2,
+        mlp_only_layers=[1], qkv_bias=False,
+    ),
+    "gpt_oss": _small(
+        "gpt_oss", num_key_value_heads=2, head_dim=32, num_local_experts=4,
+        num_experts_per_tok=2,
+    ),
+    "deepseek_v3, MLA": _small(
+        "deepseek_v3", num_hidden_layers=3, num_key_value_heads=8, n_routed_experts=8,
+        num_experts_per_tok=2, moe_intermediate_size=64, q_lora_rank=96, kv_lora_rank=64,
+        qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, first_k_dense_replace=1,
+        n_group=2, topk_group=1,
+    ),
+    "llama4_text, interleaved MoE": _small(
+        "llama4_text", num_hidden_layers=4, num_key_value_heads=2, head_dim=32,
+        num_local_experts=4, intermediate_size_mlp=512, interleave_moe_layer_step=2,
+    ),
+    "llama4_text, chunked 128": _small(
+        "llama4_text", num_hidden_layers=4, num_key_value_heads=2, head_dim=32,
+        num_local_experts=4, attention_chunk_size=128,
+    ),
+    "qwen3_next, hybrid": _small(
+        "qwen3_next", num_hidden_layers=4, num_key_value_heads=2, head_dim=32,
+        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=32,
+        linear_value_head_dim=32, num_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=64, shared_expert_intermediate_size=96,
+    ),
+}  # fmt: skip
+
+SETUPS = {
+    "eager FP32": dict(seq_len=128, attention="eager", precision="fp32"),
+    "SDPA amp": dict(seq_len=128, attention="memory_efficient", precision="amp"),
+    "BF16 ckpt": dict(seq_len=64, precision="bf16", activation_checkpointing=True),
+}
+
+
+def row(name: str, raw: dict, setup_name: str) -> list[str]:
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect import refined
+    from introspect.errors import IntrospectError
+    from introspect.measure import hf_models
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(raw)
+    setup = TrainingSetup(
+        batch_size=2, implementation="transformers", loop="labels", device="cpu",
+        **SETUPS[setup_name],
+    )  # fmt: skip
+    try:
+        m, _ = hf_models.measure(raw, name, spec, setup, device="fake", census=False)
+    except (IntrospectError, RuntimeError) as err:
+        return [name, setup_name, "", "", "", f"not run: {str(err).splitlines()[0][:90]}"]
+    est = refined.execution_estimate(spec, setup)
+    error = est.total / m.peak_bytes - 1
+    return [
+        name, setup_name, f"{m.peak_bytes / 1e6:.2f}", f"{est.total / 1e6:.2f}", f"{error:+.2%}",
+        f"{m.peak_phase} / {est.meta['peak_phase']}",
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="families whose name starts with this (comma list)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    from introspect._tabulate import tabulate
+
+    names = list(CONFIGS)
+    if args.only:
+        names = [n for n in names if n.startswith(tuple(args.only.split(",")))]
+    start = time.perf_counter()
+    rows = []
+    for name in names:
+        for setup_name in SETUPS:
+            rows.append(row(name, CONFIGS[name], setup_name))
+            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    errors = [abs(float(r[4].rstrip("%")) / 100) for r in rows if r[4]]
+    run = [r for r in rows if r[4]]
+    summary = (
+        f"{len(run)} rows run ({len(rows) - len(run)} refused by transformers): "
+        f"{sum(e <= 0.01 for e in errors)} within ±1%, {sum(e <= 0.03 for e in errors)} "
+        f"within ±3%, {sum(e <= 0.05 for e in errors)} within ±5%."
+    )
+    text = "\n".join(
+        [
+            "# Every family's transformers class: refined vs dry run",
+            "",
+            f"    python benchmarks/families.py{' --only ' + args.only if args.only else ''}",
+            "",
+            f"{len(names)} configs × {len(SETUPS)} setups, {time.perf_counter() - start:.0f} s. "
+            "B=2; eager FP32 and SDPA amp at T=128, BF16 with checkpointing at T=64; labels "
+            "loop, Adam (single-tensor, as on CPU), FakeTensorMode. "
+            "Error = refined / measured − 1.",
+            "",
+            f"**{summary}**",
+            "",
+            tabulate(
+                rows,
+                headers=[
+                    "family",
+                    "setup",
+                    "measured MB",
+                    "refined MB",
+                    "error",
+                    "phase (meas / ref)",
+                ],
+                tablefmt="github",
+            ),  # fmt: skip
+            "",
+        ]
+    )
+    if not args.only:
+        args.out.write_text(text, encoding="utf-8")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
