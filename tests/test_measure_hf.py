@@ -431,15 +431,21 @@ LLAMA4_TEXT = dict(
     [dict(intermediate_size_mlp=512, interleave_moe_layer_step=2), dict(attention_chunk_size=128)],
     ids=["interleaved", "chunked"],
 )
-def test_llama4_runs_every_expert_on_every_token(variation):
+@pytest.mark.parametrize("setup_name", ["eager-fp32", "sdpa-amp"])
+def test_llama4_runs_every_expert_on_every_token(variation, setup_name):
     """transformers' Llama 4 MoE repeats the hidden states for every expert and runs them
     as one batched matmul over E·B·T rows (``Llama4TextMoe``): the saved set is E rows per
-    token, not top-k. FP32 eager dry run within 1% (MoE and dense layers interleaved, or
+    token, not top-k; its backward's transients are a dense MLP's over those rows.
+    Through transformers' saved set (chunked windows, the weightless L2 q/k norm, autocast
+    casting the experts' bmm): dry runs within 1% (MoE and dense layers interleaved, or
     chunked layers with NoPE ones)."""
     raw = dict(LLAMA4_TEXT, **variation)
     spec = spec_from_config(raw)
     assert any(k.feed_forward.all_experts for k, _ in spec.kinds)
-    setup = TrainingSetup(batch_size=2, seq_len=128, implementation="transformers", device="cpu")
+    setup = TrainingSetup(
+        batch_size=2, seq_len=128, implementation="transformers", device="cpu",
+        **MOE_SETUPS[setup_name],
+    )  # fmt: skip
     measured, _ = hf_models.measure(raw, "llama4", spec, setup, device="fake", census=False)
     estimate = refined.estimate(spec, setup).total
     assert abs(estimate / measured.peak_bytes - 1) < 0.01, (estimate, measured.peak_bytes)

@@ -363,12 +363,18 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     run in reverse): over the S = k·B·T routed rows, the gradient of gate_up's output
     (``S·2f``; ``S·f`` plain) and the gradient of the gathered input it makes (``S·d``),
     at the routed path's dtype (:func:`saved.expert_bytes`). Llama 4 runs every expert
-    on every token (``S = E·B·T``, :attr:`~introspect.layers.FeedForward.all_experts`)."""
+    on every token (:attr:`~introspect.layers.FeedForward.all_experts`; measured: its
+    transients at the peak are exactly these bytes, ``tests/test_measure_hf.py``)."""
     ff = spec.kinds[0][0].feed_forward
-    if ff.all_experts:  # Llama 4: every expert's rows, through autocast's bmm
-        S, e = ff.num_experts * setup.tokens, setup.activation_bytes
-    else:
-        S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
+    if ff.all_experts:
+        # Llama 4: the product's backward as a dense MLP's (three f-wide buffers) over
+        # the E·B·T rows (autocast's bmm: the activations' dtype), and the gradient of
+        # the experts' summed output.
+        e = setup.activation_bytes
+        buffers = 3 if spec.ffn == "gated" else 2
+        rows = ff.num_experts * setup.tokens
+        return (buffers * rows * spec.ffn_dim + setup.tokens * spec.hidden_size) * e
+    S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
     return S * (width + spec.hidden_size) * e
 

@@ -154,10 +154,11 @@ def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def short_window(kind, setup: TrainingSetup) -> bool:
-    """A sliding layer whose window is shorter than the sequence (SDPA then gets it as an
-    explicit mask)."""
+    """A sliding (or Llama 4's chunked) layer whose window is shorter than the sequence
+    (SDPA then gets it as an explicit mask)."""
     window = kind.attention.window
-    return kind.attention.kind == "sliding" and window is not None and window < setup.seq_len
+    sliding = kind.attention.kind in ("sliding", "chunked")
+    return sliding and window is not None and window < setup.seq_len
 
 
 def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
@@ -252,7 +253,12 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         _add(out, _norm_terms(spec, setup, attention_consumers(spec)))
         if not parallel:
             _add(out, _norm_terms(spec, setup, feed_forward_consumers(spec)))
-    if spec.qk_norm != "none":
+    if spec.qk_norm == "l2":
+        # Llama 4's weightless L2 norm (``Llama4TextL2Norm``: ``x.float() * rsqrt(…)``,
+        # cast back): the FP32 input and the per-head rstd; no x·rstd (no weight).
+        widths = spec.q_dim + spec.kv_dim
+        out["layernorm/qk_norm"] = BT * widths * FP32 + BT * (h + spec.kv_heads) * FP32
+    elif spec.qk_norm != "none":
         # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or FP32).
         widths = spec.q_dim + spec.kv_dim
         rows = BT * (h + spec.kv_heads) if spec.qk_norm == "head" else 2 * BT

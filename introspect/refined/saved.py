@@ -70,15 +70,13 @@ def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool
 @functools.lru_cache(maxsize=64)
 def _hf_kinds(kinds: tuple) -> bool:
     """Every kind is one :mod:`~introspect.refined.hf_saved` models (a heterogeneous
-    stack layer by layer, each kind through :meth:`ModelSpec.for_kind`): full or sliding
-    attention without sinks or an output gate, per-head or full-width q/k norms, a dense
-    or mixture-of-experts feed-forward. Cached: a pure function of the (frozen) kinds,
-    asked on every saved-set question."""
+    stack layer by layer, each kind through :meth:`ModelSpec.for_kind`): full, sliding or
+    chunked attention without sinks or an output gate, any q/k norm, a dense or
+    mixture-of-experts feed-forward (:func:`_plain_routing`). Cached: a pure function of
+    the (frozen) kinds, asked on every saved-set question."""
     for kind, _ in kinds:
         att, ff = kind.attention, kind.feed_forward
-        if att.kind not in ("full", "sliding") or att.sinks or att.output_gate:
-            return False
-        if att.qk_norm not in ("none", "head", "full"):
+        if att.kind not in ("full", "sliding", "chunked") or att.sinks or att.output_gate:
             return False
         if ff.num_experts and not _plain_routing(ff):
             return False
@@ -88,9 +86,9 @@ def _hf_kinds(kinds: tuple) -> bool:
 def _plain_routing(ff) -> bool:
     """A mixture-of-experts feed-forward :mod:`~introspect.refined.hf_saved` models with
     its attention side: a softmax router over every expert, with or without shared
-    experts, no clamped GLU (Mixtral, Qwen3-MoE, OLMoE, Qwen2-MoE; the others keep the
-    reference set)."""
-    return ff.router == "softmax" and not ff.clamped_glu
+    experts, or Llama 4's every expert on every token; no clamped GLU (Mixtral,
+    Qwen3-MoE, OLMoE, Qwen2-MoE, Llama 4; the others keep the reference set)."""
+    return (ff.router == "softmax" or ff.all_experts) and not ff.clamped_glu
 
 
 def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
