@@ -169,38 +169,21 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
       keeps its log-sum-exp and, below T, its mask as a ``B×1×T×T`` additive tensor per
       layer (census: ``where`` inside each call).
     * Sinks (gpt-oss): the softmax runs over T + 1 columns.
-    * Linear attention (Gated DeltaNet, ``torch_chunk_gated_delta_rule``): the projected
-      q, k, v, z, the conv input and output, the gates, and one FP32 ``d_k × d_v`` state
-      per value head and chunk of :data:`~introspect.refined.architecture.LINEAR_CHUNK`
-      — a LOWER BOUND: the chunked kernel also keeps FP32 copies of q, k, v per value
-      head and several ``chunk × chunk`` matrices per chunk and head (a census of a
-      small Qwen3-Next finds about 5× this; ``tests/test_refined_moe.py``), not modelled
-      here.
+    * Linear attention (Gated DeltaNet): what transformers' ``Qwen3NextGatedDeltaNet``
+      and its torch fallbacks (``causal_conv1d_fn``, ``torch_chunk_gated_delta_rule``,
+      ``Qwen3NextRMSNormGated``) keep, tensor by tensor
+      (:func:`introspect.refined.deltanet.saved`; equal to a census of the real module,
+      ``tests/test_deltanet.py``), plus the layer's ``out`` as for the other kinds.
     """
-    from introspect.refined.architecture import LINEAR_CHUNK
+    from introspect.refined import deltanet
 
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, att = B * T, kind.attention
     h = att.num_attention_heads
     if att.kind == "linear":
-        key = att.linear_num_key_heads * att.linear_key_head_dim
-        value = att.linear_num_value_heads * att.linear_value_head_dim
-        nv = att.linear_num_value_heads
-        chunks = -(-T // LINEAR_CHUNK)
-        return {
-            "attention/linear/q": BT * key * s,
-            "attention/linear/k": BT * key * s,
-            "attention/linear/v": BT * value * s,
-            "attention/linear/context": BT * value * s,
-            "attention/linear/out": BT * spec.hidden_size * s,
-            "attention/linear/gates": BT * (value + 2 * nv + 2 * (2 * key + value)) * s,
-            "attention/state": B
-            * chunks
-            * nv
-            * att.linear_key_head_dim
-            * att.linear_value_head_dim
-            * FP32,
-        }
+        out = deltanet.saved(att, setup, spec.hidden_size)
+        out["attention/linear/out"] = BT * spec.hidden_size * s
+        return out
     kv = kv_saved_width(spec, setup, kind)
     out = {
         "attention/linear/q": BT * att.q_dim * s,

@@ -1,0 +1,179 @@
+"""What one Gated DeltaNet layer keeps for backward: transformers' torch fallbacks.
+
+Source: ``transformers/models/qwen3_next/modeling_qwen3_next.py`` — ``Qwen3NextGatedDeltaNet``
+(``forward``), ``causal_conv1d_fn``, ``l2norm``, ``torch_chunk_gated_delta_rule`` and
+``Qwen3NextRMSNormGated``: what runs without the ``fla`` and ``causal_conv1d`` kernels
+(CPU, or any machine without them). Notation: B, T; ``n_k``, ``n_v`` key and value heads,
+``d_k``, ``d_v`` their widths, K = n_k·d_k, V = n_v·d_v, C = 2K + V (the conv's
+channels), w = ``linear_conv_kernel_dim``, d = hidden size; c = 64, the chunk
+(``chunk_size=64``, the caller passes none), T_p = T rounded up to a multiple of c
+(``pad_size``), N = T_p / c chunks; ``a`` the activation bytes. Every kernel tensor is
+FP32 (``.to(torch.float32)`` of q, k, v, β, g); under autocast (``amp``) its matmuls
+(``@``, on autocast's BF16 list) save BF16 copies of their operands instead, while
+``solve_triangular``, ``exp``, the element-wise products and the pads stay FP32.
+
+Terms, by the line that keeps them (autograd saves the tensor named; storages count once):
+
+* ``conv/input`` B·T·C·a: ``F.conv1d(hidden_states.to(weight.dtype), …)`` saves its input,
+  the ``torch.cat((query, key, value))`` (under autocast: conv1d's BF16 cast of it);
+  ``conv/output`` B·(T+w−1)·C·a: ``ACT2FN[activation](out)``, SiLU, saves its input, a
+  slice of the conv's output, whose storage is w−1 positions longer (``padding``).
+* ``gates``: ``b.sigmoid()`` keeps its output (B·T·n_v·a); ``F.softplus(a.float() +
+  dt_bias)`` its FP32 input, and the product with ``-A_log.float().exp()`` the FP32
+  softplus output (2·B·T·n_v·4) and the exp and its negation (2·n_v·4).
+* ``qk_l2norm`` 2·B·n_v·T·(d_k + 1)·4: q and k, repeated to every value head
+  (``repeat_interleave``) and upcast, each saved by ``x * x`` and ``x * inv_norm``,
+  with ``inv_norm`` (``rsqrt``).
+* ``padded`` B·n_v·T_p·(2·d_k + d_v + 1)·4: ``F.pad`` of q (scaled), k, v and β, saved by
+  ``query @ key.transpose``, ``value * beta``, ``key * beta`` and the decay products.
+* ``k_beta`` B·n_v·T_p·d_k·4: ``key * beta``, saved by ``k_beta @ key.transpose`` (or,
+  under autocast, by ``k_beta * cum_decay.exp()``).
+* ``mask`` c·c bytes: the boolean ``strictly_upper_mask`` of ``masked_fill``.
+* ``chunk_matrices``, B·n_v·N·c² each: FP32 ``pairwise_decay`` (``exp`` keeps its output)
+  and ``ut_system`` (saved by ``solve_triangular``); the two ``@ key.transpose``
+  products (saved by their ``* pairwise_decay``; BF16 under autocast) and, without
+  autocast, ``intra_chunk_attn`` (saved by ``intra_chunk_attn[:, :, i] @ v_new``).
+* ``solved`` B·n_v·T_p·(d_v + d_k)·4: ``new_values`` and ``k_cumdecay``, the outputs
+  ``solve_triangular`` saves.
+* ``decays`` (3·B·n_v·T_p + B·n_v·N)·4: the three ``cum_decay… .exp()`` and
+  ``chunk_decay`` (``exp`` keeps its output).
+* ``state`` N·B·n_v·d_k·d_v·4: the recurrent state entering each chunk, saved by
+  ``last_recurrent_state * chunk_decay[:, :, i]`` (the last chunk's result is not).
+* Without autocast, ``scan``: each chunk's ``v_new`` (B·n_v·T_p·d_v·4 over all chunks,
+  saved by the two matmuls that read it), the decayed ``key`` (B·n_v·T_p·d_k·4, saved by
+  ``key[:, :, i].transpose(-1, -2) @ v_new``) and, from the second chunk on, the
+  decayed ``query`` (B·n_v·T_p·d_k·4, saved by ``query[:, :, i] @ last_recurrent_state``;
+  the first chunk's state is ``torch.zeros``, which needs no gradient, so with one chunk
+  it is not kept).
+* Under autocast, ``matmul_casts`` instead (BF16): key twice, k_beta and q for the two
+  chunk products (4·B·n_v·T_p·d_k·2), and per chunk the state twice (2·d_k·d_v), the
+  ``intra_chunk_attn`` slice (c²), ``v_new`` twice (2·c·d_v) and the key slice (c·d_k),
+  and from the second chunk the ``k_cumdecay`` and query slices (2·c·d_k), each ·B·n_v·2.
+* ``gated_norm`` (``Qwen3NextRMSNormGated`` over B·T·n_v rows of d_v): its FP32 input
+  (the kernel's output, copied back to B·T order or upcast), the FP32 ``rsqrt``
+  (B·T·n_v·4), ``x·rstd`` cast back (a), ``weight * …`` (a; FP32 under autocast, the
+  weight being FP32), the FP32 gate ``z`` and its SiLU — each B·T·V. ``z`` is a copy
+  (``reshape`` of a strided slice cannot be a view) unless n_k = n_v, when in FP32 it is
+  a view of ``in_proj_qkvz``'s output and SiLU keeps that whole B·T·2(K+V) storage.
+* ``context`` B·T·V·a: the gated output, saved by ``out_proj``.
+* Under autocast, ``input_casts`` 2·B·T·d·2 — ``in_proj_qkvz`` and ``in_proj_ba`` each
+  cast the FP32 norm output (autocast caches only casts of leaf tensors, the weights) —
+  and ``autocast_weights``: the BF16 copies of the four weights,
+  (d·2(K+V) + d·2n_v + C·w + V·d)·2.
+
+* Layouts, in FP32 without autocast only, where ``x.transpose(1, 2).to(torch.float32,
+  memory_format=torch.contiguous_format)`` copies nothing (``Tensor.to`` aliases when
+  the dtype matches and the suggested format is already contiguous): q and k keep
+  ``repeat_interleave``'s (B, T, n_v, d_k) order — with n_k = n_v they are views of the
+  SiLU output, so ``x * x`` keeps that whole B·C·T storage, and ``z`` stays a view of
+  ``in_proj_qkvz``'s output (B·T·2(K+V) kept by the gate's SiLU). With T a multiple of c,
+  ``F.pad`` pads nothing and keeps that order, so ``matmul`` cannot fold the (B, n_v, N)
+  batch of ``k_beta @ key.T`` and ``query @ key.T`` into one view (:func:`_folds`) and
+  copies all four operands (``matmul_copies``, saved by ``bmm``), and each chunk's
+  ``query[:, :, i] @ state`` copies its slice when B and n_v do not fold. With one
+  value head and no copy back to (B, T, V), the gated norm keeps the padded output.
+
+Checked against a census of the real module (``tests/test_deltanet.py``): equal to the
+byte in FP32, BF16 and autocast, T = 5, 64, 100, 128, 130, B = 1, 2, with n_k < n_v and
+n_k = n_v.
+"""
+
+from __future__ import annotations
+
+from introspect.layers import Attention
+from introspect.refined.architecture import LINEAR_CHUNK
+from introspect.setup import TrainingSetup
+
+FP32 = 4
+BF16 = 2
+
+
+def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, int]:
+    """Bytes one ``Qwen3NextGatedDeltaNet`` forward keeps for backward, by term (see the
+    module docstring), excluding its input and parameters; B is the per-device batch."""
+    B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
+    autocast = setup.precision == "amp"
+    nk, nv = att.linear_num_key_heads, att.linear_num_value_heads
+    dk, dv, w, d = (
+        att.linear_key_head_dim,
+        att.linear_value_head_dim,
+        att.linear_conv_kernel_dim,
+        hidden_size,
+    )
+    K, V = nk * dk, nv * dv
+    C = 2 * K + V
+    c = LINEAR_CHUNK
+    N = -(-T // c)
+    Tp = N * c
+    heads = B * nv  # every kernel tensor is per batch row and value head
+    # Without autocast, FP32 activations make ``.to(torch.float32)`` a no-op: q and k stay
+    # the repeat_interleave'd (B, T, n_v, d_k) layout (n_k = n_v: views of the conv's
+    # output), and an unpadded F.pad keeps that layout, so the chunk products copy.
+    aliased = a == FP32 and not autocast
+    qk = 2 * heads * T * dk * FP32
+    if aliased and nk == nv:
+        qk = B * C * T * FP32  # x * x saves the view: the SiLU output's whole storage
+    out = {
+        "attention/deltanet/conv/input": B * T * C * a,
+        "attention/deltanet/conv/output": B * (T + w - 1) * C * a,
+        "attention/linear/gates": B * T * nv * a + 2 * B * T * nv * FP32 + 2 * nv * FP32,
+        "attention/deltanet/qk_l2norm": qk + 2 * heads * T * FP32,
+        "attention/deltanet/padded": heads * Tp * (2 * dk + dv + 1) * FP32,
+        "attention/deltanet/k_beta": heads * Tp * dk * FP32,
+        "attention/deltanet/mask": c * c,
+        "attention/deltanet/solved": heads * Tp * (dv + dk) * FP32,
+        "attention/deltanet/decays": (3 * heads * Tp + heads * N) * FP32,
+        "attention/deltanet/state": N * heads * dk * dv * FP32,
+    }
+    square = heads * N * c * c
+    if autocast:
+        out["attention/deltanet/chunk_matrices"] = 2 * square * FP32 + 2 * square * BF16
+        per_chunk = 2 * dk * dv + c * c + 2 * c * dv + c * dk
+        loop = N * per_chunk + (N - 1) * 2 * c * dk
+        out["attention/deltanet/matmul_casts"] = (4 * Tp * dk + loop) * heads * BF16
+    else:
+        out["attention/deltanet/chunk_matrices"] = 5 * square * FP32
+        # Unpadded, q, k and k_beta keep their layout: (B, T, n_v, d_k) from
+        # repeat_interleave, or with n_k = n_v the conv's (B, n_v, d_k, T); the strides
+        # of their (B, n_v, N) batch dims once chunked.
+        strided = aliased and T % c == 0
+        if nk != nv:
+            batch = (T * nv * dk, dk, c * nv * dk)
+        else:
+            batch = (nv * dk * T, dk * T, c)
+        query = heads * Tp * dk * FP32 if N > 1 else 0
+        if strided and not _folds((B, nv), batch[:2]):
+            # query[:, :, i] @ state cannot fold B and n_v into one batch: each chunk's
+            # product copies its slice and saves the copy (from the second chunk on).
+            query = (N - 1) * heads * c * dk * FP32
+        out["attention/deltanet/scan"] = heads * Tp * (dv + dk) * FP32 + query
+        if strided and not _folds((B, nv, N), batch):
+            # k_beta @ key.T and query @ key.T copy both operands to fold (B, n_v, N).
+            out["attention/deltanet/matmul_copies"] = 4 * heads * Tp * dk * FP32
+    rows = B * T * V
+    weighted = FP32 if autocast else a
+    gate = rows * FP32
+    if nk == nv and aliased:
+        gate = B * T * 2 * (K + V) * FP32  # SiLU keeps in_proj_qkvz's whole output
+    kernel_out = rows * FP32
+    if aliased and nv == 1 and (B == 1 or T == Tp):
+        # The output's transpose back to (B, T, V) is already contiguous: no copy, and
+        # the norm keeps the padded ``zeros_like`` it was written into.
+        kernel_out = heads * Tp * dv * FP32
+    out["attention/deltanet/gated_norm"] = (
+        kernel_out + rows * (a + weighted + FP32) + B * T * nv * FP32 + gate
+    )
+    out["attention/linear/context"] = rows * a
+    if autocast:
+        out["attention/linear/input_casts"] = 2 * B * T * d * BF16
+        weights = d * 2 * (K + V) + d * 2 * nv + C * w + V * d
+        out["attention/linear/autocast_weights"] = weights * BF16
+    return out
+
+
+def _folds(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether dims of ``sizes``/``strides`` merge into one without a copy (torch's view
+    rule: each dim of size > 1 spans exactly the next one's extent), as ``matmul`` needs to
+    fold batch dims before ``bmm``."""
+    dims = [(n, st) for n, st in zip(sizes, strides, strict=True) if n > 1]
+    return all(st == nxt * m for (_, st), (m, nxt) in zip(dims, dims[1:], strict=False))

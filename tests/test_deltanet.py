@@ -1,0 +1,107 @@
+"""The Gated DeltaNet closed form (:mod:`introspect.refined.deltanet`) against a census of
+transformers' real ``Qwen3NextGatedDeltaNet`` (its torch fallbacks: no ``fla``, no
+``causal_conv1d``): the distinct storages autograd saves during one forward, parameters
+and the module's input left out, must equal the closed form to the byte — in FP32, BF16
+and under autocast, with T padded to the chunk (5, 100, 130), a multiple of it (64, 128)
+and one to three chunks."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from introspect.layers import Attention  # noqa: E402
+from introspect.measure.census import census  # noqa: E402
+from introspect.refined import deltanet  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
+
+HIDDEN = 64
+
+
+def _layer(nk: int, nv: int, dk: int, dv: int):
+    from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
+
+    cfg = transformers.Qwen3NextConfig(
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=nk,
+        linear_num_value_heads=nv,
+        linear_key_head_dim=dk,
+        linear_value_head_dim=dv,
+    )
+    torch.manual_seed(0)
+    return cfg, Qwen3NextGatedDeltaNet(cfg, layer_idx=0)
+
+
+def _census_bytes(precision: str, B: int, T: int, heads=(2, 4), widths=(16, 16)) -> int:
+    """Bytes the real layer saves: every storage produced inside it (the census tags each
+    with its producing module), so neither its input nor its parameters."""
+    _, layer = _layer(*heads, *widths)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    holder = torch.nn.ModuleDict({"linear_attn": layer.to(dtype)})
+    leaf = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True)
+    x = leaf * 1.0  # not a leaf, as a norm's output in a model (autocast caches leaf casts)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    ctx = autocast if precision == "amp" else contextlib.nullcontext()
+
+    def forward():
+        with ctx:
+            return holder["linear_attn"](x).sum()
+
+    cen = census(holder, forward, tokens=B * T, seq_len=T)
+    return sum(row[4] for row in cen.rows if row[0].startswith("linear_attn"))
+
+
+def _closed_form(precision: str, B: int, T: int, heads=(2, 4), widths=(16, 16)) -> dict:
+    cfg, _ = _layer(*heads, *widths)
+    att = Attention(
+        kind="linear",
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=heads[0],
+        linear_num_value_heads=heads[1],
+        linear_key_head_dim=widths[0],
+        linear_value_head_dim=widths[1],
+        linear_conv_kernel_dim=cfg.linear_conv_kernel_dim,
+    )
+    setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
+    return deltanet.saved(att, setup, HIDDEN)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
+@pytest.mark.parametrize("T", [5, 64, 100, 130])
+@pytest.mark.parametrize("B", [1, 2])
+def test_gated_deltanet_saved_set_equals_the_census(precision, T, B):
+    ours = _closed_form(precision, B, T)
+    assert all(k.startswith(("attention/linear/", "attention/deltanet/")) for k in ours)
+    assert sum(ours.values()) == _census_bytes(precision, B, T)
+
+
+@pytest.mark.parametrize("T", [64, 128, 100])
+@pytest.mark.parametrize("heads,widths", [((2, 4), (16, 16)), ((2, 2), (16, 8))])
+def test_fp32_layouts_unpadded_and_with_equal_heads(T, heads, widths):
+    """FP32 without autocast: ``.to(torch.float32)`` copies nothing, so an unpadded T
+    (64, 128) leaves q and k in their strided layout and the chunk products copy them;
+    with as many key heads as value heads q, k and z are views of the projections."""
+    ours = _closed_form("fp32", 2, T, heads, widths)
+    assert sum(ours.values()) == _census_bytes("fp32", 2, T, heads, widths)
+    # Copies where (B, n_v, N) cannot fold: unpadded, and with n_k = n_v several chunks.
+    copies = T == 128 or (T == 64 and heads[0] != heads[1])
+    assert (ours.get("attention/deltanet/matmul_copies", 0) > 0) == copies
+
+
+def test_chunks_and_padding_grow_the_kernel_terms():
+    """One more token past a chunk boundary adds a whole chunk of c×c matrices."""
+    at, past = _closed_form("fp32", 1, 64), _closed_form("fp32", 1, 65)
+    per_chunk = 4 * 4 * 64 * 64 * 5  # n_v heads, c², five FP32 chunk matrices
+    assert past["attention/deltanet/chunk_matrices"] - at["attention/deltanet/chunk_matrices"] == (
+        per_chunk
+    )
