@@ -560,7 +560,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     d = spec.hidden_size
     full = layer_saved(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
-    current = {k: v for k, v in full.items() if k in saved.ATTENTION_SIDE}
+    current = {k: v for k, v in full.items() if saved.is_attention_side(k)}
     n = spec.norms_per_layer or 1
     hf = saved.is_transformers(setup, spec)
     if hf:

@@ -402,14 +402,25 @@ ATTENTION_SIDE = (
     "attention/linear/gates",
     "attention/state",
     "attention/mask",
+    # Gated DeltaNet (introspect.refined.deltanet): its in-projections' casts and weight
+    # copies, and every tensor of its kernel, run before (so freed after) the output.
+    "attention/linear/input_casts",
+    "attention/linear/autocast_weights",
 )
+#: Families of per-layer terms that are attention side as a whole.
+ATTENTION_SIDE_PREFIXES = ("attention/deltanet/",)
+
+
+def is_attention_side(name: str) -> bool:
+    """Whether a per-layer term is still held at its layer's attention backward."""
+    return name in ATTENTION_SIDE or name.startswith(ATTENTION_SIDE_PREFIXES)
 
 
 def attention_side(layer: dict[str, int], spec: ModelSpec) -> int:
     """Bytes of ``layer`` still held during its attention backward: the attention-side
     terms plus the first norm's output and statistics (half of the norm terms when the
     block has two norms)."""
-    kept = sum(layer.get(k, 0) for k in ATTENTION_SIDE)
+    kept = sum(v for k, v in layer.items() if is_attention_side(k))
     n = spec.norms_per_layer or 1
     for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
         kept += layer.get(name, 0) // n
