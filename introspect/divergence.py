@@ -228,7 +228,8 @@ def stack_flags(spec: ModelSpec) -> list[Flag]:
             Flag(
                 "linear_attention",
                 f"linear attention (Gated DeltaNet) on {n} of {L} layers: no T×T scores; "
-                "the execution layer's saved set for its chunked kernel is a lower bound",
+                "its chunked kernel keeps chunk×chunk matrices and a state per chunk "
+                "(introspect.refined.deltanet)",
                 f"linear {n}/{L}",
             )
         )
