@@ -370,7 +370,27 @@ def per_layer(
         out["layernorm/qk_norm"] = keep + stats
     out.update(_attention(spec, setup, kind))
     out.update(_feed_forward(spec, setup, kind))
+    if setup.implementation == "transformers" and hf_saved.is_amp(setup):
+        out["autocast_weights"] = autocast_weight_bytes(spec, kind)
     return out
+
+
+def autocast_weight_bytes(spec: ModelSpec, kind: LayerKind) -> int:
+    """Under autocast each linear layer's matmul runs on a BF16 copy of its FP32 weight,
+    and autograd keeps that copy for the input's gradient until the layer's backward
+    (autocast caches the cast of a leaf that requires grad: ``cached_cast``,
+    ``aten/src/ATen/autocast_mode.cpp``): 2 bytes per weight of the block's linears — the
+    attention's projections, the router, the dense or shared MLP, and Llama 4's batched
+    experts; not the grouped-matmul experts, which are not autocast's. For the layer
+    kinds :mod:`~introspect.refined.hf_saved` does not model (MLA, sinks, output gates,
+    linear attention)."""
+    from introspect.params import layer_by_component
+
+    parts = layer_by_component(spec, kind)
+    experts = parts["experts"] if kind.feed_forward.all_experts else 0
+    # Gated DeltaNet's own copies are its kernel's terms (introspect.refined.deltanet).
+    attention = 0 if kind.attention.kind == "linear" else parts["attention"]
+    return 2 * (attention + parts["mlp"] + parts["router"] + experts)
 
 
 @per_estimate
