@@ -358,11 +358,14 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """The routed experts' backward at its largest, inside the up (gate_up) grouped
-    matmul's backward (``grouped_mm_experts_forward``, ``transformers/integrations/moe.py``,
-    run in reverse): over the S = k·B·T routed rows, the gradient of gate_up's output
-    (``S·2f``; ``S·f`` plain) and the gradient of the gathered input it makes (``S·d``),
-    at the routed path's dtype (:func:`saved.expert_bytes`). Llama 4 runs every expert
+    """The routed experts' backward at its largest (``grouped_mm_experts_forward``,
+    ``transformers/integrations/moe.py``, run in reverse), over the S = k·B·T routed rows
+    at the routed path's dtype (:func:`saved.expert_bytes`): inside the activation's
+    backward, three f-wide gradients (the product's, the activation's, the up half's; two
+    plain), or inside the up (gate_up) grouped matmul's backward, the gradient of
+    gate_up's output (``S·2f``; ``S·f`` plain) and of the gathered input it makes
+    (``S·d``) — whichever is larger (measured: gpt-oss's clamped SwiGLU, f > d, holds
+    exactly the first at its peak, ``benchmarks/families.py``). Llama 4 runs every expert
     on every token (:attr:`~introspect.layers.FeedForward.all_experts`; measured: its
     transients at the peak are exactly these bytes, ``tests/test_measure_hf.py``)."""
     ff = spec.kinds[0][0].feed_forward
@@ -376,7 +379,10 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
         return (buffers * rows * spec.ffn_dim + setup.tokens * spec.hidden_size) * e
     S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
-    return S * (width + spec.hidden_size) * e
+    buffers = 3 if spec.ffn == "gated" else 2
+    # The larger of its two moments: the activation's backward (the product's, the
+    # activation's and the up half's gradients, as a dense MLP's) and the up matmul's.
+    return S * max(buffers * spec.ffn_dim, width + spec.hidden_size) * e
 
 
 def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
