@@ -1,0 +1,108 @@
+"""mlx-lm's own LoRA step measured: ``model.freeze()`` and ``linear_to_lora_layers`` on
+every block, the optimizer over the adapters only, the trainer's loss; our targets mapped
+to mlx-lm's keys; one-line refusals for what is not measured."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+
+from introspect.errors import IntrospectError  # noqa: E402
+from introspect.measure import mlx_lm_models, mlx_step  # noqa: E402
+from introspect.params import parameter_count  # noqa: E402
+from introspect.refined.lora import adapter_parameters  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QWEN2 = dict(
+    model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+    tie_word_embeddings=True, rms_norm_eps=1e-6,
+)  # fmt: skip
+SPEC = spec_from_config(QWEN2, source="qwen2")
+
+
+def lora_setup(framework="mlx", **kw):
+    fields = dict(
+        seq_len=32, framework=framework, implementation="mlx_lm",
+        attention="memory_efficient", finetune="lora", lora_rank=4,
+    ) | kw  # fmt: skip
+    return TrainingSetup(**fields)
+
+
+def trainable(model) -> dict[str, tuple[int, ...]]:
+    from mlx.utils import tree_flatten
+
+    return {k: v.shape for k, v in tree_flatten(model.trainable_parameters())}
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [("all-linear",), ("q_proj", "v_proj"), ("gate_proj", "up_proj", "down_proj")],
+)
+def test_adapters_are_exactly_the_refined_count_and_the_base_is_frozen(targets):
+    setup = lora_setup(lora_targets=targets)
+    model = mlx_lm_models.build(QWEN2, "qwen2")
+    note = mlx_lm_models.to_lora(model, setup)
+    shapes = trainable(model)
+    assert all(k.rsplit(".", 1)[-1] in ("lora_a", "lora_b") for k in shapes)
+    assert sum(a * b for a, b in shapes.values()) == adapter_parameters(SPEC, setup)
+    wanted = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    if targets != ("all-linear",):
+        wanted = set(targets)
+    assert {k.split(".")[-2] for k in shapes} == wanted
+    assert {int(k.split(".")[2]) for k in shapes} == {0, 1}  # every block (--num-layers -1)
+    assert ("default keys" in note) == (targets == ("all-linear",))
+
+
+@pytest.mark.parametrize("framework", ["mlx", "mlx_compiled"])
+def test_lora_step_keeps_state_for_the_adapters_only(framework):
+    setup = lora_setup(framework)
+    m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=framework == "mlx_compiled")
+    n_adapters = adapter_parameters(SPEC, setup)
+    assert m.n_params == n_adapters
+    # FP32 weights: the frozen base and the adapters; Adam's m and v for the adapters.
+    assert m.categories["parameters"] == 4 * (parameter_count(SPEC) + n_adapters)
+    # Adam's state also holds its step and learning rate: two scalars.
+    assert 0 < m.categories["optimizer_state"] - 8 * n_adapters <= 16
+    assert m.peak_bytes > m.categories["parameters"] + m.categories["optimizer_state"]
+    assert any("linear_to_lora_layers" in n for n in m.notes)
+
+
+def test_bf16_base_keeps_fp32_adapters_as_mlx_lm_makes_them():
+    setup = lora_setup(precision="bf16")
+    m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=False)
+    n_adapters = adapter_parameters(SPEC, setup)
+    assert m.categories["parameters"] == 2 * parameter_count(SPEC) + 4 * n_adapters
+    assert 0 < m.categories["optimizer_state"] - 8 * n_adapters <= 16
+
+
+def test_lora_with_dropout_compiles_with_the_random_state():
+    setup = lora_setup("mlx_compiled", lora_dropout=0.1)
+    m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=True)
+    assert m.peak_bytes > m.categories["parameters"]
+    assert any("dropout 0.1" in n for n in m.notes)
+
+
+def test_refusals_are_one_line():
+    model = mlx_lm_models.build(QWEN2, "qwen2")
+    with pytest.raises(IntrospectError, match="has no c_attn; its linears are down_proj"):
+        mlx_lm_models.lora_keys(model, ("c_attn",))
+    with pytest.raises(IntrospectError, match="qlora is not measured on MLX"):
+        mlx_lm_models.to_lora(model, lora_setup(finetune="qlora"))
+    with pytest.raises(IntrospectError, match="--impl mlx-lm"):
+        mlx_step.measure_reference(SPEC, lora_setup(implementation="reference"), compiled=False)
+
+
+def test_cli_refuses_an_mlx_lora_dry_run(capsys):
+    from introspect.cli import main
+
+    code = main(["measure", "10M", "--framework", "mlx", "--device", "fake", "--lora-rank", "8"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "dry run replays full fine-tuning only" in err and len(err.strip().splitlines()) == 1
