@@ -107,6 +107,8 @@ class Dims:
     positions: int
     #: Rotary dimensions per head (Phi's partial rotary; else the head).
     rot: int = 0
+    #: LoRA's rank (0: full fine-tuning, no adapter kinds).
+    r: int = 0
 
 
 #: Shape kind → its number of elements.
@@ -145,9 +147,16 @@ KINDS = {
     "d·f": lambda x: x.d * x.f,
     "V·d": lambda x: x.V * x.d,
     "positions·d": lambda x: x.positions * x.d,
+    # mlx-lm's LoRALinear (mlx_lm/tuner/lora.py): x @ lora_a, and the adapters.
+    "B·T·r": lambda x: x.B * x.T * x.r,
+    "d·r": lambda x: x.d * x.r,
+    "kv·r": lambda x: x.kv * x.hd * x.r,
+    "f·r": lambda x: x.f * x.r,
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
-KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T")
+KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
+#: Kinds of LoRA's adapters (absent under full fine-tuning).
+LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
 
 
 #: Kinds of a partial rotary embedding (absent when the rotary covers the head).
@@ -160,7 +169,9 @@ def kinds(dims: Dims) -> list[str]:
     return [
         k
         for k in KINDS
-        if (dims.kv != dims.h or k not in KV_KINDS) and (dims.rot != dims.hd or k not in ROT_KINDS)
+        if (dims.kv != dims.h or k not in KV_KINDS)
+        and (dims.rot != dims.hd or k not in ROT_KINDS)
+        and (dims.r or k not in LORA_KINDS)
     ]
 
 
@@ -168,8 +179,8 @@ def numel(kind: str, dims: Dims) -> int:
     return KINDS[kind](dims)
 
 
-def key(structure: str, dtype: str, compiled: bool) -> str:
-    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}"
+def key(structure: str, dtype: str, compiled: bool, lora: bool = False) -> str:
+    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}" + ("/lora" if lora else "")
 
 
 #: Term of the breakdown each kind's bytes fall in.
@@ -182,8 +193,11 @@ GROUPS = {
     "B·T·f": "activations/mlx/feed_forward",
 }
 #: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
-MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T"}
-WEIGHT_KINDS = ("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d")
+MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
+WEIGHT_KINDS = (
+    *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
+    *("d·r", "kv·r", "f·r"),
+)
 
 #: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
 SAME_CLASS = {"mistral": "llama"}
@@ -232,6 +246,7 @@ def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
         V=spec.vocab_size,
         positions=spec.max_position_embeddings or 0,
         rot=int(spec.head_size * spec.partial_rotary_factor),
+        r=setup.lora_rank if setup.finetune == "lora" else 0,
     )
 
 
@@ -248,7 +263,26 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
     s = 2 if dtype_of(setup) == "bf16" else 4
     n = parameter_count(spec)
+    if setup.finetune == "lora":
+        return lora_state_terms(spec, setup, n * s)
     return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
+
+
+def lora_state_terms(spec: ModelSpec, setup: TrainingSetup, base: int) -> dict[str, int]:
+    """mlx-lm's LoRA (``mlx_lm/tuner/lora.py``, ``LoRALinear``): the frozen base in its
+    dtype, and per targeted linear ``lora_a`` (d_in × r) and ``lora_b`` (r × d_out) made by
+    ``mx.random.uniform`` and ``mx.zeros`` — FP32 whatever the base — with Adam's m and
+    v (``mx.zeros_like``) for them alone (``value_and_grad`` and ``optimizer.init`` see
+    only the trainable parameters)."""
+    from introspect.refined.lora import adapter_parameters
+
+    a = adapter_parameters(spec, setup)
+    return {
+        "weights": base,
+        "weights/lora_adapters": 4 * a,
+        "optimizer/adam_m": 4 * a,
+        "optimizer/adam_v": 4 * a,
+    }
 
 
 #: The depths the counts are taken at (``benchmarks/mlx_derive.py``).
@@ -302,7 +336,12 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     from introspect.refined.mlx_counts import COUNTS
 
     structure = structure_of(spec, setup)
-    if setup.activation_checkpointing:
+    lora = setup.finetune == "lora"
+    if lora and structure not in LORA_STRUCTURES:
+        return torch_moments(spec, setup)
+    if lora:
+        candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup), lora=True)]
+    elif setup.activation_checkpointing:
         candidates = checkpointed_counts(
             structure, dtype_of(setup), compiled(setup), spec.num_hidden_layers
         )
@@ -315,6 +354,27 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
         terms = dict(state)
         terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
         out.append((c["phase"], terms))
+    return out
+
+
+def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
+    """The moments ``refined.execution_estimate`` builds where MLX's are not derived (for
+    a LoRA structure outside :data:`LORA_STRUCTURES`, which :func:`applies` cannot see
+    without the spec)."""
+    from introspect.refined import execution
+
+    out: list[tuple[str, dict[str, int]]] = []
+    loss_forward = execution.loss_forward(spec, setup)
+    if loss_forward is not None:
+        out.append(("forward", loss_forward))
+    out.append(("forward_end", execution.forward_end(spec, setup)))
+    out += [("backward", m) for m in execution.backward_moments(spec, setup, None)]
+    master = execution.master_gradients(spec, setup)
+    if master is not None:
+        out.append(("master_grads", master))
+    step = execution.optimizer_step(spec, setup)
+    if step is not None:
+        out.append(("optimizer_step", step))
     return out
 
 
@@ -351,14 +411,46 @@ def checkpointed_counts(structure: str, dtype: str, is_compiled: bool, layers: i
     return out
 
 
-def applies(setup: TrainingSetup) -> bool:
+def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     """Whether the derived counts describe this step: MLX, full fine-tuning with Adam
     (or AdamW: the same graph and one more multiply), a standard cross-entropy, one
-    device, nothing offloaded. Other MLX setups (SGD, LoRA, chunked losses, sharding)
-    keep torch's moments, which MLX's graph does not follow — unmodelled here."""
+    device, nothing offloaded — or mlx-lm's LoRA (:func:`lora_applies`). Other MLX
+    setups (SGD, QLoRA, chunked losses, sharding) keep torch's moments, which MLX's graph
+    does not follow — unmodelled here. With ``spec``, a LoRA step also needs a structure
+    of :data:`LORA_STRUCTURES` (without it, :func:`moments` gives torch's for the rest)."""
+    if setup.finetune == "lora":
+        return lora_applies(setup) and (
+            spec is None or structure_of(spec, setup) in LORA_STRUCTURES
+        )
     return (
         setup.framework in ("mlx", "mlx_compiled")
         and setup.finetune == "full"
+        and setup.optimizer in ("adam", "adamw")
+        and setup.cross_entropy == "standard"
+        and setup.devices == 1
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )
+
+
+#: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``):
+#: mlx-lm's Llama-style blocks, whose every nn.Linear is one of q/k/v/o/gate/up/down.
+LORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
+
+
+def lora_applies(setup: TrainingSetup) -> bool:
+    """mlx-lm's LoRA as ``mlx_lm.lora`` runs it by default and the counts were derived
+    for: adapters on every block with mlx-lm's default keys (every nn.Linear of a block:
+    ``all-linear``), no dropout (``lora_parameters`` default 0.0; a dropout adds a mask
+    and a dropped copy per adapter, not replayed), Adam or AdamW over the adapters, no
+    checkpointing (``mx.checkpoint`` cannot be traced), mlx-lm's class, one device."""
+    return (
+        setup.framework in ("mlx", "mlx_compiled")
+        and setup.implementation == "mlx_lm"
+        and "all-linear" in setup.lora_targets
+        and setup.lora_dropout == 0
+        and not setup.train_embeddings
+        and not setup.activation_checkpointing
         and setup.optimizer in ("adam", "adamw")
         and setup.cross_entropy == "standard"
         and setup.devices == 1
