@@ -106,3 +106,88 @@ def test_cli_refuses_an_mlx_lora_dry_run(capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "dry run replays full fine-tuning only" in err and len(err.strip().splitlines()) == 1
+
+
+# The closed form's LoRA moments (introspect.refined.mlx), against the replay of real
+# mlx-lm LoRA steps at a shape no count was derived at (those: d=128, 8 heads, f=216,
+# B=3, T ∈ {44, 176}, r=6).
+REPLAY_SHAPE = dict(d=96, layers=5, ffn=256, heads=4, kv=2, vocab=3000)
+
+
+def replay_config(family: str) -> dict:
+    from introspect.measure import mlx_replay as mr
+
+    s = REPLAY_SHAPE
+    cfg = mr.family_config(family, s["d"], s["layers"], s["ffn"], s["heads"], s["kv"], s["vocab"])
+    cfg["tie_word_embeddings"] = True
+    return cfg
+
+
+@pytest.mark.parametrize("family,compiled", [("llama", False), ("qwen2", True)])
+def test_lora_closed_form_within_5_percent_of_the_replay(family, compiled):
+    """A real mlx-lm LoRA step, traced lazily (nothing evaluated) and replayed: the
+    closed form, whose counts come from other shapes, lands within 5% of it."""
+    import mlx.optimizers as optim
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    from introspect import refined
+    from introspect.measure import mlx_replay as mr
+    from introspect.refined import mlx
+
+    cfg = replay_config(family)
+    spec = spec_from_config(cfg, use_transformers=False)
+    setup = lora_setup("mlx_compiled" if compiled else "mlx", seq_len=80, batch_size=2)
+    assert mlx.applies(setup, spec)
+    model = mr.mlx_lm_model(cfg, evaluate=False)
+    model.freeze()
+    linear_to_lora_layers(model, -1, {"rank": 4, "scale": 20.0, "dropout": 0.0})
+    optimizer = optim.Adam(learning_rate=1e-4)
+    optimizer.init(model.trainable_parameters())
+    batch = mr.mlx_lm_batch(cfg["vocab_size"], 2, 80, evaluate=False)
+    step = mr.make_step(model, optimizer, mr.mlx_lm_loss, compiled)
+    replayed = mr.predict(model, optimizer, step, batch, compiled).peak_bytes
+    assert refined.estimate(spec, setup).total == pytest.approx(replayed, rel=0.05)
+
+
+def test_lora_state_is_the_frozen_base_and_fp32_adapters_with_their_adam_state():
+    from introspect.refined import mlx
+
+    spec = spec_from_config(replay_config("llama"), use_transformers=False)
+    n, a = parameter_count(spec), adapter_parameters(spec, lora_setup())
+    for precision, s in (("fp32", 4), ("bf16", 2)):
+        setup = lora_setup(precision=precision)
+        for _, terms in mlx.moments(spec, setup):
+            assert terms["weights"] == n * s
+            assert terms["weights/lora_adapters"] == terms["optimizer/adam_m"] == 4 * a
+            assert terms["optimizer/adam_v"] == 4 * a
+
+
+def test_lora_moments_apply_only_where_derived():
+    """mlx-lm's default LoRA on a derived structure uses the derived counts; named
+    targets, dropout, checkpointing, our reference model and an underived structure
+    (GPT-2's fused c_attn) keep torch's moments."""
+    from introspect import refined
+    from introspect.refined import mlx
+
+    spec = spec_from_config(replay_config("llama"), use_transformers=False)
+    assert mlx.applies(lora_setup(), spec)
+    for other in (
+        lora_setup(lora_targets=("q_proj", "v_proj")),
+        lora_setup(lora_dropout=0.05),
+        lora_setup(activation_checkpointing=True),
+        lora_setup(implementation="reference"),
+        lora_setup(finetune="qlora"),
+    ):
+        assert not mlx.applies(other)
+        assert "torch's moments" in refined.execution_estimate(spec, other).label
+    gpt2 = spec_from_config(CONFIGS_GPT2, use_transformers=False)
+    assert mlx.applies(lora_setup()) and not mlx.applies(lora_setup(), gpt2)
+    torch_like = refined.execution_estimate(gpt2, lora_setup())
+    with_fallback = mlx.torch_moments(gpt2, lora_setup())
+    assert torch_like.total == max(sum(t.values()) for _, t in with_fallback)
+
+
+CONFIGS_GPT2 = dict(
+    model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
+    n_ctx=128, layer_norm_epsilon=1e-5,
+)  # fmt: skip

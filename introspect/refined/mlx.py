@@ -66,6 +66,32 @@ step here can run — Llama-3.2-1B's shape at T = 2048 and 512, Qwen2.5-0.5B's a
 ``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
 row, GPT-2 8M compiled at T = 256: +0.6%.
 
+**LoRA** (mlx-lm's, as ``mlx_lm.lora`` runs it: ``model.freeze()`` then
+``linear_to_lora_layers(model, num_layers, {"rank", "scale", "dropout"})`` over every
+block with the default keys — every ``nn.Linear`` of a block — ``mlx_lm/lora.py`` and
+``mlx_lm/tuner/utils.py``). ``LoRALinear`` (``mlx_lm/tuner/lora.py``) keeps the frozen
+linear and FP32 ``lora_a`` (d_in × r) and ``lora_b`` (r × d_out), and computes
+``y + (scale · (x @ lora_a) @ lora_b).astype(x.dtype)``; ``value_and_grad`` differentiates
+the adapters only, so no base gradient, Adam state for the adapters alone
+(:func:`lora_state_terms`). What the graph keeps beyond that state — the base's
+activations the backward still needs (norms, attention, the activation's input, the
+loss), each adapter's B·T·r ``x @ lora_a`` and B·T·d_out branch, the adapters'
+gradients and update — is counted from replays exactly as above, with four more kinds
+(B·T·r, d·r, kv·r, f·r): ``python benchmarks/mlx_derive.py --lora`` at the same shapes
+and depths, r = 6, for :data:`LORA_STRUCTURES` (``COUNTS["<structure>/<dtype>/<mode>/lora"]``).
+**Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
+all held out): 56 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
+r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) — 42 within ±5%
+(torch's moments, the fallback before: 1). Every compiled row within ±2.2%; FP32 rows at
+L ≥ 4 within ±1.7%. The misses: at L = 2–3, below the shallowest depth counted, the
+L = 4→10 line extended overshoots eager steps by 5–15% (the replay itself is within
+2.5% of four of them); BF16 eager steps are 4.6–9.4% under, the replay's own miss (on
+the four replayed, the closed form is within 1.1% of the replay and the replay 4–9%
+under the step; full fine-tuning at the same shape replays within 0.3%; the replay's
+peak is the adapter branch's ``AsType``, FP32 back to BF16).
+Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
+and the other structures (their LoRA setups keep torch's moments).
+
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
 """
