@@ -53,6 +53,10 @@ ROTARY = 0.75
 SMALL = 256
 #: LoRA's rank at the derivation shapes (``--lora``).
 LORA_RANK = 6
+#: LoRA's counts below the shallowest of :data:`LAYERS` (a candidate's ``shallow``):
+#: small models are LoRA's (a 2-layer step is seconds on a laptop), and the line from
+#: L = 4 to 10 extended down to 2 misses what a 2-layer graph keeps.
+SHALLOW = (2,)
 
 
 def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, lora: bool = False):
@@ -271,22 +275,26 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
         kind_table(dims)
     out = []
     for shape, dims in zip(SHAPES, dims_by, strict=True):
-        tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in LAYERS]
+        depths = LAYERS + (SHALLOW if lora else ())
+        tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
         for phase in ("any", "optimizer_step"):
             tops = []
             for t in tapes:
                 ops = [x for x in t if phase == "any" or x[1] == phase]
                 if ops:
                     tops.append(max(ops, key=lambda x: sum(x[2].values())))
-            if len(tops) < len(LAYERS):
+            if len(tops) < len(depths):
                 continue
-            c = fit(structure, dtype, tops, dims)
+            c = fit(structure, dtype, tops[: len(LAYERS)], dims)
+            if lora:
+                shallow = fit(structure, dtype, tops[len(LAYERS) :], dims, SHALLOW)
+                c["shallow"] = shallow["at"]
             c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
             out.append(c)
     return out
 
 
-def fit(structure: str, dtype: str, tops: list, dims) -> dict:
+def fit(structure: str, dtype: str, tops: list, dims, layers: tuple = LAYERS) -> dict:
     """A candidate: its bytes per element of each kind at each L of :data:`LAYERS`
     (whole tensors: 4 for one FP32 tensor, 2 for a BF16 one), which the closed form
     interpolates between (:func:`introspect.refined.mlx.counts_at`).
@@ -299,7 +307,7 @@ def fit(structure: str, dtype: str, tops: list, dims) -> dict:
     from introspect.refined import mlx as closed
 
     at = {}
-    for L, top in zip(LAYERS, tops, strict=True):
+    for L, top in zip(layers, tops, strict=True):
         counts = {}
         for kind, nbytes in top[2].items():
             if kind.startswith("elements:"):

@@ -78,17 +78,19 @@ activations the backward still needs (norms, attention, the activation's input, 
 loss), each adapter's B·T·r ``x @ lora_a`` and B·T·d_out branch, the adapters'
 gradients and update — is counted from replays exactly as above, with four more kinds
 (B·T·r, d·r, kv·r, f·r): ``python benchmarks/mlx_derive.py --lora`` at the same shapes
-and depths, r = 6, for :data:`LORA_STRUCTURES` (``COUNTS["<structure>/<dtype>/<mode>/lora"]``).
+and depths, r = 6, for :data:`LORA_STRUCTURES` (``COUNTS["<structure>/<dtype>/<mode>/lora"]``),
+and at L = 2 too (a candidate's ``shallow``: below L = 4 the line runs from there, not
+from the L = 4→10 line extended — small models are LoRA's everyday case).
 **Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
 all held out): 56 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
-r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) — 42 within ±5%
-(torch's moments, the fallback before: 1). Every compiled row within ±2.2%; FP32 rows at
-L ≥ 4 within ±1.7%. The misses: at L = 2–3, below the shallowest depth counted, the
-L = 4→10 line extended overshoots eager steps by 5–15% (the replay itself is within
-2.5% of four of them); BF16 eager steps are 4.6–9.4% under, the replay's own miss (on
-the four replayed, the closed form is within 1.1% of the replay and the replay 4–9%
-under the step; full fine-tuning at the same shape replays within 0.3%; the replay's
-peak is the adapter branch's ``AsType``, FP32 back to BF16).
+r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) — 49 within ±5%
+(torch's moments, the fallback before: 1 of 56). Every FP32 row within −1.6% to +2.2%,
+every compiled row within −1.9% to +2.2%. The misses are the seven BF16 eager rows
+(4.6–9.4% under), the replay's own miss: on the four replayed, the closed form is within
+1.1% of the replay and the replay 4–9% under the step, while full fine-tuning at the
+same shape replays within 0.3%; the replay's peak is the adapter branch's ``AsType``
+(FP32 back to BF16). Before the L = 2 counts, the first derivation (L = 4–32 only)
+overshot the eager L = 2–3 rows by 5–15% (the replay itself within 2.5%): 42 of 56.
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
@@ -317,11 +319,18 @@ DEPTHS = (4, 10, 16, 32)
 
 def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, float]]:
     """Per-layer and fixed bytes per element of each kind on the stretch of
-    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch; above 32: the line
-    from 4 to 32, through the count at 32): the straight line through the candidate's
-    counts at its two ends."""
+    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
+    candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
+    32, through the count at 32): the straight line through the candidate's counts at
+    its two ends."""
     at = {int(k): v for k, v in candidate["at"].items()}
-    if layers > DEPTHS[-1]:
+    shallow = {int(k): v for k, v in candidate.get("shallow", {}).items()}
+    if layers < DEPTHS[0] and shallow:
+        # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
+        # line from the nearest of them to the count at 4.
+        at.update(shallow)
+        lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
+    elif layers > DEPTHS[-1]:
         # Beyond the deepest count: the slope over all the depths (the scheduler's
         # shifts between two nearby depths would be multiplied), through the last count.
         lo, hi = DEPTHS[0], DEPTHS[-1]
