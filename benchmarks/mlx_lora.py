@@ -158,11 +158,8 @@ def span(rows: list[dict], key: str) -> str:
 #: Summary lines: label → which rows.
 GROUPS = (
     ("all rows", lambda r: True),
-    ("L ≥ 4 (within the derived depths)", lambda r: r["layers"] >= 4),
-    (
-        "L < 4 (below the shallowest derived depth: the L = 4→10 line extended)",
-        lambda r: r["layers"] < 4,
-    ),
+    ("L ≥ 4 (between the shared derived depths 4–32)", lambda r: r["layers"] >= 4),
+    ("L < 4 (from the LoRA counts at L = 2 to those at 4)", lambda r: r["layers"] < 4),
     ("eager", lambda r: not r["compiled"]),
     ("compiled", lambda r: r["compiled"]),
     ("BF16 base", lambda r: r["dtype"] == "bf16"),

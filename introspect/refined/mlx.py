@@ -84,13 +84,14 @@ from the L = 4→10 line extended — small models are LoRA's everyday case).
 **Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
 all held out): 56 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
 r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) — 49 within ±5%
-(torch's moments, the fallback before: 1 of 56). Every FP32 row within −1.6% to +2.2%,
-every compiled row within −1.9% to +2.2%. The misses are the seven BF16 eager rows
-(4.6–9.4% under), the replay's own miss: on the four replayed, the closed form is within
-1.1% of the replay and the replay 4–9% under the step, while full fine-tuning at the
-same shape replays within 0.3%; the replay's peak is the adapter branch's ``AsType``
-(FP32 back to BF16). Before the L = 2 counts, the first derivation (L = 4–32 only)
-overshot the eager L = 2–3 rows by 5–15% (the replay itself within 2.5%): 42 of 56.
+(torch's moments, the fallback before: 1 of 56). Every FP32 row and every compiled row
+within ±2.2% (the measured peaks move by ~0.5% from run to run). The misses are the
+seven BF16 eager rows (4.6–9.4% under), the replay's own miss: on the four replayed,
+the closed form is within 1.1% of the replay and the replay 4–9% under the step, while
+full fine-tuning at the same shape replays within 0.3%; the replay's peak is the
+adapter branch's ``AsType`` (FP32 back to BF16). Before the L = 2 counts, the first
+derivation (L = 4–32 only) overshot the eager L = 2–3 rows by 5–15% (the replay itself
+within 2.5%): 42 of 56.
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
