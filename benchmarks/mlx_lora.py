@@ -61,9 +61,11 @@ HISTORY = (
     "History: with torch's moments (no MLX LoRA counts), 1 of 24 rows of the first three "
     "models within ±5% (0.852–0.957). With the first LoRA counts (L = 4, 10, 16, 32 only), "
     "42 of these 56: the eager L = 2–3 rows 5–15% over (the L = 4→10 line extended to "
-    "L = 2), the replay of those steps within 2.5% — hence the counts at L = 2. "
-    "The BF16 eager rows are the replay's own miss (the closed form follows the replay "
-    "within 1.1%, the replay is 4–9% under these steps; see introspect/refined/mlx.py)."
+    "L = 2; the replay of those steps within 2.5%) — hence the counts at L = 2 — and the "
+    "BF16 eager rows 4.6–9.4% under, the replay's own miss: the trace merges the identical "
+    "FP32 upcasts of q/k/v's and gate/up's shared input that an eager step makes once per "
+    "adapter (introspect.refined.mlx.lora_upcast_bytes, from mlx-lm's LoRALinear and MLX's "
+    "type promotion). 49 of 56 with the L = 2 counts alone."
 )
 #: (rank, B, T) per model and compilation.
 GRID = ((4, 1, 64), (8, 2, 64), (16, 1, 256), (8, 2, 256))

@@ -84,14 +84,11 @@ from the L = 4→10 line extended — small models are LoRA's everyday case).
 **Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
 all held out): 56 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
 r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) — 49 within ±5%
-(torch's moments, the fallback before: 1 of 56). Every FP32 row and every compiled row
-within ±2.2% (the measured peaks move by ~0.5% from run to run). The misses are the
-seven BF16 eager rows (4.6–9.4% under), the replay's own miss: on the four replayed,
-the closed form is within 1.1% of the replay and the replay 4–9% under the step, while
-full fine-tuning at the same shape replays within 0.3%; the replay's peak is the
-adapter branch's ``AsType`` (FP32 back to BF16). Before the L = 2 counts, the first
-derivation (L = 4–32 only) overshot the eager L = 2–3 rows by 5–15% (the replay itself
-within 2.5%): 42 of 56.
+(torch's moments, the fallback before: 1 of 56). Before the last two terms, 42 of 56:
+the first derivation (L = 4–32 only) overshot the eager L = 2–3 rows by 5–15% (the
+replay itself within 2.5%: hence the counts at L = 2), and the BF16 eager rows were
+4.6–9.4% under — the replay's own miss, the FP32 input copies that the trace merges and
+an eager step does not (:func:`lora_upcast_bytes`). With both: 56 of 56, −2.0% to +1.8%.
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
@@ -385,12 +382,47 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
         candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup))]
     state = state_terms(spec, setup)
     x = dims(spec, setup)
+    upcasts = lora_upcast_bytes(spec, setup) if lora else 0
     out = []
     for c in candidates:
         terms = dict(state)
         terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
+        if upcasts:
+            terms["activations/mlx/hidden/lora_upcasts"] = upcasts
         out.append((c["phase"], terms))
     return out
+
+
+#: Block linears that read the same tensor: q/k/v the attention norm's output, gate/up
+#: the feed-forward norm's (``mlx_lm/models/llama.py``, ``qwen2.py``).
+SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The FP32 copies of the adapters' inputs that an eager BF16 step keeps and the
+    replayed graph (so the counts) does not.
+
+    ``LoRALinear.__call__`` (``mlx_lm/tuner/lora.py``) computes ``x @ lora_a`` with ``x``
+    in the base's BF16 and ``lora_a`` FP32; MLX's ``matmul`` promotes both operands to the
+    result type with an ``astype`` each, and the FP32 copy of ``x`` is what ``lora_a``'s
+    gradient needs, so it is kept until the backward reaches it. Eager ``mx.eval`` runs
+    every op as built: three adapters on q/k/v's shared input make three copies, two on
+    gate/up's two. ``mx.export_function``'s ``compile_simplify`` — the trace the counts
+    are read from (:mod:`introspect.measure.mlx_replay_trace`) — merges identical ops on
+    identical inputs, as ``mx.compile`` does, leaving one copy per input. So an eager
+    BF16 step keeps, per layer, one B·T·d FP32 tensor more than the counts for each
+    adapter beyond the first on a shared input (3 for all-linear on a gated block).
+    Compiled steps merge them too; FP32 steps make no copy. Seen on the steps: with the
+    adapters cast to BF16 (no promotion) the replay is within 0.2% of the measured peak,
+    with mlx-lm's FP32 adapters 8.4% under (qwen2 d=128 L=8, B=2, T=256)."""
+    if dtype_of(setup) != "bf16" or compiled(setup):
+        return 0
+    from introspect.refined.lora import targets
+
+    chosen = set(targets(spec, setup))
+    extra = sum(max(0, len(chosen.intersection(group)) - 1) for group in SHARED_INPUTS)
+    tokens = setup.batch_size * setup.seq_len
+    return spec.num_hidden_layers * extra * tokens * spec.hidden_size * 4
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
