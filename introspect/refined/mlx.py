@@ -82,13 +82,16 @@ and depths, r = 6, for :data:`LORA_STRUCTURES` (``COUNTS["<structure>/<dtype>/<m
 and at L = 2 too (a candidate's ``shallow``: below L = 4 the line runs from there, not
 from the L = 4→10 line extended — small models are LoRA's everyday case).
 **Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
-all held out): 56 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
-r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) — 49 within ±5%
-(torch's moments, the fallback before: 1 of 56). Before the last two terms, 42 of 56:
+all held out): 88 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
+MHA, GQA and MQA, r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) —
+88 within ±5% (−2.0% to +3.4%; torch's moments, the fallback before: 1 of 88). The 32
+rows of the last two models were added after the last term and run once: all within
+(−1.5% to +3.4%). The first 56 had informed two terms; 42 of them within ±5% at first:
 the first derivation (L = 4–32 only) overshot the eager L = 2–3 rows by 5–15% (the
 replay itself within 2.5%: hence the counts at L = 2), and the BF16 eager rows were
 4.6–9.4% under — the replay's own miss, the FP32 input copies that the trace merges and
-an eager step does not (:func:`lora_upcast_bytes`). With both: 56 of 56, −2.0% to +1.8%.
+an eager step does not (:func:`lora_upcast_bytes`). 49 with the L = 2 counts alone;
+with both, 56 of 56, −2.0% to +1.8%.
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
