@@ -218,14 +218,13 @@ def test_bf16_eager_lora_step_keeps_the_fp32_upcasts_the_trace_merges():
     from introspect import refined
     from introspect.refined import mlx
 
-    cfg = replay_config("llama")
-    spec = spec_from_config(cfg, use_transformers=False)
+    cfg, spec = QWEN2, SPEC
     setup = lora_setup(precision="bf16", seq_len=128, batch_size=2)
     upcasts = mlx.lora_upcast_bytes(spec, setup)
     assert upcasts == spec.num_hidden_layers * 3 * 2 * 128 * spec.hidden_size * 4
     assert mlx.lora_upcast_bytes(spec, setup.replace(framework="mlx_compiled")) == 0
     assert mlx.lora_upcast_bytes(spec, setup.replace(precision="fp32")) == 0
-    m = mlx_lm_models.measure(cfg, "llama", spec, setup, compiled=False, repeats=2)
+    m = mlx_lm_models.measure(cfg, "qwen2", spec, setup, compiled=False, repeats=2)
     estimate = refined.estimate(spec, setup)
     assert estimate.execution["activations/mlx/hidden/lora_upcasts"] == upcasts
     assert estimate.total == pytest.approx(m.peak_bytes, rel=0.05)
