@@ -11,6 +11,16 @@ item size, less the weights and Adam state (which the closed form counts from th
 parameter count). A candidate is that moment's bytes per element of each kind at
 L = 4, 10, 16 and 32 (whole tensors); the closed form interpolates between the depths.
 
+    python benchmarks/mlx_derive.py --lora   # only the LoRA counts, the rest kept
+
+``--lora`` derives mlx-lm's LoRA step for :data:`introspect.refined.mlx.LORA_STRUCTURES`
+as ``mlx_lm.lora`` builds it (``model.freeze()``, ``linear_to_lora_layers(model, -1,
+{"rank": LORA_RANK, "scale": 20.0, "dropout": 0.0})``: every nn.Linear of every block,
+``mlx_lm/tuner/utils.py``), Adam over the adapters: the same shapes and depths, at rank
+:data:`LORA_RANK` (B·T·r, d·r, kv·r, f·r distinct from every other kind there); the
+frozen base, the adapters and their Adam state are the state subtracted, as the weights
+and moments are under full fine-tuning.
+
 Derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216 (GPT-2: 4d; Phi's
 rotary 12 of 16), T ∈ {44, 176}, V ∈ {1000, 4000, 16000} — no row of any check. The
 counts carry to other shapes because MLX's evaluation order, buffer lifetimes and the
@@ -41,10 +51,17 @@ SHAPES = tuple(dict(DERIVE, seq=T, vocab=V) for T in (44, 176) for V in (1000, 4
 ROTARY = 0.75
 #: Buffers of an unknown shape up to this size are counted as plain bytes.
 SMALL = 256
+#: LoRA's rank at the derivation shapes (``--lora``).
+LORA_RANK = 6
+#: LoRA's counts below the shallowest of :data:`LAYERS` (a candidate's ``shallow``):
+#: small models are LoRA's (a 2-layer step is seconds on a laptop), and the line from
+#: L = 4 to 10 extended down to 2 misses what a 2-layer graph keeps.
+SHALLOW = (2,)
 
 
-def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool):
-    """(model, optimizer, step, batch) for one structure at one shape."""
+def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, lora: bool = False):
+    """(model, optimizer, step, batch) for one structure at one shape (with mlx-lm's
+    LoRA on every block under ``lora``)."""
     import mlx.core as mx
     import mlx.optimizers as optim
 
@@ -74,6 +91,13 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool):
         if family == "phi":  # a rotary width unlike any other kind's: 12 of 16
             cfg["partial_rotary_factor"] = ROTARY
         model = mr.mlx_lm_model(cfg, dt)
+        if lora:
+            from mlx_lm.tuner.utils import linear_to_lora_layers
+
+            model.freeze()
+            config = {"rank": LORA_RANK, "scale": 20.0, "dropout": 0.0}
+            linear_to_lora_layers(model, -1, config)
+            mx.eval(model.parameters())
         loss = mr.mlx_lm_loss
         batch = mr.mlx_lm_batch(V, B, T)
     optimizer = optim.Adam(learning_rate=1e-4)
@@ -101,7 +125,7 @@ def reference_spec(family: str, tied: bool, shape: dict, layers: int):
     )
 
 
-def dims_of(structure: str, shape: dict) -> dict:
+def dims_of(structure: str, shape: dict, lora: bool = False) -> dict:
     """The closed form's dimension names at ``shape`` for ``structure``."""
     from introspect.refined import mlx as closed
 
@@ -112,6 +136,7 @@ def dims_of(structure: str, shape: dict) -> dict:
     return closed.Dims(
         B=shape["batch"], T=shape["seq"], d=d, f=f, h=h, kv=kv, hd=d // h, V=shape["vocab"],
         positions=4096, rot=int(d // h * ROTARY) if family == "phi" else d // h,
+        r=LORA_RANK if lora else 0,
     )  # fmt: skip
 
 
@@ -206,15 +231,21 @@ def key_of(nbytes: int, size: int | None, table: dict[int, str]) -> str:
 
 
 def tape(
-    structure: str, dtype: str, compiled: bool, shape: dict, layers: int, worker: str = "behind"
+    structure: str,
+    dtype: str,
+    compiled: bool,
+    shape: dict,
+    layers: int,
+    worker: str = "behind",
+    lora: bool = False,
 ):
     """Per op of the replayed tape: (signature, phase, bytes by kind beyond the state)."""
     from introspect.measure import mlx_replay as mr
     from introspect.measure.mlx_replay_eval import update_nodes
 
-    model, optimizer, step, batch = build(structure, dtype, shape, layers, compiled)
+    model, optimizer, step, batch = build(structure, dtype, shape, layers, compiled, lora)
     graph = mr.graph_of(model, optimizer, step, batch, compiled)
-    table = kind_table(dims_of(structure, dict(shape)))
+    table = kind_table(dims_of(structure, dict(shape), lora))
     census = Census(table)
     with observed(census):
         rep = mr.replay(graph, worker=worker)
@@ -235,31 +266,35 @@ def tape(
     return out, rep
 
 
-def derive(structure: str, dtype: str, compiled: bool) -> list[dict]:
+def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> list[dict]:
     """The candidate moments of one structure: at each derivation shape, the live bytes
     by kind at the replay's largest moment (and at the update's largest) at each L of
     :data:`LAYERS` give, by :func:`fit`, its counts at each depth."""
-    dims_by = [dims_of(structure, dict(shape)) for shape in SHAPES]
+    dims_by = [dims_of(structure, dict(shape), lora) for shape in SHAPES]
     for dims in dims_by:
         kind_table(dims)
     out = []
     for shape, dims in zip(SHAPES, dims_by, strict=True):
-        tapes = [tape(structure, dtype, compiled, dict(shape), L)[0] for L in LAYERS]
+        depths = LAYERS + (SHALLOW if lora else ())
+        tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
         for phase in ("any", "optimizer_step"):
             tops = []
             for t in tapes:
                 ops = [x for x in t if phase == "any" or x[1] == phase]
                 if ops:
                     tops.append(max(ops, key=lambda x: sum(x[2].values())))
-            if len(tops) < len(LAYERS):
+            if len(tops) < len(depths):
                 continue
-            c = fit(structure, dtype, tops, dims)
+            c = fit(structure, dtype, tops[: len(LAYERS)], dims)
+            if lora:
+                shallow = fit(structure, dtype, tops[len(LAYERS) :], dims, SHALLOW)
+                c["shallow"] = shallow["at"]
             c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
             out.append(c)
     return out
 
 
-def fit(structure: str, dtype: str, tops: list, dims) -> dict:
+def fit(structure: str, dtype: str, tops: list, dims, layers: tuple = LAYERS) -> dict:
     """A candidate: its bytes per element of each kind at each L of :data:`LAYERS`
     (whole tensors: 4 for one FP32 tensor, 2 for a BF16 one), which the closed form
     interpolates between (:func:`introspect.refined.mlx.counts_at`).
@@ -272,7 +307,7 @@ def fit(structure: str, dtype: str, tops: list, dims) -> dict:
     from introspect.refined import mlx as closed
 
     at = {}
-    for L, top in zip(LAYERS, tops, strict=True):
+    for L, top in zip(layers, tops, strict=True):
         counts = {}
         for kind, nbytes in top[2].items():
             if kind.startswith("elements:"):
@@ -303,22 +338,28 @@ def main() -> None:
         "COUNTS: dict[str, list[dict]] = {",
     ]
     done = {}
-    if OUT.exists() and len(sys.argv) > 1:  # --from STRUCTURE: keep those before it
+    if OUT.exists() and len(sys.argv) > 1:  # --from STRUCTURE / --lora: keep the others
         from introspect.refined.mlx_counts import COUNTS as done
+    lora_only = sys.argv[1:2] == ["--lora"]
     names = list(closed.STRUCTURES)
     first = names.index(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--from" else 0
-    for structure in names:
-        for dtype in ("fp32", "bf16"):
-            for compiled in (False, True):
-                k = closed.key(structure, dtype, compiled)
-                if names.index(structure) < first and k in done:
-                    counts = done[k]
-                else:
-                    counts = derive(structure, dtype, compiled)
-                print(k, len(counts), "candidates", flush=True)
-                lines.append(f"    {k!r}: [")
-                lines += [f"        {c!r}," for c in counts]
-                lines.append("    ],")
+    wanted = [
+        (structure, dtype, compiled, lora)
+        for lora in (False, True)
+        for structure in (closed.LORA_STRUCTURES if lora else names)
+        for dtype in ("fp32", "bf16")
+        for compiled in (False, True)
+    ]
+    for structure, dtype, compiled, lora in wanted:
+        k = closed.key(structure, dtype, compiled, lora)
+        if k in done and (lora_only and not lora or names.index(structure) < first):
+            counts = done[k]
+        else:
+            counts = derive(structure, dtype, compiled, lora)
+        print(k, len(counts), "candidates", flush=True)
+        lines.append(f"    {k!r}: [")
+        lines += [f"        {c!r}," for c in counts]
+        lines.append("    ],")
     lines.append("}")
     lines.append("# fmt: on")
     OUT.write_text("\n".join(lines) + "\n")

@@ -216,6 +216,12 @@ def check_args(args: argparse.Namespace) -> None:
         raise IntrospectError("--impl transformers is a torch model; use --framework torch")
     if args.impl == "mlx_lm" and not mlx:
         raise IntrospectError("--impl mlx-lm is an MLX model; use --framework mlx or mlx-compiled")
+    lora = getattr(args, "finetune", None) in ("lora", "qlora") or getattr(args, "lora_rank", None)
+    if mlx and lora and device == "fake":
+        raise IntrospectError(
+            "--device fake: the MLX dry run replays full fine-tuning only; run the LoRA step "
+            "(--impl mlx-lm, --device cpu) or drop --finetune"
+        )
     if device == "metal" and not mlx:
         raise IntrospectError("--device metal is MLX's; use --device cpu, cuda or fake for torch")
     if device == "cuda":

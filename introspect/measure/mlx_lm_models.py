@@ -12,6 +12,19 @@ or not (:mod:`introspect.measure.mlx_step`). ``--checkpointing`` is the trainer'
 ``grad_checkpoint(model.layers[0])``, which wraps the layer class's ``__call__`` in
 ``mx.checkpoint``; it patches the class, so the original ``__call__`` is put back after
 the measurement. mlx-lm's attention is always ``mx.fast.scaled_dot_product_attention``.
+
+``--finetune lora`` is ``mlx_lm.lora``'s flow (``train_model`` in ``mlx_lm/lora.py``)::
+
+    model.freeze()
+    linear_to_lora_layers(model, num_layers, {"rank": r, "scale": 20.0,
+                                              "dropout": p, "keys": keys})
+
+with ``--num-layers -1`` (every block: ``model.layers[-max(num_layers, 0):]``). Each
+targeted ``nn.Linear`` becomes ``LoRALinear`` (``mlx_lm/tuner/lora.py``): the frozen
+linear, ``lora_a`` (d_in × r, uniform) and ``lora_b`` (r × d_out, zeros), both FP32
+whatever the base's dtype, and ``y + (scale · (dropout(x) @ lora_a) @ lora_b).astype(x.dtype)``.
+``value_and_grad`` differentiates the trainable parameters only and the optimizer is
+initialised on them, so gradients and Adam's state exist for the adapters alone.
 """
 
 from __future__ import annotations
@@ -123,6 +136,73 @@ def checkpointed(model, enabled: bool):
         cls.__call__ = original
 
 
+#: ``lora_parameters`` of ``mlx_lm/lora.py``'s ``CONFIG_DEFAULTS``; the scale multiplies
+#: the adapter's output and changes no buffer.
+LORA_SCALE = 20.0
+
+
+def lora_keys(model, targets: tuple[str, ...]) -> tuple[str, ...] | None:
+    """mlx-lm's ``keys`` for our ``lora_targets``: ``all-linear`` is mlx-lm's default
+    (``keys`` unset: every ``nn.Linear``, ``SwitchLinear`` and ``nn.Embedding`` inside each
+    block, ``linear_to_lora_layers`` in ``mlx_lm/tuner/utils.py``), which is peft's
+    all-linear for a transformer block; a named target is every path in the first block
+    whose last name it is (``self_attn.q_proj`` for ``q_proj``). A name the block lacks
+    is an IntrospectError naming the block's linears."""
+    import mlx.nn as nn
+
+    if "all-linear" in targets:
+        return None
+    paths = [p for p, m in _layers(model)[0].named_modules() if isinstance(m, nn.Linear)]
+    leaves = {p.rsplit(".", 1)[-1] for p in paths}
+    missing = [t for t in targets if t not in leaves]
+    if missing:
+        raise IntrospectError(
+            f"--lora-targets: mlx-lm's {type(model).__module__.rsplit('.', 1)[-1]} block has "
+            f"no {', '.join(missing)}; its linears are {', '.join(sorted(leaves))} "
+            "(or all-linear)"
+        )
+    return tuple(p for p in paths if p.rsplit(".", 1)[-1] in targets)
+
+
+def _layers(model):
+    layers = getattr(model, "layers", None)
+    if not layers:
+        raise IntrospectError("--finetune lora: this mlx-lm model has no .layers")
+    return layers
+
+
+def to_lora(model, setup) -> str:
+    """``mlx_lm.lora``'s LoRA conversion of ``model`` for ``setup`` (module docstring),
+    in place; the note saying which keys were converted."""
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    if setup.finetune == "qlora":
+        raise IntrospectError(
+            "--finetune qlora is not measured on MLX (mlx-lm's QLoRA is LoRA over a model "
+            "quantized with mlx_lm.convert); use --finetune lora"
+        )
+    if setup.train_embeddings:
+        raise IntrospectError(
+            "--train-embeddings is not part of mlx-lm's LoRA; leave it out on MLX"
+        )
+    keys = lora_keys(model, setup.lora_targets)
+    config = {"rank": setup.lora_rank, "scale": LORA_SCALE, "dropout": setup.lora_dropout}
+    if keys is not None:
+        config["keys"] = keys
+    model.freeze()
+    linear_to_lora_layers(model, -1, config)
+    which = (
+        "mlx-lm's default keys (every nn.Linear of each block)"
+        if keys is None
+        else "keys " + ", ".join(keys)
+    )
+    return (
+        f"LoRA: mlx_lm.tuner.utils.linear_to_lora_layers on all {len(_layers(model))} blocks "
+        f"(--num-layers -1), rank {setup.lora_rank}, dropout {setup.lora_dropout}, {which}; "
+        "base frozen, FP32 adapters"
+    )
+
+
 def measure(
     raw: dict[str, Any],
     where: str,
@@ -134,10 +214,15 @@ def measure(
     phases: bool = False,
     overrides: dict | None = None,
 ):
-    """Build mlx-lm's class for ``raw`` and measure its trainer's step."""
+    """Build mlx-lm's class for ``raw`` and measure its trainer's step (with mlx-lm's
+    LoRA under ``--finetune lora``)."""
+    import mlx.core as mx
+
     from introspect.measure import mlx_step
 
     model = build(raw, where, mlx_step.check_setup(setup), overrides)
+    lora = (to_lora(model, setup),) if setup.finetune != "full" else ()
+    mx.eval(model.parameters())
     vocab = getattr(model.args, "vocab_size", None) or spec.vocab_size
     with checkpointed(model, setup.activation_checkpointing):
         m = mlx_step.measure_step(
@@ -150,13 +235,18 @@ def measure(
             repeats=repeats,
             phases=phases,
             inputs=trainer_batch(vocab, setup),
+            random_state=bool(lora),
         )
     notes = (
-        f"mlx-lm {type(model).__module__.rsplit('.', 1)[-1]}.Model from {where}",
-        "loss: mlx_lm.tuner.trainer.default_loss (logits loop, masked mean)",
-    ) + (
-        ("checkpointing: mlx-lm's grad_checkpoint (mx.checkpoint per layer)",)
-        if setup.activation_checkpointing
-        else ()
+        (
+            f"mlx-lm {type(model).__module__.rsplit('.', 1)[-1]}.Model from {where}",
+            "loss: mlx_lm.tuner.trainer.default_loss (logits loop, masked mean)",
+        )
+        + lora
+        + (
+            ("checkpointing: mlx-lm's grad_checkpoint (mx.checkpoint per layer)",)
+            if setup.activation_checkpointing
+            else ()
+        )
     )
     return _record.replace(m, notes=notes + m.notes)

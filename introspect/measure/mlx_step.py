@@ -63,7 +63,17 @@ def tree_bytes(tree) -> int:
     return sum(v.nbytes for _, v in tree_flatten(tree) if isinstance(v, mx.array))
 
 
-def make_step(model: nn.Module, optimizer: optim.Optimizer, compiled: bool, loss=loss_fn):
+def make_step(
+    model: nn.Module,
+    optimizer: optim.Optimizer,
+    compiled: bool,
+    loss=loss_fn,
+    random_state: bool = False,
+):
+    """The step; compiled, its state is the model's and the optimizer's, and with
+    ``random_state`` MLX's random state too (mlx-lm's trainer, ``mlx_lm/tuner/trainer.py``,
+    compiles ``[model.state, optimizer.state, mx.random.state]``: LoRA's dropout draws
+    inside the graph)."""
     loss_and_grad = nn.value_and_grad(model, loss)
 
     def step(input_ids, targets):
@@ -72,7 +82,7 @@ def make_step(model: nn.Module, optimizer: optim.Optimizer, compiled: bool, loss
         return value
 
     if compiled:
-        state = [model.state, optimizer.state]
+        state = [model.state, optimizer.state] + ([mx.random.state] if random_state else [])
         return partial(mx.compile, inputs=state, outputs=state)(step)
     return step
 
@@ -95,6 +105,7 @@ def measure_step(
     repeats: int = 1,
     phases: bool = False,
     inputs: tuple | None = None,
+    random_state: bool = False,
 ) -> Measurement:
     """Warm up, reset the peak, measure one step of ``model`` — or ``repeats`` steps,
     each with its own reset, reporting the largest peak (MLX's evaluation order, and so
@@ -103,11 +114,13 @@ def measure_step(
     With ``phases``, the loss and gradients are also evaluated alone (compiled likewise)
     to place the peak: a step peak above that one means the optimizer update raised it.
     ``inputs`` replaces the (input_ids, targets) pair ``loss`` is called with (mlx-lm's
-    ``default_loss`` takes the whole batch and its lengths)."""
+    ``default_loss`` takes the whole batch and its lengths). ``random_state``: see
+    :func:`make_step`. The optimizer holds state for the trainable parameters only (a
+    LoRA model's adapters), so ``n_params`` counts those."""
     check_setup(setup)
     optimizer = make_optimizer(setup)
     optimizer.init(model.trainable_parameters())
-    step = make_step(model, optimizer, compiled, loss)
+    step = make_step(model, optimizer, compiled, loss, random_state)
     input_ids, targets = inputs or batch(vocab, setup)
     mx.eval(input_ids, targets)
     state = [model.state, optimizer.state]
@@ -133,7 +146,7 @@ def measure_step(
     active, cache = mx.get_active_memory(), mx.get_cache_memory()
     phase, phase_peaks = None, {}
     if phases:
-        grads_peak = gradient_peak(model, loss, input_ids, targets, compiled)
+        grads_peak = gradient_peak(model, loss, input_ids, targets, compiled, random_state)
         phase_peaks = {"loss_and_gradients": grads_peak, "step": peak}
         phase = "optimizer" if peak > grads_peak * (1 + PHASE_MARGIN) else "forward/backward"
     # Freed buffers stay in MLX's cache; give them back before the next measurement.
@@ -164,7 +177,14 @@ def measure_step(
 PHASE_MARGIN = 0.01
 
 
-def gradient_peak(model: nn.Module, loss: Callable, input_ids, targets, compiled: bool) -> int:
+def gradient_peak(
+    model: nn.Module,
+    loss: Callable,
+    input_ids,
+    targets,
+    compiled: bool,
+    random_state: bool = False,
+) -> int:
     """Peak of evaluating the loss and all gradients without the update (the gradients
     stay alive, as they are when the update begins)."""
     loss_and_grad = nn.value_and_grad(model, loss)
@@ -174,7 +194,8 @@ def gradient_peak(model: nn.Module, loss: Callable, input_ids, targets, compiled
 
     if compiled:
         # value_and_grad swaps the parameters in and out: the state is an output too.
-        grads = partial(mx.compile, inputs=[model.state], outputs=[model.state])(grads)
+        state = [model.state] + ([mx.random.state] if random_state else [])
+        grads = partial(mx.compile, inputs=state, outputs=state)(grads)
     mx.eval(grads(input_ids, targets))  # warm-up (and compilation)
     mx.synchronize()
     mx.reset_peak_memory()
@@ -194,8 +215,16 @@ def measure_reference(
     repeats: int = 1,
     phases: bool = False,
 ) -> Measurement:
-    """Build the MLX reference model for ``spec`` and measure one step (or ``repeats``)."""
+    """Build the MLX reference model for ``spec`` and measure one step (or ``repeats``).
+    Full fine-tuning only: mlx-lm's classes carry mlx-lm's LoRA (``--impl mlx-lm``)."""
+    from introspect.errors import IntrospectError
     from introspect.measure.mlx_model import build
+
+    if setup.finetune != "full":
+        raise IntrospectError(
+            f"--finetune {setup.finetune} on MLX is measured on mlx-lm's classes with "
+            "mlx-lm's LoRA: add --impl mlx-lm"
+        )
 
     model = build(spec, setup.attention, check_setup(setup))
     return measure_step(

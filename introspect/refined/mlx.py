@@ -66,6 +66,35 @@ step here can run — Llama-3.2-1B's shape at T = 2048 and 512, Qwen2.5-0.5B's a
 ``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
 row, GPT-2 8M compiled at T = 256: +0.6%.
 
+**LoRA** (mlx-lm's, as ``mlx_lm.lora`` runs it: ``model.freeze()`` then
+``linear_to_lora_layers(model, num_layers, {"rank", "scale", "dropout"})`` over every
+block with the default keys — every ``nn.Linear`` of a block — ``mlx_lm/lora.py`` and
+``mlx_lm/tuner/utils.py``). ``LoRALinear`` (``mlx_lm/tuner/lora.py``) keeps the frozen
+linear and FP32 ``lora_a`` (d_in × r) and ``lora_b`` (r × d_out), and computes
+``y + (scale · (x @ lora_a) @ lora_b).astype(x.dtype)``; ``value_and_grad`` differentiates
+the adapters only, so no base gradient, Adam state for the adapters alone
+(:func:`lora_state_terms`). What the graph keeps beyond that state — the base's
+activations the backward still needs (norms, attention, the activation's input, the
+loss), each adapter's B·T·r ``x @ lora_a`` and B·T·d_out branch, the adapters'
+gradients and update — is counted from replays exactly as above, with four more kinds
+(B·T·r, d·r, kv·r, f·r): ``python benchmarks/mlx_derive.py --lora`` at the same shapes
+and depths, r = 6, for :data:`LORA_STRUCTURES` (``COUNTS["<structure>/<dtype>/<mode>/lora"]``),
+and at L = 2 too (a candidate's ``shallow``: below L = 4 the line runs from there, not
+from the L = 4→10 line extended — small models are LoRA's everyday case).
+**Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
+all held out): 88 measured mlx-lm LoRA steps (llama and qwen2, d = 128–256, L = 2–8,
+MHA, GQA and MQA, r = 4–16, B = 1–2, T = 64–256, FP32 and BF16, eager and compiled) —
+88 within ±5% (−2.0% to +3.4%; torch's moments, the fallback before: 1 of 88). The 32
+rows of the last two models were added after the last term and run once: all within
+(−1.5% to +3.4%). The first 56 had informed two terms; 42 of them within ±5% at first:
+the first derivation (L = 4–32 only) overshot the eager L = 2–3 rows by 5–15% (the
+replay itself within 2.5%: hence the counts at L = 2), and the BF16 eager rows were
+4.6–9.4% under — the replay's own miss, the FP32 input copies that the trace merges and
+an eager step does not (:func:`lora_upcast_bytes`). 49 with the L = 2 counts alone;
+with both, 56 of 56, −2.0% to +1.8%.
+Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
+and the other structures (their LoRA setups keep torch's moments).
+
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
 """
@@ -107,6 +136,8 @@ class Dims:
     positions: int
     #: Rotary dimensions per head (Phi's partial rotary; else the head).
     rot: int = 0
+    #: LoRA's rank (0: full fine-tuning, no adapter kinds).
+    r: int = 0
 
 
 #: Shape kind → its number of elements.
@@ -145,9 +176,16 @@ KINDS = {
     "d·f": lambda x: x.d * x.f,
     "V·d": lambda x: x.V * x.d,
     "positions·d": lambda x: x.positions * x.d,
+    # mlx-lm's LoRALinear (mlx_lm/tuner/lora.py): x @ lora_a, and the adapters.
+    "B·T·r": lambda x: x.B * x.T * x.r,
+    "d·r": lambda x: x.d * x.r,
+    "kv·r": lambda x: x.kv * x.hd * x.r,
+    "f·r": lambda x: x.f * x.r,
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
-KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T")
+KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
+#: Kinds of LoRA's adapters (absent under full fine-tuning).
+LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
 
 
 #: Kinds of a partial rotary embedding (absent when the rotary covers the head).
@@ -160,7 +198,9 @@ def kinds(dims: Dims) -> list[str]:
     return [
         k
         for k in KINDS
-        if (dims.kv != dims.h or k not in KV_KINDS) and (dims.rot != dims.hd or k not in ROT_KINDS)
+        if (dims.kv != dims.h or k not in KV_KINDS)
+        and (dims.rot != dims.hd or k not in ROT_KINDS)
+        and (dims.r or k not in LORA_KINDS)
     ]
 
 
@@ -168,8 +208,8 @@ def numel(kind: str, dims: Dims) -> int:
     return KINDS[kind](dims)
 
 
-def key(structure: str, dtype: str, compiled: bool) -> str:
-    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}"
+def key(structure: str, dtype: str, compiled: bool, lora: bool = False) -> str:
+    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}" + ("/lora" if lora else "")
 
 
 #: Term of the breakdown each kind's bytes fall in.
@@ -182,8 +222,11 @@ GROUPS = {
     "B·T·f": "activations/mlx/feed_forward",
 }
 #: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
-MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T"}
-WEIGHT_KINDS = ("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d")
+MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
+WEIGHT_KINDS = (
+    *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
+    *("d·r", "kv·r", "f·r"),
+)
 
 #: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
 SAME_CLASS = {"mistral": "llama"}
@@ -232,6 +275,7 @@ def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
         V=spec.vocab_size,
         positions=spec.max_position_embeddings or 0,
         rot=int(spec.head_size * spec.partial_rotary_factor),
+        r=setup.lora_rank if setup.finetune == "lora" else 0,
     )
 
 
@@ -248,7 +292,26 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
     s = 2 if dtype_of(setup) == "bf16" else 4
     n = parameter_count(spec)
+    if setup.finetune == "lora":
+        return lora_state_terms(spec, setup, n * s)
     return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
+
+
+def lora_state_terms(spec: ModelSpec, setup: TrainingSetup, base: int) -> dict[str, int]:
+    """mlx-lm's LoRA (``mlx_lm/tuner/lora.py``, ``LoRALinear``): the frozen base in its
+    dtype, and per targeted linear ``lora_a`` (d_in × r) and ``lora_b`` (r × d_out) made by
+    ``mx.random.uniform`` and ``mx.zeros`` — FP32 whatever the base — with Adam's m and
+    v (``mx.zeros_like``) for them alone (``value_and_grad`` and ``optimizer.init`` see
+    only the trainable parameters)."""
+    from introspect.refined.lora import adapter_parameters
+
+    a = adapter_parameters(spec, setup)
+    return {
+        "weights": base,
+        "weights/lora_adapters": 4 * a,
+        "optimizer/adam_m": 4 * a,
+        "optimizer/adam_v": 4 * a,
+    }
 
 
 #: The depths the counts are taken at (``benchmarks/mlx_derive.py``).
@@ -257,11 +320,18 @@ DEPTHS = (4, 10, 16, 32)
 
 def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, float]]:
     """Per-layer and fixed bytes per element of each kind on the stretch of
-    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch; above 32: the line
-    from 4 to 32, through the count at 32): the straight line through the candidate's
-    counts at its two ends."""
+    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
+    candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
+    32, through the count at 32): the straight line through the candidate's counts at
+    its two ends."""
     at = {int(k): v for k, v in candidate["at"].items()}
-    if layers > DEPTHS[-1]:
+    shallow = {int(k): v for k, v in candidate.get("shallow", {}).items()}
+    if layers < DEPTHS[0] and shallow:
+        # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
+        # line from the nearest of them to the count at 4.
+        at.update(shallow)
+        lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
+    elif layers > DEPTHS[-1]:
         # Beyond the deepest count: the slope over all the depths (the scheduler's
         # shifts between two nearby depths would be multiplied), through the last count.
         lo, hi = DEPTHS[0], DEPTHS[-1]
@@ -302,7 +372,12 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     from introspect.refined.mlx_counts import COUNTS
 
     structure = structure_of(spec, setup)
-    if setup.activation_checkpointing:
+    lora = setup.finetune == "lora"
+    if lora and structure not in LORA_STRUCTURES:
+        return torch_moments(spec, setup)
+    if lora:
+        candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup), lora=True)]
+    elif setup.activation_checkpointing:
         candidates = checkpointed_counts(
             structure, dtype_of(setup), compiled(setup), spec.num_hidden_layers
         )
@@ -310,11 +385,67 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
         candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup))]
     state = state_terms(spec, setup)
     x = dims(spec, setup)
+    upcasts = lora_upcast_bytes(spec, setup) if lora else 0
     out = []
     for c in candidates:
         terms = dict(state)
         terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
+        if upcasts:
+            terms["activations/mlx/hidden/lora_upcasts"] = upcasts
         out.append((c["phase"], terms))
+    return out
+
+
+#: Block linears that read the same tensor: q/k/v the attention norm's output, gate/up
+#: the feed-forward norm's (``mlx_lm/models/llama.py``, ``qwen2.py``).
+SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The FP32 copies of the adapters' inputs that an eager BF16 step keeps and the
+    replayed graph (so the counts) does not.
+
+    ``LoRALinear.__call__`` (``mlx_lm/tuner/lora.py``) computes ``x @ lora_a`` with ``x``
+    in the base's BF16 and ``lora_a`` FP32; MLX's ``matmul`` promotes both operands to the
+    result type with an ``astype`` each, and the FP32 copy of ``x`` is what ``lora_a``'s
+    gradient needs, so it is kept until the backward reaches it. Eager ``mx.eval`` runs
+    every op as built: three adapters on q/k/v's shared input make three copies, two on
+    gate/up's two. ``mx.export_function``'s ``compile_simplify`` — the trace the counts
+    are read from (:mod:`introspect.measure.mlx_replay_trace`) — merges identical ops on
+    identical inputs, as ``mx.compile`` does, leaving one copy per input. So an eager
+    BF16 step keeps, per layer, one B·T·d FP32 tensor more than the counts for each
+    adapter beyond the first on a shared input (3 for all-linear on a gated block).
+    Compiled steps merge them too; FP32 steps make no copy. Seen on the steps: with the
+    adapters cast to BF16 (no promotion) the replay is within 0.2% of the measured peak,
+    with mlx-lm's FP32 adapters 8.4% under (qwen2 d=128 L=8, B=2, T=256)."""
+    if dtype_of(setup) != "bf16" or compiled(setup):
+        return 0
+    from introspect.refined.lora import targets
+
+    chosen = set(targets(spec, setup))
+    extra = sum(max(0, len(chosen.intersection(group)) - 1) for group in SHARED_INPUTS)
+    tokens = setup.batch_size * setup.seq_len
+    return spec.num_hidden_layers * extra * tokens * spec.hidden_size * 4
+
+
+def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
+    """The moments ``refined.execution_estimate`` builds where MLX's are not derived (for
+    a LoRA structure outside :data:`LORA_STRUCTURES`, which :func:`applies` cannot see
+    without the spec)."""
+    from introspect.refined import execution
+
+    out: list[tuple[str, dict[str, int]]] = []
+    loss_forward = execution.loss_forward(spec, setup)
+    if loss_forward is not None:
+        out.append(("forward", loss_forward))
+    out.append(("forward_end", execution.forward_end(spec, setup)))
+    out += [("backward", m) for m in execution.backward_moments(spec, setup, None)]
+    master = execution.master_gradients(spec, setup)
+    if master is not None:
+        out.append(("master_grads", master))
+    step = execution.optimizer_step(spec, setup)
+    if step is not None:
+        out.append(("optimizer_step", step))
     return out
 
 
@@ -351,14 +482,46 @@ def checkpointed_counts(structure: str, dtype: str, is_compiled: bool, layers: i
     return out
 
 
-def applies(setup: TrainingSetup) -> bool:
+def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     """Whether the derived counts describe this step: MLX, full fine-tuning with Adam
     (or AdamW: the same graph and one more multiply), a standard cross-entropy, one
-    device, nothing offloaded. Other MLX setups (SGD, LoRA, chunked losses, sharding)
-    keep torch's moments, which MLX's graph does not follow — unmodelled here."""
+    device, nothing offloaded — or mlx-lm's LoRA (:func:`lora_applies`). Other MLX
+    setups (SGD, QLoRA, chunked losses, sharding) keep torch's moments, which MLX's graph
+    does not follow — unmodelled here. With ``spec``, a LoRA step also needs a structure
+    of :data:`LORA_STRUCTURES` (without it, :func:`moments` gives torch's for the rest)."""
+    if setup.finetune == "lora":
+        return lora_applies(setup) and (
+            spec is None or structure_of(spec, setup) in LORA_STRUCTURES
+        )
     return (
         setup.framework in ("mlx", "mlx_compiled")
         and setup.finetune == "full"
+        and setup.optimizer in ("adam", "adamw")
+        and setup.cross_entropy == "standard"
+        and setup.devices == 1
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )
+
+
+#: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``):
+#: mlx-lm's Llama-style blocks, whose every nn.Linear is one of q/k/v/o/gate/up/down.
+LORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
+
+
+def lora_applies(setup: TrainingSetup) -> bool:
+    """mlx-lm's LoRA as ``mlx_lm.lora`` runs it by default and the counts were derived
+    for: adapters on every block with mlx-lm's default keys (every nn.Linear of a block:
+    ``all-linear``), no dropout (``lora_parameters`` default 0.0; a dropout adds a mask
+    and a dropped copy per adapter, not replayed), Adam or AdamW over the adapters, no
+    checkpointing (``mx.checkpoint`` cannot be traced), mlx-lm's class, one device."""
+    return (
+        setup.framework in ("mlx", "mlx_compiled")
+        and setup.implementation == "mlx_lm"
+        and "all-linear" in setup.lora_targets
+        and setup.lora_dropout == 0
+        and not setup.train_embeddings
+        and not setup.activation_checkpointing
         and setup.optimizer in ("adam", "adamw")
         and setup.cross_entropy == "standard"
         and setup.devices == 1

@@ -1,0 +1,230 @@
+"""mlx-lm's own LoRA step measured: ``model.freeze()`` and ``linear_to_lora_layers`` on
+every block, the optimizer over the adapters only, the trainer's loss; our targets mapped
+to mlx-lm's keys; one-line refusals for what is not measured."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+
+from introspect.errors import IntrospectError  # noqa: E402
+from introspect.measure import mlx_lm_models, mlx_step  # noqa: E402
+from introspect.params import parameter_count  # noqa: E402
+from introspect.refined.lora import adapter_parameters  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QWEN2 = dict(
+    model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+    tie_word_embeddings=True, rms_norm_eps=1e-6,
+)  # fmt: skip
+SPEC = spec_from_config(QWEN2, source="qwen2")
+
+
+def lora_setup(framework="mlx", **kw):
+    fields = dict(
+        seq_len=32, framework=framework, implementation="mlx_lm",
+        attention="memory_efficient", finetune="lora", lora_rank=4,
+    ) | kw  # fmt: skip
+    return TrainingSetup(**fields)
+
+
+def trainable(model) -> dict[str, tuple[int, ...]]:
+    from mlx.utils import tree_flatten
+
+    return {k: v.shape for k, v in tree_flatten(model.trainable_parameters())}
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [("all-linear",), ("q_proj", "v_proj"), ("gate_proj", "up_proj", "down_proj")],
+)
+def test_adapters_are_exactly_the_refined_count_and_the_base_is_frozen(targets):
+    setup = lora_setup(lora_targets=targets)
+    model = mlx_lm_models.build(QWEN2, "qwen2")
+    note = mlx_lm_models.to_lora(model, setup)
+    shapes = trainable(model)
+    assert all(k.rsplit(".", 1)[-1] in ("lora_a", "lora_b") for k in shapes)
+    assert sum(a * b for a, b in shapes.values()) == adapter_parameters(SPEC, setup)
+    wanted = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    if targets != ("all-linear",):
+        wanted = set(targets)
+    assert {k.split(".")[-2] for k in shapes} == wanted
+    assert {int(k.split(".")[2]) for k in shapes} == {0, 1}  # every block (--num-layers -1)
+    assert ("default keys" in note) == (targets == ("all-linear",))
+
+
+@pytest.mark.parametrize("framework", ["mlx", "mlx_compiled"])
+def test_lora_step_keeps_state_for_the_adapters_only(framework):
+    setup = lora_setup(framework)
+    m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=framework == "mlx_compiled")
+    n_adapters = adapter_parameters(SPEC, setup)
+    assert m.n_params == n_adapters
+    # FP32 weights: the frozen base and the adapters; Adam's m and v for the adapters.
+    assert m.categories["parameters"] == 4 * (parameter_count(SPEC) + n_adapters)
+    # Adam's state also holds its step and learning rate: two scalars.
+    assert 0 < m.categories["optimizer_state"] - 8 * n_adapters <= 16
+    assert m.peak_bytes > m.categories["parameters"] + m.categories["optimizer_state"]
+    assert any("linear_to_lora_layers" in n for n in m.notes)
+
+
+def test_bf16_base_keeps_fp32_adapters_as_mlx_lm_makes_them():
+    setup = lora_setup(precision="bf16")
+    m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=False)
+    n_adapters = adapter_parameters(SPEC, setup)
+    assert m.categories["parameters"] == 2 * parameter_count(SPEC) + 4 * n_adapters
+    assert 0 < m.categories["optimizer_state"] - 8 * n_adapters <= 16
+
+
+def test_lora_with_dropout_compiles_with_the_random_state():
+    setup = lora_setup("mlx_compiled", lora_dropout=0.1)
+    m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=True)
+    assert m.peak_bytes > m.categories["parameters"]
+    assert any("dropout 0.1" in n for n in m.notes)
+
+
+def test_refusals_are_one_line():
+    model = mlx_lm_models.build(QWEN2, "qwen2")
+    with pytest.raises(IntrospectError, match="has no c_attn; its linears are down_proj"):
+        mlx_lm_models.lora_keys(model, ("c_attn",))
+    with pytest.raises(IntrospectError, match="qlora is not measured on MLX"):
+        mlx_lm_models.to_lora(model, lora_setup(finetune="qlora"))
+    with pytest.raises(IntrospectError, match="--impl mlx-lm"):
+        mlx_step.measure_reference(SPEC, lora_setup(implementation="reference"), compiled=False)
+
+
+def test_cli_refuses_an_mlx_lora_dry_run(capsys):
+    from introspect.cli import main
+
+    code = main(["measure", "10M", "--framework", "mlx", "--device", "fake", "--lora-rank", "8"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "dry run replays full fine-tuning only" in err and len(err.strip().splitlines()) == 1
+
+
+# The closed form's LoRA moments (introspect.refined.mlx), against the replay of real
+# mlx-lm LoRA steps at a shape no count was derived at (those: d=128, 8 heads, f=216,
+# B=3, T ∈ {44, 176}, r=6).
+REPLAY_SHAPE = dict(d=96, layers=5, ffn=256, heads=4, kv=2, vocab=3000)
+
+
+def replay_config(family: str) -> dict:
+    from introspect.measure import mlx_replay as mr
+
+    s = REPLAY_SHAPE
+    cfg = mr.family_config(family, s["d"], s["layers"], s["ffn"], s["heads"], s["kv"], s["vocab"])
+    cfg["tie_word_embeddings"] = True
+    return cfg
+
+
+@pytest.mark.parametrize("family,compiled", [("llama", False), ("qwen2", True)])
+def test_lora_closed_form_within_5_percent_of_the_replay(family, compiled):
+    """A real mlx-lm LoRA step, traced lazily (nothing evaluated) and replayed: the
+    closed form, whose counts come from other shapes, lands within 5% of it."""
+    import mlx.optimizers as optim
+    from mlx_lm.tuner.utils import linear_to_lora_layers
+
+    from introspect import refined
+    from introspect.measure import mlx_replay as mr
+    from introspect.refined import mlx
+
+    cfg = replay_config(family)
+    spec = spec_from_config(cfg, use_transformers=False)
+    setup = lora_setup("mlx_compiled" if compiled else "mlx", seq_len=80, batch_size=2)
+    assert mlx.applies(setup, spec)
+    model = mr.mlx_lm_model(cfg, evaluate=False)
+    model.freeze()
+    linear_to_lora_layers(model, -1, {"rank": 4, "scale": 20.0, "dropout": 0.0})
+    optimizer = optim.Adam(learning_rate=1e-4)
+    optimizer.init(model.trainable_parameters())
+    batch = mr.mlx_lm_batch(cfg["vocab_size"], 2, 80, evaluate=False)
+    step = mr.make_step(model, optimizer, mr.mlx_lm_loss, compiled)
+    replayed = mr.predict(model, optimizer, step, batch, compiled).peak_bytes
+    assert refined.estimate(spec, setup).total == pytest.approx(replayed, rel=0.05)
+
+
+def test_lora_state_is_the_frozen_base_and_fp32_adapters_with_their_adam_state():
+    from introspect.refined import mlx
+
+    spec = spec_from_config(replay_config("llama"), use_transformers=False)
+    n, a = parameter_count(spec), adapter_parameters(spec, lora_setup())
+    for precision, s in (("fp32", 4), ("bf16", 2)):
+        setup = lora_setup(precision=precision)
+        for _, terms in mlx.moments(spec, setup):
+            assert terms["weights"] == n * s
+            assert terms["weights/lora_adapters"] == terms["optimizer/adam_m"] == 4 * a
+            assert terms["optimizer/adam_v"] == 4 * a
+
+
+def test_lora_moments_apply_only_where_derived():
+    """mlx-lm's default LoRA on a derived structure uses the derived counts; named
+    targets, dropout, checkpointing, our reference model and an underived structure
+    (GPT-2's fused c_attn) keep torch's moments."""
+    from introspect import refined
+    from introspect.refined import mlx
+
+    spec = spec_from_config(replay_config("llama"), use_transformers=False)
+    assert mlx.applies(lora_setup(), spec)
+    for other in (
+        lora_setup(lora_targets=("q_proj", "v_proj")),
+        lora_setup(lora_dropout=0.05),
+        lora_setup(activation_checkpointing=True),
+        lora_setup(implementation="reference"),
+        lora_setup(finetune="qlora"),
+    ):
+        assert not mlx.applies(other)
+        assert "torch's moments" in refined.execution_estimate(spec, other).label
+    gpt2 = spec_from_config(CONFIGS_GPT2, use_transformers=False)
+    assert mlx.applies(lora_setup()) and not mlx.applies(lora_setup(), gpt2)
+    torch_like = refined.execution_estimate(gpt2, lora_setup())
+    with_fallback = mlx.torch_moments(gpt2, lora_setup())
+    assert torch_like.total == max(sum(t.values()) for _, t in with_fallback)
+
+
+CONFIGS_GPT2 = dict(
+    model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
+    n_ctx=128, layer_norm_epsilon=1e-5,
+)  # fmt: skip
+
+
+def test_lora_counts_are_whole_tensors_down_to_two_layers():
+    """Every LoRA candidate has whole-number counts at the shared depths and at L = 2,
+    and at L = 2 the closed form reads that count itself (no line extended from 4)."""
+    from introspect.refined import mlx
+    from introspect.refined.mlx_counts import COUNTS
+
+    keys = [k for k in COUNTS if k.endswith("/lora")]
+    assert {k.split("/")[0] for k in keys} == set(mlx.LORA_STRUCTURES)
+    for k in keys:
+        for c in COUNTS[k]:
+            assert set(c["at"]) == set(mlx.DEPTHS) and set(c["shallow"]) == {2}
+            for counts in (*c["at"].values(), c["shallow"][2]):
+                assert all(isinstance(v, int) for v in counts.values())
+            at_two = {kind: v for kind, v in mlx.counts_at(c, 2).items() if v}
+            assert at_two == pytest.approx({kind: v for kind, v in c["shallow"][2].items() if v})
+
+
+def test_bf16_eager_lora_step_keeps_the_fp32_upcasts_the_trace_merges():
+    """A measured BF16 eager LoRA step (mlx-lm's FP32 adapters over a BF16 base): the
+    closed form, with one B·T·d FP32 input copy per layer for each adapter beyond the
+    first on q/k/v's and gate/up's shared inputs, lands within 5% of the peak; the copies
+    are absent from FP32 and compiled steps."""
+    from introspect import refined
+    from introspect.refined import mlx
+
+    cfg, spec = QWEN2, SPEC
+    setup = lora_setup(precision="bf16", seq_len=128, batch_size=2)
+    upcasts = mlx.lora_upcast_bytes(spec, setup)
+    assert upcasts == spec.num_hidden_layers * 3 * 2 * 128 * spec.hidden_size * 4
+    assert mlx.lora_upcast_bytes(spec, setup.replace(framework="mlx_compiled")) == 0
+    assert mlx.lora_upcast_bytes(spec, setup.replace(precision="fp32")) == 0
+    m = mlx_lm_models.measure(cfg, "qwen2", spec, setup, compiled=False, repeats=2)
+    estimate = refined.estimate(spec, setup)
+    assert estimate.execution["activations/mlx/hidden/lora_upcasts"] == upcasts
+    assert estimate.total == pytest.approx(m.peak_bytes, rel=0.05)
