@@ -97,7 +97,7 @@ def execution_estimate(
     for a caller that reads the bytes only, such as the fit finder's search."""
     with memo.scope():
         candidates: list[tuple[str, dict[str, int]]] = []
-        if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup):
+        if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup, spec):
             candidates = _mlx().moments(spec, setup)
         else:
             loss_forward = execution.loss_forward(spec, setup)
@@ -125,8 +125,9 @@ def execution_estimate(
         terms,
         label=f"refined: execution ({setup.framework} on {setup.resolved_device}"
         + (
-            "; torch's moments: MLX's are derived for full Adam fine-tuning on one device only"
-            if setup.framework in ("mlx", "mlx_compiled") and not _mlx().applies(setup)
+            "; torch's moments: MLX's are derived for full Adam fine-tuning, and for "
+            "mlx-lm's LoRA on Llama/Qwen2 blocks, on one device only"
+            if setup.framework in ("mlx", "mlx_compiled") and not _mlx().applies(setup, spec)
             else ""
         )
         + ")",
