@@ -100,17 +100,7 @@ def execution_estimate(
         if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup, spec):
             candidates = _mlx().moments(spec, setup)
         else:
-            loss_forward = execution.loss_forward(spec, setup)
-            if loss_forward is not None:
-                candidates.append(("forward", loss_forward))
-            candidates.append(("forward_end", execution.forward_end(spec, setup)))
-            candidates += [("backward", m) for m in execution.backward_moments(spec, setup, layers)]
-            master = execution.master_gradients(spec, setup)
-            if master is not None:
-                candidates.append(("master_grads", master))
-            step = execution.optimizer_step(spec, setup)
-            if step is not None:
-                candidates.append(("optimizer_step", step))
+            candidates = execution.moments(spec, setup, layers)
     # Tensor/pipeline parallel: each moment on the largest model-parallel rank.
     candidates = [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in candidates]
     totals = [sum(terms.values()) for _, terms in candidates]  # each moment summed once

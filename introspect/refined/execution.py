@@ -407,6 +407,28 @@ def head_parameters(spec: ModelSpec) -> int:
     return V * d + (V if spec.lm_head_bias else 0) + norm_params(spec, d)
 
 
+def moments(
+    spec: ModelSpec, setup: TrainingSetup, layers: Iterable[int] | None = None
+) -> list[tuple[str, dict[str, int]]]:
+    """Every moment of torch's step that can hold its peak, in step order, each with its
+    phase: the loss's forward inside the model, the end of forward, the backward moments
+    (:func:`backward_moments`, over ``layers``), the copy into the master's gradients and
+    the optimizer step, where the setup has them."""
+    out: list[tuple[str, dict[str, int]]] = []
+    forward = loss_forward(spec, setup)
+    if forward is not None:
+        out.append(("forward", forward))
+    out.append(("forward_end", forward_end(spec, setup)))
+    out += [("backward", m) for m in backward_moments(spec, setup, layers)]
+    master = master_gradients(spec, setup)
+    if master is not None:
+        out.append(("master_grads", master))
+    step = optimizer_step(spec, setup)
+    if step is not None:
+        out.append(("optimizer_step", step))
+    return out
+
+
 def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """End of forward / start of backward: state, every saved activation, the loop's
     logits and the loss backward's transient; no gradients yet."""
@@ -516,17 +538,17 @@ def backward_moments(
     head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
     wb = working_weight_bytes(setup)
     head.update(sharding.moment_terms(spec, setup, "head", wb))
-    moments = [_add(state, head)]
+    out = [_add(state, head)]
     layer = _layer_moments(spec, setup, state, saved_all)
     for i in candidate_layers(spec, setup) if layers is None else layers:
-        moments.extend(layer(i))
+        out.extend(layer(i))
     if not saved.is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
-        moments.append(backward_end(spec, setup))
+        out.append(backward_end(spec, setup))
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
         loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
-        moments.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
-    return moments
+        out.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
+    return out
 
 
 def _after_down_projection(
@@ -656,7 +678,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             for m, (part, total, below) in enumerate(zip(parts, totals, counts, strict=True))
         )
 
-    def moments(i: int) -> list[dict[str, int]]:
+    def at_layer(i: int) -> list[dict[str, int]]:
         n, counts = counts_below(i)
         part = parts[n]
         below_i = layers_below(counts)  # the i layers below, as they are
@@ -693,7 +715,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             out.append(terms)
         return out
 
-    return moments
+    return at_layer
 
 
 def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:

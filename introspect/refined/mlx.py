@@ -431,22 +431,10 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
     """The moments ``refined.execution_estimate`` builds where MLX's are not derived (for
     a LoRA structure outside :data:`LORA_STRUCTURES`, which :func:`applies` cannot see
-    without the spec)."""
+    without the spec): :func:`introspect.refined.execution.moments`."""
     from introspect.refined import execution
 
-    out: list[tuple[str, dict[str, int]]] = []
-    loss_forward = execution.loss_forward(spec, setup)
-    if loss_forward is not None:
-        out.append(("forward", loss_forward))
-    out.append(("forward_end", execution.forward_end(spec, setup)))
-    out += [("backward", m) for m in execution.backward_moments(spec, setup, None)]
-    master = execution.master_gradients(spec, setup)
-    if master is not None:
-        out.append(("master_grads", master))
-    step = execution.optimizer_step(spec, setup)
-    if step is not None:
-        out.append(("optimizer_step", step))
-    return out
+    return execution.moments(spec, setup)
 
 
 def compiled(setup: TrainingSetup) -> bool:
