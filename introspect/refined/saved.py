@@ -372,6 +372,13 @@ def per_layer(
     out.update(_feed_forward(spec, setup, kind))
     if setup.implementation == "transformers" and hf_saved.is_amp(setup):
         out["autocast_weights"] = autocast_weight_bytes(spec, kind)
+        # The residual stream stays FP32 under autocast (FP32 embedding, and each branch's
+        # output added to it), and the norms' x·rstd is FP32: what the next layer's norm
+        # and this layer's mid-block norm keep of it is FP32 (hf_saved.residual_bytes).
+        r = hf_saved.residual_bytes(setup)
+        for name in ("attention/linear/out", "feed_forward/down", "layernorm/normalized"):
+            if name in out:
+                out[name] = out[name] // s * r
     return out
 
 
