@@ -259,12 +259,19 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         widths = spec.q_dim + spec.kv_dim
         out["layernorm/qk_norm"] = BT * widths * FP32 + BT * (h + spec.kv_heads) * FP32
     elif spec.qk_norm != "none":
-        # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or FP32).
         widths = spec.q_dim + spec.kv_dim
         rows = BT * (h + spec.kv_heads) if spec.qk_norm == "head" else 2 * BT
-        stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
-        normalized = FP32 if spec.model_type in FP32_NORMALIZED else s
-        out["layernorm/qk_norm"] = BT * widths * (FP32 + normalized) + stats
+        if spec.norm == "layernorm":
+            # Phi's q/k LayerNorm: the fused kernel keeps its input (FP32 under autocast,
+            # whose FP32 list has layer_norm; else the projection's own dtype), mean and
+            # rstd per row; no normalized value.
+            kept = FP32 if is_amp(setup) else s
+            out["layernorm/qk_norm"] = BT * widths * kept + 2 * rows * FP32
+        else:
+            # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or
+            # FP32).
+            normalized = FP32 if spec.model_type in FP32_NORMALIZED else s
+            out["layernorm/qk_norm"] = BT * widths * (FP32 + normalized) + rows * FP32
     kv = kv_saved_width(spec, setup)
     # SDPA's math kernel upcasts 16-bit Q, K, V to FP32 on CPU and runs everything in
     # FP32 (census of GPT-2 under bf16 and amp); its output is cast back.
