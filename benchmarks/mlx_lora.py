@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 REPORT = ROOT / "benchmarks" / "results" / "mlx-lora.md"
 BAND = 0.05
@@ -90,21 +91,11 @@ GRID = ((4, 1, 64), (8, 2, 64), (16, 1, 256), (8, 2, 256))
 
 
 def setup_of(rank: int, batch: int, seq: int, compiled: bool, dtype: str = "fp32"):
-    from introspect.setup import TrainingSetup
+    """mlx_closed_form's mlx-lm setup, fine-tuned with LoRA at ``rank``."""
+    from mlx_closed_form import setup_of as full_setup
 
-    return TrainingSetup(
-        batch_size=batch,
-        seq_len=seq,
-        activation_dtype=dtype,
-        weights_dtype=dtype,
-        precision="bf16" if dtype == "bf16" else "fp32",
-        attention="memory_efficient",
-        framework="mlx_compiled" if compiled else "mlx",
-        implementation="mlx_lm",
-        finetune="lora",
-        lora_rank=rank,
-        loop="logits",
-        device="cpu",
+    return full_setup("mlx_lm", dtype, batch, seq, compiled).replace(
+        finetune="lora", lora_rank=rank
     )
 
 

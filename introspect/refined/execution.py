@@ -671,8 +671,9 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
                 _add_into(out, {k: count * v for k, v in part["below"].items()})
         return out
 
+    totals = [count for _, count in spec.kinds]
+
     def params_above(n: int, counts: list[int]) -> int:
-        totals = [c for _, c in spec.kinds]
         return sum(
             (total - below - (1 if m == n else 0)) * part["params"]
             for m, (part, total, below) in enumerate(zip(parts, totals, counts, strict=True))

@@ -156,9 +156,7 @@ def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
 def short_window(kind, setup: TrainingSetup) -> bool:
     """A sliding (or Llama 4's chunked) layer whose window is shorter than the sequence
     (SDPA then gets it as an explicit mask)."""
-    window = kind.attention.window
-    sliding = kind.attention.kind in ("sliding", "chunked")
-    return sliding and window is not None and window < setup.seq_len
+    return kind.attention.keys_seen(setup.seq_len) < setup.seq_len
 
 
 def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
