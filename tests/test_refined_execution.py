@@ -204,7 +204,8 @@ def test_switches_move_the_terms_they_name():
 )
 def test_mlx_estimate_against_a_measured_mlx_step(spec):
     """A real MLX CPU step of the reference model (its counts were derived from tiny
-    replays, not from this or any measured step) lands within 5% of the closed form."""
+    replays, not from this or any measured step) lands within 5% of the closed form:
+    the largest of the measured steps' peaks, as a run's peak is its largest step's."""
     pytest.importorskip("mlx.core")
     from introspect.measure.mlx_step import measure_reference
 
@@ -213,7 +214,8 @@ def test_mlx_estimate_against_a_measured_mlx_step(spec):
     )
     measured = measure_reference(spec, setup, compiled=False)
     est = refined.estimate(spec, setup)
-    assert est.total == pytest.approx(measured.peak_bytes, rel=0.05)
+    assert measured.peak_bytes == max(measured.peak_samples)
+    assert est.total == pytest.approx(measured.peak_bytes, rel=0.05), measured.peak_samples
 
 
 def test_torch_moments_carry_no_mlx_terms():

@@ -11,6 +11,7 @@ import sys
 from introspect import report
 from introspect.commands._args import add_common, add_setup_flags, choice, positive_int
 from introspect.errors import IntrospectError
+from introspect.measure.supported import MLX_STEPS
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -97,10 +98,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run_g.add_argument(
         "--repeats",
         type=positive_int,
-        default=1,
+        default=MLX_STEPS,
         metavar="K",
         help="MLX: measure K steps after the warm-up, each with its own peak reset, and "
-        "report the largest peak (MLX's peak varies a few percent step to step; default 1)",
+        "report the largest peak, as a run's peak is its largest step's (MLX's peak "
+        f"moves a few percent from step to step; default {MLX_STEPS})",
     )
     run_g.add_argument(
         "--no-census",

@@ -34,6 +34,7 @@ from typing import Any
 
 from introspect import _record
 from introspect.errors import IntrospectError
+from introspect.measure.supported import MLX_STEPS
 from introspect.spec import ModelSpec
 
 
@@ -210,7 +211,7 @@ def measure(
     setup,
     *,
     compiled: bool,
-    repeats: int = 1,
+    repeats: int = MLX_STEPS,
     phases: bool = False,
     overrides: dict | None = None,
 ):

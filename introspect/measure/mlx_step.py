@@ -13,11 +13,12 @@ measured memory.
     mx.eval(step(x, y), state)
 
 The peak is ``mx.get_peak_memory()``: read after a warm-up step (so Adam's m and v exist
-and the compiled graph is built), with ``mx.reset_peak_memory()`` just before the
-measured step. ``mx.get_active_memory()`` and ``mx.get_cache_memory()`` are read after
-it. MLX cannot say which buffers are gradients or activations, so the split is
-parameters and optimizer state (counted from their trees) and the step's working memory
-(gradients, activations and temporaries together) as ``other``.
+and the compiled graph is built), with ``mx.reset_peak_memory()`` just before each
+measured step, the largest of ``MLX_STEPS`` steps by default. ``mx.get_active_memory()``
+and ``mx.get_cache_memory()`` are read after them. MLX cannot say which buffers are
+gradients or activations, so the split is parameters and optimizer state (counted from
+their trees) and the step's working memory (gradients, activations and temporaries
+together) as ``other``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import mlx.optimizers as optim
 from mlx.utils import tree_flatten
 
 from introspect.measure.record import Measurement, versions
-from introspect.measure.supported import measured_dtype
+from introspect.measure.supported import MLX_STEPS, measured_dtype
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -102,14 +103,14 @@ def measure_step(
     compiled: bool,
     implementation: str = "reference",
     loss: Callable = loss_fn,
-    repeats: int = 1,
+    repeats: int = MLX_STEPS,
     phases: bool = False,
     inputs: tuple | None = None,
     random_state: bool = False,
 ) -> Measurement:
-    """Warm up, reset the peak, measure one step of ``model`` — or ``repeats`` steps,
-    each with its own reset, reporting the largest peak (MLX's evaluation order, and so
-    its peak, varies by a few percent from step to step) and the fastest time.
+    """Warm up, then measure ``repeats`` steps of ``model``, each with its own peak
+    reset, reporting the largest peak (a run's peak is its largest step's; MLX's moves
+    by a few percent from step to step, see :data:`MLX_STEPS`) and the fastest time.
 
     With ``phases``, the loss and gradients are also evaluated alone (compiled likewise)
     to place the peak: a step peak above that one means the optimizer update raised it.
@@ -212,10 +213,10 @@ def measure_reference(
     setup: TrainingSetup,
     *,
     compiled: bool,
-    repeats: int = 1,
+    repeats: int = MLX_STEPS,
     phases: bool = False,
 ) -> Measurement:
-    """Build the MLX reference model for ``spec`` and measure one step (or ``repeats``).
+    """Build the MLX reference model for ``spec`` and measure ``repeats`` steps.
     Full fine-tuning only: mlx-lm's classes carry mlx-lm's LoRA (``--impl mlx-lm``)."""
     from introspect.errors import IntrospectError
     from introspect.measure.mlx_model import build

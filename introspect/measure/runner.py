@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from introspect import _record, report
 from introspect.measure.compare import Comparison, compare
+from introspect.measure.supported import MLX_STEPS
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -26,7 +27,7 @@ def measure(
     device: str = "cpu",
     impl: str = "reference",
     census: bool = True,
-    repeats: int = 1,
+    repeats: int = MLX_STEPS,
     phases: bool = True,
     config: tuple[dict, str] | None = None,
     overrides: dict | None = None,
@@ -91,7 +92,7 @@ def run_one(
     device: str = "cpu",
     impl: str = "reference",
     census: bool = True,
-    repeats: int = 1,
+    repeats: int = MLX_STEPS,
     phases: bool = True,
     config: tuple[dict, str] | None = None,
     overrides: dict | None = None,
