@@ -144,7 +144,7 @@ def rows() -> list[dict]:
             dict(
                 model=name, dtype=dtype, rank=rank, B=batch, T=seq, compiled=compiled,
                 measured=m.peak_bytes, estimate=now.total, fallback=before,
-                phase=now.execution.meta.get("peak_phase"), adapters=m.n_params,
+                phase=now.execution.meta.get("peak_phase"), adapters=m.trainable_params,
                 layers=spec.num_hidden_layers,
             )
         )  # fmt: skip

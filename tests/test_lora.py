@@ -94,13 +94,16 @@ def test_lora_step_peak(kw):
 def test_qlora_saves_what_nf4_saves():
     """A QLoRA step and the same LoRA step over a BF16 base differ by the base's storage:
     measured (bitsandbytes on CPU, quant state included) against the estimate's
-    difference, exactly up to 1%."""
+    difference, exactly up to 1%. Both count the same weights: a packed NF4 parameter
+    holds two per element."""
     pytest.importorskip("bitsandbytes")
     from introspect.measure import peft_step
 
     bf16 = dict(precision="bf16", weights_dtype="bf16", activation_dtype="bf16")
     plain, q = setup(**bf16), setup(**bf16).replace(finetune="qlora")
-    measured = peft_step.measure(LLAMA, plain).peak_bytes - peft_step.measure(LLAMA, q).peak_bytes
+    m_plain, m_q = peft_step.measure(LLAMA, plain), peft_step.measure(LLAMA, q)
+    assert m_q.n_params == m_plain.n_params and m_q.trainable_params == m_plain.trainable_params
+    measured = m_plain.peak_bytes - m_q.peak_bytes
     estimated = refined.estimate(LLAMA, plain).total - refined.estimate(LLAMA, q).total
     assert measured > 0
     assert abs(estimated - measured) / measured < 0.01

@@ -11,6 +11,9 @@ from introspect.cli import main
 pytestmark = pytest.mark.slow
 
 
+TINY_LLAMA = ["--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "512", "--llama"]
+
+
 def run_json(capsys, argv):
     assert main(argv) == 0
     return json.loads(capsys.readouterr().out)
@@ -80,6 +83,25 @@ def test_fake_llama_shape_flags(capsys):
     assert m["census"]  # the dry run takes its census inside FakeTensorMode
 
 
+def test_lora_measures_peft_on_the_transformers_class(capsys):
+    """``--lora-rank`` on torch steps transformers' class wrapped by peft (not the full
+    model under a LoRA label): the adapters are what the optimizer updates, the base
+    counts in N, and the refined LoRA estimate lands within 3% of the real step."""
+    pytest.importorskip("peft")
+    base = [*TINY_LLAMA, "--framework", "torch", "--impl", "transformers", "--seq", "64"]
+    full = run_json(capsys, ["measure", *base, "--json"])["rows"][0]["measurement"]
+    out = run_json(capsys, ["measure", *base, "--lora-rank", "4", "--json"])
+    (row,) = out["rows"]
+    m = row["measurement"]
+    assert m["implementation"] == "transformers+peft" and m["setup"]["finetune"] == "lora"
+    assert m["trainable_params"] == m["n_params"] - full["n_params"] > 0
+    assert m["peak_bytes"] < full["peak_bytes"]
+    assert row["measured_over_refined"] == pytest.approx(1, abs=0.03)
+    assert main(["measure", *base, "--lora-rank", "4"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert f"{m['n_params']:,} parameters, {m['trainable_params']:,} trained" in head
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -93,6 +115,17 @@ def test_fake_llama_shape_flags(capsys):
         (
             ["measure", "10M", "--framework", "torch", "--impl", "transformers", "--seq", "8"],
             "not a Llama",
+        ),
+        (
+            ["measure", *TINY_LLAMA, "--framework", "torch", "--lora-rank", "4"],
+            "add --impl transformers",
+        ),
+        (
+            [
+                *["measure", *TINY_LLAMA, "--framework", "torch", "--impl", "transformers"],
+                *["--lora-rank", "4", "--device", "fake"],
+            ],
+            "inside FakeTensorMode",
         ),
     ],
 )

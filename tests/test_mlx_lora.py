@@ -65,7 +65,8 @@ def test_lora_step_keeps_state_for_the_adapters_only(framework):
     setup = lora_setup(framework)
     m = mlx_lm_models.measure(QWEN2, "qwen2", SPEC, setup, compiled=framework == "mlx_compiled")
     n_adapters = adapter_parameters(SPEC, setup)
-    assert m.n_params == n_adapters
+    assert m.trainable_params == n_adapters
+    assert m.n_params == parameter_count(SPEC) + n_adapters
     # FP32 weights: the frozen base and the adapters; Adam's m and v for the adapters.
     assert m.categories["parameters"] == 4 * (parameter_count(SPEC) + n_adapters)
     # Adam's state also holds its step and learning rate: two scalars.

@@ -255,6 +255,21 @@ def measure(
     from introspect.measure.fake import GROUPED_MM_NOTE, fake_mode
 
     dtype = torch_step.check_setup(setup)
+    lora = setup.finetune != "full"
+    if lora and device == "fake":
+        # peft moves each new adapter to its base layer's device with Module.to, and
+        # torch's Module._apply must swap a FakeTensor parameter, which fails while
+        # FakeTensorMode holds a weak reference to it.
+        raise IntrospectError(
+            f"--device fake --finetune {setup.finetune}: peft's adapters cannot be built "
+            "inside FakeTensorMode; measure a smaller shape with --device cpu, or use "
+            "`introspect estimate` (checked against real peft steps)"
+        )
+    if lora and setup.resolved_base_quant == "nf4" and device != "cpu":
+        raise IntrospectError(
+            f"--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "
+            f"measured there; use --device cpu (not {device})"
+        )
     if device == "fake" and setup.optimizer == "adam8bit":
         raise IntrospectError(
             "--optimizer adam8bit: bitsandbytes' update reads tensor values, which a dry "
@@ -270,6 +285,11 @@ def measure(
             checkpointing=setup.activation_checkpointing,
             overrides=overrides,
         )
+        built = type(model).__name__
+        if lora:
+            from introspect.measure import peft_step
+
+            model = peft_step.wrap(model, spec, setup, dtype)
         if device == "cuda":
             model = model.to("cuda")
         vocab = model.config.get_text_config().vocab_size
@@ -279,7 +299,7 @@ def measure(
             vocab=vocab,
             device=device,
             forward=torch_step.hf_forward,
-            implementation="transformers",
+            implementation="transformers+peft" if lora else "transformers",
             loop=setup.loop,
         )
         saved = None
@@ -287,7 +307,7 @@ def measure(
             saved = torch_step.run_census(
                 model, setup, spec, device, torch_step.hf_forward, loop=setup.loop
             )
-    notes = [f"transformers {type(model).__name__} from {where}"]
+    notes = [f"transformers {built} from {where}"]
     experts = experts_implementation(model)
     if experts is not None:
         notes.append(f"MoE experts implementation: {experts}")
@@ -298,6 +318,12 @@ def measure(
             "dry run: FakeTensorMode, no memory allocated; transformers' packed-sequence "
             "check answered as the real step does (one sequence per row)"
         )
+    if lora:
+        from introspect.measure import peft_step
+        from introspect.refined.lora import targets
+
+        notes.append(f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))}")
+        m = peft_step.with_quant_state(m, model)
     m = _record.replace(
         m, census=saved.terms if saved is not None else {}, notes=(*notes, *m.notes)
     )

@@ -117,7 +117,7 @@ def measure_step(
     ``inputs`` replaces the (input_ids, targets) pair ``loss`` is called with (mlx-lm's
     ``default_loss`` takes the whole batch and its lengths). ``random_state``: see
     :func:`make_step`. The optimizer holds state for the trainable parameters only (a
-    LoRA model's adapters), so ``n_params`` counts those."""
+    LoRA model's adapters): ``trainable_params`` counts those, ``n_params`` all."""
     check_setup(setup)
     optimizer = make_optimizer(setup)
     optimizer.init(model.trainable_parameters())
@@ -138,7 +138,8 @@ def measure_step(
     peak, seconds = max(samples), min(times)
     params = tree_bytes(model.parameters())
     opt_state = tree_bytes(optimizer.state)
-    n_params = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    n_params = sum(v.size for _, v in tree_flatten(model.parameters()))
+    trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
     categories = {
         "parameters": params,
         "optimizer_state": opt_state,
@@ -166,6 +167,7 @@ def measure_step(
         compiled=compiled,
         implementation=implementation,
         n_params=n_params,
+        trainable_params=trainable,
         versions=versions("mlx", "mlx-lm"),
         setup=setup.to_dict(),
         peak_samples=tuple(samples),

@@ -83,16 +83,27 @@ def quant_state_bytes(model: nn.Module) -> int:
 
 
 def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
-    """The peft model for ``setup`` (finetune lora or qlora), in train mode."""
-    try:
-        from peft import get_peft_model
-    except ImportError as err:
-        raise IntrospectError("LoRA steps need peft: pip install peft") from err
+    """transformers' Llama for ``spec`` wrapped for ``setup`` (finetune lora or qlora)."""
     from introspect.measure.implementations import transformers_llama
     from introspect.measure.torch_step import check_setup
 
     dtype = check_setup(setup)
-    model = transformers_llama(spec, setup.attention, dtype)
+    return wrap(transformers_llama(spec, setup.attention, dtype), spec, setup, dtype)
+
+
+def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.Module:
+    """``get_peft_model(model, lora_config(spec, setup))`` in train mode, the block
+    linears first quantized to NF4 under QLoRA (see the module docstring)."""
+    import logging
+    import warnings
+
+    # peft imports bitsandbytes where installed, whose CPU backend logs a warning when an
+    # optional kernels package is missing: not the user's concern for a measured step.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    try:
+        from peft import get_peft_model
+    except ImportError as err:
+        raise IntrospectError("LoRA steps need peft: pip install peft") from err
     if setup.resolved_base_quant == "nf4":
         try:
             quantize_blocks_nf4(model, setup, dtype)
@@ -102,7 +113,16 @@ def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
             )
     elif setup.resolved_base_quant not in ("fp32", "bf16", "fp16"):
         raise IntrospectError(f"a {setup.resolved_base_quant} base is not measured; use nf4")
-    model = get_peft_model(model, lora_config(spec, setup))
+    try:
+        with warnings.catch_warnings():
+            # peft reads transformers' deprecated ``is_gradient_checkpointing``.
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+            model = get_peft_model(model, lora_config(spec, setup))
+    except ValueError as err:  # peft: "Target modules {...} not found in the base model"
+        raise IntrospectError(
+            f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "
+            "name the layers it has with --lora-targets"
+        ) from err
     model.train()
     return model
 
@@ -110,7 +130,6 @@ def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
 def measure(spec: ModelSpec, setup: TrainingSetup) -> Measurement:
     """One measured LoRA/QLoRA step on CPU (after a warm-up step), the quant state that
     the tracker cannot see added to the peak as ``other``."""
-    from introspect import _record
     from introspect.measure.torch_step import hf_forward, measure_step
 
     model = build(spec, setup)
@@ -123,6 +142,14 @@ def measure(spec: ModelSpec, setup: TrainingSetup) -> Measurement:
         implementation="transformers+peft",
         loop=setup.loop,
     )
+    return with_quant_state(m, model)
+
+
+def with_quant_state(m: Measurement, model: nn.Module) -> Measurement:
+    """``m`` with the NF4 quant state the tracker cannot see added to its peak as
+    ``other`` (``m`` itself without a 4-bit weight)."""
+    from introspect import _record
+
     extra = quant_state_bytes(model)
     if not extra:
         return m

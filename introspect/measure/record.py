@@ -50,7 +50,10 @@ class Measurement:
     compiled: bool = False
     #: Whose model ran: "reference", "mlx_lm" or "transformers".
     implementation: str = "reference"
+    #: Every parameter of the model that ran (a LoRA model's frozen base and adapters).
     n_params: int = 0
+    #: The parameters the optimizer updates (under LoRA, the adapters only).
+    trainable_params: int | None = None
     versions: dict[str, str] = field(default_factory=dict)
     setup: dict[str, Any] = field(default_factory=dict)
     #: Saved-tensor census (torch only): term → bytes autograd kept for backward.

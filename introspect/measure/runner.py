@@ -69,6 +69,13 @@ def measure(
         return hf_models.measure(
             raw, where, spec, setup, device=device, census=census, overrides=overrides
         )
+    if setup.finetune != "full":
+        from introspect.errors import IntrospectError
+
+        raise IntrospectError(
+            f"--finetune {setup.finetune} on torch is measured on transformers' classes with "
+            "peft's LoRA: add --impl transformers"
+        )
     from introspect.measure import torch_step
 
     if device == "fake":
@@ -153,9 +160,11 @@ def _ratio(x: float | None) -> str:
 
 def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
     first = rows[0].comparison.measurement
+    trainable = first.trainable_params
+    trained = "" if trainable in (None, first.n_params) else f", {trainable:,} trained"
     head = (
-        f"{spec.source or spec.model_type}: N = {rows[0].comparison.measurement.n_params:,} "
-        f"parameters ({impl} implementation), L={spec.num_hidden_layers}, "
+        f"{spec.source or spec.model_type}: N = {first.n_params:,} parameters{trained} "
+        f"({first.implementation or impl} implementation), L={spec.num_hidden_layers}, "
         f"d={spec.hidden_size}, h={spec.num_attention_heads}, kv={spec.kv_heads}, "
         f"V={spec.vocab_size}, {spec.norm}, {spec.ffn} FFN\n"
         f"{first.framework} on {first.device}"

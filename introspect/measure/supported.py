@@ -21,10 +21,11 @@ MEASURED_OPTIMIZERS = {
     "MLX": ("adam", "adamw", "sgd", "sgd_momentum"),
 }
 #: Steps an MLX measurement takes after its warm-up, each with its own peak reset; the
-#: largest peak is reported. A run's peak is the largest of its steps, and MLX's moves
-#: from one step to the next: the reference model at T=256 peaks 4.6% lower on the first
-#: step after the warm-up than on every later one (same active memory before each), and
-#: later steps differ by up to 2% (a Measurement's ``peak_samples`` keeps every step's).
+#: largest peak is reported. A run's peak is its largest step's, and MLX's moves from one
+#: step to the next with how far its worker thread runs behind the main thread (the
+#: bounds ``mlx_replay`` replays): the reference model at T=256 peaked 4.6% lower on the
+#: first step after the warm-up than on the later ones on an idle machine here, 5.2% on
+#: a CI machine, and not at all under load. ``peak_samples`` keeps every step's peak.
 MLX_STEPS = 3
 #: The implementation whose own checkpointing a backend measures.
 CHECKPOINTING_IMPL = {"torch": "transformers", "MLX": "mlx_lm"}

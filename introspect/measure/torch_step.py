@@ -237,6 +237,13 @@ def build_reference(spec: ModelSpec, setup: TrainingSetup, device) -> nn.Module:
     return build(spec, setup.attention, dtype=check_setup(setup), device=device)
 
 
+def weight_count(p) -> int:
+    """Weights in parameter ``p``: a bitsandbytes ``Params4bit`` packs two 4-bit weights
+    per byte, so its ``numel`` is half its weights; its quant state keeps the shape."""
+    state = getattr(p, "quant_state", None)
+    return state.shape.numel() if state is not None else p.numel()
+
+
 def measure_step(
     model: nn.Module,
     setup: TrainingSetup,
@@ -304,7 +311,8 @@ def measure_step(
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = sum(weight_count(p) for p in model.parameters())
+    trainable = sum(weight_count(p) for p in model.parameters() if p.requires_grad)
     setup = setup.replace(loop=loop)
     return Measurement(
         peak_bytes=peak,
@@ -318,6 +326,7 @@ def measure_step(
         device=device,
         implementation=implementation,
         n_params=n_params,
+        trainable_params=trainable,
         versions=versions("torch", "transformers")
         | {"torch_threads": str(torch.get_num_threads())},
         setup=setup.to_dict(),
