@@ -66,7 +66,16 @@ OFFLOADS = ("none", "optimizer", "parameters")
 #: Names of the block's linears that LoRA can target (Hugging Face Llama/Qwen names);
 #: ``all-linear`` is every one of them (peft's ``target_modules="all-linear"``, which
 #: leaves out the output head).
-LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_MODULES = (
+    *("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"),
+    *("gate_proj", "up_proj", "gate_up_proj", "down_proj"),
+)
+#: The block linears that read the attention norm's output, and the feed-forward's
+#: (a fused projection is one linear over that input).
+ATTENTION_INPUT_LINEARS = ("q_proj", "k_proj", "v_proj", "qkv_proj")
+FFN_INPUT_LINEARS = ("gate_proj", "up_proj", "gate_up_proj")
+#: The linears an MoE layer has once per expert.
+EXPERT_LINEARS = ("gate_proj", "up_proj", "gate_up_proj", "down_proj")
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
 OPTIMIZER_STATE_BYTES: dict[str, int] = {

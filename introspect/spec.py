@@ -66,6 +66,11 @@ class ModelSpec:
     o_bias: bool = False
     #: Bias on the feed-forward projections.
     mlp_bias: bool = False
+    #: Projections the class computes as one linear: ``qkv`` (Phi-3's ``qkv_proj``,
+    #: GPT-2's and Qwen's ``c_attn``) and ``gate_up`` (Phi-3's ``gate_up_proj``). The
+    #: parameters are those of separate projections; a per-linear adapter (LoRA) sits on
+    #: the fused one.
+    fused_linears: tuple[str, ...] = ()
     #: Bias on the output (lm_head) projection (Phi has one).
     lm_head_bias: bool = False
     #: Extra norms on queries and keys: per head (Qwen3: head_dim weights), over the full
@@ -326,12 +331,14 @@ class ModelSpec:
             runs.append(LayerRun(kind, run["count"]))
         fields["layers"] = tuple(runs)
         fields["assumptions"] = tuple(fields.get("assumptions", ()))
+        fields["fused_linears"] = tuple(fields.get("fused_linears", ()))
         return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
         """Fields plus the derived shapes, JSON-ready."""
         out = _record.asdict(self)
         out["assumptions"] = list(self.assumptions)
+        out["fused_linears"] = list(self.fused_linears)
         out["layers"] = [{"count": r.count, **_record.asdict(r.kind)} for r in self.layers]
         out.update(
             head_size=self.head_size,

@@ -51,6 +51,43 @@ def test_trainable_parameters_match_peft(targets, rank):
     assert lora.trainable_parameters(LLAMA, s) == trainable
 
 
+#: Small configs of families whose blocks differ from Llama's: fused projections (Phi-3's
+#: qkv_proj and gate_up_proj, GPT-2's Conv1D c_attn) and a plain biased feed-forward
+#: under other names (StarCoder2's c_fc and c_proj).
+FAMILY_CONFIGS = {
+    "phi3": {"model_type": "phi3", "pad_token_id": 0},
+    "gpt2": {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4},
+    "starcoder2": {"model_type": "starcoder2", "use_bias": True, "norm_epsilon": 1e-5},
+}
+SMALL = dict(
+    hidden_size=128, num_hidden_layers=2, intermediate_size=352, num_attention_heads=4,
+    num_key_value_heads=2, vocab_size=1000,
+)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILY_CONFIGS))
+def test_peft_all_linear_on_other_blocks(family):
+    """peft's own all-linear on transformers' class, as ``measure --lora-rank`` runs it:
+    the adapters the estimate counts are the ones peft made (one per fused projection),
+    and the peak of the real step is the estimate's within 1%."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import hf_models
+
+    raw = FAMILY_CONFIGS[family]
+    raw = raw if family == "gpt2" else {**SMALL, **raw}
+    spec = spec_from_config(raw)
+    s = TrainingSetup(
+        seq_len=128, device="cpu", lora_rank=4, finetune="lora",
+        implementation="transformers", loop="labels",
+    )  # fmt: skip
+    m, _ = hf_models.measure(raw, family, spec, s, device="cpu", census=False)
+    assert m.implementation == "transformers+peft"
+    assert m.trainable_params == lora.adapter_parameters(spec, s)
+    assert refined.estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.01)
+
+
 @pytest.mark.parametrize("double_quant", [False, True])
 def test_nf4_storage_is_bitsandbytes(double_quant):
     bnb = pytest.importorskip("bitsandbytes.functional")

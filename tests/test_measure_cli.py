@@ -158,3 +158,19 @@ def exit_code(argv):
         return main(argv)
     except SystemExit as exit:
         return exit.code
+
+
+def test_a_config_torch_rejects_is_one_line(capsys, tmp_path):
+    """torch's own assertion while transformers builds the class (a padding index
+    beyond the vocabulary) is one line naming the file, not a traceback."""
+    pytest.importorskip("transformers")
+    config = tmp_path / "config.json"
+    config.write_text(
+        '{"model_type": "phi3", "hidden_size": 64, "num_hidden_layers": 1, '
+        '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, '
+        '"pad_token_id": 32000}'
+    )
+    argv = ["measure", str(config), "--framework", "torch", "--impl", "transformers"]
+    assert exit_code([*argv, "--seq", "16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(config) in err and "Padding_idx" in err

@@ -63,6 +63,7 @@ def gpt2(r: Reader) -> dict:
         qkv_bias=True,
         o_bias=True,
         mlp_bias=True,
+        fused_linears=("qkv",),
         position_embedding="learned",
         max_position_embeddings=r.integer(
             "n_positions", "max_position_embeddings", default=1024, why=f"{cls} default 1024"
@@ -94,6 +95,7 @@ def qwen(r: Reader) -> dict:
         qkv_bias=True,
         o_bias=not no_bias,
         mlp_bias=not no_bias,
+        fused_linears=("qkv",),
         position_embedding="rope",
         tie_word_embeddings=r.tied(False, cls),
     )
@@ -109,6 +111,7 @@ def phi3(r: Reader) -> dict:
     window = explicit_window(r, None, cls)
     return dict(
         fields,
+        fused_linears=("qkv", "gate_up"),
         sliding_window=window,
         max_position_embeddings=context(r, 4096) if window else None,
         tie_word_embeddings=r.tied(False, cls),

@@ -183,7 +183,9 @@ def build(
         model = cls.from_config(
             config, attn_implementation=ATTN_IMPLEMENTATION[attention], dtype=dtype
         )
-    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError) as err:
+    # AssertionError: torch's own checks while building (an nn.Embedding's padding_idx
+    # beyond vocab_size).
+    except (ValueError, TypeError, KeyError, RuntimeError, AttributeError, AssertionError) as err:
         raise IntrospectError(
             f"{where}: transformers' {type(config).__name__} class rejects this config: "
             f"{_first_line(err)}"

@@ -21,18 +21,23 @@ from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
 
-def lora_config(spec: ModelSpec, setup: TrainingSetup):
+def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = False):
     """peft's LoraConfig for ``setup`` (the refined estimate's targets, rank, dropout;
-    trainable embeddings as ``modules_to_save``)."""
+    trainable embeddings as ``modules_to_save``); ``fan_in_fan_out`` for a model whose
+    linears are transformers' ``Conv1D`` (GPT-2: weights stored d_in × d_out)."""
     from peft import LoraConfig
 
     from introspect.refined.lora import targets
 
+    chosen = targets(spec, setup)  # checks the names and the rank
     return LoraConfig(
         r=setup.lora_rank,
         lora_alpha=2 * setup.lora_rank,
-        target_modules=list(targets(spec, setup)),
+        # peft's own "all-linear" (every nn.Linear/Conv1D but the output head), as users
+        # write it: the model's names, whatever its family calls them.
+        target_modules="all-linear" if "all-linear" in setup.lora_targets else list(chosen),
         lora_dropout=setup.lora_dropout,
+        fan_in_fan_out=fan_in_fan_out,
         modules_to_save=["embed_tokens", "lm_head"] if setup.train_embeddings else None,
     )
 
@@ -117,7 +122,8 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
         with warnings.catch_warnings():
             # peft reads transformers' deprecated ``is_gradient_checkpointing``.
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
-            model = get_peft_model(model, lora_config(spec, setup))
+            conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
+            model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise IntrospectError(
             f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "

@@ -37,7 +37,14 @@ from __future__ import annotations
 
 from introspect.errors import IntrospectError
 from introspect.refined.memo import per_estimate
-from introspect.setup import LORA_MODULES, OPTIMIZER_STATE_BYTES, TrainingSetup
+from introspect.setup import (
+    ATTENTION_INPUT_LINEARS,
+    EXPERT_LINEARS,
+    FFN_INPUT_LINEARS,
+    LORA_MODULES,
+    OPTIMIZER_STATE_BYTES,
+    TrainingSetup,
+)
 from introspect.spec import ModelSpec
 
 FP32 = 4
@@ -50,7 +57,11 @@ NF4_CODE_BYTES = 256 * FP32
 @per_estimate
 def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     """(d_in, d_out) of each linear in one block, by its Hugging Face name; a plain
-    feed-forward has only ``up_proj`` and ``down_proj``."""
+    feed-forward has only ``up_proj`` and ``down_proj``. A fused projection
+    (``spec.fused_linears``) is one linear: ``qkv_proj`` d → q + 2·kv for Phi-3's
+    ``qkv_proj`` and GPT-2's ``c_attn``, ``gate_up_proj`` d → 2f for Phi-3's; peft's
+    all-linear puts one adapter on each (``peft/tuners/tuners_utils.py``,
+    ``_maybe_include_all_linear_layers``)."""
     d, f = spec.hidden_size, spec.ffn_dim
     shapes = {
         "q_proj": (d, spec.q_dim),
@@ -62,12 +73,19 @@ def linear_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     }
     if spec.ffn == "gated":
         shapes["gate_proj"] = (d, f)
+    if "qkv" in spec.fused_linears:
+        for name in ("q_proj", "k_proj", "v_proj"):
+            del shapes[name]
+        shapes["qkv_proj"] = (d, spec.q_dim + 2 * spec.kv_dim)
+    if "gate_up" in spec.fused_linears and spec.ffn == "gated":
+        del shapes["gate_proj"], shapes["up_proj"]
+        shapes["gate_up_proj"] = (d, 2 * f)
     return {name: shapes[name] for name in LORA_MODULES if name in shapes}
 
 
 def _experts(spec: ModelSpec, name: str) -> int:
     """Copies of a linear per layer: every expert's feed-forward under MoE."""
-    return (spec.num_local_experts or 1) if name in ("gate_proj", "up_proj", "down_proj") else 1
+    return (spec.num_local_experts or 1) if name in EXPERT_LINEARS else 1
 
 
 @per_estimate
@@ -262,9 +280,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     n = spec.norms_per_layer or 1
     norm_out = full.get("layernorm", 0) // n
     keep_norms = 0
-    if plain_input and chosen & {"q_proj", "k_proj", "v_proj"}:
+    if plain_input and chosen & set(ATTENTION_INPUT_LINEARS):
         keep_norms += 1
-    if plain_input and chosen & {"gate_proj", "up_proj"} and n > 1:
+    if plain_input and chosen & set(FFN_INPUT_LINEARS) and n > 1:
         keep_norms += 1
     out["layernorm"] = keep_norms * norm_out
     # The down projection's input (gated: the product; plain: the activation's output)
@@ -279,7 +297,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     copies = 0
     for t in order:
         d_in = shapes[t][0]
-        tokens = BT * (k if t in ("gate_proj", "up_proj", "down_proj") else 1)
+        tokens = BT * (k if t in EXPERT_LINEARS else 1)
         copies += tokens * d_in * own
         out[f"lora/{t}/a_output"] = tokens * setup.lora_rank * a
     if copies:
@@ -297,7 +315,7 @@ def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     saving = {"layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32}
     if setup.lora_dropout > 0:
         mask = dropout_mask_bytes(setup)
-        first = [t for t in targets(spec, setup) if t in ("q_proj", "k_proj", "v_proj")]
+        first = [t for t in targets(spec, setup) if t in ATTENTION_INPUT_LINEARS]
         saving["lora/inputs"] = len(first) * BT * spec.hidden_size * mask
     return saving
 
