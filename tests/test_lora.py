@@ -88,6 +88,60 @@ def test_peft_all_linear_on_other_blocks(family):
     assert refined.estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.01)
 
 
+#: Small MoE configs (transformers 5's fused experts): peft's all-linear converts the
+#: experts and router of Qwen3-MoE and Mixtral into parameter adapters, and keeps its
+#: plain meaning on Qwen2-MoE (shared expert adapted, experts frozen).
+MOE_CONFIGS = {
+    "qwen3_moe": {"model_type": "qwen3_moe", "head_dim": 32, "num_experts": 8,
+                  "num_experts_per_tok": 2, "moe_intermediate_size": 64},
+    "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
+                  "moe_intermediate_size": 96, "shared_expert_intermediate_size": 128},
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "family,precision", [("qwen3_moe", "fp32"), ("mixtral", "fp32"), ("qwen2_moe", "fp32"),
+                         ("qwen3_moe", "bf16")],
+)  # fmt: skip
+def test_peft_on_transformers_experts(family, precision):
+    """LoRA on transformers 5's MoE classes as peft makes it (introspect.refined.lora_moe):
+    the adapters peft made, exactly, and the real step's peak within 2% — the experts'
+    parametrized copies included where peft adapts the experts."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import hf_models
+    from introspect.refined import lora_moe
+
+    raw = {**SMALL, **MOE_CONFIGS[family]}
+    spec = spec_from_config(raw)
+    dtypes = {} if precision == "fp32" else dict(weights_dtype="bf16", activation_dtype="bf16")
+    s = TrainingSetup(
+        seq_len=64, batch_size=2, device="cpu", lora_rank=4, finetune="lora",
+        implementation="transformers", loop="labels", precision=precision, **dtypes,
+    )  # fmt: skip
+    m, _ = hf_models.measure(raw, family, spec, s, device="cpu", census=False)
+    assert m.trainable_params == lora.adapter_parameters(spec, s)
+    est = refined.estimate(spec, s)
+    assert est.total == pytest.approx(m.peak_bytes, rel=0.02)
+    copies = est.execution.sum("activations/layer/lora/experts")
+    assert (copies > 0) == (family in lora_moe.CONVERTED)
+
+
+def test_qlora_keeps_transformers_experts_at_the_working_dtype():
+    """bitsandbytes replaces nn.Linear only: transformers 5's expert parameters stay BF16
+    under QLoRA, so the base's NF4 part is the attention and what else is a linear."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    spec = spec_from_config({**SMALL, **MOE_CONFIGS["qwen3_moe"]})
+    s = TrainingSetup(seq_len=64, finetune="qlora", precision="bf16", device="cpu")
+    experts = 2 * 8 * 3 * 128 * 64  # L · E · 3 · d · f
+    assert lora.block_linear_parameters(spec, s) == (lora.block_linear_parameters(spec) - experts)
+    mlx = s.replace(framework="mlx")  # mlx-lm's SwitchLinear experts are quantizable
+    assert lora.block_linear_parameters(spec, mlx) == lora.block_linear_parameters(spec)
+
+
 @pytest.mark.parametrize("double_quant", [False, True])
 def test_nf4_storage_is_bitsandbytes(double_quant):
     bnb = pytest.importorskip("bitsandbytes.functional")

@@ -205,7 +205,8 @@ def test_qwen3_next_gated_attention_and_the_linear_layers():
         return sum(
             v
             for k, v in terms.items()
-            if (k.startswith("attention/") and k not in outside) or k == "layernorm/qk_norm"
+            if (k.startswith("attention/") and k not in outside)
+            or k.startswith("layernorm/qk_norm")
         )
 
     def census_bytes(layer, module):

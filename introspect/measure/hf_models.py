@@ -295,15 +295,26 @@ def measure(
         if device == "cuda":
             model = model.to("cuda")
         vocab = model.config.get_text_config().vocab_size
-        m = torch_step.measure_step(
-            model,
-            setup,
-            vocab=vocab,
-            device=device,
-            forward=torch_step.hf_forward,
-            implementation="transformers+peft" if lora else "transformers",
-            loop=setup.loop,
-        )
+        try:
+            m = torch_step.measure_step(
+                model,
+                setup,
+                vocab=vocab,
+                device=device,
+                forward=torch_step.hf_forward,
+                implementation="transformers+peft" if lora else "transformers",
+                loop=setup.loop,
+            )
+        except AttributeError as err:
+            if not lora:
+                raise
+            # peft wraps every nn.Linear subclass, also one whose forward returns a
+            # tuple (Llama 4's router): its LoRA forward then fails.
+            raise IntrospectError(
+                f"{where}: peft's LoRA on transformers' {built} fails in the forward "
+                f"({_first_line(err)}); name the layers to adapt with --lora-targets "
+                "(e.g. q_proj k_proj v_proj o_proj)"
+            ) from err
         saved = None
         if census:
             saved = torch_step.run_census(

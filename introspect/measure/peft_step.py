@@ -122,6 +122,9 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
         with warnings.catch_warnings():
             # peft reads transformers' deprecated ``is_gradient_checkpointing``.
             warnings.filterwarnings("ignore", "`is_gradient_checkpointing`", FutureWarning)
+            # peft's own MoE conversion sets a rank and alpha pattern for gate_up_proj,
+            # a parameter (not a module) name, and then warns that no module matched.
+            warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys")
             conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
             model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"

@@ -25,7 +25,9 @@ CAUSES: dict[str, str] = {
     "(LayerNorm: mean and rstd; RMSNorm: rstd)",
     "activations/layer/layernorm/normalized": "RMSNorm keeps x·rstd for its weight's "
     "gradient (composite nn.RMSNorm)",
-    "activations/layer/layernorm/qk_norm": "q/k norms keep their input (and x·rstd)",
+    "activations/layer/layernorm/qk_norm": "q/k norms keep their input and statistics",
+    "activations/layer/layernorm/qk_norm/normalized": "RMSNorm q/k norms keep x·rstd for "
+    "their weights' gradient",
     "activations/layer/attention/linear/q": "Q as the attention matmul keeps it (after RoPE)",
     "activations/layer/attention/linear/k": "K as the attention matmul keeps it{kv}",
     "activations/layer/attention/linear/v": "V as the attention matmul keeps it{kv}",

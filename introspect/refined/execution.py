@@ -47,7 +47,7 @@ import math
 from collections.abc import Iterable
 
 from introspect.params import attention_params, norm_params, qk_norm_params
-from introspect.refined import hf_saved, lora, offload, saved, sharding
+from introspect.refined import hf_saved, lora, lora_moe, offload, saved, sharding
 from introspect.refined.memo import per_estimate
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
@@ -354,6 +354,8 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     shared = spec.kinds[0][0].feed_forward.shared_intermediate_size
     if shared:
         mlp = max(mlp, buffers * shared * setup.activation_bytes * setup.tokens)
+    if _lora(setup) and lora.peft_moe(spec, setup):
+        mlp += lora_moe.copy_gradient(spec, setup, working_weight_bytes(setup))
     return mlp + stream * setup.tokens
 
 

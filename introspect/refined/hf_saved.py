@@ -269,7 +269,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or
             # FP32).
             normalized = FP32 if spec.model_type in FP32_NORMALIZED else s
-            out["layernorm/qk_norm"] = BT * widths * (FP32 + normalized) + rows * FP32
+            out["layernorm/qk_norm"] = BT * widths * FP32 + rows * FP32
+            out["layernorm/qk_norm/normalized"] = BT * widths * normalized
     kv = kv_saved_width(spec, setup)
     # SDPA's math kernel upcasts 16-bit Q, K, V to FP32 on CPU and runs everything in
     # FP32 (census of GPT-2 under bf16 and amp); its output is cast back.

@@ -36,6 +36,7 @@ Every function returns bytes for all L layers, per device.
 from __future__ import annotations
 
 from introspect.errors import IntrospectError
+from introspect.refined import lora_moe
 from introspect.refined.memo import per_estimate
 from introspect.setup import (
     ATTENTION_INPUT_LINEARS,
@@ -88,10 +89,54 @@ def _experts(spec: ModelSpec, name: str) -> int:
     return (spec.num_local_experts or 1) if name in EXPERT_LINEARS else 1
 
 
+def peft_moe(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """transformers 5 with peft on an MoE model (:mod:`introspect.refined.lora_moe`):
+    the experts are parameters, not linears. mlx-lm's ``SwitchLinear`` experts keep the
+    per-expert linear view."""
+    return setup.framework == "torch" and spec.is_moe
+
+
+@per_estimate
+def module_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    """One layer kind's ``nn.Linear`` modules in transformers 5, by name: an MoE
+    layer's feed-forward linears are its shared expert's (``shared_intermediate_size``
+    wide) and the shared expert's gate (d → 1); its experts and router are not linears.
+    A dense layer's are :func:`linear_shapes`'."""
+    ff = spec.kinds[0][0].feed_forward
+    if not ff.is_moe:
+        return linear_shapes(spec)
+    shapes = {k: v for k, v in linear_shapes(spec).items() if k not in EXPERT_LINEARS}
+    if ff.shared_intermediate_size:
+        shared = spec.replace(intermediate_size=ff.shared_intermediate_size)
+        shapes.update({k: v for k, v in linear_shapes(shared).items() if k in EXPERT_LINEARS})
+    if ff.shared_expert_gate:
+        shapes["shared_expert_gate"] = (spec.hidden_size, 1)
+    return shapes
+
+
+def _kinds(spec: ModelSpec) -> list[tuple[ModelSpec, int]]:
+    """Each layer kind as a homogeneous spec, with its count."""
+    return [(spec.for_kind(kind), count) for kind, count in spec.kinds]
+
+
+def _kind_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
+    """The linear modules of one layer kind (homogeneous ``spec``) the adapters sit on
+    under transformers 5 and peft: a converted model's feed-forward names are taken
+    over by its experts (:mod:`lora_moe`), so no linear keeps them."""
+    shapes = module_shapes(spec)
+    wanted = shapes if "all-linear" in setup.lora_targets else setup.lora_targets
+    consumed = lora_moe.CONSUMED if lora_moe.converts(spec) else ()
+    return tuple(t for t in shapes if t in wanted and t not in consumed)
+
+
 @per_estimate
 def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     """The block linears the adapters sit on. Names the model lacks, or a rank above a
-    targeted layer's width, are an IntrospectError naming what the model has."""
+    targeted layer's width, are an IntrospectError naming what the model has. Under
+    transformers 5 with peft on an MoE model, the linear modules any layer kind has
+    (:func:`module_shapes`); the experts' parameter adapters are :mod:`lora_moe`'s."""
+    if peft_moe(spec, setup):
+        return _moe_targets(spec, setup)
     shapes = linear_shapes(spec)
     if "all-linear" in setup.lora_targets:
         chosen = tuple(shapes)
@@ -112,9 +157,42 @@ def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     return chosen
 
 
+def _moe_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
+    lora_moe.check(spec, setup)
+    names: dict[str, tuple[int, int]] = {}
+    for kind, _ in _kinds(spec):
+        names.update(module_shapes(kind))
+    if "all-linear" not in setup.lora_targets:
+        known = set(names) | set(lora_moe.CONSUMED)
+        missing = [t for t in setup.lora_targets if t not in known]
+        if missing:
+            raise IntrospectError(
+                f"--lora-targets: this model has no {', '.join(missing)}; its block's "
+                f"linears are {', '.join(names)} (or all-linear)"
+            )
+    chosen: list[str] = []
+    for kind, _ in _kinds(spec):
+        chosen += [t for t in _kind_targets(kind, setup) if t not in chosen]
+    return tuple(chosen)
+
+
+def _moe_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    r = setup.lora_rank
+    total = 0
+    for kind, count in _kinds(spec):
+        shapes = module_shapes(kind)
+        per_layer = sum(r * sum(shapes[t]) for t in _kind_targets(kind, setup))
+        total += count * (per_layer + lora_moe.adapter_parameters(kind, setup))
+    return total
+
+
 @per_estimate
 def adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Trainable adapter parameters, all layers: ``L · Σ r·(d_in + d_out)``."""
+    """Trainable adapter parameters, all layers: ``L · Σ r·(d_in + d_out)`` (under
+    transformers 5 with peft on an MoE model, each kind's linears and its experts' and
+    router's parameter adapters, :mod:`lora_moe`)."""
+    if peft_moe(spec, setup):
+        return _moe_adapter_parameters(spec, setup)
     r = setup.lora_rank
     shapes = linear_shapes(spec)
     per_layer = sum(r * sum(shapes[t]) * _experts(spec, t) for t in targets(spec, setup))
@@ -133,11 +211,22 @@ def trainable_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     return adapter_parameters(spec, setup) + extra
 
 
-def block_linear_parameters(spec: ModelSpec) -> int:
+def _base_linears(spec: ModelSpec, setup: TrainingSetup | None) -> list[tuple[int, int, int]]:
+    """(d_in, d_out, copies over all layers) of every block linear bitsandbytes would
+    replace: each expert's linears in the per-expert view; under transformers 5 on an
+    MoE model only the ``nn.Linear`` modules (:func:`module_shapes`; the experts are
+    parameters, which ``replace_with_bnb_linear`` leaves at the working dtype)."""
+    if setup is not None and peft_moe(spec, setup):
+        return [
+            (i, o, count) for kind, count in _kinds(spec) for i, o in module_shapes(kind).values()
+        ]
+    L = spec.num_hidden_layers
+    return [(i, o, L * _experts(spec, t)) for t, (i, o) in linear_shapes(spec).items()]
+
+
+def block_linear_parameters(spec: ModelSpec, setup: TrainingSetup | None = None) -> int:
     """Weights of the blocks' linears, all layers (the part bitsandbytes quantizes)."""
-    shapes = linear_shapes(spec)
-    per_layer = sum(i * o * _experts(spec, t) for t, (i, o) in shapes.items())
-    return spec.num_hidden_layers * per_layer
+    return sum(i * o * k for i, o, k in _base_linears(spec, setup))
 
 
 def nf4_tensor_bytes(n: int, double_quant: bool) -> int:
@@ -154,17 +243,18 @@ def nf4_tensor_bytes(n: int, double_quant: bool) -> int:
     return -(-n // 2) + state
 
 
-def quantized_bytes(spec: ModelSpec, quant: str, double_quant: bool) -> int:
+def quantized_bytes(
+    spec: ModelSpec, quant: str, double_quant: bool, setup: TrainingSetup | None = None
+) -> int:
     """Bytes of the blocks' linear weights stored as ``quant`` (see module docstring)."""
-    L = spec.num_hidden_layers
-    shapes = [(i, o, _experts(spec, t)) for t, (i, o) in linear_shapes(spec).items()]
+    shapes = _base_linears(spec, setup)
     if quant == "nf4":
-        return L * sum(k * nf4_tensor_bytes(i * o, double_quant) for i, o, k in shapes)
+        return sum(k * nf4_tensor_bytes(i * o, double_quant) for i, o, k in shapes)
     if quant == "int8":
-        return L * sum(k * (i * o + o * FP32) for i, o, k in shapes)
+        return sum(k * (i * o + o * FP32) for i, o, k in shapes)
     from introspect.units import dtype_bytes
 
-    return block_linear_parameters(spec) * dtype_bytes(quant)
+    return block_linear_parameters(spec, setup) * dtype_bytes(quant)
 
 
 def adapter_bytes(setup: TrainingSetup) -> int:
@@ -198,11 +288,11 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     adapters, FP32, keep FP32 state)."""
     full_state = optimizer_state(setup.replace(precision="fp32"))
     quant = setup.resolved_base_quant
-    linear = block_linear_parameters(spec)
+    linear = block_linear_parameters(spec, setup)
     rest = spec.n_params - linear
     adapters = adapter_parameters(spec, setup)
     terms = {
-        "weights/base_linears": quantized_bytes(spec, quant, setup.double_quant),
+        "weights/base_linears": quantized_bytes(spec, quant, setup.double_quant, setup),
         "weights/base_other": rest * wb,
         "weights/lora_adapters": adapters * adapter_bytes(setup),
     }
@@ -227,8 +317,15 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, wb: int) ->
 @per_estimate
 def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Elements of the largest trainable tensor (one adapter matrix, or V·d)."""
-    shapes = linear_shapes(spec)
-    largest = max(setup.lora_rank * max(shapes[t]) for t in targets(spec, setup))
+    if peft_moe(spec, setup):
+        largest = 0
+        for kind, _ in _kinds(spec):
+            shapes = module_shapes(kind)
+            sizes = [setup.lora_rank * max(shapes[t]) for t in _kind_targets(kind, setup)]
+            largest = max(largest, *sizes, lora_moe.largest_adapter(kind, setup))
+    else:
+        shapes = linear_shapes(spec)
+        largest = max(setup.lora_rank * max(shapes[t]) for t in targets(spec, setup))
     if setup.train_embeddings:
         largest = max(largest, spec.vocab_size * spec.hidden_size)
     return largest
@@ -268,28 +365,47 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     """One layer's saved bytes under LoRA, from the full-training set ``full``
     (:func:`introspect.refined.saved.per_layer`): what only frozen weights needed
     dropped, the adapters' own tensors added (module docstring)."""
-    order = targets(spec, setup)
+    moe = peft_moe(spec, setup)
+    order = _kind_targets(spec, setup) if moe else targets(spec, setup)
     chosen = set(order)
-    shapes = linear_shapes(spec)
+    shapes = module_shapes(spec) if moe else linear_shapes(spec)
+    experts = moe and lora_moe.experts_targeted(spec, setup)
     BT = setup.tokens
     a = adapter_bytes(setup)
     own = adapter_input_bytes(setup)
     plain_input = own == 0
     out = dict(full)
     out.pop("layernorm/normalized", None)
+    out.pop("layernorm/qk_norm/normalized", None)
     n = spec.norms_per_layer or 1
     norm_out = full.get("layernorm", 0) // n
     keep_norms = 0
     if plain_input and chosen & set(ATTENTION_INPUT_LINEARS):
         keep_norms += 1
-    if plain_input and chosen & set(FFN_INPUT_LINEARS) and n > 1:
+    if (plain_input and chosen & set(FFN_INPUT_LINEARS) or experts) and n > 1:
+        # (Adapted experts and their router read the norm's output with a weight that
+        # needs a gradient: kept, as in full training.)
         keep_norms += 1
     out["layernorm"] = keep_norms * norm_out
     # The down projection's input (gated: the product; plain: the activation's output)
-    # is kept only by down_proj itself.
+    # is kept only by down_proj itself (adapted experts keep all they keep in full
+    # training, their own parametrized copies besides).
     last = "feed_forward/product" if spec.ffn == "gated" else "feed_forward/act"
-    if not (plain_input and "down_proj" in chosen) and last in out:
+    routed = moe and spec.kinds[0][0].feed_forward.is_moe
+    if routed and not experts:
+        # Frozen experts: their grouped matmuls need no input for a weight gradient, so
+        # neither the gathered rows nor the down projection's input is kept (a shared
+        # expert's down_proj adapter keeps only its own input, in "shared").
+        out.pop("feed_forward/routed_input", None)
         out[last] = 0
+    elif not (plain_input and "down_proj" in chosen or experts) and last in out:
+        out[last] = 0
+    if experts:
+        from introspect.refined.execution import working_weight_bytes
+
+        out["lora/experts/effective_weights"] = lora_moe.effective_weights(
+            spec, setup, working_weight_bytes(setup)
+        )
     # Eager attention's context is kept only by o_proj; SDPA keeps its own output.
     if setup.attention == "eager" and not (plain_input and "o_proj" in chosen):
         out["attention/linear/context"] = 0
@@ -297,7 +413,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     copies = 0
     for t in order:
         d_in = shapes[t][0]
-        tokens = BT * (k if t in EXPERT_LINEARS else 1)
+        tokens = BT * (k if t in EXPERT_LINEARS and not moe else 1)
         copies += tokens * d_in * own
         out[f"lora/{t}/a_output"] = tokens * setup.lora_rank * a
     if copies:

@@ -365,9 +365,10 @@ def per_layer(
         widths = att.q_dim + att.k_dim
         heads = att.num_attention_heads + att.num_key_value_heads
         rows = BT * heads if att.qk_norm in ("head", "l2") else 2 * BT
-        keep = (2 if spec.norm == "rmsnorm" else 1) * BT * widths * s
         stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
-        out["layernorm/qk_norm"] = keep + stats
+        out["layernorm/qk_norm"] = BT * widths * s + stats
+        if spec.norm == "rmsnorm":
+            out["layernorm/qk_norm/normalized"] = BT * widths * s
     out.update(_attention(spec, setup, kind))
     out.update(_feed_forward(spec, setup, kind))
     if setup.implementation == "transformers" and hf_saved.is_amp(setup):
@@ -415,6 +416,7 @@ def stack(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 #: has been freed by then, since backward runs the block in reverse).
 ATTENTION_SIDE = (
     "layernorm/qk_norm",
+    "layernorm/qk_norm/normalized",
     "attention/linear/q",
     "attention/linear/k",
     "attention/linear/v",
