@@ -43,33 +43,31 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
 
 
 def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:
-    """Replace every block linear of ``model`` with an NF4 ``Linear4bit`` holding the same
-    weight, quantized (on CPU) as bitsandbytes does on ``.to(device)``."""
+    """Replace every ``nn.Linear`` of the blocks with an NF4 ``Linear4bit`` holding the
+    same weight, quantized (on CPU) as bitsandbytes does on ``.to(device)``: the modules
+    transformers' ``replace_with_bnb_linear`` converts (``type(module) is nn.Linear``;
+    an MoE class's expert parameters are not linears and stay as they are)."""
     import bitsandbytes as bnb
 
-    from introspect.setup import LORA_MODULES
-
-    for layer in model.model.layers:
-        for parent in (layer.self_attn, layer.mlp):
-            for name in LORA_MODULES:
-                old = getattr(parent, name, None)
-                if not isinstance(old, nn.Linear):
-                    continue
-                new = bnb.nn.Linear4bit(
-                    old.in_features,
-                    old.out_features,
-                    bias=old.bias is not None,
-                    compute_dtype=dtype,
-                    compress_statistics=setup.double_quant,
-                    quant_type="nf4",
-                )
-                new.weight = bnb.nn.Params4bit(
-                    old.weight.data,
-                    requires_grad=False,
-                    compress_statistics=setup.double_quant,
-                    quant_type="nf4",
-                )
-                setattr(parent, name, new.to("cpu"))
+    for parent in list(model.model.layers.modules()):
+        for name, old in list(parent.named_children()):
+            if type(old) is not nn.Linear:
+                continue
+            new = bnb.nn.Linear4bit(
+                old.in_features,
+                old.out_features,
+                bias=old.bias is not None,
+                compute_dtype=dtype,
+                compress_statistics=setup.double_quant,
+                quant_type="nf4",
+            )
+            new.weight = bnb.nn.Params4bit(
+                old.weight.data,
+                requires_grad=False,
+                compress_statistics=setup.double_quant,
+                quant_type="nf4",
+            )
+            setattr(parent, name, new.to("cpu"))
 
 
 def quant_state_bytes(model: nn.Module) -> int:

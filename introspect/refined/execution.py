@@ -288,7 +288,10 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if setup.activation_checkpointing:
         layers = {k: L * v for k, v in saved.checkpointed_layer(spec, setup).items()}
     elif _lora(setup):
-        layers = {k: L * v for k, v in layer_saved(spec, setup).items()}
+        layers = {}  # each kind's LoRA set, times its count
+        for kind, count in spec.kinds:
+            for k, v in layer_saved(spec.for_kind(kind), setup).items():
+                layers[k] = layers.get(k, 0) + count * v
     else:
         layers = saved.stack(spec, setup)  # each layer kind once, times its count
     terms = embedding_saved(spec, setup)
