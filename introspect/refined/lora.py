@@ -447,7 +447,10 @@ def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) ->
 #: Why each LoRA term has its size (merged into :mod:`introspect.refined.causes`).
 CAUSES: dict[str, str] = {
     "weights/base_linears": "the frozen base's block linears, stored as {quant}",
-    "weights/base_other": "embeddings, head and norms, frozen, at the working dtype",
+    "weights/base_other": "embeddings, head and norms (and transformers' MoE expert "
+    "parameters, which bitsandbytes does not quantize), frozen, at the working dtype",
+    "activations/layer/lora/experts/effective_weights": "peft's parametrized copy of each "
+    "adapted layer's experts and router weight, kept for the backward",
     "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",
     "weights/trainable_embedding_copies": "peft's modules_to_save: a trained copy of the "
     "embedding and head beside the frozen originals",
