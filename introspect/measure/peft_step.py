@@ -43,30 +43,37 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
 
 
 def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:
-    """Replace every ``nn.Linear`` of the blocks with an NF4 ``Linear4bit`` holding the
+    """Replace every linear but the output head with an NF4 ``Linear4bit`` holding the
     same weight, quantized (on CPU) as bitsandbytes does on ``.to(device)``: the modules
-    transformers' ``replace_with_bnb_linear`` converts (``type(module) is nn.Linear``;
-    an MoE class's expert parameters are not linears and stay as they are)."""
+    transformers' ``replace_with_bnb_linear`` converts (``type(module) is nn.Linear``
+    and ``Conv1D``, whose d_in × d_out weight is transposed; an MoE class's expert
+    parameters are not linears and stay as they are)."""
     import bitsandbytes as bnb
 
-    for parent in list(model.model.layers.modules()):
+    head = model.get_output_embeddings()
+    for parent in list(model.modules()):
         for name, old in list(parent.named_children()):
-            if type(old) is not nn.Linear:
+            conv1d = type(old).__name__ == "Conv1D"
+            if old is head or not (type(old) is nn.Linear or conv1d):
                 continue
+            weight = old.weight.data.t().contiguous() if conv1d else old.weight.data
+            d_out, d_in = weight.shape
             new = bnb.nn.Linear4bit(
-                old.in_features,
-                old.out_features,
+                d_in,
+                d_out,
                 bias=old.bias is not None,
                 compute_dtype=dtype,
                 compress_statistics=setup.double_quant,
                 quant_type="nf4",
             )
             new.weight = bnb.nn.Params4bit(
-                old.weight.data,
+                weight,
                 requires_grad=False,
                 compress_statistics=setup.double_quant,
                 quant_type="nf4",
             )
+            if old.bias is not None:
+                new.bias = old.bias
             setattr(parent, name, new.to("cpu"))
 
 

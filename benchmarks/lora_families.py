@@ -1,15 +1,16 @@
-"""LoRA and QLoRA on transformers' mixture-of-experts classes, as peft puts it there,
-beside the refined estimate (``introspect/refined/lora_moe.py``).
+"""LoRA and QLoRA on every family's transformers class, as peft puts it there, beside
+the refined estimate (``introspect/refined/lora.py``, ``lora_moe.py``).
 
-Run:  .venv/bin/python benchmarks/lora_moe.py          # about 3 minutes
+Run:  .venv/bin/python benchmarks/lora_families.py          # about 3 minutes
 
 Each row: the family's ``*ForCausalLM`` from the small configs of
 ``benchmarks/families.py`` (d=256, V=1000), wrapped by ``get_peft_model`` with peft's
 own ``target_modules="all-linear"`` at rank 4, and one real CPU step of
-``model(input_ids=x, labels=x).loss`` with Adam (measured live storages), B=2, T=64 or
-256: FP32, pure BF16, checkpointed FP32, and QLoRA (bitsandbytes NF4 on CPU) over a BF16
-base. Adapters: what peft made against what the estimate counts. Error = refined /
-measured − 1. Writes ``benchmarks/results/lora-moe.md``.
+``model(input_ids=x, labels=x).loss`` with Adam (measured live storages), B=2. The
+mixture-of-experts configs five ways (FP32 at T=64 and 256, pure BF16, checkpointed
+FP32, QLoRA — bitsandbytes NF4 on CPU — over a BF16 base), the dense ones two (FP32 and
+QLoRA at T=64). Adapters: what peft made against what the estimate counts. Error =
+refined / measured − 1. Writes ``benchmarks/results/lora-families.md``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from families import CONFIGS  # noqa: E402
 
-OUT = Path(__file__).parent / "results" / "lora-moe.md"
-FAMILIES = (
+OUT = Path(__file__).parent / "results" / "lora-families.md"
+MOE = (
     "qwen3_moe",
     "mixtral",
     "qwen2_moe, shared expert",
@@ -41,6 +42,10 @@ SETUPS = {
     "FP32 ckpt T=64": dict(seq_len=64, activation_checkpointing=True),
     "QLoRA BF16 T=64": dict(seq_len=64, finetune="qlora", **BF16),
 }
+DENSE_SETUPS = ("FP32 T=64", "QLoRA BF16 T=64")
+PLAN = [(n, s) for n in CONFIGS if n not in MOE for s in DENSE_SETUPS] + [
+    (n, s) for n in MOE for s in SETUPS
+]
 
 
 def row(name: str, setup_name: str) -> list[str]:
@@ -81,10 +86,9 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     rows = []
-    for name in FAMILIES:
-        for setup_name in SETUPS:
-            rows.append(row(name, setup_name))
-            print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
+    for name, setup_name in PLAN:
+        rows.append(row(name, setup_name))
+        print(" | ".join(rows[-1]), file=sys.stderr, flush=True)
     run = [r for r in rows if r[4]]
     errors = [abs(float(r[4].rstrip("%")) / 100) for r in run]
     exact = sum(a == b for a, b in (r[5].split(" / ") for r in run))
@@ -94,11 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     text = "\n".join(
         [
-            "# LoRA on transformers' MoE classes (peft all-linear): refined vs measured",
+            "# LoRA on every family's transformers class (peft all-linear): refined vs measured",
             "",
-            "    python benchmarks/lora_moe.py",
+            "    python benchmarks/lora_families.py",
             "",
-            f"{len(FAMILIES)} configs × {len(SETUPS)} setups, "
+            f"{len(PLAN)} rows ({len(CONFIGS) - len(MOE)} dense configs × "
+            f"{len(DENSE_SETUPS)} setups, {len(MOE)} MoE configs × {len(SETUPS)}), "
             f"{time.perf_counter() - start:.0f} s. B=2, rank 4, peft's all-linear, labels "
             "loop, Adam, real CPU steps (live storages). Error = refined / measured − 1.",
             "",
