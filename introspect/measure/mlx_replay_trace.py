@@ -208,8 +208,13 @@ def trace_step(model, optimizer, step: Callable, batch: Sequence) -> Graph:
         return [*values, *[v for _, v in new_params], *[v for _, v in new_opt]]
 
     inputs = [*batch, *[v for _, v in params], *[v for _, v in opt]]
+    from introspect.measure import mlx_replay_moe
+
     try:
-        graph = trace(fun, inputs, n_batch, [])
+        with mlx_replay_moe.traceable_switch(model) as switch:
+            graph = trace(fun, inputs, n_batch, [])
+        if switch:
+            graph = mlx_replay_moe.rebuild(graph)
     finally:
         model.update(tree_unflatten(params))
         for key, value in opt:
