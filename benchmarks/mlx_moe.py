@@ -69,6 +69,23 @@ def before():
         mlx.moe_structure = original
 
 
+def caught_up(r: dict) -> int:
+    """The replay's other bound for a row: the worker running each task at once."""
+    import mlx.core as mx
+    import mlx.optimizers as optim
+
+    from introspect.measure import mlx_replay as mr
+
+    cfg = config(r["family"], r["d"], r["L"], r["h"], r["kv"], r["V"], r["E"], r["k"], r["fe"])
+    model = mr.mlx_lm_model(cfg, mx.float32, evaluate=False)
+    optimizer = optim.Adam(learning_rate=1e-4)
+    optimizer.init(model.trainable_parameters())
+    batch = mr.mlx_lm_batch(r["V"], r["B"], r["T"], evaluate=False)
+    step = mr.make_step(model, optimizer, mr.mlx_lm_loss, r["compiled"])
+    graph = mr.graph_of(model, optimizer, step, batch, r["compiled"])
+    return mr.replay(graph, worker="caught_up").peak_bytes
+
+
 def key(r: dict) -> tuple:
     return tuple(r[k] for k in ("family", "label", "d", "L", "T", "B", "compiled"))
 
@@ -114,7 +131,7 @@ def reestimate(rows: list[dict]) -> list[dict]:
 
     for r in rows:
         spec = spec_of_config(
-            config(r["d"], r["L"], r["h"], r["kv"], r["V"], r["E"], r["k"], r["fe"])
+            config(r["family"], r["d"], r["L"], r["h"], r["kv"], r["V"], r["E"], r["k"], r["fe"])
         )
         setup = setup_of("mlx_lm", "fp32", r["B"], r["T"], r["compiled"])
         now = estimate(spec, setup)
@@ -180,11 +197,22 @@ def write(rows: list[dict], seconds: float) -> None:
     if misses:
         lines += ["Rows outside ±5% now:", ""]
         for r in misses:
+            if abs(r["replay"] / r["measured"] - 1) > BAND:
+                low = caught_up(r) / r["measured"]
+                why = (
+                    f" — the replay's own miss: the measured peak lies between its two "
+                    f"worker bounds ({low:.3f} caught up, {r['replay'] / r['measured']:.3f} "
+                    f"behind); a step of few ops (here B={r['B']}, L={r['L']}) lets the CPU "
+                    "worker keep up, so fewer tasks are pending than the scheduler allows, "
+                    "as in the dense grid's four misses (mlx_replay.md)"
+                )
+            else:
+                why = ""
             lines.append(
                 f"- {r['family']} {r['label']} T={r['T']} "
                 f"{'compiled' if r['compiled'] else 'eager'}: "
                 f"{r['estimate'] / r['measured']:.3f} "
-                f"(replay {r['replay'] / r['measured']:.3f})"
+                f"(replay {r['replay'] / r['measured']:.3f}){why}"
             )
         lines.append("")
     REPORT.write_text("\n".join(lines))
@@ -193,7 +221,9 @@ def write(rows: list[dict], seconds: float) -> None:
 def main() -> None:
     start = time.perf_counter()
     done = json.loads(DATA.read_text()) if DATA.exists() and "--again" not in sys.argv else []
-    out = reestimate(rows(done))
+    measured = rows(done)
+    DATA.write_text(json.dumps(measured, indent=1) + "\n")
+    out = reestimate(measured)
     DATA.write_text(json.dumps(out, indent=1) + "\n")
     write(out, time.perf_counter() - start)
     print(REPORT.read_text())

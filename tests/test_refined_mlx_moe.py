@@ -1,6 +1,10 @@
 """The MLX closed form's mixture-of-experts structure (mlx-lm's qwen3_moe): a real step,
 measured and replayed, against the closed form; the rebuilt sorted-expert gradients;
-the dense structures untouched."""
+the dense structures untouched.
+
+Named to run after tests/test_mlx_replay.py: once a process has run a MoE step (even one
+sorted ``mx.gather_mm``), MLX's active memory stays 10–40 KB higher, which that file's
+1 KB check of a measured step's baseline would see (found running them in one process)."""
 
 from __future__ import annotations
 
