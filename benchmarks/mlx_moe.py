@@ -13,7 +13,9 @@ gradients :mod:`introspect.measure.mlx_replay_moe` rebuilds) and two closed form
 dense counts ``structure_of`` gave a MoE spec before: ``qwen3`` for qwen3_moe,
 ``llama-untied`` for mixtral). Every row is held out: the counts come from replays at
 B=3, d=128, 8 heads (2 K/V), E=12, k=4, expert width 216, T ∈ {44, 176, 704},
-V ∈ {1000, 4000, 16000}, L = 2–16, 24, 32; no row has that shape. BF16 has no row:
+V ∈ {1000, 4000, 16000}, L = 2–16, 24, 32; no row has that shape. Replay-only rows
+(:data:`BIG`: Qwen3-30B-A3B's and Mixtral-8x7B's shapes, lazy weights, nothing
+allocated) check the closed form against the replay at sizes no step here can run. BF16 has no row:
 MLX's CPU ``GatherMM`` runs FP32 only (``mlx/backend/cpu/masked_mm.cpp``).
 """
 
@@ -46,6 +48,46 @@ ROWS = (
     ("mixtral", "wide-k", 192, 6, 6, 3, 3000, 16, 4, 96, 1, 384),
     ("mixtral", "mha-long", 256, 2, 4, 4, 4000, 4, 2, 256, 1, 1024),
 )
+
+
+#: Replay-only rows at published shapes no step here can run: (label, config, T, compiled).
+QWEN3_30B = dict(
+    model_type="qwen3_moe", hidden_size=2048, num_hidden_layers=48, intermediate_size=6144,
+    num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936,
+    num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, decoder_sparse_step=1,
+    mlp_only_layers=[], rms_norm_eps=1e-6, rope_theta=1e6, max_position_embeddings=40960,
+    tie_word_embeddings=False, norm_topk_prob=True,
+)  # fmt: skip
+MIXTRAL_8X7B = dict(
+    model_type="mixtral", hidden_size=4096, num_hidden_layers=32, intermediate_size=14336,
+    num_attention_heads=32, num_key_value_heads=8, vocab_size=32000, num_local_experts=8,
+    num_experts_per_tok=2, rms_norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=False,
+)  # fmt: skip
+BIG = (
+    ("Qwen3-30B-A3B shape (L=48, beyond the deepest count)", QWEN3_30B, 2048, False),
+    ("Qwen3-30B-A3B shape (L=48, beyond the deepest count)", QWEN3_30B, 2048, True),
+    ("Qwen3-30B-A3B shape at L=20 (between counts)", dict(QWEN3_30B, num_hidden_layers=20),
+     1024, False),
+    ("Mixtral-8x7B shape", MIXTRAL_8X7B, 1024, False),
+    ("Mixtral-8x7B shape", MIXTRAL_8X7B, 1024, True),
+)  # fmt: skip
+
+
+def big_rows() -> list[dict]:
+    """The replay and the closed form at :data:`BIG`'s shapes (lazy weights: nothing
+    allocated)."""
+    from mlx_closed_form import replay_config, setup_of, spec_of_config
+
+    from introspect.refined import estimate
+
+    out = []
+    for label, cfg, seq, compiled in BIG:
+        setup = setup_of("mlx_lm", "fp32", 1, seq, compiled)
+        out.append(
+            dict(label=label, T=seq, compiled=compiled, replay=replay_config(cfg, setup),
+                 estimate=estimate(spec_of_config(cfg), setup).total)
+        )  # fmt: skip
+    return out
 
 
 def config(family, d, layers, heads, kv, vocab, experts, top_k, width) -> dict:
@@ -150,7 +192,7 @@ def span(rows: list[dict], key: str) -> str:
     return f"{min(ratios):.3f} to {max(ratios):.3f}"
 
 
-def write(rows: list[dict], seconds: float) -> None:
+def write(rows: list[dict], big: list[dict], seconds: float) -> None:
     import mlx.core as mx
 
     lines = [
@@ -177,6 +219,19 @@ def write(rows: list[dict], seconds: float) -> None:
             f"{r['V']} | {r['E']} | {r['k']} | {r['fe']} | {r['B']} | {r['T']} | "
             f"{'compiled' if r['compiled'] else 'eager'} | {m / 1e6:.2f} | "
             f"{r['replay'] / m:.3f} | {r['estimate'] / m:.3f} | {r['before'] / m:.3f} |"
+        )
+    lines += [
+        "",
+        "## Replay only (published shapes; FP32, B=1)",
+        "",
+        "| shape | T | mode | replay GB | closed form GB | closed/replay |",
+        "|---|--:|---|--:|--:|--:|",
+    ]
+    for r in big:
+        lines.append(
+            f"| {r['label']} | {r['T']} | {'compiled' if r['compiled'] else 'eager'} | "
+            f"{r['replay'] / 1e9:.2f} | {r['estimate'] / 1e9:.2f} | "
+            f"{r['estimate'] / r['replay']:.3f} |"
         )
     lines += ["", "## Summary", ""]
     for title, sel in (
@@ -225,7 +280,7 @@ def main() -> None:
     DATA.write_text(json.dumps(measured, indent=1) + "\n")
     out = reestimate(measured)
     DATA.write_text(json.dumps(out, indent=1) + "\n")
-    write(out, time.perf_counter() - start)
+    write(out, big_rows(), time.perf_counter() - start)
     print(REPORT.read_text())
 
 

@@ -116,9 +116,15 @@ update). Their counts are read off replays exactly as the dense ones'
 the same shapes plus T = 704 and E = 12, k = 4, fe = 216, at every depth from 2 to 16
 and at 24 and 32: a MoE layer's many small routing ops move the largest moment in a
 cycle of a few layers, so lines between 4 and 10 miss by up to 5.5%. FP32 only: MLX's
-CPU ``GatherMM`` refuses BF16 (``cpu/masked_mm.cpp``). Checked on
-(``benchmarks/results/mlx-moe.md``, ``python benchmarks/mlx_moe.py``, all held out):
-measured mlx-lm qwen3_moe and mixtral steps. Not derived (the dense structure's counts,
+CPU ``GatherMM`` refuses BF16 (``cpu/masked_mm.cpp``). **Checked on**
+(``benchmarks/results/mlx-moe.md``, ``python benchmarks/mlx_moe.py``, all held out): 18
+measured mlx-lm steps, 12 qwen3_moe and 6 mixtral (d = 96–256, L = 2–12, E = 4–32,
+k = 1–8, MHA/GQA/MQA, B·T = 96–1024, eager and compiled) — 17 within ±5% (−0.7% to
++5.6%; the dense counts they had before: 2), the miss a compiled 2-layer Mixtral at
+B·T = 1024 where the replay itself is +5.6% (the worker keeps up: the measured peak
+lies between the replay's bounds); and the replay alone at Qwen3-30B-A3B's shape
+(L = 48, T = 2048: −1.3% eager, −0.6% compiled; L = 20: −0.2%) and Mixtral-8x7B's
+(T = 1024: 0.0%). Not derived (the dense structure's counts,
 the label says so): MoE on some layers only (``decoder_sparse_step``,
 ``mlp_only_layers``), tied embeddings, BF16, shared experts (qwen2_moe), LoRA,
 checkpointing (:func:`checkpointed_counts` on the MoE counts overshot four measured
