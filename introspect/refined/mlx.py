@@ -136,9 +136,14 @@ own VJPs and a command buffer pins 20–50 ops, so these counts do not apply the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from introspect.layers import FeedForward
 
 #: The structures the counts are derived for: name → (family, tied embeddings).
 #: mlx-lm's classes (``mlx_lm/models/<family>.py``) and the reference model
@@ -330,7 +335,7 @@ def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     return family
 
 
-def experts(spec: ModelSpec):
+def experts(spec: ModelSpec) -> FeedForward | None:
     """The feed-forward of a stack whose every layer is one mixture of experts, else None."""
     ff = spec.kinds[0][0].feed_forward
     return ff if len(spec.kinds) == 1 and ff.is_moe else None
