@@ -2,9 +2,9 @@
 measured and replayed, against the closed form; the rebuilt sorted-expert gradients;
 the dense structures untouched.
 
-Named to run after tests/test_mlx_replay.py: once a process has run a MoE step (even one
-sorted ``mx.gather_mm``), MLX's active memory stays 10–40 KB higher, which that file's
-1 KB check of a measured step's baseline would see (found running them in one process)."""
+The real step runs in a child process: once a process has evaluated a qwen3_moe model,
+MLX's active memory stays 30–45 KB higher, which tests/test_mlx_replay.py's 1 KB check of
+a measured step's baseline would see if it ran later in the same process."""
 
 from __future__ import annotations
 
@@ -54,6 +54,30 @@ def spec_of(cfg: dict):
     return spec_from_config(cfg, use_transformers=False)
 
 
+def measured_in_a_child(cfg: dict, compiled: bool) -> int:
+    """``mlx_lm_models.measure``'s peak for ``cfg`` at :func:`setup_for`'s setup, run in
+    a fresh Python (module docstring)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from test_refined_mlx_moe import setup_for, spec_of\n"
+        "from introspect.measure import mlx_lm_models\n"
+        "cfg, compiled = json.loads(sys.argv[2]), sys.argv[3] == '1'\n"
+        "setup = setup_for(compiled)\n"
+        "m = mlx_lm_models.measure(cfg, 'test', spec_of(cfg), setup, compiled=compiled)\n"
+        "print(m.peak_bytes)\n"
+    )
+    here = str(Path(__file__).resolve().parent)
+    args = [sys.executable, "-c", code, here, json.dumps(cfg), "1" if compiled else "0"]
+    out = subprocess.run(args, capture_output=True, text=True, check=True, timeout=120)
+    return int(out.stdout.split()[-1])
+
+
 def test_a_measured_and_a_replayed_qwen3_moe_step_are_within_5_percent():
     """mlx-lm's qwen3_moe class, one real FP32 step on the CPU (B·T·k = 256: SwitchGLU
     sorts the tokens) and the same step traced and replayed: the closed form, from
@@ -63,13 +87,12 @@ def test_a_measured_and_a_replayed_qwen3_moe_step_are_within_5_percent():
     import mlx.core as mx
     import mlx.optimizers as optim
 
-    from introspect.measure import mlx_lm_models
     from introspect.measure import mlx_replay as mr
 
     cfg = moe_config()
     spec, setup = spec_of(cfg), setup_for()
     closed = refined.estimate(spec, setup).total
-    measured = mlx_lm_models.measure(cfg, "test", spec, setup, compiled=False).peak_bytes
+    measured = measured_in_a_child(cfg, compiled=False)
 
     model = mr.mlx_lm_model(cfg, mx.float32, evaluate=False)
     optimizer = optim.Adam(learning_rate=1e-4)
