@@ -21,6 +21,15 @@ as ``mlx_lm.lora`` builds it (``model.freeze()``, ``linear_to_lora_layers(model,
 frozen base, the adapters and their Adam state are the state subtracted, as the weights
 and moments are under full fine-tuning.
 
+    python benchmarks/mlx_derive.py --from qwen3_moe   # the MoE structures, the rest kept
+
+The mixture-of-experts structures (:data:`introspect.refined.mlx.MOE_STRUCTURES`: mlx-lm's
+``qwen3_moe`` and ``mixtral``) are traced with their sorted experts' weight gradients
+rebuilt (:mod:`introspect.measure.mlx_replay_moe`), FP32 only (MLX's CPU ``GatherMM``
+runs no other dtype), with E = 12 experts, k = 4 per token, each f = 216 wide
+(:data:`EXPERTS`), at one more T (:data:`MOE_SHAPES`) and at every depth from 2 to 16 and
+at 24 and 32 (:data:`MOE_LAYERS`).
+
 Derivation shapes: B=3, d=128, 8 heads of 16, 2 K/V heads, f=216 (GPT-2: 4d; Phi's
 rotary 12 of 16), T ∈ {44, 176}, V ∈ {1000, 4000, 16000} — no row of any check. The
 counts carry to other shapes because MLX's evaluation order, buffer lifetimes and the
@@ -47,6 +56,20 @@ SEEDS = 3
 #: spanning the regimes a peak can fall in (the logits', the T×T tensors', the
 #: weights'): every kind a distinct size at each (checked by :func:`kind_table`).
 SHAPES = tuple(dict(DERIVE, seq=T, vocab=V) for T in (44, 176) for V in (1000, 4000, 16000))
+#: The MoE structures' experts at the derivation shapes (``ffn`` each expert's width):
+#: B·T·E, B·T·k, B·T·k·d, B·T·k·fe, d·E and E·d·fe distinct from every other kind.
+EXPERTS = dict(experts=12, top_k=4)
+#: The MoE structures' depths: every one from 2 to 16, then 24 and 32. Their largest
+#: moment moves with the depth in a cycle of a few layers (the ~110 pending dispatches
+#: against a MoE layer's many small routing ops): the straight line from 4 to 10 misses
+#: the replay by up to 5.5% between them; counted at each depth, the closed form is
+#: the replay's own there.
+MOE_LAYERS = (*range(2, 17), 24, 32)
+#: The MoE structures' shapes beyond :data:`SHAPES`: T = 704, where the T×T tensors
+#: outweigh the experts' B·T·k·fe ones several times over (as at T ≥ 1024 with a few
+#: heads). Without it, a 4-layer Qwen3-MoE at T = 1024 compiled peaks at a moment no
+#: candidate holds: the closed form 6% under the replay.
+MOE_SHAPES = tuple(dict(DERIVE, seq=704, vocab=V) for V in (1000, 16000))
 #: Phi's partial rotary factor at the derivation shape.
 ROTARY = 0.75
 #: Buffers of an unknown shape up to this size are counted as plain bytes.
@@ -84,8 +107,9 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, 
     else:
         kv = shape["heads"] if family in ("phi", "gpt2") else shape["kv"]
         cfg = mr.family_config(
-            family, shape["d"], layers, shape["ffn"], shape["heads"], kv, shape["vocab"]
-        )
+            family, shape["d"], layers, shape["ffn"], shape["heads"], kv, shape["vocab"],
+            **(EXPERTS if structure in closed.MOE_STRUCTURES else {}),
+        )  # fmt: skip
         if family in ("llama", "qwen2"):
             cfg["tie_word_embeddings"] = tied
         if family == "phi":  # a rotary width unlike any other kind's: 12 of 16
@@ -133,10 +157,13 @@ def dims_of(structure: str, shape: dict, lora: bool = False) -> dict:
     d, h = shape["d"], shape["heads"]
     kv = h if family in ("phi", "gpt2", "reference-standard") else shape["kv"]
     f = 4 * d if family == "gpt2" else shape["ffn"]
+    moe = structure in closed.MOE_STRUCTURES
     return closed.Dims(
         B=shape["batch"], T=shape["seq"], d=d, f=f, h=h, kv=kv, hd=d // h, V=shape["vocab"],
         positions=4096, rot=int(d // h * ROTARY) if family == "phi" else d // h,
         r=LORA_RANK if lora else 0,
+        E=EXPERTS["experts"] if moe else 0, k=EXPERTS["top_k"] if moe else 0,
+        fe=shape["ffn"] if moe else 0,
     )  # fmt: skip
 
 
@@ -269,13 +296,19 @@ def tape(
 def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> list[dict]:
     """The candidate moments of one structure: at each derivation shape, the live bytes
     by kind at the replay's largest moment (and at the update's largest) at each L of
-    :data:`LAYERS` give, by :func:`fit`, its counts at each depth."""
-    dims_by = [dims_of(structure, dict(shape), lora) for shape in SHAPES]
+    :data:`LAYERS` (:data:`MOE_LAYERS` for a MoE structure) give, by :func:`fit`, its
+    counts at each depth."""
+    from introspect.refined import mlx as closed
+
+    moe = structure in closed.MOE_STRUCTURES
+    shapes = SHAPES + MOE_SHAPES if moe else SHAPES
+    dims_by = [dims_of(structure, dict(shape), lora) for shape in shapes]
     for dims in dims_by:
         kind_table(dims)
     out = []
-    for shape, dims in zip(SHAPES, dims_by, strict=True):
-        depths = LAYERS + (SHALLOW if lora else ())
+    layers = MOE_LAYERS if moe else LAYERS
+    for shape, dims in zip(shapes, dims_by, strict=True):
+        depths = layers + (SHALLOW if lora else ())
         tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
         for phase in ("any", "optimizer_step"):
             tops = []
@@ -285,9 +318,9 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
                     tops.append(max(ops, key=lambda x: sum(x[2].values())))
             if len(tops) < len(depths):
                 continue
-            c = fit(structure, dtype, tops[: len(LAYERS)], dims)
+            c = fit(structure, dtype, tops[: len(layers)], dims, layers)
             if lora:
-                shallow = fit(structure, dtype, tops[len(LAYERS) :], dims, SHALLOW)
+                shallow = fit(structure, dtype, tops[len(layers) :], dims, SHALLOW)
                 c["shallow"] = shallow["at"]
             c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
             out.append(c)
@@ -349,6 +382,8 @@ def main() -> None:
         for structure in (closed.LORA_STRUCTURES if lora else names)
         for dtype in ("fp32", "bf16")
         for compiled in (False, True)
+        # MLX's CPU GatherMM runs FP32 only (cpu/masked_mm.cpp): no BF16 MoE step.
+        if dtype == "fp32" or structure not in closed.MOE_STRUCTURES
     ]
     for structure, dtype, compiled, lora in wanted:
         k = closed.key(structure, dtype, compiled, lora)

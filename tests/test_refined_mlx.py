@@ -75,7 +75,8 @@ def test_counts_are_whole_tensors_and_the_state_is_three_copies():
     for candidates in COUNTS.values():
         assert candidates
         for c in candidates:
-            assert set(c["at"]) == set(mlx.DEPTHS)
+            # DEPTHS, and for a MoE structure more (benchmarks/mlx_derive.py's MOE_LAYERS)
+            assert set(mlx.DEPTHS) <= set(c["at"])
             for counts in c["at"].values():
                 assert all(isinstance(v, int) for v in counts.values())
     _, spec = family_spec("llama")

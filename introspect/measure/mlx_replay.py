@@ -55,10 +55,41 @@ from introspect.measure.mlx_replay_trace import Graph, trace_step
 
 #: Small configs of mlx-lm's classes: ``mlx_lm.models.<model_type>.ModelArgs`` fields.
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2")
+#: mlx-lm's mixture-of-experts classes among them (``experts``/``top_k`` of
+#: :func:`family_config`; ``ffn`` is each expert's width).
+MOE_FAMILIES = ("qwen3_moe", "mixtral")
 
 
-def family_config(model_type: str, d: int, layers: int, ffn: int, heads: int, kv: int, vocab: int):
-    """``ModelArgs`` keyword arguments for one of :data:`FAMILIES` at this shape."""
+def family_config(
+    model_type: str,
+    d: int,
+    layers: int,
+    ffn: int,
+    heads: int,
+    kv: int,
+    vocab: int,
+    experts: int = 8,
+    top_k: int = 2,
+):
+    """``ModelArgs`` keyword arguments for one of :data:`FAMILIES` or
+    :data:`MOE_FAMILIES` at this shape (a MoE on every layer: ``decoder_sparse_step``
+    1, no ``mlp_only_layers``, untied as Qwen3-MoE's published configs)."""
+    if model_type == "qwen3_moe":
+        return dict(
+            model_type="qwen3_moe", hidden_size=d, num_hidden_layers=layers,
+            intermediate_size=ffn, num_attention_heads=heads, num_key_value_heads=kv,
+            head_dim=d // heads, vocab_size=vocab, num_experts=experts,
+            num_experts_per_tok=top_k, moe_intermediate_size=ffn, decoder_sparse_step=1,
+            mlp_only_layers=[], rms_norm_eps=1e-6, rope_theta=1e6,
+            max_position_embeddings=4096, tie_word_embeddings=False, norm_topk_prob=True,
+        )  # fmt: skip
+    if model_type == "mixtral":
+        return dict(
+            model_type="mixtral", hidden_size=d, num_hidden_layers=layers,
+            intermediate_size=ffn, num_attention_heads=heads, num_key_value_heads=kv,
+            vocab_size=vocab, num_local_experts=experts, num_experts_per_tok=top_k,
+            rms_norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=False,
+        )  # fmt: skip
     if model_type == "gpt2":
         return dict(
             model_type="gpt2",

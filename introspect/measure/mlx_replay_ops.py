@@ -80,13 +80,15 @@ class OpRules:
                 temps.append(self.malloc(g.nbytes(ins[0]), name + " copy"))
                 compute += 1
             self.fresh(out, name)
-        elif name == "Matmul":
+        elif name in ("Matmul", "GatherMM", "SegmentedMM"):
+            # cpu/matmul.cpp; GatherMM's and SegmentedMM's check_transpose
+            # (cpu/masked_mm.cpp) copy the same inputs.
             self.fresh(out, name)
             for a in ins[:2]:
                 lay, shape = self.lay[a], g.shapes[a]
                 stx, sty = lay.strides[-2], lay.strides[-1]
                 if not ((stx == shape[-1] and sty == 1) or (stx == 1 and sty == shape[-2])):
-                    temps.append(self.malloc(g.nbytes(a), "Matmul copy"))
+                    temps.append(self.malloc(g.nbytes(a), name + " copy"))
                     compute += 1
         elif name in ("Scatter", "ScatterAxis", "SliceUpdate"):
             src = ins[0]

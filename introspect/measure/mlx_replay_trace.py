@@ -19,6 +19,10 @@ Two differences from what ``mx.eval`` sees, both from ``compile_simplify``: no-o
 ``StopGradient``) are gone, and identical ops on identical inputs are merged. Copy and
 StopGradient share their input's buffer on CPU (``mlx/backend/common/common.cpp``), so
 removing them changes no buffer; the merges match what ``mx.compile`` does anyway.
+
+One primitive export cannot record: ``SegmentedMM``, the weight gradient of mlx-lm's
+sorted mixture-of-experts projections (``SwitchLinear``); :mod:`.mlx_replay_moe` traces
+those steps with a marker in its place and rebuilds it from MLX's source.
 """
 
 from __future__ import annotations
@@ -208,8 +212,13 @@ def trace_step(model, optimizer, step: Callable, batch: Sequence) -> Graph:
         return [*values, *[v for _, v in new_params], *[v for _, v in new_opt]]
 
     inputs = [*batch, *[v for _, v in params], *[v for _, v in opt]]
+    from introspect.measure import mlx_replay_moe
+
     try:
-        graph = trace(fun, inputs, n_batch, [])
+        with mlx_replay_moe.traceable_switch(model) as switch:
+            graph = trace(fun, inputs, n_batch, [])
+        if switch:
+            graph = mlx_replay_moe.rebuild(graph)
     finally:
         model.update(tree_unflatten(params))
         for key, value in opt:

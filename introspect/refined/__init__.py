@@ -120,6 +120,7 @@ def execution_estimate(
             if setup.framework in ("mlx", "mlx_compiled") and not _mlx().applies(setup, spec)
             else ""
         )
+        + (_mlx().moe_note(spec, setup) if setup.framework in ("mlx", "mlx_compiled") else "")
         + ")",
         notes=causes.causes(spec, setup, terms) if notes else {},
         meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},

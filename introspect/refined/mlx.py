@@ -95,15 +95,55 @@ with both, 56 of 56, −2.0% to +1.8%.
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
+**Mixtures of experts** (:data:`MOE_STRUCTURES`: mlx-lm's ``qwen3_moe`` and ``mixtral``,
+``mlx_lm/models/qwen3_moe.py``, ``mixtral.py``). The router (``gate``, a d·E linear)
+scores every token: Qwen3-MoE a precise soft-max over the E logits, ``argpartition``'s
+top k, their scores renormalized (``norm_topk_prob``); Mixtral ``argpartition`` of the
+logits and a soft-max over the k chosen. ``SwitchGLU`` (``mlx_lm/models/switch_layers.py``)
+repeats each token k times and, once ``indices.size >= 64`` (every training step here),
+sorts the copies by expert (``_gather_sort``: two ``argsort``), runs up, gate and down as
+``mx.gather_mm`` over the E stacked experts (``SwitchLinear``, weights E·fe·d) and
+unsorts (``_scatter_unsort``); the block sums the k outputs weighted by the scores.
+Backward: ``GatherMM::vjp`` (``mlx/primitives.cpp``) — the input's gradient a sorted
+``gather_mm`` of the cotangent, each weight's a ``segmented_mm`` over the experts'
+segments. So the graph holds kinds a dense block has not (:data:`MOE_KINDS`): B·T·E
+(the router's logits, soft-max, partition), B·T·k (indices, scores, the sort's orders),
+B·T·k·d (the sorted copies, the experts' outputs and their gradients), B·T·k·fe (up,
+gate, the activation and their gradients), d·E and E·d·fe (the weights' gradients and
+update). Their counts are read off replays exactly as the dense ones'
+(``python benchmarks/mlx_derive.py --from qwen3_moe``; ``SegmentedMM`` cannot be exported,
+:mod:`introspect.measure.mlx_replay_moe` rebuilds it in the trace from the source), at
+the same shapes plus T = 704 and E = 12, k = 4, fe = 216, at every depth from 2 to 16
+and at 24 and 32: a MoE layer's many small routing ops move the largest moment in a
+cycle of a few layers, so lines between 4 and 10 miss by up to 5.5%. FP32 only: MLX's
+CPU ``GatherMM`` refuses BF16 (``cpu/masked_mm.cpp``). **Checked on**
+(``benchmarks/results/mlx-moe.md``, ``python benchmarks/mlx_moe.py``, all held out): 18
+measured mlx-lm steps, 12 qwen3_moe and 6 mixtral (d = 96–256, L = 2–12, E = 4–32,
+k = 1–8, MHA/GQA/MQA, B·T = 96–1024, eager and compiled) — 17 within ±5% (−0.7% to
++5.6%; the dense counts they had before: 2), the miss a compiled 2-layer Mixtral at
+B·T = 1024 where the replay itself is +5.6% (the worker keeps up: the measured peak
+lies between the replay's bounds); and the replay alone at Qwen3-30B-A3B's shape
+(L = 48, T = 2048: −1.3% eager, −0.6% compiled; L = 20: −0.2%) and Mixtral-8x7B's
+(T = 1024: 0.0%). Not derived (the dense structure's counts,
+the label says so): MoE on some layers only (``decoder_sparse_step``,
+``mlp_only_layers``), tied embeddings, BF16, shared experts (qwen2_moe), LoRA,
+checkpointing (:func:`checkpointed_counts` on the MoE counts overshot four measured
+qwen3_moe steps by 38–42%: not used).
+
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from introspect.layers import FeedForward
 
 #: The structures the counts are derived for: name → (family, tied embeddings).
 #: mlx-lm's classes (``mlx_lm/models/<family>.py``) and the reference model
@@ -118,7 +158,15 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
     "gpt2": ("gpt2", True),
     "reference-standard": ("reference-standard", False),
     "reference-llama": ("reference-llama", False),
+    # mlx-lm's Qwen3-MoE (mlx_lm/models/qwen3_moe.py): a MoE block on every layer,
+    # untied; FP32 only (MLX's CPU GatherMM runs FP32 only, cpu/masked_mm.cpp).
+    "qwen3_moe": ("qwen3_moe", False),
+    # mlx-lm's Mixtral (mlx_lm/models/mixtral.py): Llama's attention, the soft-max over
+    # the top-k logits, the same SwitchGLU; untied, FP32 only.
+    "mixtral": ("mixtral", False),
 }
+#: The mixture-of-experts structures (their counts: FP32, eager and compiled).
+MOE_STRUCTURES = ("qwen3_moe", "mixtral")
 
 
 @record
@@ -138,6 +186,10 @@ class Dims:
     rot: int = 0
     #: LoRA's rank (0: full fine-tuning, no adapter kinds).
     r: int = 0
+    #: Routed experts, experts per token and each expert's width (0: a dense block).
+    E: int = 0
+    k: int = 0
+    fe: int = 0
 
 
 #: Shape kind → its number of elements.
@@ -181,11 +233,22 @@ KINDS = {
     "d·r": lambda x: x.d * x.r,
     "kv·r": lambda x: x.kv * x.hd * x.r,
     "f·r": lambda x: x.f * x.r,
+    # mlx-lm's SwitchGLU (mlx_lm/models/switch_layers.py) and its router: the router's
+    # logits and soft-max, the top-k indices and scores (and the sort's orders), the
+    # token copies sorted by expert, the experts' up/gate/activation, their weights.
+    "B·T·E": lambda x: x.B * x.T * x.E,
+    "B·T·k": lambda x: x.B * x.T * x.k,
+    "B·T·k·d": lambda x: x.B * x.T * x.k * x.d,
+    "B·T·k·fe": lambda x: x.B * x.T * x.k * x.fe,
+    "d·E": lambda x: x.d * x.E,
+    "E·d·fe": lambda x: x.E * x.d * x.fe,
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
 KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
 #: Kinds of LoRA's adapters (absent under full fine-tuning).
 LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
+#: Kinds of a mixture-of-experts block (absent from a dense one).
+MOE_KINDS = ("B·T·E", "B·T·k", "B·T·k·d", "B·T·k·fe", "d·E", "E·d·fe")
 
 
 #: Kinds of a partial rotary embedding (absent when the rotary covers the head).
@@ -201,6 +264,7 @@ def kinds(dims: Dims) -> list[str]:
         if (dims.kv != dims.h or k not in KV_KINDS)
         and (dims.rot != dims.hd or k not in ROT_KINDS)
         and (dims.r or k not in LORA_KINDS)
+        and (dims.E or k not in MOE_KINDS)
     ]
 
 
@@ -220,12 +284,17 @@ GROUPS = {
     "T²": "activations/mlx/attention",
     "B·h·T": "activations/mlx/attention",
     "B·T·f": "activations/mlx/feed_forward",
+    "B·T·k·fe": "activations/mlx/experts",
+    "B·T·k·d": "activations/mlx/experts",
+    "B·T·k": "activations/mlx/router",
+    "B·T·E": "activations/mlx/router",
 }
 #: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
 MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
 WEIGHT_KINDS = (
     *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
     *("d·r", "kv·r", "f·r"),
+    *("d·E", "E·d·fe"),
 )
 
 #: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
@@ -246,6 +315,9 @@ def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     if setup.implementation == "reference":
         llama = spec.norm == "rmsnorm" and spec.ffn == "gated"
         return "reference-llama" if llama else "reference-standard"
+    moe = moe_structure(spec, setup)
+    if moe:
+        return moe
     family = SAME_CLASS.get(spec.model_type, spec.model_type)
     if family not in ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2"):
         if spec.qk_norm != "none":
@@ -263,7 +335,53 @@ def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     return family
 
 
+def experts(spec: ModelSpec) -> FeedForward | None:
+    """The feed-forward of a stack whose every layer is one mixture of experts, else None."""
+    ff = spec.kinds[0][0].feed_forward
+    return ff if len(spec.kinds) == 1 and ff.is_moe else None
+
+
+def moe_structure(spec: ModelSpec, setup: TrainingSetup) -> str | None:
+    """The MoE structure of :data:`MOE_STRUCTURES` that ``spec`` is, as ``setup`` runs it:
+    mlx-lm's ``qwen3_moe`` class with a MoE block on every layer (``decoder_sparse_step``
+    1, no ``mlp_only_layers``) or its ``mixtral``, a soft-max router over k of E routed
+    experts and no shared one, untied, FP32, not checkpointed (what the counts were
+    derived for). Else None: a MoE spec keeps the dense structure's counts
+    (:func:`moe_note` says so)."""
+    ff = experts(spec)
+    if (
+        spec.model_type in MOE_STRUCTURES
+        and ff is not None
+        and not ff.shared_intermediate_size
+        and not ff.all_experts
+        and ff.router == "softmax"
+        and not ff.bias
+        and not spec.tie_word_embeddings
+        and dtype_of(setup) == "fp32"
+        # checkpointed_counts on the MoE counts overshoots measured steps by 38–42%
+        # (benchmarks/results/mlx-moe.md): mx.checkpoint's recompute of a MoE layer is
+        # not what the dense rule assumes; not derived.
+        and not setup.activation_checkpointing
+    ):
+        return spec.model_type
+    return None
+
+
+def moe_note(spec: ModelSpec, setup: TrainingSetup) -> str:
+    """The label of a MoE spec on a dense structure's counts (empty otherwise)."""
+    if not any(kind.feed_forward.is_moe for kind, _ in spec.kinds) or not applies(setup, spec):
+        return ""
+    if structure_of(spec, setup) in MOE_STRUCTURES:
+        return ""
+    return (
+        f"; MoE on the dense {structure_of(spec, setup)} counts: MLX's MoE counts are "
+        "derived for mlx-lm's qwen3_moe and mixtral, every layer MoE, untied, FP32, "
+        "no checkpointing"
+    )
+
+
 def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
+    ff = experts(spec) if structure_of(spec, setup) in MOE_STRUCTURES else None
     return Dims(
         B=setup.batch_size,
         T=setup.seq_len,
@@ -276,6 +394,9 @@ def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
         positions=spec.max_position_embeddings or 0,
         rot=int(spec.head_size * spec.partial_rotary_factor),
         r=setup.lora_rank if setup.finetune == "lora" else 0,
+        E=ff.num_experts if ff else 0,
+        k=ff.top_k if ff else 0,
+        fe=ff.intermediate_size if ff else 0,
     )
 
 
@@ -326,18 +447,22 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
     its two ends."""
     at = {int(k): v for k, v in candidate["at"].items()}
     shallow = {int(k): v for k, v in candidate.get("shallow", {}).items()}
+    # The candidate's own depths: DEPTHS, or for a MoE structure every depth from 2 to
+    # 16 and a few beyond (benchmarks/mlx_derive.py's MOE_LAYERS).
+    depths = sorted(at)
     if layers < DEPTHS[0] and shallow:
         # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
         # line from the nearest of them to the count at 4.
         at.update(shallow)
         lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
-    elif layers > DEPTHS[-1]:
-        # Beyond the deepest count: the slope over all the depths (the scheduler's
-        # shifts between two nearby depths would be multiplied), through the last count.
-        lo, hi = DEPTHS[0], DEPTHS[-1]
+    elif layers > depths[-1]:
+        # Beyond the deepest count: the slope over all the depths from 4 (the
+        # scheduler's shifts between two nearby depths would be multiplied), through
+        # the last count.
+        lo, hi = (DEPTHS[0] if DEPTHS[0] in at else depths[0]), depths[-1]
     else:
-        i = next(i for i in range(1, len(DEPTHS)) if layers <= DEPTHS[i])
-        lo, hi = DEPTHS[i - 1], DEPTHS[i]
+        i = next((i for i in range(1, len(depths)) if layers <= depths[i]), 1)
+        lo, hi = depths[i - 1], depths[i]
     per, fixed = {}, {}
     for kind in set(at[lo]) | set(at[hi]):
         a, b = at[lo].get(kind, 0), at[hi].get(kind, 0)
