@@ -229,3 +229,18 @@ def test_bf16_eager_lora_step_keeps_the_fp32_upcasts_the_trace_merges():
     estimate = refined.estimate(spec, setup)
     assert estimate.execution["activations/mlx/hidden/lora_upcasts"] == upcasts
     assert estimate.total == pytest.approx(m.peak_bytes, rel=0.05)
+
+
+def test_mlx_lm_lora_on_moe_counts_the_router_adapter():
+    """mlx-lm adapts every linear of a block, an MoE layer's router too, and each
+    expert of a SwitchLinear: the count the estimate keeps state for is the step's."""
+    cfg = dict(
+        QWEN2, model_type="qwen3_moe", head_dim=16, num_experts=4, num_experts_per_tok=2,
+        moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
+        tie_word_embeddings=False, norm_topk_prob=True, rope_theta=1e6,
+        max_position_embeddings=4096,
+    )  # fmt: skip
+    spec = spec_from_config(cfg, source="qwen3_moe")
+    setup = lora_setup()
+    m = mlx_lm_models.measure(cfg, "qwen3_moe", spec, setup, compiled=False)
+    assert m.trainable_params == adapter_parameters(spec, setup)

@@ -196,7 +196,22 @@ def adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     r = setup.lora_rank
     shapes = linear_shapes(spec)
     per_layer = sum(r * sum(shapes[t]) * _experts(spec, t) for t in targets(spec, setup))
-    return spec.num_hidden_layers * per_layer
+    return spec.num_hidden_layers * per_layer + _mlx_router_adapters(spec, setup)
+
+
+def _mlx_router_adapters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """mlx-lm's ``linear_to_lora_layers`` without keys adapts every ``nn.Linear`` of a
+    block (``mlx_lm/tuner/utils.py``), an MoE layer's router ``gate`` (d → E) too."""
+    if not (spec.is_moe and setup.framework.startswith("mlx")):
+        return 0
+    if "all-linear" not in setup.lora_targets:
+        return 0
+    r, d = setup.lora_rank, spec.hidden_size
+    return sum(
+        count * r * (d + kind.feed_forward.num_experts)
+        for kind, count in spec.kinds
+        if kind.feed_forward.is_moe
+    )
 
 
 def embedding_parameters(spec: ModelSpec) -> int:
