@@ -98,19 +98,54 @@ def peft_moe(spec: ModelSpec, setup: TrainingSetup) -> bool:
 
 @per_estimate
 def module_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
-    """One layer kind's ``nn.Linear`` modules in transformers 5, by name: an MoE
-    layer's feed-forward linears are its shared expert's (``shared_intermediate_size``
-    wide) and the shared expert's gate (d → 1); its experts and router are not linears.
-    A dense layer's are :func:`linear_shapes`'."""
+    """One layer kind's ``nn.Linear`` modules in transformers 5, by name: the attention's
+    (:func:`_attention_modules`); an MoE layer's feed-forward linears are its shared
+    expert's (``shared_intermediate_size`` wide) and the shared expert's gate (d → 1),
+    its experts and router not being linears; a dense layer's are :func:`linear_shapes`'."""
     ff = spec.kinds[0][0].feed_forward
+    ffn = {k: v for k, v in linear_shapes(spec).items() if k in EXPERT_LINEARS}
+    shapes = _attention_modules(spec)
     if not ff.is_moe:
-        return linear_shapes(spec)
-    shapes = {k: v for k, v in linear_shapes(spec).items() if k not in EXPERT_LINEARS}
+        return shapes | ffn
     if ff.shared_intermediate_size:
         shared = spec.replace(intermediate_size=ff.shared_intermediate_size)
         shapes.update({k: v for k, v in linear_shapes(shared).items() if k in EXPERT_LINEARS})
     if ff.shared_expert_gate:
         shapes["shared_expert_gate"] = (spec.hidden_size, 1)
+    return shapes
+
+
+def _attention_modules(spec: ModelSpec) -> dict[str, tuple[int, int]]:
+    """The attention's linears as transformers names them: q/k/v/o (q twice as wide
+    with Qwen3-Next's output gate); DeepSeek's MLA (``modeling_deepseek_v3.py``:
+    ``q_a_proj``/``q_b_proj`` or ``q_proj``, ``kv_a_proj_with_mqa``, ``kv_b_proj``,
+    ``o_proj``); Gated DeltaNet's (``modeling_qwen3_next.py``: ``in_proj_qkvz``,
+    ``in_proj_ba``, ``out_proj``)."""
+    att, d = spec.kinds[0][0].attention, spec.hidden_size
+    if att.kind == "linear":
+        nk, dk = att.linear_num_key_heads, att.linear_key_head_dim
+        nv, dv = att.linear_num_value_heads, att.linear_value_head_dim
+        return {
+            "in_proj_qkvz": (d, 2 * nk * dk + 2 * nv * dv),
+            "in_proj_ba": (d, 2 * nv),
+            "out_proj": (nv * dv, d),
+        }
+    if att.kind == "mla":
+        h = att.num_attention_heads
+        qk = att.qk_nope_head_dim + att.qk_rope_head_dim
+        shapes = (
+            {"q_proj": (d, h * qk)}
+            if att.q_lora_rank is None
+            else {"q_a_proj": (d, att.q_lora_rank), "q_b_proj": (att.q_lora_rank, h * qk)}
+        )
+        return shapes | {
+            "kv_a_proj_with_mqa": (d, att.kv_lora_rank + att.qk_rope_head_dim),
+            "kv_b_proj": (att.kv_lora_rank, h * (att.qk_nope_head_dim + att.v_head_dim)),
+            "o_proj": (h * att.v_head_dim, d),
+        }
+    shapes = {k: v for k, v in linear_shapes(spec).items() if k not in EXPERT_LINEARS}
+    if att.output_gate:
+        shapes["q_proj"] = (d, 2 * shapes["q_proj"][1])
     return shapes
 
 
