@@ -90,7 +90,12 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, 
             cfg["tie_word_embeddings"] = tied
         if family == "phi":  # a rotary width unlike any other kind's: 12 of 16
             cfg["partial_rotary_factor"] = ROTARY
+        if family in mr.DENSE_FAMILIES:
+            cfg["tie_word_embeddings"] = tied
         model = mr.mlx_lm_model(cfg, dt)
+        if family == "gemma3_text" and tied:
+            # As a checkpoint without lm_head.weight loads (mlx_lm/models/gemma3_text.py).
+            model.sanitize({})
         if lora:
             from mlx_lm.tuner.utils import linear_to_lora_layers
 

@@ -118,6 +118,13 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
     "gpt2": ("gpt2", True),
     "reference-standard": ("reference-standard", False),
     "reference-llama": ("reference-llama", False),
+    # mlx-lm's dense classes beyond those, as their checkpoints tie (DENSE_STRUCTURES).
+    "gemma2": ("gemma2", True),
+    "gemma3_text": ("gemma3_text", True),
+    "gemma3_text-untied": ("gemma3_text", False),
+    "phi3": ("phi3", False),
+    "olmo2": ("olmo2", False),
+    "starcoder2": ("starcoder2", True),
 }
 
 
@@ -181,9 +188,16 @@ KINDS = {
     "d·r": lambda x: x.d * x.r,
     "kv·r": lambda x: x.kv * x.hd * x.r,
     "f·r": lambda x: x.f * x.r,
+    # Phi-3's fused projections (mlx_lm/models/phi3.py): qkv_proj's B·T·(q+2kv) output
+    # and weight, gate_up_proj's B·T·2f output and weight.
+    "B·T·qkv": lambda x: x.B * x.T * (x.h + 2 * x.kv) * x.hd,
+    "B·T·2f": lambda x: 2 * x.B * x.T * x.f,
+    "d·qkv": lambda x: x.d * (x.h + 2 * x.kv) * x.hd,
+    "d·2f": lambda x: 2 * x.d * x.f,
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
 KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
+KV_KINDS += ("B·T·qkv", "d·qkv")  # Phi-3's fused q/k/v is B·T·3d, d·3d when MHA
 #: Kinds of LoRA's adapters (absent under full fine-tuning).
 LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
 
@@ -220,12 +234,14 @@ GROUPS = {
     "T²": "activations/mlx/attention",
     "B·h·T": "activations/mlx/attention",
     "B·T·f": "activations/mlx/feed_forward",
+    "B·T·2f": "activations/mlx/feed_forward",
 }
 #: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
 MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
 WEIGHT_KINDS = (
     *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
     *("d·r", "kv·r", "f·r"),
+    *("d·qkv", "d·2f"),
 )
 
 #: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
@@ -240,13 +256,16 @@ def group(kind: str) -> str:
 
 def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     """The derived structure nearest to ``spec`` as ``setup`` runs it: our reference
-    model, Llama-style (RMSNorm, gated) or standard; mlx-lm's class by ``model_type``, or
+    model, Llama-style (RMSNorm, gated) or standard; mlx-lm's class by ``model_type``
+    (:func:`dense_structure` for Gemma 2 and 3, Phi-3, OLMo 2 and StarCoder2), or
     else the class whose structure matches (q/k norms: Qwen3; a parallel LayerNorm block:
     Phi; learned positions: GPT-2; q/k/v biases: Qwen2; otherwise Llama)."""
     if setup.implementation == "reference":
         llama = spec.norm == "rmsnorm" and spec.ffn == "gated"
         return "reference-llama" if llama else "reference-standard"
     family = SAME_CLASS.get(spec.model_type, spec.model_type)
+    if dense_structure(spec):
+        return dense_structure(spec)
     if family not in ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2"):
         if spec.qk_norm != "none":
             family = "qwen3"
@@ -261,6 +280,37 @@ def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     if family == "llama" and not spec.tie_word_embeddings:
         return "llama-untied"
     return family
+
+
+#: mlx-lm's dense classes derived beyond the first six (``mlx_lm/models/<family>.py``),
+#: each as its checkpoints tie: Gemma 2's class has no ``lm_head`` at all (tied
+#: whatever the config says); Gemma 3's builds one and drops it in ``sanitize`` when the
+#: checkpoint has no ``lm_head.weight`` (its checkpoints' case: tied), and keeps it for a
+#: random build (``gemma3_text-untied``, which ``introspect measure`` runs); Phi-3 and
+#: OLMo 2 untied, StarCoder2 tied, as their ``tie_word_embeddings`` says.
+DENSE_STRUCTURES = ("gemma2", "gemma3_text", "phi3", "olmo2", "starcoder2")
+
+
+def dense_structure(spec: ModelSpec) -> str | None:
+    """The derived structure of one of :data:`DENSE_STRUCTURES` whose embeddings are tied
+    as ``spec``'s (None, the nearest structure instead, for a tie not derived: Phi-3 or
+    OLMo 2 tied, StarCoder2 untied).
+
+    Gemma 3's sliding window: the counts were read with every layer's mask ``"causal"``
+    (``sliding_window`` longer than T: ``create_attention_mask`` in
+    ``mlx_lm/models/base.py`` builds no array). A window shorter than T gives the sliding
+    layers one shared T×T boolean mask instead of the fallback's per layer, and makes the
+    peak smaller by those bytes only: −0.2% to −0.7% in the replays at the derivation
+    shapes (T = 176, window 32, L = 4 and 32), so the counts apply, slightly above."""
+    family = spec.model_type
+    if family not in DENSE_STRUCTURES:
+        return None
+    if family == "gemma2":
+        return "gemma2"
+    for name in (family, f"{family}-untied"):
+        if name in STRUCTURES and STRUCTURES[name][1] == spec.tie_word_embeddings:
+            return name
+    return None
 
 
 def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
