@@ -381,6 +381,12 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
         # line from the nearest of them to the count at 4.
         at.update(shallow)
         lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
+    elif candidate.get("between") and DEPTHS[0] < layers < DEPTHS[1]:
+        # The dense classes' counts at each depth from 5 to 9 (benchmarks/mlx_derive.py's
+        # DENSE_BETWEEN): the line between the two nearest.
+        at.update({int(k): v for k, v in candidate["between"].items()})
+        lo = max(k for k in at if k <= layers)
+        hi = min(k for k in at if k > layers)
     elif layers > DEPTHS[-1]:
         # Beyond the deepest count: the slope over all the depths (the scheduler's
         # shifts between two nearby depths would be multiplied), through the last count.
