@@ -57,6 +57,7 @@ from introspect.measure.mlx_replay_trace import Graph, trace_step
 FAMILIES = ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2")
 #: mlx-lm's dense classes derived after those (``mlx_lm/models/<model_type>.py``).
 DENSE_FAMILIES = ("gemma2", "gemma3_text", "phi3", "olmo2", "starcoder2")
+FAMILIES += DENSE_FAMILIES
 
 
 def family_config(model_type: str, d: int, layers: int, ffn: int, heads: int, kv: int, vocab: int):

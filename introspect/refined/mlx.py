@@ -61,6 +61,25 @@ step here can run — Llama-3.2-1B's shape at T = 2048 and 512, Qwen2.5-0.5B's a
 (L = 24, between two depths) and a 48-layer Llama (beyond the deepest): within −2.3% to
 +0.1% of the replay.
 
+**mlx-lm's Gemma 2, Gemma 3, Phi-3, OLMo 2 and StarCoder2** (:data:`DENSE_STRUCTURES`,
+``mlx_lm/models/gemma2.py``, ``gemma3_text.py``, ``phi3.py``, ``olmo2.py``,
+``starcoder2.py``) are derived the same way, at the same shapes: Gemma 2's four norms per
+block, explicit ``scores`` with ``tanh`` soft-capping and the final logits' ``tanh``; Gemma
+3's per-head q/k RMSNorm, four norms and ``clip_residual``; Phi-3's fused ``qkv_proj`` and
+``gate_up_proj`` split into views (their B·T·(q+2kv) and B·T·2f outputs and weights are
+kinds of their own: ``B·T·qkv``, ``B·T·2f``, ``d·qkv``, ``d·2f``); OLMo 2's q/k RMSNorm
+over the whole projection and post-norms; StarCoder2's LayerNorms, biases and plain GELU
+MLP. Their largest moment moves off the straight line between L = 4 and 10 by 4–10% at
+L = 2–9 (which op the pending dispatches end on shifts with each layer), so for them the
+counts are read at every L from 2 to 10 too (a candidate's ``shallow`` and ``between``)
+and the lines run between those. Gemma 3's counts are read with no window shorter than T
+(:func:`dense_structure` says what a shorter one changes). **Checked on** 120 real
+mlx-lm steps, all held out (``benchmarks/results/mlx-dense-families.md``, ``python
+benchmarks/mlx_dense_families.py``: d = 64–192, L = 3–20, B = 1–2, T = 96–512, GQA and
+MQA, FP32/BF16, eager and compiled, Gemma 3 tied and untied with a window shorter than
+T): 119 within ±5% (−5.1% to +1.5%), the nearest structure before 42. The depths 2–10
+were added after a first run (61 of 72, misses at L = 3 and 6).
+
 **Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every layer's
 ``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; its candidates follow
 ``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
@@ -373,12 +392,14 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
     :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
     candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
     32, through the count at 32): the straight line through the candidate's counts at
-    its two ends."""
+    its two ends. A candidate with ``between`` counts (the dense classes', L = 5–9) runs
+    the line between the two nearest depths counted."""
     at = {int(k): v for k, v in candidate["at"].items()}
     shallow = {int(k): v for k, v in candidate.get("shallow", {}).items()}
     if layers < DEPTHS[0] and shallow:
         # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
         # line from the nearest of them to the count at 4.
+        # (Also the dense classes' at L = 2 and 3: mlx_derive.py's DENSE_SHALLOW.)
         at.update(shallow)
         lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
     elif candidate.get("between") and DEPTHS[0] < layers < DEPTHS[1]:
