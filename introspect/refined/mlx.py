@@ -320,7 +320,9 @@ def dense_structure(spec: ModelSpec) -> str | None:
     ``mlx_lm/models/base.py`` builds no array). A window shorter than T gives the sliding
     layers one shared T×T boolean mask instead of the fallback's per layer, and makes the
     peak smaller by those bytes only: −0.2% to −0.7% in the replays at the derivation
-    shapes (T = 176, window 32, L = 4 and 32), so the counts apply, slightly above."""
+    shapes (T = 176, window 32, L = 4 and 32), so the counts apply, slightly above.
+    mlx-lm's Gemma 2 and Phi-3 read no ``sliding_window`` (not ``ModelArgs`` fields):
+    every layer attends causally whatever the config says, as the counts do."""
     family = spec.model_type
     if family not in DENSE_STRUCTURES:
         return None
