@@ -80,6 +80,15 @@ LORA_RANK = 6
 #: small models are LoRA's (a 2-layer step is seconds on a laptop), and the line from
 #: L = 4 to 10 extended down to 2 misses what a 2-layer graph keeps.
 SHALLOW = (2,)
+#: The same for mlx-lm's dense classes derived last (:data:`introspect.refined.mlx.
+#: DENSE_STRUCTURES`): their peak at L = 2 and 3 is off the L = 4→10 line by up to 40%
+#: (Phi-3's fused projections: the largest moment is another op below L = 4).
+DENSE_SHALLOW = (2, 3)
+#: And between the first two of :data:`LAYERS` (a candidate's ``between``): there the
+#: largest moment shifts by a few ops with each layer added (the ~110 pending dispatches
+#: end elsewhere in the layer), 4–10% off the L = 4→10 line at L = 5–9; from L = 12 on
+#: within ±3.3% of it (replays of these classes at d=96, B=2, T=96).
+DENSE_BETWEEN = (5, 6, 7, 8, 9)
 
 
 def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, lora: bool = False):
@@ -114,7 +123,12 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, 
             cfg["tie_word_embeddings"] = tied
         if family == "phi":  # a rotary width unlike any other kind's: 12 of 16
             cfg["partial_rotary_factor"] = ROTARY
+        if family in mr.DENSE_FAMILIES:
+            cfg["tie_word_embeddings"] = tied
         model = mr.mlx_lm_model(cfg, dt)
+        if family == "gemma3_text" and tied:
+            # As a checkpoint without lm_head.weight loads (mlx_lm/models/gemma3_text.py).
+            model.sanitize({})
         if lora:
             from mlx_lm.tuner.utils import linear_to_lora_layers
 
@@ -308,7 +322,9 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
     out = []
     layers = MOE_LAYERS if moe else LAYERS
     for shape, dims in zip(shapes, dims_by, strict=True):
-        depths = layers + (SHALLOW if lora else ())
+        shallow_depths = () if moe else shallow_of(structure, lora)
+        between = DENSE_BETWEEN if shallow_depths and not lora else ()
+        depths = layers + shallow_depths + between
         tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
         for phase in ("any", "optimizer_step"):
             tops = []
@@ -319,12 +335,24 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
             if len(tops) < len(depths):
                 continue
             c = fit(structure, dtype, tops[: len(layers)], dims, layers)
-            if lora:
-                shallow = fit(structure, dtype, tops[len(layers) :], dims, SHALLOW)
+            if shallow_depths:
+                n = len(layers) + len(shallow_depths)
+                shallow = fit(structure, dtype, tops[len(layers) : n], dims, shallow_depths)
                 c["shallow"] = shallow["at"]
+            if between:
+                c["between"] = fit(structure, dtype, tops[n:], dims, between)["at"]
             c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
             out.append(c)
     return out
+
+
+def shallow_of(structure: str, lora: bool) -> tuple[int, ...]:
+    """The depths below :data:`LAYERS` a structure's counts are also read at."""
+    from introspect.refined import mlx as closed
+
+    if lora:
+        return SHALLOW
+    return DENSE_SHALLOW if closed.STRUCTURES[structure][0] in closed.DENSE_STRUCTURES else ()
 
 
 def fit(structure: str, dtype: str, tops: list, dims, layers: tuple = LAYERS) -> dict:

@@ -58,6 +58,9 @@ FAMILIES = ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2")
 #: mlx-lm's mixture-of-experts classes among them (``experts``/``top_k`` of
 #: :func:`family_config`; ``ffn`` is each expert's width).
 MOE_FAMILIES = ("qwen3_moe", "mixtral")
+#: mlx-lm's dense classes derived after those (``mlx_lm/models/<model_type>.py``).
+DENSE_FAMILIES = ("gemma2", "gemma3_text", "phi3", "olmo2", "starcoder2")
+FAMILIES += DENSE_FAMILIES
 
 
 def family_config(
@@ -101,6 +104,8 @@ def family_config(
             layer_norm_epsilon=1e-5,
             vocab_size=vocab,
         )
+    if model_type in DENSE_FAMILIES:
+        return dense_config(model_type, d, layers, ffn, heads, kv, vocab)
     if model_type == "phi":
         return dict(
             model_type="phi",
@@ -129,6 +134,36 @@ def family_config(
     if model_type == "qwen3":
         cfg.update(max_position_embeddings=4096, tie_word_embeddings=True, rope_theta=1e6)
     return cfg
+
+
+def dense_config(model_type: str, d: int, layers: int, ffn: int, heads: int, kv: int, vocab: int):
+    """``ModelArgs`` keyword arguments for one of :data:`DENSE_FAMILIES`: Gemma 2 and 3's
+    head as wide as d/heads (their ``head_dim`` and ``query_pre_attn_scalar``), Gemma 3's
+    ``sliding_window`` longer than any T here (:data:`NO_WINDOW`: every layer's mask is
+    ``"causal"``, ``create_attention_mask`` in ``mlx_lm/models/base.py``), StarCoder2's
+    ``norm_epsilon`` (it has no ``rms_norm_eps``)."""
+    cfg = dict(
+        model_type=model_type,
+        hidden_size=d,
+        num_hidden_layers=layers,
+        intermediate_size=ffn,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        vocab_size=vocab,
+    )
+    if model_type == "starcoder2":
+        return cfg | dict(norm_epsilon=1e-5)
+    cfg["rms_norm_eps"] = 1e-6
+    if model_type in ("gemma2", "gemma3_text"):
+        cfg.update(head_dim=d // heads, query_pre_attn_scalar=d // heads)
+    if model_type == "gemma3_text":
+        cfg.update(sliding_window=NO_WINDOW, sliding_window_pattern=2)
+    return cfg
+
+
+#: A Gemma 3 sliding window no sequence here reaches (mlx-lm masks a window only when
+#: it is shorter than T).
+NO_WINDOW = 4096
 
 
 def mlx_lm_model(config: dict, dtype=None, evaluate: bool = True):

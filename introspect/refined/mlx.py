@@ -61,6 +61,25 @@ step here can run — Llama-3.2-1B's shape at T = 2048 and 512, Qwen2.5-0.5B's a
 (L = 24, between two depths) and a 48-layer Llama (beyond the deepest): within −2.3% to
 +0.1% of the replay.
 
+**mlx-lm's Gemma 2, Gemma 3, Phi-3, OLMo 2 and StarCoder2** (:data:`DENSE_STRUCTURES`,
+``mlx_lm/models/gemma2.py``, ``gemma3_text.py``, ``phi3.py``, ``olmo2.py``,
+``starcoder2.py``) are derived the same way, at the same shapes: Gemma 2's four norms per
+block, explicit ``scores`` with ``tanh`` soft-capping and the final logits' ``tanh``; Gemma
+3's per-head q/k RMSNorm, four norms and ``clip_residual``; Phi-3's fused ``qkv_proj`` and
+``gate_up_proj`` split into views (their B·T·(q+2kv) and B·T·2f outputs and weights are
+kinds of their own: ``B·T·qkv``, ``B·T·2f``, ``d·qkv``, ``d·2f``); OLMo 2's q/k RMSNorm
+over the whole projection and post-norms; StarCoder2's LayerNorms, biases and plain GELU
+MLP. Their largest moment moves off the straight line between L = 4 and 10 by 4–10% at
+L = 2–9 (which op the pending dispatches end on shifts with each layer), so for them the
+counts are read at every L from 2 to 10 too (a candidate's ``shallow`` and ``between``)
+and the lines run between those. Gemma 3's counts are read with no window shorter than T
+(:func:`dense_structure` says what a shorter one changes). **Checked on** 120 real
+mlx-lm steps, all held out (``benchmarks/results/mlx-dense-families.md``, ``python
+benchmarks/mlx_dense_families.py``: d = 64–192, L = 3–20, B = 1–2, T = 96–512, GQA and
+MQA, FP32/BF16, eager and compiled, Gemma 3 tied and untied with a window shorter than
+T): 119 within ±5% (−5.1% to +1.5%), the nearest structure before 42. The depths 2–10
+were added after a first run (61 of 72, misses at L = 3 and 6).
+
 **Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every layer's
 ``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; its candidates follow
 ``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
@@ -164,6 +183,13 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
     # mlx-lm's Mixtral (mlx_lm/models/mixtral.py): Llama's attention, the soft-max over
     # the top-k logits, the same SwitchGLU; untied, FP32 only.
     "mixtral": ("mixtral", False),
+    # mlx-lm's dense classes beyond those, as their checkpoints tie (DENSE_STRUCTURES).
+    "gemma2": ("gemma2", True),
+    "gemma3_text": ("gemma3_text", True),
+    "gemma3_text-untied": ("gemma3_text", False),
+    "phi3": ("phi3", False),
+    "olmo2": ("olmo2", False),
+    "starcoder2": ("starcoder2", True),
 }
 #: The mixture-of-experts structures (their counts: FP32, eager and compiled).
 MOE_STRUCTURES = ("qwen3_moe", "mixtral")
@@ -242,9 +268,16 @@ KINDS = {
     "B·T·k·fe": lambda x: x.B * x.T * x.k * x.fe,
     "d·E": lambda x: x.d * x.E,
     "E·d·fe": lambda x: x.E * x.d * x.fe,
+    # Phi-3's fused projections (mlx_lm/models/phi3.py): qkv_proj's B·T·(q+2kv) output
+    # and weight, gate_up_proj's B·T·2f output and weight.
+    "B·T·qkv": lambda x: x.B * x.T * (x.h + 2 * x.kv) * x.hd,
+    "B·T·2f": lambda x: 2 * x.B * x.T * x.f,
+    "d·qkv": lambda x: x.d * (x.h + 2 * x.kv) * x.hd,
+    "d·2f": lambda x: 2 * x.d * x.f,
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
 KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
+KV_KINDS += ("B·T·qkv", "d·qkv")  # Phi-3's fused q/k/v is B·T·3d, d·3d when MHA
 #: Kinds of LoRA's adapters (absent under full fine-tuning).
 LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
 #: Kinds of a mixture-of-experts block (absent from a dense one).
@@ -288,6 +321,7 @@ GROUPS = {
     "B·T·k·d": "activations/mlx/experts",
     "B·T·k": "activations/mlx/router",
     "B·T·E": "activations/mlx/router",
+    "B·T·2f": "activations/mlx/feed_forward",
 }
 #: What a K/V kind is when K/V heads are query heads (the structure was derived MHA).
 MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
@@ -295,6 +329,7 @@ WEIGHT_KINDS = (
     *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
     *("d·r", "kv·r", "f·r"),
     *("d·E", "E·d·fe"),
+    *("d·qkv", "d·2f"),
 )
 
 #: mlx-lm's model types whose class is another's (``mlx_lm/models``: mistral is Llama's).
@@ -309,7 +344,8 @@ def group(kind: str) -> str:
 
 def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     """The derived structure nearest to ``spec`` as ``setup`` runs it: our reference
-    model, Llama-style (RMSNorm, gated) or standard; mlx-lm's class by ``model_type``, or
+    model, Llama-style (RMSNorm, gated) or standard; mlx-lm's class by ``model_type``
+    (:func:`dense_structure` for Gemma 2 and 3, Phi-3, OLMo 2 and StarCoder2), or
     else the class whose structure matches (q/k norms: Qwen3; a parallel LayerNorm block:
     Phi; learned positions: GPT-2; q/k/v biases: Qwen2; otherwise Llama)."""
     if setup.implementation == "reference":
@@ -319,6 +355,8 @@ def structure_of(spec: ModelSpec, setup: TrainingSetup) -> str:
     if moe:
         return moe
     family = SAME_CLASS.get(spec.model_type, spec.model_type)
+    if dense_structure(spec):
+        return dense_structure(spec)
     if family not in ("llama", "qwen2", "qwen3", "gemma", "phi", "gpt2"):
         if spec.qk_norm != "none":
             family = "qwen3"
@@ -378,6 +416,39 @@ def moe_note(spec: ModelSpec, setup: TrainingSetup) -> str:
         "derived for mlx-lm's qwen3_moe and mixtral, every layer MoE, untied, FP32, "
         "no checkpointing"
     )
+
+
+#: mlx-lm's dense classes derived beyond the first six (``mlx_lm/models/<family>.py``),
+#: each as its checkpoints tie: Gemma 2's class has no ``lm_head`` at all (tied
+#: whatever the config says); Gemma 3's builds one and drops it in ``sanitize`` when the
+#: checkpoint has no ``lm_head.weight`` (its checkpoints' case: tied), and keeps it for a
+#: random build (``gemma3_text-untied``, which ``introspect measure`` runs); Phi-3 and
+#: OLMo 2 untied, StarCoder2 tied, as their ``tie_word_embeddings`` says.
+DENSE_STRUCTURES = ("gemma2", "gemma3_text", "phi3", "olmo2", "starcoder2")
+
+
+def dense_structure(spec: ModelSpec) -> str | None:
+    """The derived structure of one of :data:`DENSE_STRUCTURES` whose embeddings are tied
+    as ``spec``'s (None, the nearest structure instead, for a tie not derived: Phi-3 or
+    OLMo 2 tied, StarCoder2 untied).
+
+    Gemma 3's sliding window: the counts were read with every layer's mask ``"causal"``
+    (``sliding_window`` longer than T: ``create_attention_mask`` in
+    ``mlx_lm/models/base.py`` builds no array). A window shorter than T gives the sliding
+    layers one shared T×T boolean mask instead of the fallback's per layer, and makes the
+    peak smaller by those bytes only: −0.2% to −0.7% in the replays at the derivation
+    shapes (T = 176, window 32, L = 4 and 32), so the counts apply, slightly above.
+    mlx-lm's Gemma 2 and Phi-3 read no ``sliding_window`` (not ``ModelArgs`` fields):
+    every layer attends causally whatever the config says, as the counts do."""
+    family = spec.model_type
+    if family not in DENSE_STRUCTURES:
+        return None
+    if family == "gemma2":
+        return "gemma2"
+    for name in (family, f"{family}-untied"):
+        if name in STRUCTURES and STRUCTURES[name][1] == spec.tie_word_embeddings:
+            return name
+    return None
 
 
 def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
@@ -444,7 +515,8 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
     :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
     candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
     32, through the count at 32): the straight line through the candidate's counts at
-    its two ends."""
+    its two ends. A candidate with ``between`` counts (the dense classes', L = 5–9) runs
+    the line between the two nearest depths counted."""
     at = {int(k): v for k, v in candidate["at"].items()}
     shallow = {int(k): v for k, v in candidate.get("shallow", {}).items()}
     # The candidate's own depths: DEPTHS, or for a MoE structure every depth from 2 to
@@ -453,8 +525,15 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
     if layers < DEPTHS[0] and shallow:
         # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
         # line from the nearest of them to the count at 4.
+        # (Also the dense classes' at L = 2 and 3: mlx_derive.py's DENSE_SHALLOW.)
         at.update(shallow)
         lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
+    elif candidate.get("between") and DEPTHS[0] < layers < DEPTHS[1]:
+        # The dense classes' counts at each depth from 5 to 9 (benchmarks/mlx_derive.py's
+        # DENSE_BETWEEN): the line between the two nearest.
+        at.update({int(k): v for k, v in candidate["between"].items()})
+        lo = max(k for k in at if k <= layers)
+        hi = min(k for k in at if k > layers)
     elif layers > depths[-1]:
         # Beyond the deepest count: the slope over all the depths from 4 (the
         # scheduler's shifts between two nearby depths would be multiplied), through
