@@ -141,3 +141,19 @@ def test_dense_counts_are_read_at_every_depth_up_to_ten():
                 assert all(isinstance(v, int) for v in counts.values())
                 read = {kind: v for kind, v in mlx.counts_at(c, depth).items() if v}
                 assert read == pytest.approx({kind: v for kind, v in counts.items() if v})
+
+
+def test_measure_ties_gemma3_as_its_checkpoint_loads():
+    """A tied Gemma 3 spec is measured tied: mlx-lm drops ``lm_head`` when the checkpoint
+    has none (``sanitize``), which ``measure`` does too, so the step is the published
+    model's and matches the tied counts."""
+    pytest.importorskip("mlx.core")
+    pytest.importorskip("mlx_lm")
+    from introspect.measure import mlx_lm_models
+
+    cfg, spec = dense_spec("gemma3_text", True, sliding_window=32)
+    setup = setup_for("fp32", False)
+    assert mlx.structure_of(spec, setup) == "gemma3_text"
+    m = mlx_lm_models.measure(cfg, "config", spec, setup, compiled=False)
+    assert m.n_params == spec.n_params
+    assert refined.estimate(spec, setup).total == pytest.approx(m.peak_bytes, rel=0.05)
