@@ -127,6 +127,10 @@ def test_lora_measures_peft_on_the_transformers_class(capsys):
             ],
             "inside FakeTensorMode",
         ),
+        (
+            ["measure", "10M", "--framework", "torch", "--devices", "2", "--lora-rank", "4"],
+            "drop --devices",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, message):

@@ -55,6 +55,12 @@ def setups(args: argparse.Namespace) -> list[TrainingSetup]:
         )
     if args.precision == "mixed" and not args.fsdp:
         raise IntrospectError("--precision mixed is FSDP2's MixedPrecisionPolicy here; add --fsdp")
+    if getattr(args, "finetune", None) in ("lora", "qlora") or getattr(args, "lora_rank", None):
+        raise IntrospectError(
+            "--finetune lora: a sharded step here trains every weight (peft under "
+            "DDP/FSDP is not measured); measure LoRA on one device (drop --devices) or "
+            "estimate it with `introspect profile`"
+        )
     sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
     return [
         setup_from_args(
