@@ -97,13 +97,17 @@ MOE_CONFIGS = {
     "mixtral": {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
     "qwen2_moe": {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
                   "moe_intermediate_size": 96, "shared_expert_intermediate_size": 128},
+    # A shared expert whose backward outgrows the routed experts', MoE on layer 2 only.
+    "qwen2_moe_mixed": {"model_type": "qwen2_moe", "num_experts": 4, "num_experts_per_tok": 2,
+                        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 1408,
+                        "decoder_sparse_step": 2},
 }  # fmt: skip
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "family,precision", [("qwen3_moe", "fp32"), ("mixtral", "fp32"), ("qwen2_moe", "fp32"),
-                         ("qwen3_moe", "bf16")],
+                         ("qwen3_moe", "bf16"), ("qwen2_moe_mixed", "fp32")],
 )  # fmt: skip
 def test_peft_on_transformers_experts(family, precision):
     """LoRA on transformers 5's MoE classes as peft makes it (introspect.refined.lora_moe):
@@ -123,7 +127,7 @@ def test_peft_on_transformers_experts(family, precision):
     )  # fmt: skip
     m, _ = hf_models.measure(raw, family, spec, s, device="cpu", census=False)
     assert m.trainable_params == lora.adapter_parameters(spec, s)
-    est = refined.estimate(spec, s)
+    est = refined.estimate(spec, s)  # (the mixed stack: inside its shared expert's backward)
     assert est.total == pytest.approx(m.peak_bytes, rel=0.02)
     copies = est.execution.sum("activations/layer/lora/experts")
     assert (copies > 0) == (family in lora_moe.CONVERTED)

@@ -556,6 +556,20 @@ def backward_moments(
     return out
 
 
+def _shared_dominates(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether a gated shared expert's backward buffers outgrow the routed experts'."""
+    ff = spec.kinds[0][0].feed_forward
+    if ff.ffn != "gated" or not ff.shared_intermediate_size:
+        return False
+    shared = 3 * ff.shared_intermediate_size * setup.activation_bytes * setup.tokens
+    return shared > routed_transient(spec, setup)
+
+
+def d_fs(spec: ModelSpec) -> int:
+    """The shared expert's down_proj weights (d · shared width)."""
+    return spec.hidden_size * spec.kinds[0][0].feed_forward.shared_intermediate_size
+
+
 def _after_down_projection(
     spec: ModelSpec, setup: TrainingSetup, whole: dict[str, int]
 ) -> tuple[dict[str, int], int]:
@@ -574,6 +588,18 @@ def _after_down_projection(
 
     Measured: a transformers Qwen2 block with f = 256·d under autocast and checkpointing
     (``tests/test_measure_hf.py``), peak in this moment, within 1%."""
+    if spec.is_moe and "feed_forward/shared" in whole and _shared_dominates(spec, setup):
+        # The same inside the shared expert's product backward, when its buffers are the
+        # larger (ffn_transient): its product (saved by its down_proj alone) is freed and
+        # its down_proj's weight gradient made.
+        ff = spec.kinds[0][0].feed_forward
+        out = dict(whole)
+        out["feed_forward/shared"] -= (
+            setup.tokens * ff.shared_intermediate_size * (setup.activation_bytes)
+        )
+        if "autocast_weights" in out:
+            out["autocast_weights"] -= 2 * d_fs(spec)  # its down_proj's BF16 copy
+        return out, d_fs(spec)
     if spec.ffn != "gated" or spec.is_moe or "feed_forward/product" not in whole:
         return whole, 0
     d, f = spec.hidden_size, spec.ffn_dim
