@@ -319,7 +319,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
     if spec.model_type in SANDWICH_NORM:
         # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
-        out["layernorm/branch_outputs"] = 2 * (BT * d * 2 * FP32 + BT * FP32)
+        out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + BT * FP32)
+        out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32
     if is_amp(setup):
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
     out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)

@@ -427,6 +427,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     out = dict(full)
     out.pop("layernorm/normalized", None)
     out.pop("layernorm/qk_norm/normalized", None)
+    out.pop("layernorm/branch_outputs/normalized", None)
     n = spec.norms_per_layer or 1
     norm_out = full.get("layernorm", 0) // n
     keep_norms = 0
