@@ -67,53 +67,29 @@ def config_of(family: str, tied: bool, shape: tuple) -> dict:
 
 
 def setup_of(dtype: str, batch: int, seq: int, compiled: bool):
-    from introspect.setup import TrainingSetup
+    from mlx_closed_form import setup_of
 
-    return TrainingSetup(
-        batch_size=batch,
-        seq_len=seq,
-        activation_dtype=dtype,
-        weights_dtype=dtype,
-        precision="bf16" if dtype == "bf16" else "fp32",
-        attention="memory_efficient",
-        framework="mlx_compiled" if compiled else "mlx",
-        implementation="mlx_lm",
-        loop="logits",
-        device="cpu",
-    )
+    return setup_of("mlx_lm", dtype, batch, seq, compiled)
 
 
 def measured(cfg: dict, spec, setup, compiled: bool) -> int:
     """The real step's peak (the largest of three)."""
-    from introspect.measure import mlx_lm_models, mlx_step
+    from introspect.measure import mlx_lm_models
 
-    if cfg["model_type"] == "gemma3_text" and cfg["tie_word_embeddings"]:
-        model = mlx_lm_models.build(cfg, "config", mlx_step.check_setup(setup))
-        model.sanitize({})  # no lm_head.weight: tied, as Gemma 3's checkpoints load
-        m = mlx_step.measure_step(
-            model,
-            setup,
-            vocab=cfg["vocab_size"],
-            compiled=compiled,
-            implementation="mlx_lm",
-            loss=mlx_lm_models.trainer_loss,
-            inputs=mlx_lm_models.trainer_batch(cfg["vocab_size"], setup),
-        )
-    else:
-        m = mlx_lm_models.measure(cfg, "config", spec, setup, compiled=compiled)
-    return m.peak_bytes
+    # (A tied Gemma 3 is tied as its checkpoints load: mlx_lm_models.tie_as_checkpoint.)
+    return mlx_lm_models.measure(cfg, "config", spec, setup, compiled=compiled).peak_bytes
 
 
 def replayed(cfg: dict, setup, compiled: bool) -> int:
     import mlx.core as mx
     import mlx.optimizers as optim
 
+    from introspect.measure import mlx_lm_models
     from introspect.measure import mlx_replay as mr
 
     dtype = mx.bfloat16 if setup.precision == "bf16" else None
     model = mr.mlx_lm_model(cfg, dtype, evaluate=False)
-    if cfg["model_type"] == "gemma3_text" and cfg["tie_word_embeddings"]:
-        model.sanitize({})
+    mlx_lm_models.tie_as_checkpoint(model, cfg["model_type"], cfg["tie_word_embeddings"])
     optimizer = optim.Adam(learning_rate=1e-4)
     optimizer.init(model.trainable_parameters())
     batch = mr.mlx_lm_batch(cfg["vocab_size"], setup.batch_size, setup.seq_len, evaluate=False)

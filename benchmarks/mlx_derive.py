@@ -97,6 +97,7 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, 
     import mlx.core as mx
     import mlx.optimizers as optim
 
+    from introspect.measure import mlx_lm_models
     from introspect.measure import mlx_replay as mr
     from introspect.refined import mlx as closed
 
@@ -126,9 +127,7 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, 
         if family in mr.DENSE_FAMILIES:
             cfg["tie_word_embeddings"] = tied
         model = mr.mlx_lm_model(cfg, dt)
-        if family == "gemma3_text" and tied:
-            # As a checkpoint without lm_head.weight loads (mlx_lm/models/gemma3_text.py).
-            model.sanitize({})
+        mlx_lm_models.tie_as_checkpoint(model, family, tied)
         if lora:
             from mlx_lm.tuner.utils import linear_to_lora_layers
 

@@ -1,8 +1,10 @@
 """ModelSpecs that several test files share, typed out by hand from their sources so the
-tests do not depend on the adapters they may be checking."""
+tests do not depend on the adapters they may be checking; and the mlx-lm setup the MLX
+closed-form tests share."""
 
 from __future__ import annotations
 
+from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec, standard_spec
 
 #: Qwen2.5-0.5B's config.json as a spec: RMSNorm, GQA 14/2, SwiGLU 4864, tied, q/k/v bias.
@@ -65,3 +67,23 @@ VARIANTS = {
     ),
     "head-dim-full-qknorm": ModelSpec(**BASE, head_dim=32, qk_norm="full", norm="rmsnorm"),
 }
+
+
+def mlx_lm_setup(
+    dtype: str = "fp32", compiled: bool = False, batch: int = 2, seq: int = 96, ckpt=False
+) -> TrainingSetup:
+    """mlx-lm's class on the CPU as its trainer steps it (the logits loop, its SDPA),
+    weights and activations in ``dtype``."""
+    return TrainingSetup(
+        batch_size=batch,
+        seq_len=seq,
+        activation_dtype=dtype,
+        weights_dtype=dtype,
+        precision="bf16" if dtype == "bf16" else "fp32",
+        attention="memory_efficient",
+        framework="mlx_compiled" if compiled else "mlx",
+        implementation="mlx_lm",
+        activation_checkpointing=ckpt,
+        loop="logits",
+        device="cpu",
+    )

@@ -4,30 +4,14 @@ replay of real mlx-lm steps at shapes the counts were not derived at."""
 from __future__ import annotations
 
 import pytest
+from specs import mlx_lm_setup as setup_for
 
 from introspect import refined
 from introspect.refined import execution, mlx
 from introspect.refined.mlx_counts import COUNTS
-from introspect.setup import TrainingSetup
 
 #: Not a derivation shape (those are d=128, 8 heads, f=216, B=3, T ∈ {44, 176}).
 SHAPE = dict(d=96, layers=3, ffn=256, heads=4, kv=2, vocab=3000)
-
-
-def setup_for(dtype: str, compiled: bool, batch=2, seq=96, ckpt=False) -> TrainingSetup:
-    return TrainingSetup(
-        batch_size=batch,
-        seq_len=seq,
-        activation_dtype=dtype,
-        weights_dtype=dtype,
-        precision="bf16" if dtype == "bf16" else "fp32",
-        attention="memory_efficient",
-        framework="mlx_compiled" if compiled else "mlx",
-        implementation="mlx_lm",
-        activation_checkpointing=ckpt,
-        loop="logits",
-        device="cpu",
-    )
 
 
 def family_spec(family: str):

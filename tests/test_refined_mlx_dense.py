@@ -5,29 +5,14 @@ against the replay and a real measured step of each class."""
 from __future__ import annotations
 
 import pytest
+from specs import mlx_lm_setup as setup_for
 
 from introspect import refined
 from introspect.refined import mlx
-from introspect.setup import TrainingSetup
 
 #: Not a derivation shape (those are d=128, 8 heads, f=216, B=3, T ∈ {44, 176}, and for
 #: these classes L ∈ {2, …, 10, 16, 32}: L = 12 is on the line between two of them).
 SHAPE = dict(d=96, layers=12, ffn=256, heads=4, kv=2, vocab=3000)
-
-
-def setup_for(dtype: str, compiled: bool, batch=2, seq=96) -> TrainingSetup:
-    return TrainingSetup(
-        batch_size=batch,
-        seq_len=seq,
-        activation_dtype=dtype,
-        weights_dtype=dtype,
-        precision="bf16" if dtype == "bf16" else "fp32",
-        attention="memory_efficient",
-        framework="mlx_compiled" if compiled else "mlx",
-        implementation="mlx_lm",
-        loop="logits",
-        device="cpu",
-    )
 
 
 def dense_spec(family: str, tied: bool | None = None, **extra):
@@ -65,14 +50,14 @@ def test_closed_form_within_5_percent_of_the_replay(family, tied, dtype, compile
     import mlx.core as mx
     import mlx.optimizers as optim
 
+    from introspect.measure import mlx_lm_models
     from introspect.measure import mlx_replay as mr
 
     cfg, spec = dense_spec(family, tied)
     setup = setup_for(dtype, compiled)
     assert mlx.structure_of(spec, setup) == family
     model = mr.mlx_lm_model(cfg, mx.bfloat16 if dtype == "bf16" else None, evaluate=False)
-    if family == "gemma3_text" and tied:
-        model.sanitize({})
+    mlx_lm_models.tie_as_checkpoint(model, family, tied)
     optimizer = optim.Adam(learning_rate=1e-4)
     optimizer.init(model.trainable_parameters())
     batch = mr.mlx_lm_batch(SHAPE["vocab"], setup.batch_size, setup.seq_len, evaluate=False)

@@ -9,6 +9,7 @@ a measured step's baseline would see if it ran later in the same process."""
 from __future__ import annotations
 
 import pytest
+from specs import mlx_lm_setup
 
 from introspect import refined
 from introspect.refined import mlx
@@ -22,19 +23,7 @@ SHAPE = dict(d=96, layers=3, ffn=128, heads=4, kv=2, vocab=3000, experts=8, top_
 def setup_for(
     compiled: bool = False, dtype: str = "fp32", batch=2, seq=64, ckpt=False
 ) -> TrainingSetup:
-    return TrainingSetup(
-        activation_checkpointing=ckpt,
-        batch_size=batch,
-        seq_len=seq,
-        activation_dtype=dtype,
-        weights_dtype=dtype,
-        precision="bf16" if dtype == "bf16" else "fp32",
-        attention="memory_efficient",
-        framework="mlx_compiled" if compiled else "mlx",
-        implementation="mlx_lm",
-        loop="logits",
-        device="cpu",
-    )
+    return mlx_lm_setup(dtype, compiled, batch, seq, ckpt)
 
 
 def moe_config(**changes) -> dict:

@@ -204,12 +204,12 @@ def to_lora(model, setup) -> str:
     )
 
 
-def tie_as_checkpoint(model, spec: ModelSpec) -> None:
+def tie_as_checkpoint(model, model_type: str, tied: bool) -> None:
     """Tie the output head as loading the published checkpoint would: mlx-lm's Gemma 3
     (``mlx_lm/models/gemma3_text.py``) builds an ``lm_head`` and drops it in
     ``sanitize`` when the checkpoint has none, which a tied one does not; a model built
-    from its config alone keeps it. The spec (the estimate's model) says tied."""
-    if spec.tie_word_embeddings and spec.model_type == "gemma3_text" and "lm_head" in model:
+    from its config alone keeps it."""
+    if tied and model_type == "gemma3_text" and "lm_head" in model:
         model.sanitize({})
 
 
@@ -231,7 +231,7 @@ def measure(
     from introspect.measure import mlx_step
 
     model = build(raw, where, mlx_step.check_setup(setup), overrides)
-    tie_as_checkpoint(model, spec)
+    tie_as_checkpoint(model, spec.model_type, spec.tie_word_embeddings)  # the estimate's model
     lora = (to_lora(model, setup),) if setup.finetune != "full" else ()
     mx.eval(model.parameters())
     vocab = getattr(model.args, "vocab_size", None) or spec.vocab_size
