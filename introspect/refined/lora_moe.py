@@ -77,16 +77,16 @@ def check(spec: ModelSpec, setup: TrainingSetup) -> None:
     """peft's ParamWrapper refuses dropout (``lora_dropout`` cannot be factored out of
     ``lora_B(lora_A(dropout(x)))`` for a parameter); and gate and up are fused, so one
     named without the other is peft's ValueError."""
-    if not converts(spec) or "all-linear" in setup.lora_targets:
-        named = set()
-    else:
-        named = set(CONSUMED) & set(setup.lora_targets)
-    if named and not {"gate_proj", "up_proj"} <= named and named & {"gate_proj", "up_proj"}:
+    if not converts(spec):
+        return
+    all_linear = "all-linear" in setup.lora_targets
+    named = set() if all_linear else set(CONSUMED) & set(setup.lora_targets)
+    if len(named & {"gate_proj", "up_proj"}) == 1:
         raise IntrospectError(
             "--lora-targets: gate_proj and up_proj are one fused gate_up_proj in "
             "transformers' experts; name both or neither"
         )
-    if setup.lora_dropout and (named or "all-linear" in setup.lora_targets) and converts(spec):
+    if setup.lora_dropout and (named or all_linear):
         raise IntrospectError(
             f"--lora-dropout {setup.lora_dropout}: peft's adapters on {spec.model_type}'s "
             "experts (ParamWrapper) do not work with dropout; use --lora-dropout 0"
@@ -125,17 +125,17 @@ def largest_adapter(spec: ModelSpec, setup: TrainingSetup) -> int:
     return max((rank * max(i, o) for _, i, o, rank in adapters(spec, setup)), default=0)
 
 
+def _copies(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """Elements of each parametrized copy one MoE layer makes: the router's ``W + ΔW``
+    (E·d), each adapted expert parameter (E·d·2f for gate_up, E·f·d for down)."""
+    E = spec.kinds[0][0].feed_forward.num_experts
+    return {n: i * o * (1 if n == "router" else E) for n, i, o, _ in adapters(spec, setup)}
+
+
 def effective_weights(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
-    """Bytes one MoE layer keeps of its parametrized copies: each adapted expert
-    parameter (E·d·2f for gate_up, E·f·d for down) and the router's ``W + ΔW`` (E·d),
-    at the parameters' dtype ``wb``."""
-    sizes = {"router": 1, "experts.gate_up_proj": 1, "experts.down_proj": 1}
-    ff = spec.kinds[0][0].feed_forward
-    E = ff.num_experts
-    total = 0
-    for name, i, o, _ in adapters(spec, setup):
-        total += sizes[name] * i * o * (1 if name == "router" else E)
-    return total * wb
+    """Bytes one MoE layer keeps of its parametrized copies, at the parameters' dtype
+    ``wb``."""
+    return sum(_copies(spec, setup).values()) * wb
 
 
 def copy_gradient(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
@@ -144,6 +144,5 @@ def copy_gradient(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
     ``down_proj``'s copy (of ``gate_up_proj``'s when down is not adapted), which
     ``baddbmm``'s backward then reduces to the adapters'. By ``gate_up_proj``'s, down's
     copy and its gradient are freed (traced on Mixtral: the peak is at down's)."""
-    sizes = {n: i * o for n, i, o, _ in adapters(spec, setup) if n != "router"}
-    first = sizes.get("experts.down_proj") or sizes.get("experts.gate_up_proj", 0)
-    return spec.kinds[0][0].feed_forward.num_experts * first * wb
+    copies = _copies(spec, setup)
+    return (copies.get("experts.down_proj") or copies.get("experts.gate_up_proj", 0)) * wb
