@@ -133,20 +133,6 @@ def test_peft_on_transformers_experts(family, precision):
     assert (copies > 0) == (family in lora_moe.CONVERTED)
 
 
-def test_peft_refusals_on_transformers_experts_reach_the_estimate():
-    """What peft refuses on a converted MoE class is one line from the estimate too:
-    gate_proj without up_proj (fused in the experts), dropout on the experts."""
-    from introspect.adapters.hf_config import spec_from_config
-
-    spec = spec_from_config({**SMALL, **MOE_CONFIGS["qwen3_moe"]})
-    s = TrainingSetup(seq_len=64, finetune="lora", device="cpu")
-    with pytest.raises(IntrospectError, match="name both or neither"):
-        refined.estimate(spec, s.replace(lora_targets=("gate_proj",)))
-    with pytest.raises(IntrospectError, match="--lora-dropout"):
-        refined.estimate(spec, s.replace(lora_dropout=0.1))
-    assert refined.estimate(spec, s.replace(lora_targets=("q_proj",), lora_dropout=0.1))
-
-
 def test_qlora_keeps_transformers_experts_at_the_working_dtype():
     """bitsandbytes replaces nn.Linear only: transformers 5's expert parameters stay BF16
     under QLoRA, so the base's NF4 part is the attention and what else is a linear."""

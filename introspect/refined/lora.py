@@ -212,7 +212,6 @@ def _moe_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
 
 
 def _moe_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
-    targets(spec, setup)  # the names, and what peft refuses (lora_moe.check)
     r = setup.lora_rank
     total = 0
     for kind, count in _kinds(spec):
