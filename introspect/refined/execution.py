@@ -341,6 +341,12 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
 
+def ffn_buffers(spec: ModelSpec) -> int:
+    """B·T·f-wide gradients alive inside a feed-forward's backward: the activation's and
+    the up projection's, and a gated one's product's."""
+    return 3 if spec.ffn == "gated" else 2
+
+
 def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """One layer's feed-forward backward transient: the gradient of the activation and of
     the up projection (plain: one after the other, both alive at the activation's
@@ -349,17 +355,22 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     ``shared_expert``, an MLP over every token beside the routed ones, run at the
     activations' dtype: its linears are autocast's) the larger of the two, which
     autograd runs one after the other."""
-    buffers = 3 if spec.ffn == "gated" else 2
+    buffers = ffn_buffers(spec)
     stream = spec.hidden_size * setup.activation_bytes
     if not spec.is_moe:
         return (buffers * spec.ffn_dim * setup.activation_bytes + stream) * setup.tokens
-    mlp = routed_transient(spec, setup)
-    shared = spec.kinds[0][0].feed_forward.shared_intermediate_size
-    if shared:
-        mlp = max(mlp, buffers * shared * setup.activation_bytes * setup.tokens)
+    mlp = max(routed_transient(spec, setup), shared_transient(spec, setup))
     if _lora(setup) and lora.peft_moe(spec, setup):
         mlp += lora_moe.copy_gradient(spec, setup, working_weight_bytes(setup))
     return mlp + stream * setup.tokens
+
+
+def shared_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """A shared expert's backward buffers (:func:`ffn_transient`'s dense rule at the
+    shared width; 0 without one)."""
+    buffers = ffn_buffers(spec)
+    shared = spec.kinds[0][0].feed_forward.shared_intermediate_size
+    return buffers * shared * setup.activation_bytes * setup.tokens
 
 
 def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -379,12 +390,12 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
         # the E·B·T rows (autocast's bmm: the activations' dtype), and the gradient of
         # the experts' summed output.
         e = setup.activation_bytes
-        buffers = 3 if spec.ffn == "gated" else 2
+        buffers = ffn_buffers(spec)
         rows = ff.num_experts * setup.tokens
         return (buffers * rows * spec.ffn_dim + setup.tokens * spec.hidden_size) * e
     S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
-    buffers = 3 if spec.ffn == "gated" else 2
+    buffers = ffn_buffers(spec)
     # The larger of its two moments: the activation's backward (the product's, the
     # activation's and the up half's gradients, as a dense MLP's) and the up matmul's.
     return S * max(buffers * spec.ffn_dim, width + spec.hidden_size) * e
@@ -556,20 +567,6 @@ def backward_moments(
     return out
 
 
-def _shared_dominates(spec: ModelSpec, setup: TrainingSetup) -> bool:
-    """Whether a gated shared expert's backward buffers outgrow the routed experts'."""
-    ff = spec.kinds[0][0].feed_forward
-    if ff.ffn != "gated" or not ff.shared_intermediate_size:
-        return False
-    shared = 3 * ff.shared_intermediate_size * setup.activation_bytes * setup.tokens
-    return shared > routed_transient(spec, setup)
-
-
-def d_fs(spec: ModelSpec) -> int:
-    """The shared expert's down_proj weights (d · shared width)."""
-    return spec.hidden_size * spec.kinds[0][0].feed_forward.shared_intermediate_size
-
-
 def _after_down_projection(
     spec: ModelSpec, setup: TrainingSetup, whole: dict[str, int]
 ) -> tuple[dict[str, int], int]:
@@ -588,18 +585,20 @@ def _after_down_projection(
 
     Measured: a transformers Qwen2 block with f = 256·d under autocast and checkpointing
     (``tests/test_measure_hf.py``), peak in this moment, within 1%."""
-    if spec.is_moe and "feed_forward/shared" in whole and _shared_dominates(spec, setup):
+    shared_dominates = spec.ffn == "gated" and (
+        shared_transient(spec, setup) > routed_transient(spec, setup)
+    )
+    if spec.is_moe and "feed_forward/shared" in whole and shared_dominates:
         # The same inside the shared expert's product backward, when its buffers are the
         # larger (ffn_transient): its product (saved by its down_proj alone) is freed and
         # its down_proj's weight gradient made.
-        ff = spec.kinds[0][0].feed_forward
+        fs = spec.kinds[0][0].feed_forward.shared_intermediate_size
+        down = spec.hidden_size * fs  # the shared down_proj's weights
         out = dict(whole)
-        out["feed_forward/shared"] -= (
-            setup.tokens * ff.shared_intermediate_size * (setup.activation_bytes)
-        )
+        out["feed_forward/shared"] -= setup.tokens * fs * setup.activation_bytes
         if "autocast_weights" in out:
-            out["autocast_weights"] -= 2 * d_fs(spec)  # its down_proj's BF16 copy
-        return out, d_fs(spec)
+            out["autocast_weights"] -= 2 * down  # its BF16 copy
+        return out, down
     if spec.ffn != "gated" or spec.is_moe or "feed_forward/product" not in whole:
         return whole, 0
     d, f = spec.hidden_size, spec.ffn_dim
