@@ -125,12 +125,20 @@ def row(name: str, raw: dict, setup_name: str) -> list[str]:
     ]  # fmt: skip
 
 
+def report(title: str, command: str, how: str, summary: str, rows: list, headers: list[str]) -> str:
+    """A results file: the title, the command that wrote it, how it was run, the summary
+    in bold and the rows as a GitHub table."""
+    from introspect._tabulate import tabulate
+
+    table = tabulate(rows, headers=headers, tablefmt="github")
+    return "\n".join([title, "", f"    {command}", "", how, "", f"**{summary}**", "", table, ""])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="families whose name starts with this (comma list)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    from introspect._tabulate import tabulate
 
     names = list(CONFIGS)
     if args.only:
@@ -148,33 +156,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(e <= 0.01 for e in errors)} within ±1%, {sum(e <= 0.03 for e in errors)} "
         f"within ±3%, {sum(e <= 0.05 for e in errors)} within ±5%."
     )
-    text = "\n".join(
-        [
-            "# Every family's transformers class: refined vs dry run",
-            "",
-            f"    python benchmarks/families.py{' --only ' + args.only if args.only else ''}",
-            "",
-            f"{len(names)} configs × {len(SETUPS)} setups, {time.perf_counter() - start:.0f} s. "
-            "B=2; eager FP32 and SDPA amp at T=128, BF16 with checkpointing at T=64; labels "
-            "loop, Adam (single-tensor, as on CPU), FakeTensorMode. "
-            "Error = refined / measured − 1.",
-            "",
-            f"**{summary}**",
-            "",
-            tabulate(
-                rows,
-                headers=[
-                    "family",
-                    "setup",
-                    "measured MB",
-                    "refined MB",
-                    "error",
-                    "phase (meas / ref)",
-                ],
-                tablefmt="github",
-            ),  # fmt: skip
-            "",
-        ]
+    text = report(
+        "# Every family's transformers class: refined vs dry run",
+        f"python benchmarks/families.py{' --only ' + args.only if args.only else ''}",
+        f"{len(names)} configs × {len(SETUPS)} setups, {time.perf_counter() - start:.0f} s. "
+        "B=2; eager FP32 and SDPA amp at T=128, BF16 with checkpointing at T=64; labels "
+        "loop, Adam (single-tensor, as on CPU), FakeTensorMode. "
+        "Error = refined / measured − 1.",
+        summary,
+        rows,
+        ["family", "setup", "measured MB", "refined MB", "error", "phase (meas / ref)"],
     )
     if not args.only:
         args.out.write_text(text, encoding="utf-8")

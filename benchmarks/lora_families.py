@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from families import CONFIGS  # noqa: E402
+from families import CONFIGS, report  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "lora-families.md"
 MOE = (
@@ -82,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
-    from introspect._tabulate import tabulate
 
     start = time.perf_counter()
     rows = []
@@ -96,35 +95,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(run)} rows run: {sum(e <= 0.02 for e in errors)} within ±2%, "
         f"{sum(e <= 0.05 for e in errors)} within ±5%; adapters exact in {exact}."
     )
-    text = "\n".join(
-        [
-            "# LoRA on every family's transformers class (peft all-linear): refined vs measured",
-            "",
-            "    python benchmarks/lora_families.py",
-            "",
-            f"{len(PLAN)} rows ({len(CONFIGS) - len(MOE)} dense configs × "
-            f"{len(DENSE_SETUPS)} setups, {len(MOE)} MoE configs × {len(SETUPS)}), "
-            f"{time.perf_counter() - start:.0f} s. B=2, rank 4, peft's all-linear, labels "
-            "loop, Adam, real CPU steps (live storages). Error = refined / measured − 1.",
-            "",
-            f"**{summary}**",
-            "",
-            tabulate(
-                rows,
-                headers=[
-                    "family",
-                    "setup",
-                    "measured MB",
-                    "refined MB",
-                    "error",
-                    "adapters (peft / counted)",
-                    "measured peak in",
-                ],
-                tablefmt="github",
-            ),  # fmt: skip
-            "",
-        ]
-    )
+    text = report(
+        "# LoRA on every family's transformers class (peft all-linear): refined vs measured",
+        "python benchmarks/lora_families.py",
+        f"{len(PLAN)} rows ({len(CONFIGS) - len(MOE)} dense configs × "
+        f"{len(DENSE_SETUPS)} setups, {len(MOE)} MoE configs × {len(SETUPS)}), "
+        f"{time.perf_counter() - start:.0f} s. B=2, rank 4, peft's all-linear, labels "
+        "loop, Adam, real CPU steps (live storages). Error = refined / measured − 1.",
+        summary,
+        rows,
+        ["family", "setup", "measured MB", "refined MB", "error",
+         "adapters (peft / counted)", "measured peak in"],
+    )  # fmt: skip
     args.out.write_text(text)
     print(summary)
     return 0
