@@ -106,7 +106,7 @@ def fallback():
     from introspect.refined import mlx
 
     applies = mlx.applies
-    mlx.applies = lambda s: s.finetune == "full" and applies(s)
+    mlx.applies = lambda s, spec=None: s.finetune == "full" and applies(s, spec)
     try:
         yield
     finally:
