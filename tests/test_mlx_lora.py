@@ -198,17 +198,18 @@ def test_lora_counts_are_whole_tensors_down_to_two_layers():
     """Every LoRA candidate has whole-number counts at the shared depths and at L = 2,
     and at L = 2 the closed form reads that count itself (no line extended from 4)."""
     from introspect.refined import mlx
-    from introspect.refined.mlx_counts import COUNTS
+    from introspect.refined.mlx_counts import all_counts
 
-    keys = [k for k in COUNTS if k.endswith("/lora")]
+    derived = all_counts()
+    keys = [k for k in derived if k.endswith("/lora")]
     assert {k.split("/")[0] for k in keys} == set(mlx.LORA_STRUCTURES)
     for k in keys:
-        for c in COUNTS[k]:
-            assert set(c["at"]) == set(mlx.DEPTHS) and set(c["shallow"]) == {2}
-            for counts in (*c["at"].values(), c["shallow"][2]):
+        for c in derived[k]:
+            assert set(c.at) == set(mlx.DEPTHS) and set(c.shallow) == {2}
+            for counts in (*c.at.values(), c.shallow[2]):
                 assert all(isinstance(v, int) for v in counts.values())
             at_two = {kind: v for kind, v in mlx.counts_at(c, 2).items() if v}
-            assert at_two == pytest.approx({kind: v for kind, v in c["shallow"][2].items() if v})
+            assert at_two == pytest.approx({kind: v for kind, v in c.shallow[2].items() if v})
 
 
 def test_bf16_eager_lora_step_keeps_the_fp32_upcasts_the_trace_merges():

@@ -8,7 +8,7 @@ from specs import mlx_lm_setup as setup_for
 
 from introspect import refined
 from introspect.refined import execution, mlx
-from introspect.refined.mlx_counts import COUNTS
+from introspect.refined.mlx_counts import all_counts
 
 #: Not a derivation shape (those are d=128, 8 heads, f=216, B=3, T ∈ {44, 176}).
 SHAPE = dict(d=96, layers=3, ffn=256, heads=4, kv=2, vocab=3000)
@@ -56,12 +56,12 @@ def test_closed_form_within_5_percent_of_the_replay(family, dtype, compiled):
 def test_counts_are_whole_tensors_and_the_state_is_three_copies():
     """Every count is a whole number of bytes per element, and the state under every
     moment is the weights plus Adam's m and v in the weights' dtype."""
-    for candidates in COUNTS.values():
+    for candidates in all_counts().values():
         assert candidates
         for c in candidates:
             # DEPTHS, and for a MoE structure more (benchmarks/mlx_derive.py's MOE_LAYERS)
-            assert set(mlx.DEPTHS) <= set(c["at"])
-            for counts in c["at"].values():
+            assert set(mlx.DEPTHS) <= set(c.at)
+            for counts in c.at.values():
                 assert all(isinstance(v, int) for v in counts.values())
     _, spec = family_spec("llama")
     from introspect.params import parameter_count

@@ -114,15 +114,16 @@ def test_structure_of_the_dense_families_and_their_ties():
 def test_dense_counts_are_read_at_every_depth_up_to_ten():
     """Each dense candidate has whole-number counts at the shared depths, at L = 2, 3
     (``shallow``) and 5–9 (``between``), and the closed form reads those counts there."""
-    from introspect.refined.mlx_counts import COUNTS
+    from introspect.refined.mlx_counts import all_counts
 
-    keys = [k for k in COUNTS if mlx.STRUCTURES[k.split("/")[0]][0] in mlx.DENSE_STRUCTURES]
+    derived = all_counts()
+    keys = [k for k in derived if mlx.STRUCTURES[k.split("/")[0]][0] in mlx.DENSE_STRUCTURES]
     assert {k.split("/")[0] for k in keys} == set(mlx.DENSE_STRUCTURES) | {"gemma3_text-untied"}
     for k in keys:
-        for c in COUNTS[k]:
-            assert set(c["at"]) == set(mlx.DEPTHS)
-            assert set(c["shallow"]) == {2, 3} and set(c["between"]) == {5, 6, 7, 8, 9}
-            for depth, counts in (*c["shallow"].items(), *c["between"].items()):
+        for c in derived[k]:
+            assert set(c.at) == set(mlx.DEPTHS)
+            assert set(c.shallow) == {2, 3} and set(c.between) == {5, 6, 7, 8, 9}
+            for depth, counts in (*c.shallow.items(), *c.between.items()):
                 assert all(isinstance(v, int) for v in counts.values())
                 read = {kind: v for kind, v in mlx.counts_at(c, depth).items() if v}
                 assert read == pytest.approx({kind: v for kind, v in counts.items() if v})

@@ -13,7 +13,7 @@ from specs import mlx_lm_setup
 
 from introspect import refined
 from introspect.refined import mlx
-from introspect.refined.mlx_counts import COUNTS
+from introspect.refined.mlx_counts import all_counts
 from introspect.setup import TrainingSetup
 
 #: Not a derivation shape (those are d=128, 8 heads, E=12, k=4, fe=216, B=3, T ∈ {44, 176}).
@@ -146,11 +146,11 @@ def test_dense_structures_are_untouched():
         assert refined.estimate(spec, setup).total == est.total
     finally:
         mlx.moe_structure = original
-    for key, candidates in COUNTS.items():
+    for key, candidates in all_counts().items():
         if key.split("/")[0] in mlx.MOE_STRUCTURES:
             continue
         for c in candidates:
-            for counts in c["at"].values():
+            for counts in c.at.values():
                 assert not set(mlx.MOE_KINDS) & set(counts), key
 
 

@@ -33,8 +33,9 @@ B·T·d, B·T·f, B·T·kv, B·h·T², B·T·V, V·d, d·f, … (:data:`KINDS`) 
 ``c(L)`` the bytes per element of that kind the moment holds in an L-layer stack (4 for
 one FP32 tensor, 2 for a BF16 one; what the window pins included): whole numbers counted
 from the graph at L = 4, 10, 16 and 32 (:data:`DEPTHS`) and the straight lines between them
-(:func:`counts_at`), per structure, dtype and compilation (:data:`mlx_counts.COUNTS`,
-written by ``python benchmarks/mlx_derive.py``). The peak is the largest candidate. No
+(:func:`counts_at`), per structure, dtype and compilation (one JSON file per structure,
+``introspect/refined/data/mlx_counts/``, written by ``python benchmarks/mlx_derive.py``
+and read by :mod:`introspect.refined.mlx_counts`). The peak is the largest candidate. No
 constant is fitted to a measured step: the counts are read off replays of the real
 classes at tiny shapes, and the sizes they multiply are the user's.
 
@@ -97,7 +98,7 @@ activations the backward still needs (norms, attention, the activation's input, 
 loss), each adapter's B·T·r ``x @ lora_a`` and B·T·d_out branch, the adapters'
 gradients and update — is counted from replays exactly as above, with four more kinds
 (B·T·r, d·r, kv·r, f·r): ``python benchmarks/mlx_derive.py --lora`` at the same shapes
-and depths, r = 6, for :data:`LORA_STRUCTURES` (``COUNTS["<structure>/<dtype>/<mode>/lora"]``),
+and depths, r = 6, for :data:`LORA_STRUCTURES` (the keys ``<structure>/<dtype>/<mode>/lora``),
 and at L = 2 too (a candidate's ``shallow``: below L = 4 the line runs from there, not
 from the L = 4→10 line extended — small models are LoRA's everyday case).
 **Checked on** (``benchmarks/results/mlx-lora.md``, ``python benchmarks/mlx_lora.py``;
@@ -163,6 +164,7 @@ from introspect.spec import ModelSpec
 
 if TYPE_CHECKING:
     from introspect.layers import FeedForward
+    from introspect.refined.mlx_counts import Candidate
 
 #: The structures the counts are derived for: name → (family, tied embeddings).
 #: mlx-lm's classes (``mlx_lm/models/<family>.py``) and the reference model
@@ -510,15 +512,15 @@ def lora_state_terms(spec: ModelSpec, setup: TrainingSetup, base: int) -> dict[s
 DEPTHS = (4, 10, 16, 32)
 
 
-def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, float]]:
+def segment(candidate: Candidate, layers: int) -> tuple[dict[str, float], dict[str, float]]:
     """Per-layer and fixed bytes per element of each kind on the stretch of
     :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
     candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
     32, through the count at 32): the straight line through the candidate's counts at
     its two ends. A candidate with ``between`` counts (the dense classes', L = 5–9) runs
     the line between the two nearest depths counted."""
-    at = {int(k): v for k, v in candidate["at"].items()}
-    shallow = {int(k): v for k, v in candidate.get("shallow", {}).items()}
+    at = dict(candidate.at)  # a copy: the shallow or between counts join it below
+    shallow = candidate.shallow
     # The candidate's own depths: DEPTHS, or for a MoE structure every depth from 2 to
     # 16 and a few beyond (benchmarks/mlx_derive.py's MOE_LAYERS).
     depths = sorted(at)
@@ -528,10 +530,10 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
         # (Also the dense classes' at L = 2 and 3: mlx_derive.py's DENSE_SHALLOW.)
         at.update(shallow)
         lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
-    elif candidate.get("between") and DEPTHS[0] < layers < DEPTHS[1]:
+    elif candidate.between and DEPTHS[0] < layers < DEPTHS[1]:
         # The dense classes' counts at each depth from 5 to 9 (benchmarks/mlx_derive.py's
         # DENSE_BETWEEN): the line between the two nearest.
-        at.update({int(k): v for k, v in candidate["between"].items()})
+        at.update(candidate.between)
         lo = max(k for k in at if k <= layers)
         hi = min(k for k in at if k > layers)
     elif layers > depths[-1]:
@@ -550,17 +552,19 @@ def segment(candidate: dict, layers: int) -> tuple[dict[str, float], dict[str, f
     return per, fixed
 
 
-def counts_at(candidate: dict, layers: int) -> dict[str, float]:
+def counts_at(candidate: Candidate | Checkpointed, layers: int) -> dict[str, float]:
     """Bytes per element of each kind at ``layers``: the derived counts themselves at
     :data:`DEPTHS`, on the straight lines between them elsewhere."""
-    if "layer" in candidate:  # a checkpointed candidate (:func:`checkpointed_counts`)
-        per, fixed = candidate["layer"], candidate["fixed"]
+    if isinstance(candidate, Checkpointed):
+        per, fixed = candidate.layer, candidate.fixed
     else:
         per, fixed = segment(candidate, layers)
     return {k: layers * per.get(k, 0) + fixed.get(k, 0) for k in set(per) | set(fixed)}
 
 
-def candidate_terms(candidate: dict, layers: int, x: Dims, structure: str) -> dict[str, int]:
+def candidate_terms(
+    candidate: Candidate | Checkpointed, layers: int, x: Dims, structure: str
+) -> dict[str, int]:
     """One candidate moment's bytes beyond the state, by breakdown term."""
     mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")
     out: dict[str, int] = {}
@@ -573,20 +577,20 @@ def candidate_terms(candidate: dict, layers: int, x: Dims, structure: str) -> di
 
 def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
     """Every derived candidate moment of the step, as (phase, terms)."""
-    from introspect.refined.mlx_counts import COUNTS
+    from introspect.refined.mlx_counts import candidates as counts
 
     structure = structure_of(spec, setup)
     lora = setup.finetune == "lora"
     if lora and structure not in LORA_STRUCTURES:
         return torch_moments(spec, setup)
     if lora:
-        candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup), lora=True)]
+        candidates = counts(key(structure, dtype_of(setup), compiled(setup), lora=True))
     elif setup.activation_checkpointing:
         candidates = checkpointed_counts(
             structure, dtype_of(setup), compiled(setup), spec.num_hidden_layers
         )
     else:
-        candidates = COUNTS[key(structure, dtype_of(setup), compiled(setup))]
+        candidates = counts(key(structure, dtype_of(setup), compiled(setup)))
     state = state_terms(spec, setup)
     x = dims(spec, setup)
     upcasts = lora_upcast_bytes(spec, setup) if lora else 0
@@ -596,7 +600,7 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
         terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
         if upcasts:
             terms["activations/mlx/hidden/lora_upcasts"] = upcasts
-        out.append((c["phase"], terms))
+        out.append((c.phase, terms))
     return out
 
 
@@ -645,7 +649,20 @@ def compiled(setup: TrainingSetup) -> bool:
     return setup.framework == "mlx_compiled"
 
 
-def checkpointed_counts(structure: str, dtype: str, is_compiled: bool, layers: int) -> list[dict]:
+@record
+class Checkpointed:
+    """A checkpointed step's candidate (:func:`checkpointed_counts`): bytes per element of
+    each kind per layer and fixed, the line :func:`counts_at` reads at any depth."""
+
+    phase: str
+    op: str
+    layer: dict[str, float]
+    fixed: dict[str, float]
+
+
+def checkpointed_counts(
+    structure: str, dtype: str, is_compiled: bool, layers: int
+) -> list[Checkpointed]:
     """The candidates of a checkpointed step, from the source (``mx.checkpoint`` has no
     exportable state, so no replay can trace it).
 
@@ -659,18 +676,18 @@ def checkpointed_counts(structure: str, dtype: str, is_compiled: bool, layers: i
     and update buffers, one set per layer whatever the checkpointing) stay per layer.
     Not replayed: what MLX's breadth-first order keeps of several recomputed layers at
     once (weight gradients deferred past the next layer's recompute) is not modelled."""
-    from introspect.refined.mlx_counts import COUNTS
+    from introspect.refined.mlx_counts import candidates
 
     s = 2 if dtype == "bf16" else 4
     out = []
-    for c in COUNTS[key(structure, dtype, is_compiled)]:
+    for c in candidates(key(structure, dtype, is_compiled)):
         per, fixed = segment(c, layers)
         layer = {k: v for k, v in per.items() if k in WEIGHT_KINDS}
         for k, v in per.items():
             if k not in WEIGHT_KINDS:
                 fixed[k] = fixed.get(k, 0) + v  # the one layer recomputed
         layer["B·T·d"] = layer.get("B·T·d", 0) + s  # each layer's input, kept
-        out.append({"phase": c["phase"], "op": c["op"], "layer": layer, "fixed": fixed})
+        out.append(Checkpointed(c.phase, c.op, layer, fixed))
     return out
 
 
