@@ -22,76 +22,10 @@ from pathlib import Path
 
 OUT = Path(__file__).parent / "results" / "families.md"
 
-SHAPE = dict(
-    hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000,
-    intermediate_size=640,
-)  # fmt: skip
-
-
-def _small(model_type: str, **keys) -> dict:
-    return {"model_type": model_type, **SHAPE, **keys}
-
-
-#: The families and variations (the shapes of tests/test_hf_config_transformers.py).
-CONFIGS: dict[str, dict] = {
-    "llama, head_dim 48": _small("llama", num_key_value_heads=2, head_dim=48),
-    "ministral": _small("ministral", num_attention_heads=16, head_dim=64),
-    "qwen2, window on layer 2": _small(
-        "qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=64,
-        max_window_layers=1,
-    ),
-    "qwen3": _small("qwen3", num_key_value_heads=4, head_dim=64),
-    "gemma, untied, bias": _small(
-        "gemma", num_key_value_heads=1, tie_word_embeddings=False, attention_bias=True
-    ),
-    "gemma2": _small("gemma2", num_key_value_heads=2, head_dim=32),
-    "gemma3_text, windows": _small(
-        "gemma3_text", num_hidden_layers=6, num_key_value_heads=2, head_dim=32,
-        sliding_window=128,
-    ),
-    "phi, q/k layernorm": _small("phi", num_key_value_heads=2, qk_layernorm=True),
-    "phi3, window": _small("phi3", vocab_size=32064, num_key_value_heads=2, sliding_window=64),
-    "olmo2, bias": _small("olmo2", num_key_value_heads=2, attention_bias=True),
-    "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 8, "vocab_size": 1000},
-    "mixtral": _small("mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1),
-    "qwen3_moe": _small(
-        "qwen3_moe", num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=64,
-    ),
-    "qwen2_moe, shared expert": _small(
-        "qwen2_moe", num_key_value_heads=4, num_experts=4, num_experts_per_tok=2,
-        moe_intermediate_size=64, shared_expert_intermediate_size=128,
-    ),
-    "qwen2_moe, MoE every 2nd layer": _small(
-        "qwen2_moe", num_hidden_layers=4, num_key_value_heads=4, num_experts=4,
-        num_experts_per_tok=2, moe_intermediate_size=64, decoder_sparse_step=2,
-        mlp_only_layers=[1], qkv_bias=False,
-    ),
-    "gpt_oss": _small(
-        "gpt_oss", num_key_value_heads=2, head_dim=32, num_local_experts=4,
-        num_experts_per_tok=2,
-    ),
-    "deepseek_v3, MLA": _small(
-        "deepseek_v3", num_hidden_layers=3, num_key_value_heads=8, n_routed_experts=8,
-        num_experts_per_tok=2, moe_intermediate_size=64, q_lora_rank=96, kv_lora_rank=64,
-        qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, first_k_dense_replace=1,
-        n_group=2, topk_group=1,
-    ),
-    "llama4_text, interleaved MoE": _small(
-        "llama4_text", num_hidden_layers=4, num_key_value_heads=2, head_dim=32,
-        num_local_experts=4, intermediate_size_mlp=512, interleave_moe_layer_step=2,
-    ),
-    "llama4_text, chunked 128": _small(
-        "llama4_text", num_hidden_layers=4, num_key_value_heads=2, head_dim=32,
-        num_local_experts=4, attention_chunk_size=128,
-    ),
-    "qwen3_next, hybrid": _small(
-        "qwen3_next", num_hidden_layers=4, num_key_value_heads=2, head_dim=32,
-        linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=32,
-        linear_value_head_dim=32, num_experts=8, num_experts_per_tok=2,
-        moe_intermediate_size=64, shared_expert_intermediate_size=96,
-    ),
-}  # fmt: skip
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+#: The families and variations: tests/small_configs.py's, which
+#: tests/test_hf_config_transformers.py also counts.
+from small_configs import FAMILIES as CONFIGS  # noqa: E402
 
 SETUPS = {
     "eager FP32": dict(seq_len=128, attention="eager", precision="fp32"),

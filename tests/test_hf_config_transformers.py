@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config, supported_model_types
+from small_configs import FAMILIES, small
 
 from introspect.params import active_parameter_count, parameter_count, parameters_by_component
 
@@ -24,23 +25,13 @@ def _cfg(model_type: str, **keys) -> dict:
     return {"model_type": model_type, **keys}
 
 
-def _small(model_type: str, **keys) -> dict:
-    shape = dict(
-        hidden_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        vocab_size=1000,
-        intermediate_size=640,
-    )
-    return _cfg(model_type, **{**shape, **keys})
-
-
 #: Variations on each family, beyond the bundled configs: biases on and off, tied and
-#: untied, keys left out so Hugging Face's defaults apply, published shapes.
+#: untied, keys left out so Hugging Face's defaults apply, published shapes; the small
+#: ones benchmarks/families.py steps are tests/small_configs.py's FAMILIES.
 VARIATIONS: dict[str, dict] = {
     "llama-biases": {**_LLAMA2, "attention_bias": True, "mlp_bias": True},
-    "llama-no-kv-key": _small("llama", tie_word_embeddings=True),
-    "llama-head-dim": _small("llama", num_key_value_heads=2, head_dim=48),
+    "llama-no-kv-key": small("llama", tie_word_embeddings=True),
+    "llama-head-dim": FAMILIES["llama, head_dim 48"],
     "mistral-7b": _cfg(
         "mistral",
         hidden_size=4096,
@@ -50,18 +41,16 @@ VARIATIONS: dict[str, dict] = {
         intermediate_size=14336,
         vocab_size=32000,
     ),
-    "mistral-defaults": _small("mistral", num_attention_heads=16),
-    "mistral-nemo-head-dim": _small("mistral", num_key_value_heads=2, head_dim=128),
-    "ministral-alias": _small("ministral", num_attention_heads=16, head_dim=64),
-    "qwen2-defaults": _small("qwen2", num_attention_heads=32),
-    "qwen2-tied": _small("qwen2", num_key_value_heads=2, tie_word_embeddings=True),
-    "qwen3-untied": _small("qwen3", num_key_value_heads=4, head_dim=64),
-    "qwen3-tied-default-head-dim": _small("qwen3", num_key_value_heads=2, tie_word_embeddings=True),
-    "qwen3-attention-bias": _small("qwen3", num_key_value_heads=4, attention_bias=True),
-    "mixtral-small": _small(
-        "mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1
-    ),
-    "mixtral-defaults": _small("mixtral"),
+    "mistral-defaults": small("mistral", num_attention_heads=16),
+    "mistral-nemo-head-dim": small("mistral", num_key_value_heads=2, head_dim=128),
+    "ministral-alias": FAMILIES["ministral"],
+    "qwen2-defaults": small("qwen2", num_attention_heads=32),
+    "qwen2-tied": small("qwen2", num_key_value_heads=2, tie_word_embeddings=True),
+    "qwen3-untied": FAMILIES["qwen3"],
+    "qwen3-tied-default-head-dim": small("qwen3", num_key_value_heads=2, tie_word_embeddings=True),
+    "qwen3-attention-bias": small("qwen3", num_key_value_heads=4, attention_bias=True),
+    "mixtral-small": FAMILIES["mixtral"],
+    "mixtral-defaults": small("mixtral"),
     "gemma-7b": _cfg(
         "gemma",
         hidden_size=3072,
@@ -72,9 +61,7 @@ VARIATIONS: dict[str, dict] = {
         intermediate_size=24576,
         vocab_size=256000,
     ),
-    "gemma-untied-bias": _small(
-        "gemma", num_key_value_heads=1, tie_word_embeddings=False, attention_bias=True
-    ),
+    "gemma-untied-bias": FAMILIES["gemma, untied, bias"],
     "phi-2": _cfg(
         "phi",
         hidden_size=2560,
@@ -85,7 +72,7 @@ VARIATIONS: dict[str, dict] = {
         partial_rotary_factor=0.4,
         tie_word_embeddings=False,
     ),
-    "phi-qk-layernorm-gqa": _small("phi", num_key_value_heads=2, qk_layernorm=True),
+    "phi-qk-layernorm-gqa": FAMILIES["phi, q/k layernorm"],
     "olmo2-1b": _cfg(
         "olmo2",
         hidden_size=2048,
@@ -96,56 +83,18 @@ VARIATIONS: dict[str, dict] = {
         vocab_size=100352,
         tie_word_embeddings=False,
     ),
-    "olmo2-gqa-bias": _small("olmo2", num_key_value_heads=2, attention_bias=True),
+    "olmo2-gqa-bias": FAMILIES["olmo2, bias"],
     "gpt2-small": _cfg("gpt2", n_embd=768, n_layer=12, n_head=12, vocab_size=50257),
-    "phi3-fused-sliding": _small(
-        "phi3", vocab_size=32064, num_key_value_heads=2, sliding_window=64
-    ),
-    "phi3-defaults": _small("phi3", vocab_size=32064),
-    "mistral-window-null": _small("mistral", num_attention_heads=16, sliding_window=None),
-    "qwen2-sliding-layers": _small(
-        "qwen2",
-        num_key_value_heads=2,
-        use_sliding_window=True,
-        sliding_window=64,
-        max_window_layers=1,
-    ),
-    "qwen2-moe-shared-expert": _small(
-        "qwen2_moe",
-        num_key_value_heads=4,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=64,
-        shared_expert_intermediate_size=128,
-    ),
-    "qwen2-moe-sparse-step-mlp-only": _small(
-        "qwen2_moe",
-        num_hidden_layers=4,
-        num_key_value_heads=4,
-        num_experts=4,
-        num_experts_per_tok=2,
-        moe_intermediate_size=64,
-        decoder_sparse_step=2,
-        mlp_only_layers=[1],
-        qkv_bias=False,
-    ),
-    "qwen3-moe-small": _small(
-        "qwen3_moe",
-        num_key_value_heads=2,
-        head_dim=64,
-        num_experts=8,
-        num_experts_per_tok=2,
-        moe_intermediate_size=64,
-    ),
-    "qwen3-moe-defaults": _small("qwen3_moe", num_key_value_heads=2),
-    "gpt-oss-small": _small(
-        "gpt_oss",
-        num_key_value_heads=2,
-        head_dim=32,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-    ),
-    "deepseek-v3-mla": _small(
+    "phi3-fused-sliding": FAMILIES["phi3, window"],
+    "phi3-defaults": small("phi3", vocab_size=32064),
+    "mistral-window-null": small("mistral", num_attention_heads=16, sliding_window=None),
+    "qwen2-sliding-layers": FAMILIES["qwen2, window on layer 2"],
+    "qwen2-moe-shared-expert": FAMILIES["qwen2_moe, shared expert"],
+    "qwen2-moe-sparse-step-mlp-only": FAMILIES["qwen2_moe, MoE every 2nd layer"],
+    "qwen3-moe-small": FAMILIES["qwen3_moe"],
+    "qwen3-moe-defaults": small("qwen3_moe", num_key_value_heads=2),
+    "gpt-oss-small": FAMILIES["gpt_oss"],
+    "deepseek-v3-mla": small(
         "deepseek_v3",
         num_hidden_layers=3,
         n_routed_experts=8,
@@ -160,7 +109,7 @@ VARIATIONS: dict[str, dict] = {
         n_group=2,
         topk_group=1,
     ),
-    "deepseek-v3-no-q-lora-2-shared": _small(
+    "deepseek-v3-no-q-lora-2-shared": small(
         "deepseek_v3",
         n_routed_experts=8,
         num_experts_per_tok=2,
@@ -176,38 +125,10 @@ VARIATIONS: dict[str, dict] = {
         n_shared_experts=2,
         attention_bias=True,
     ),
-    "llama4-text-interleaved": _small(
-        "llama4_text",
-        num_hidden_layers=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        num_local_experts=4,
-        intermediate_size_mlp=512,
-        interleave_moe_layer_step=2,
-    ),
-    "llama4-text-scout-like": _small(
-        "llama4_text",
-        num_hidden_layers=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        num_local_experts=4,
-        attention_chunk_size=128,
-    ),
-    "qwen3-next-hybrid": _small(
-        "qwen3_next",
-        num_hidden_layers=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        linear_num_key_heads=4,
-        linear_num_value_heads=8,
-        linear_key_head_dim=32,
-        linear_value_head_dim=32,
-        num_experts=8,
-        num_experts_per_tok=2,
-        moe_intermediate_size=64,
-        shared_expert_intermediate_size=96,
-    ),
-    "qwen3-next-mlp-only-bias": _small(
+    "llama4-text-interleaved": FAMILIES["llama4_text, interleaved MoE"],
+    "llama4-text-scout-like": FAMILIES["llama4_text, chunked 128"],
+    "qwen3-next-hybrid": FAMILIES["qwen3_next, hybrid"],
+    "qwen3-next-mlp-only-bias": small(
         "qwen3_next",
         num_hidden_layers=4,
         num_key_value_heads=2,
@@ -222,17 +143,11 @@ VARIATIONS: dict[str, dict] = {
         mlp_only_layers=[0],
         attention_bias=True,
     ),
-    "gemma2-small": _small("gemma2", num_key_value_heads=2, head_dim=32),
-    "gemma3-text-small": _small(
-        "gemma3_text",
-        num_hidden_layers=6,
-        num_key_value_heads=2,
-        head_dim=32,
-        sliding_window=128,
-    ),
+    "gemma2-small": FAMILIES["gemma2"],
+    "gemma3-text-small": FAMILIES["gemma3_text, windows"],
     "gemma3-multimodal": _cfg(
         "gemma3",
-        text_config=_small("gemma3_text", num_key_value_heads=2, head_dim=32),
+        text_config=small("gemma3_text", num_key_value_heads=2, head_dim=32),
         vision_config=dict(
             model_type="siglip_vision_model",
             hidden_size=64,
@@ -307,7 +222,7 @@ def test_count_equals_the_transformers_model_on_meta(name, use_transformers):
 WRAPPERS = {
     "llama4-multimodal": _cfg(
         "llama4",
-        text_config=_small("llama4_text", num_key_value_heads=2, head_dim=32, num_local_experts=4),
+        text_config=small("llama4_text", num_key_value_heads=2, head_dim=32, num_local_experts=4),
         vision_config=dict(
             hidden_size=64,
             intermediate_size=128,
@@ -417,9 +332,9 @@ BUILT_ONLY = {
     "falcon": _cfg(
         "falcon", hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000
     ),
-    "gpt-neox": _small("gpt_neox"),
-    "granite": _small("granite", num_key_value_heads=2),
-    "cohere": _small("cohere", num_key_value_heads=2),
+    "gpt-neox": small("gpt_neox"),
+    "granite": small("granite", num_key_value_heads=2),
+    "cohere": small("cohere", num_key_value_heads=2),
 }
 
 

@@ -4,15 +4,15 @@ plot. No framework needed: Measurements here are records a backend could have ma
 from __future__ import annotations
 
 import pytest
+from specs import VARIANTS
 
 from introspect import simplified
 from introspect.breakdown import Breakdown
 from introspect.measure.compare import by_category, category_of, compare, largest_gap
 from introspect.measure.record import Measurement
 from introspect.setup import TrainingSetup
-from introspect.spec import ModelSpec
 
-SPEC = ModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+SPEC = VARIANTS["standard"]  # tests/specs.py: d=64, L=2, 4 heads, V=512
 
 
 @pytest.mark.parametrize(

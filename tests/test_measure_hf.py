@@ -15,6 +15,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+from small_configs import FAMILIES  # noqa: E402
+from specs import BASE  # noqa: E402
 
 from introspect import refined  # noqa: E402
 from introspect.cli import main  # noqa: E402
@@ -24,7 +26,7 @@ from introspect.setup import TrainingSetup  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+SMALL = BASE  # tests/specs.py's: d=64, L=2, 4 heads, V=512
 CONFIGS = {
     "qwen2": dict(
         SMALL, model_type="qwen2", intermediate_size=128, num_key_value_heads=2,
@@ -386,7 +388,7 @@ QWEN2_MOE = dict(
 #: heterogeneous stack of it: MoE on every second layer, a dense MLP on layer 1
 #: (``decoder_sparse_step``, ``mlp_only_layers``), the default 5632-wide shared expert.
 QWEN2_MOE_STACKS = {
-    "shared-expert": dict(QWEN2_MOE, num_hidden_layers=2, shared_expert_intermediate_size=128),
+    "shared-expert": FAMILIES["qwen2_moe, shared expert"],  # QWEN2_MOE, L=2, shared 128 wide
     "sparse-step": dict(QWEN2_MOE, num_hidden_layers=4, decoder_sparse_step=2, mlp_only_layers=[1]),
 }
 MOE_SETUPS = {
@@ -419,27 +421,19 @@ def test_qwen2_moe_shared_experts_and_mixed_stacks(stack, setup_name):
     assert abs(estimate / measured.peak_bytes - 1) < tolerance, (estimate, measured.peak_bytes)
 
 
-LLAMA4_TEXT = dict(
-    model_type="llama4_text", hidden_size=256, num_hidden_layers=4, num_attention_heads=8,
-    num_key_value_heads=2, head_dim=32, vocab_size=1000, intermediate_size=640,
-    num_local_experts=4,
-)  # fmt: skip
-
-
 @pytest.mark.parametrize(
-    "variation",
-    [dict(intermediate_size_mlp=512, interleave_moe_layer_step=2), dict(attention_chunk_size=128)],
+    "raw",
+    [FAMILIES["llama4_text, interleaved MoE"], FAMILIES["llama4_text, chunked 128"]],
     ids=["interleaved", "chunked"],
 )
 @pytest.mark.parametrize("setup_name", ["eager-fp32", "sdpa-amp"])
-def test_llama4_runs_every_expert_on_every_token(variation, setup_name):
+def test_llama4_runs_every_expert_on_every_token(raw, setup_name):
     """transformers' Llama 4 MoE repeats the hidden states for every expert and runs them
     as one batched matmul over E·B·T rows (``Llama4TextMoe``): the saved set is E rows per
     token, not top-k; its backward's transients are a dense MLP's over those rows.
     Through transformers' saved set (chunked windows, the weightless L2 q/k norm, autocast
     casting the experts' bmm): dry runs within 1% (MoE and dense layers interleaved, or
     chunked layers with NoPE ones)."""
-    raw = dict(LLAMA4_TEXT, **variation)
     spec = spec_from_config(raw)
     assert any(k.feed_forward.all_experts for k, _ in spec.kinds)
     setup = TrainingSetup(

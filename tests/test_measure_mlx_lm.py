@@ -9,6 +9,7 @@ pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+from small_configs import MLX_LM  # noqa: E402
 
 from introspect.errors import IntrospectError  # noqa: E402
 from introspect.measure import mlx_lm_models  # noqa: E402
@@ -17,17 +18,7 @@ from introspect.setup import TrainingSetup  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = {
-    "qwen2": dict(
-        model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-        tie_word_embeddings=True, rms_norm_eps=1e-6,
-    ),
-    "gpt2": dict(
-        model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
-        n_ctx=128, layer_norm_epsilon=1e-5,
-    ),
-}  # fmt: skip
+CONFIGS = MLX_LM  # tests/small_configs.py's mlx-lm qwen2 and gpt2
 
 
 def setup(framework="mlx", checkpointing=False):

@@ -10,6 +10,7 @@ pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+from small_configs import MLX_LM  # noqa: E402
 
 from introspect.errors import IntrospectError  # noqa: E402
 from introspect.measure import mlx_lm_models, mlx_step  # noqa: E402
@@ -19,11 +20,7 @@ from introspect.setup import TrainingSetup  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-QWEN2 = dict(
-    model_type="qwen2", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-    tie_word_embeddings=True, rms_norm_eps=1e-6,
-)  # fmt: skip
+QWEN2 = MLX_LM["qwen2"]
 SPEC = spec_from_config(QWEN2, source="qwen2")
 
 
@@ -188,10 +185,7 @@ def test_lora_moments_apply_only_where_derived():
     assert torch_like.total == max(sum(t.values()) for _, t in with_fallback)
 
 
-CONFIGS_GPT2 = dict(
-    model_type="gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128,
-    n_ctx=128, layer_norm_epsilon=1e-5,
-)  # fmt: skip
+CONFIGS_GPT2 = MLX_LM["gpt2"]
 
 
 def test_lora_counts_are_whole_tensors_down_to_two_layers():

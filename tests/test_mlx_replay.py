@@ -18,6 +18,7 @@ pytest.importorskip("mlx_lm")
 
 import mlx.optimizers as optim  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
+from specs import VARIANTS  # noqa: E402
 
 from introspect.measure import mlx_model, mlx_step  # noqa: E402
 from introspect.measure import mlx_replay as mr  # noqa: E402
@@ -62,7 +63,7 @@ def test_measured_peak_lies_within_the_replays_bounds(family, compiled, dtype):
 
 
 def test_reference_model_step_lies_within_the_bounds():
-    spec = ModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+    spec = VARIANTS["standard"]
     model = mlx_model.build(spec)
     optimizer = optim.Adam(learning_rate=1e-4)
     optimizer.init(model.trainable_parameters())

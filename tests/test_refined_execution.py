@@ -4,6 +4,7 @@ its peak against a real measured training step, and the setup switches."""
 from __future__ import annotations
 
 import pytest
+from specs import SEED_7B
 
 from introspect import refined, simplified
 from introspect.refined import execution
@@ -126,15 +127,6 @@ def test_total_is_the_sum_of_the_peak_moment_and_the_largest_phase():
         "forward_end",
         "backward",
     )
-
-
-SEED_7B = standard_spec(
-    num_hidden_layers=33,
-    hidden_size=4096,
-    num_attention_heads=32,
-    vocab_size=43520,
-    num_parameters=7_000_000_000,
-)
 
 
 def test_seed_7b_execution_beside_the_seed_and_says_why():

@@ -220,7 +220,7 @@ def test_real_two_process_steps_match_the_per_rank_estimate():
 def test_a_step_past_its_timeout_ends_every_process():
     from introspect.measure.distributed import measure_sharded
 
-    spec = ModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, vocab_size=512)
+    spec = VARIANTS["standard"]
     with pytest.raises(IntrospectError, match="timeout"):
         measure_sharded(spec, TrainingSetup(**CPU, devices=2, sharding="ddp"), timeout=0.5)
     assert not _children_left()
