@@ -136,11 +136,28 @@ def dry(config: dict, label: str, T: int = 2048, B: int = 1) -> None:
             print(f"  saved at the end of forward (refined): {saved / 1e9:.3f} GB")
 
 
+def header(what: str, seq: int) -> str:
+    """The first line of a results file: the command, the date and the versions."""
+    import datetime
+
+    import torch
+    import transformers
+
+    seq_flag = f" --seq {seq}" if seq != 2048 else ""
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    return (
+        f"# python benchmarks/transformers_terms.py {what}{seq_flag} — {today}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}; FakeTensorMode dry runs"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("grid", "qwen", "mistral"))
     p.add_argument("--seq", type=int, default=2048)
     args = p.parse_args()
+    if args.what != "grid":  # the results file says how it was made (the grid's is written by hand)
+        print(header(args.what, args.seq))
     if args.what == "grid":
         grid()
     elif args.what == "qwen":
