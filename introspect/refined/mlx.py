@@ -559,7 +559,7 @@ def counts_at(candidate: Candidate | Checkpointed, layers: int) -> dict[str, flo
         per, fixed = candidate.layer, candidate.fixed
     else:
         per, fixed = segment(candidate, layers)
-    return {k: layers * per.get(k, 0) + fixed.get(k, 0) for k in set(per) | set(fixed)}
+    return {k: layers * per.get(k, 0) + fixed.get(k, 0) for k in dict.fromkeys([*per, *fixed])}
 
 
 def candidate_terms(
