@@ -545,7 +545,7 @@ def segment(candidate: Candidate, layers: int) -> tuple[dict[str, float], dict[s
         i = next((i for i in range(1, len(depths)) if layers <= depths[i]), 1)
         lo, hi = depths[i - 1], depths[i]
     per, fixed = {}, {}
-    for kind in set(at[lo]) | set(at[hi]):
+    for kind in dict.fromkeys([*at[lo], *at[hi]]):
         a, b = at[lo].get(kind, 0), at[hi].get(kind, 0)
         per[kind] = (b - a) / (hi - lo)
         fixed[kind] = b - hi * per[kind]
