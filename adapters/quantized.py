@@ -31,6 +31,13 @@ tensor is one line naming it and the shape it should have.
   ``X_scales`` uint8 ``[..., G]``, one exponent per block (``blocks.shape[:-1] ==
   scales.shape``, asserted in ``_convert_moe_packed_tensors``).
 
+* MLX (``mlx.core.quantize``, saved by mlx-lm with a ``quantization`` block in
+  config.json): the weight is uint32 ``[..., out, in · bits / 32]``, ``scales`` (and, in
+  the ``affine`` mode, ``biases``) ``[..., out, in / group_size]``; affine takes bits 1–6
+  or 8 and group sizes 32, 64, 128; ``mxfp4``/``mxfp8``/``nvfp4`` take (4, 32), (8, 32)
+  and (4, 16); a module path inside the block overrides them for that module
+  (``mlx_lm/utils.py``, ``quantize_model``).
+
 Illegal settings (``quantization_config.bits`` 0, 64, ``true`` or ``"4"``; a
 ``weight_block_size`` that is not two positive integers) are refused naming the key and
 the file, as transformers' own config classes refuse them.
@@ -52,6 +59,15 @@ from .tensor_roles import BUFFER, TensorInfo, tensor_info
 #: Legal bit widths: GPTQConfig.post_init (transformers), AutoAWQ's WQLinear kernels.
 GPTQ_BITS = (2, 3, 4, 8)
 AWQ_BITS = (4,)
+#: MLX: mx.quantize's widths and group sizes per mode (mlx 0.32; affine refuses 7 bits).
+MLX_MODES = {
+    "affine": ((1, 2, 3, 4, 5, 6, 8), (32, 64, 128)),
+    "mxfp4": ((4,), (32,)),
+    "mxfp8": ((8,), (32,)),
+    "nvfp4": ((4,), (16,)),
+}
+#: Settings that name no method could be any of the integer formats' widths.
+ANY_BITS = (1, 2, 3, 4, 5, 6, 8)
 #: bitsandbytes blocksizes (``quantize_4bit`` in bitsandbytes/functional.py).
 BNB_BLOCKSIZES = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 #: AutoGPTQ / GPTQModel write their settings here when config.json has none.
@@ -83,6 +99,8 @@ class QuantConfig:
     block: tuple[int, int] | None = (128, 128)
     source: str = ""
     prefix: str = "quantization_config."
+    #: MLX: (bits, group_size, mode) per module path, ``None`` for a module left in float.
+    mlx: dict[str, tuple[int, int, str] | None] = dataclasses.field(default_factory=dict)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}{name} in {self.source}"
@@ -92,6 +110,8 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
     """The quantization settings: config.json's ``quantization_config``, else AutoGPTQ's
     quantize_config.json beside it. Raises :class:`ConfigError` naming the key and file
     for a value the format does not admit."""
+    if isinstance((config or {}).get("quantization"), dict):  # mlx-lm's own block
+        return _mlx_config(config["quantization"], str(config_path))
     raw = (config or {}).get("quantization_config")
     source, prefix = str(config_path), "quantization_config."
     if raw is None and (folder / QUANTIZE_CONFIG).is_file():
@@ -116,7 +136,7 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
         method = "bitsandbytes"
     quant = dataclasses.replace(blank, method=method)
     if method in ("gptq", "awq", ""):
-        legal = AWQ_BITS if method == "awq" else GPTQ_BITS
+        legal = {"awq": AWQ_BITS, "gptq": GPTQ_BITS}.get(method, ANY_BITS)
         bits = raw.get("bits", raw.get("w_bit"))
         if bits is not None:
             quant = dataclasses.replace(quant, bits=_legal_bits(bits, legal, quant))
@@ -149,6 +169,42 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
             )
         quant = dataclasses.replace(quant, block=tuple(block) if block is not None else None)
     return quant
+
+
+def _mlx_config(raw: dict, source: str) -> QuantConfig:
+    """mlx-lm's ``quantization`` block: defaults, and per-module overrides (an object, or
+    ``false`` for a module kept in float)."""
+    quant = QuantConfig(method="mlx", source=source, prefix="quantization.")
+    default = _mlx_params(raw, quant, "")
+    modules: dict[str, tuple[int, int, str] | None] = {"": default}
+    for path, value in raw.items():
+        if isinstance(value, dict):
+            modules[path] = _mlx_params(value, quant, path + ".")
+        elif value is False:
+            modules[path] = None
+    return dataclasses.replace(quant, mlx=modules)
+
+
+def _mlx_params(raw: dict, quant: QuantConfig, path: str) -> tuple[int, int, str]:
+    mode = raw.get("mode", "affine")
+    if mode not in MLX_MODES:
+        raise ConfigError(
+            f"{quant.key(path + 'mode')} is {json.dumps(mode)}; MLX quantizes in the modes "
+            f"{', '.join(MLX_MODES)}"
+        )
+    widths, sizes = MLX_MODES[mode]
+    bits, size = raw.get("bits", 4), raw.get("group_size", 64)
+    if type(bits) is not int or bits not in widths:
+        raise ConfigError(
+            f"{quant.key(path + 'bits')} is {json.dumps(bits)}; MLX's {mode} mode packs "
+            f"{', '.join(map(str, widths))} bits (a JSON integer); fix the value"
+        )
+    if type(size) is not int or size not in sizes:
+        raise ConfigError(
+            f"{quant.key(path + 'group_size')} is {json.dumps(size)}; MLX's {mode} mode takes "
+            f"groups of {', '.join(map(str, sizes))}; fix the value"
+        )
+    return bits, size, mode
 
 
 def _legal_bits(bits: object, legal: tuple[int, ...], quant: QuantConfig) -> int:
@@ -233,6 +289,12 @@ def unpack(
             out.append(weight)
             found[what] += 1
         elif _bnb4_companion(n, by_name):
+            out.append(_buffer(t))
+        elif last == "weight" and t.dtype == "U32" and stem + ".scales" in by_name:
+            weight, what = _mlx(t, stem, by_name, quant, where)
+            out.append(weight)
+            found[what] += 1
+        elif last in ("scales", "biases") and by_name.get(stem + ".weight", t).dtype == "U32":
             out.append(_buffer(t))
         elif last in ("SCB", "weight_format") and stem + ".weight" in by_name:
             if last == "SCB":
@@ -319,6 +381,12 @@ def _packed(
         method = "gptq" if g_idx is not None or qweight.shape[1] == scales.shape[1] else "awq"
     gemv = method == "awq" and quant.awq_format == "gemv"
     bits = quant.bits or _bits_from_shapes(qweight, scales, qzeros, g_idx, method, gemv, where)
+    if bits not in (GPTQ_BITS if method == "gptq" else AWQ_BITS):
+        raise ConfigError(
+            f"{quant.key('bits')} is {bits} but {qweight.name} is {method.upper()}-packed, "
+            f"which takes {', '.join(map(str, GPTQ_BITS if method == 'gptq' else AWQ_BITS))} "
+            "bits; fix the value"
+        )
     rows, cols = qweight.shape
     size = quant.group_size
     if method == "gptq":  # [in // 32 · bits, out]; groups = ceil(in / group_size)
@@ -398,6 +466,44 @@ def _unpacked(where: str, t: TensorInfo, axis: int, bits: int) -> int:
         expected[axis] = f"a multiple of {step}"
         raise _wrong_shape(where, t, expected, f"{bits}-bit values packed 32 per {step} words")
     return values
+
+
+# ---- MLX -----------------------------------------------------------------------------
+
+
+def _mlx(
+    packed: TensorInfo, stem: str, by_name: dict[str, TensorInfo], quant: QuantConfig, where: str
+) -> tuple[TensorInfo, str]:
+    """``…weight`` uint32 ``[..., out, in · bits / 32]`` → ``[..., out, in]``, with
+    ``scales``/``biases`` ``[..., out, in / group_size]``."""
+    if quant.method != "mlx":
+        raise CheckpointError(
+            f"{_at(where, packed)} is MLX-packed (uint32 with {stem}.scales) but no "
+            "config.json with mlx-lm's quantization block (bits, group_size) is beside it; "
+            "give the model's config.json"
+        )
+    params = quant.mlx.get(stem, quant.mlx[""])  # overrides are keyed by module path
+    if params is None:
+        raise CheckpointError(
+            f"{_at(where, packed)} is packed but {quant.key(stem)} says that "
+            "module is not quantized; the checkpoint and its config.json disagree"
+        )
+    bits, size, mode = params
+    if len(packed.shape) < 2:
+        raise _wrong_shape(where, packed, "[..., out, packed words]", "MLX-packed rows")
+    inp = _unpacked(where, packed, len(packed.shape) - 1, bits)
+    expected = (*packed.shape[:-1], inp // size)
+    companions = ("scales", "biases") if mode == "affine" else ("scales",)
+    for name in companions:
+        t = by_name.get(f"{stem}.{name}")
+        if t is None:
+            raise _incomplete(where, packed, f"{stem}.{name}", f"MLX {mode} quantization's {name}")
+        if t.shape != expected or inp % size:
+            rule = f"one per group of {size} of the {inp} inputs ({bits}-bit {mode})"
+            raise _wrong_shape(where, t, list(expected), rule)
+    label = f"MLX {mode} {bits}-bit (packed U32)"
+    weight = tensor_info(packed.name, (*packed.shape[:-1], inp), label, packed.file)
+    return weight, f"MLX {mode} {bits}-bit, groups of {size}"
 
 
 # ---- bitsandbytes --------------------------------------------------------------------

@@ -466,3 +466,81 @@ def test_mxfp4_scales_of_the_wrong_shape_are_one_line(tmp_path, capsys):
     folder = _write(tmp_path, entries, {"quant_method": "mxfp4"})
     line = _profile_error(capsys, folder)
     assert "_x_scales" in line and "expected [128, 2]" in line
+
+
+# ---- MLX: the real mx.quantize output, as mlx-lm saves it ------------------------------
+
+
+def _mlx_checkpoint(folder, quantization: dict):
+    """The factory's float Llama with the embedding and every block projection quantized
+    by mlx.core.quantize at the block's settings (per-module overrides honoured), saved
+    with mlx's own safetensors writer and mlx-lm's ``quantization`` block."""
+    mx = pytest.importorskip("mlx.core")
+    tensors, config = cf.llama(hidden=128, heads=4, kv_heads=2, ffn=256, vocab=64)
+    out = {}
+    for name, array in tensors.items():
+        module = name[: -len(".weight")]
+        params = quantization.get(module, quantization)
+        if array.ndim != 2 or params is False or "norm" in name:
+            out[name] = mx.array(array)
+            continue
+        mode = params.get("mode", "affine")
+        parts = mx.quantize(
+            mx.array(array), group_size=params["group_size"], bits=params["bits"], mode=mode
+        )
+        out[name], out[module + ".scales"] = parts[0], parts[1]
+        if mode == "affine":
+            out[module + ".biases"] = parts[2]
+    folder.mkdir()
+    mx.save_safetensors(str(folder / "model.safetensors"), out)
+    config |= {"quantization": quantization, "quantization_config": quantization}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder, cf.numel(tensors), config
+
+
+@pytest.mark.parametrize(
+    "bits, group_size, mode",
+    [(b, 64, "affine") for b in (1, 2, 3, 4, 5, 6, 8)]
+    + [(4, 32, "affine"), (4, 128, "affine"), (4, 32, "mxfp4"), (8, 32, "mxfp8")]
+    + [(4, 16, "nvfp4")],
+)
+def test_mlx_counts_the_float_model_at_every_width_and_mode(tmp_path, bits, group_size, mode):
+    quantization = {"group_size": group_size, "bits": bits, "mode": mode}
+    folder, expected, config = _mlx_checkpoint(tmp_path / "mlx", quantization)
+    ckpt = read_checkpoint(folder)
+    assert ckpt.parameter_count == expected == parameter_count(spec_from_config(config))
+    assert ckpt.mismatches == ()
+    assert any(f"MLX {mode} {bits}-bit" in n for n in ckpt.notes)
+
+
+def test_mlx_per_module_overrides(tmp_path):
+    quantization = {
+        "group_size": 64,
+        "bits": 4,
+        "model.layers.0.mlp.down_proj": {"group_size": 32, "bits": 8},
+        "model.embed_tokens": False,
+    }
+    folder, expected, _ = _mlx_checkpoint(tmp_path / "mlx", quantization)
+    ckpt = read_checkpoint(folder)
+    assert ckpt.parameter_count == expected
+    assert any("MLX affine 8-bit, groups of 32: 1 weights" in n for n in ckpt.notes)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("bits", 7), ("bits", 0), ("bits", "4"), ("group_size", 48), ("mode", "int4")],
+)
+def test_illegal_mlx_settings_are_one_line(tmp_path, capsys, key, value):
+    folder, _, config = _mlx_checkpoint(tmp_path / "mlx", {"group_size": 64, "bits": 4})
+    config["quantization"][key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    line = _profile_error(capsys, folder)
+    assert f"quantization.{key}" in line and str(folder / "config.json") in line
+
+
+def test_mlx_settings_that_disagree_with_the_packing_are_one_line(tmp_path, capsys):
+    folder, _, config = _mlx_checkpoint(tmp_path / "mlx", {"group_size": 64, "bits": 4})
+    config["quantization"] = {"group_size": 64, "bits": 8}  # 4-bit words read as 8-bit
+    (folder / "config.json").write_text(json.dumps(config))
+    line = _profile_error(capsys, folder)
+    assert ".scales" in line and "expected" in line
