@@ -13,7 +13,10 @@ import math
 import struct
 
 import checkpoint_factory as cf
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from introspect.adapters.hf_config import spec_from_config
 from introspect.adapters.safetensors import read_checkpoint
 
@@ -544,3 +547,67 @@ def test_mlx_settings_that_disagree_with_the_packing_are_one_line(tmp_path, caps
     (folder / "config.json").write_text(json.dumps(config))
     line = _profile_error(capsys, folder)
     assert ".scales" in line and "expected" in line
+
+
+# ---- fuzzing: any packed shapes and settings give a count or one line -------------------
+
+_JSON = st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=3) | st.floats(0, 9)
+_DIM = st.integers(0, 80)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    method=st.sampled_from(["gptq", "awq", "fp8", "mxfp4", "bitsandbytes", "", "hqq"]),
+    setting=st.sampled_from(["bits", "group_size", "weight_block_size", "version", "load_in_4bit"]),
+    value=_JSON,
+    suffix=st.sampled_from(["qweight", "qzeros", "scales", "g_idx", "weight_scale_inv"]),
+    dtype=st.sampled_from(["I32", "U32", "F16", "U8", "F8_E4M3"]),
+    shape=st.lists(_DIM, max_size=3),
+)
+def test_fuzz_packed_shapes_and_settings(tmp_path, method, setting, value, suffix, dtype, shape):
+    entries = cf.gptq_entries(FLOAT, 4, 32) if method != "fp8" else cf.fp8_entries(FLOAT)
+    name = f"{Q}.{suffix}"
+    entries = [e for e in entries if e[0] != name] + [(name, dtype, shape)]
+    folder = tmp_path / f"f{abs(hash((method, setting, str(value), suffix, dtype, str(shape))))}"
+    cf.write_sparse(
+        folder, entries, {**LLAMA, "quantization_config": {"quant_method": method, setting: value}}
+    )
+    try:
+        ckpt = read_checkpoint(folder)
+    except (CheckpointError, ConfigError) as e:
+        assert "\n" not in str(e) and str(folder) in str(e)
+    else:
+        assert ckpt.parameter_count == sum(ckpt.params_by_component.values())
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    state=st.binary(max_size=64)
+    | st.dictionaries(
+        st.sampled_from(["shape", "blocksize", "quant_type", "dtype"]),
+        _JSON | st.lists(st.integers(-2, 5000), max_size=3),
+    ).map(lambda d: json.dumps(d).encode())
+)
+def test_fuzz_bitsandbytes_quant_state(tmp_path, state):
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / f"s{abs(hash(state))}"
+    folder.mkdir()
+    tensors = {
+        "model.layers.0.mlp.up_proj.weight": np.zeros((24, 1), np.uint8),
+        "model.layers.0.mlp.up_proj.weight.absmax": np.zeros((1,), np.float32),
+        "model.layers.0.mlp.up_proj.weight.quant_state.bitsandbytes__nf4": np.frombuffer(
+            state or b" ", np.uint8
+        ),
+    }
+    save_file(tensors, str(folder / "model.safetensors"))
+    try:
+        ckpt = read_checkpoint(folder / "model.safetensors")
+    except CheckpointError as e:
+        assert "\n" not in str(e)
+    else:
+        assert ckpt.parameter_count == sum(ckpt.params_by_component.values())
