@@ -550,8 +550,13 @@ def _bnb4(
 
 def _quant_state(t: TensorInfo, where: str, read: ReadBytes | None) -> dict:
     """The JSON a bitsandbytes quant state packs (``pack_dict_to_tensor``), validated."""
-    if t.dtype != "U8" or len(t.shape) != 1 or t.numel > MAX_QUANT_STATE_BYTES or read is None:
+    if t.dtype != "U8" or len(t.shape) != 1 or t.numel > MAX_QUANT_STATE_BYTES:
         raise _wrong_shape(where, t, "U8 [bytes of JSON]", "bitsandbytes' packed quant state")
+    if read is None:
+        raise CheckpointError(
+            f"{_at(where, t)}: bitsandbytes 4-bit weights keep their shape in this tensor's "
+            "data, which only a local copy gives; download the checkpoint and give its folder"
+        )
     try:
         state = json.loads(read(t).decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:

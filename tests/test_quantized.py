@@ -611,3 +611,33 @@ def test_fuzz_bitsandbytes_quant_state(tmp_path, state):
         assert "\n" not in str(e)
     else:
         assert ckpt.parameter_count == sum(ckpt.params_by_component.values())
+
+
+# ---- the Hub path: the same rules over headers fetched by range ------------------------
+
+
+def test_hub_headers_of_a_3bit_gptq_repo_count_the_float_model(tmp_path):
+    """The headers huggingface_hub fetches from a (loopback) Hub are unpacked as the
+    local reader unpacks them: 22,688 for the issue's 3-bit GPTQ model, not 21,536."""
+    import subprocess
+    import sys
+
+    from hubserver import HubServer, folder_files
+    from test_hub import SNIPPET, _env
+
+    tensors, config = cf.llama(hidden=32, ffn=64)
+    float_entries = [(n, "F16", list(a.shape)) for n, a in tensors.items()]
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 3, "group_size": -1}
+    folder = cf.write_sparse(tmp_path / "repo", cf.gptq_entries(float_entries, 3, -1), config)
+    with HubServer() as server:
+        server.add("TheBloke/Tiny-GPTQ", folder_files(folder))
+        run = subprocess.run(
+            [sys.executable, "-c", SNIPPET, "TheBloke/Tiny-GPTQ", ""],
+            env=_env(tmp_path / "hf-home", server),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    got = json.loads(run.stdout)
+    assert got["parameter_count"] == cf.numel(tensors) == 22_688
+    assert any("GPTQ 3-bit" in n for n in got["notes"])
