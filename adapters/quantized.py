@@ -5,16 +5,21 @@ stands for, and its scales, zero points and quant states count as buffers (store
 parameters). Every rule is checked against the companions' shapes, so a wrongly packed
 tensor is one line naming it and the shape it should have.
 
-* GPTQ (AutoGPTQ / GPTQModel ``QuantLinear``, loaded by ``transformers/quantizers/
-  quantizer_gptq.py``): ``qweight`` int32 ``[in // 32 · bits, out]`` (the in-dimension
-  packs 32 values into ``bits`` words, so 3-bit packs 32 values per 3 words), ``qzeros``
-  int32 ``[groups, out // 32 · bits]``, ``scales`` ``[groups, out]``, ``g_idx`` ``[in]``;
-  ``groups = ceil(in / group_size)`` (1 when ``group_size`` is -1). Bits 2, 3, 4, 8
+* GPTQ (the ``register_buffer`` calls of AutoGPTQ's and GPTQModel's ``QuantLinear``,
+  which ``transformers/quantizers/quantizer_gptq.py`` loads; neither is installed here,
+  so the shapes are theirs as published): ``qweight`` int32 ``[in // 32 · bits, out]``
+  (the in-dimension packs 32 values into ``bits`` words, so 3-bit packs 32 values per 3
+  words), ``qzeros`` int32 ``[groups, out // 32 · bits]``, ``scales`` ``[groups, out]``,
+  ``g_idx`` ``[in]``; ``groups = ceil(in / group_size)`` (1 when ``group_size`` is -1),
+  and without ``g_idx``, ``in = words · 32 / bits``, which must be whole. Bits 2, 3, 4, 8
   (``GPTQConfig.post_init`` in ``transformers/utils/quantization_config.py``).
-* AWQ (AutoAWQ ``WQLinear_GEMM``, GPTQModel's AWQ kernels): the out-dimension is packed,
-  ``qweight`` ``[in, out · bits / 32]``, ``qzeros`` ``[in // group_size, out · bits / 32]``,
-  ``scales`` ``[in // group_size, out]``; the ``gemv`` format stores ``qweight`` ``[out,
-  in · bits / 32]``. Bits 4 only (AutoAWQ's kernels raise for any other width).
+* AWQ (AutoAWQ ``WQLinear_GEMM``; ``_transform_awq_weights`` in ``mlx_lm/utils.py``
+  reads the same layout): the out-dimension is packed, ``qweight`` ``[in, out · bits /
+  32]``, ``qzeros`` ``[in // group_size, out · bits / 32]``, ``scales`` ``[in //
+  group_size, out]``; the ``gemv`` format stores ``qweight`` ``[out, in · bits / 32]``.
+  Bits 4 only (AutoAWQ's kernels raise for any other width). With no settings, the
+  side ``scales`` shares with ``qweight`` tells GPTQ from AWQ, and ``g_idx`` or the
+  companions' widths give the bits.
 * bitsandbytes 4-bit (``Params4bit``; ``bitsandbytes/_ops.py`` and ``QuantState.as_dict``
   in ``bitsandbytes/functional.py``): the weight is flat, ``[(n + 1) // (2 · itemsize),
   1]`` of the storage dtype for ``n`` values, and ``weight.quant_state.bitsandbytes__nf4``
@@ -30,7 +35,6 @@ tensor is one line naming it and the shape it should have.
   16]`` (blocks of 32 FP4 values, two a byte) stands for ``X`` ``[..., G · 32]``;
   ``X_scales`` uint8 ``[..., G]``, one exponent per block (``blocks.shape[:-1] ==
   scales.shape``, asserted in ``_convert_moe_packed_tensors``).
-
 * MLX (``mlx.core.quantize``, saved by mlx-lm with a ``quantization`` block in
   config.json): the weight is uint32 ``[..., out, in · bits / 32]``, ``scales`` (and, in
   the ``affine`` mode, ``biases``) ``[..., out, in / group_size]``; affine takes bits 1–6
@@ -79,7 +83,15 @@ _FP8 = ("F8_E4M3", "F8_E5M2")
 _ITEMSIZE = {"U8": 1, "I8": 1, "F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I32": 4, "U32": 4}
 _BNB_STATE = ".quant_state.bitsandbytes__"
 _BNB_COMPANIONS = (".absmax", ".quant_map", ".nested_absmax", ".nested_quant_map")
-_FP8_COMPANIONS = (".weight_scale_inv", ".weight_scale", ".input_scale", ".activation_scale")
+_FP8_COMPANIONS = (
+    ".weight_scale_inv",
+    ".weight_scale",
+    ".input_scale",
+    ".input_scale_ub",  # fbgemm_fp8
+    ".activation_scale",
+)
+#: Methods whose packing rules :func:`unpack` applies ("" = settings naming none).
+UNPACKED = ("", "gptq", "awq", "bitsandbytes", "fp8", "mxfp4", "mlx")
 _PACKED_COMPANIONS = (".qzeros", ".scales", ".g_idx")
 
 
@@ -316,6 +328,12 @@ def unpack(
         "zero points and quant states are stored but are not parameters"
         for what, k in found.items()
     ]
+    if quant.method not in UNPACKED:
+        notes.append(
+            f"{quant.key('quant_method')} is {quant.method!r}, whose packing introspect does "
+            "not unpack: packed tensors are counted as the elements they store, so the count "
+            "may be below the model's"
+        )
     return out, notes
 
 

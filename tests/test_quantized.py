@@ -641,3 +641,10 @@ def test_hub_headers_of_a_3bit_gptq_repo_count_the_float_model(tmp_path):
     got = json.loads(run.stdout)
     assert got["parameter_count"] == cf.numel(tensors) == 22_688
     assert any("GPTQ 3-bit" in n for n in got["notes"])
+
+
+def test_a_method_introspect_does_not_unpack_is_said(tmp_path):
+    quant = {"quant_method": "compressed-tensors", "format": "pack-quantized"}
+    ckpt = read_checkpoint(_write(tmp_path, FLOAT, quant))
+    assert ckpt.parameter_count == cf.entries_numel(FLOAT)  # nothing packed: exact anyway
+    assert any("'compressed-tensors'" in n and "not unpack" in n for n in ckpt.notes)
