@@ -625,5 +625,5 @@ def _fp8_scale(weight: TensorInfo, scale: TensorInfo, quant: QuantConfig, where:
             where,
             scale,
             list(expected),
-            f"ceil({[rows, cols]} / {quant.key('weight_block_size')} [{b0}, {b1}])",
+            f"ceil([{rows}, {cols}] / weight_block_size [{b0}, {b1}]) of {quant.source}",
         )
