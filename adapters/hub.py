@@ -194,6 +194,15 @@ def _what(path: str) -> str:
 
 
 def _model(repo_id, revision, config, config_path, origin, commit, tensors, notes) -> HubModel:
+    if tensors is not None:  # quantized weights count the parameters they stand for
+        from .quantized import read_quant_config, unpack
+
+        quant = read_quant_config(config, Path(config_path), Path(config_path).parent)
+        try:
+            tensors, quant_notes = unpack(tensors, quant, where=repo_id)
+            notes += tuple(quant_notes)
+        except CheckpointError as e:
+            tensors, notes = None, (*notes, f"no exact parameter count: {e}")
     if tensors is None:
         return HubModel(
             repo_id=repo_id,

@@ -5,7 +5,8 @@ Accepts one ``.safetensors`` file, or a folder holding ``model.safetensors``, or
 listed by ``model.safetensors.index.json`` (with or without ``config.json``). Headers are
 read through the safetensors library's own reader (``safe_open`` → ``get_slice(name)`` →
 ``get_shape()``/``get_dtype()``), which validates the JSON, the dtypes and that every
-tensor's byte offsets agree with its shape; no tensor data is ever touched. Before
+tensor's byte offsets agree with its shape; no tensor data is touched, except a
+bitsandbytes 4-bit weight's quant state (a short JSON that records its shape). Before
 ``safe_open`` the 8-byte little-endian header length is checked against the file size
 and a 100 MB cap (as huggingface_hub's ``_safetensors`` does), so a truncated download
 gets a precise line instead of a generic one.
@@ -27,7 +28,7 @@ from introspect.params import parameter_count
 from introspect.spec import ModelSpec
 
 from .hf_config import load_config
-from .shape_spec import cross_check, infer_spec
+from .shape_spec import check_complete, cross_check, infer_spec
 from .tensor_roles import TensorInfo, tally, tensor_info
 
 #: The most header this reader accepts; real headers are well under 1 MB per shard.
@@ -95,12 +96,20 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     if weight_map is not None:
         _check_index(index_path, weight_map, seen)
 
-    # Quantized weights (FP8, MXFP4, packed 4-bit) count the parameters they stand for.
-    from .quantized import unpack
+    # Quantized weights (GPTQ, AWQ, bitsandbytes, FP8, MXFP4) count the parameters they
+    # stand for, by each format's packing rule.
+    from .quantized import read_quant_config, unpack
 
-    quant_config = load_config(config_path) if config_path else None
-    tensors, quant_notes = unpack(tensors, quant_config)
+    where = str(root)
+    config = load_config(config_path) if config_path else None
+    folder = root if root.is_dir() else root.parent
+    quant = read_quant_config(config, config_path, folder)
+    by_file = {f.name: f for f in files}
+    tensors, quant_notes = unpack(
+        tensors, quant, where=where, read=lambda t: read_tensor_bytes(by_file[t.file], t.name)
+    )
     notes.extend(quant_notes)
+    check_complete(tensors, where)
     counts = tally(tensors)
     if counts.unknown:
         notes.append(
@@ -114,8 +123,6 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         )
     count, by_component = counts.parameter_count, counts.params_by_component
 
-    where = str(root)
-    config = load_config(config_path) if config_path else None
     spec, mismatches, spec_notes = _spec(tensors, by_component, config, config_path, where)
     notes.extend(spec_notes)
     spec = spec.replace(num_parameters=count, source=where)
@@ -155,6 +162,22 @@ def read_header(file: Path) -> list[TensorInfo]:
         if type(e).__name__ != "PanicException":
             raise
         raise CheckpointError(f"{file}: the safetensors reader rejected the header ({e})") from e
+
+
+def read_tensor_bytes(file: Path, name: str) -> bytes:
+    """One small tensor's raw bytes (bitsandbytes keeps a weight's shape in a quant-state
+    tensor, not in the header); the only tensor data this reader ever touches."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(file, framework="numpy") as f:
+            return f.get_tensor(name).tobytes()
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{file}: cannot read tensor {name} ({e})") from e
+    except BaseException as e:  # pyo3's PanicException, as in read_header
+        if type(e).__name__ != "PanicException":
+            raise
+        raise CheckpointError(f"{file}: the safetensors reader rejected tensor {name} ({e})") from e
 
 
 def _check_header_length(file: Path) -> None:
@@ -325,8 +348,8 @@ def _spec(
         spec, notes = infer_spec(tuple(tensors), source=where, where=where)
         return spec, (), (f"{e}; the spec is inferred from tensor shapes instead", *notes)
     try:
-        shape_spec, _ = infer_spec(tuple(tensors), source=where, where=where)
+        shape_spec, _ = infer_spec(tuple(tensors), source=where, where=where, advice="")
     except CheckpointError as e:
-        return config_spec, (), (f"shapes not cross-checked: {e}",)
+        return config_spec, (), (f"{CONFIG_FILE} not cross-checked against the shapes: {e}",)
     mismatches = cross_check(config_spec, shape_spec, by_component)
     return config_spec, mismatches, ()

@@ -46,14 +46,20 @@ def _out(t: TensorInfo, hidden: int) -> int:
 
 
 def infer_spec(
-    tensors: tuple[TensorInfo, ...], *, source: str, where: str
+    tensors: tuple[TensorInfo, ...],
+    *,
+    source: str,
+    where: str,
+    advice: str = "give the model's config.json",
 ) -> tuple[ModelSpec, tuple[str, ...]]:
     """Everything the shapes determine, and notes naming each field that had to be assumed.
 
     ``tensors`` are the parameters (buffers are ignored); ``where`` names the file or
     folder for error lines. Raises :class:`CheckpointError` when the tensors hold no
-    recognisable transformer (no embedding, no blocks, no attention).
+    recognisable transformer (no embedding, no blocks, no attention); ``advice`` ends
+    those lines (empty when a config.json is already there).
     """
+    hint = f"; {advice}" if advice else ""
     notes: list[str] = []
     params = [t for t in tensors if not t.is_buffer]
     has = {(t.component, t.role) for t in params}
@@ -63,21 +69,21 @@ def infer_spec(
         if t.component != "other" and (not t.shape or 0 in t.shape):
             raise CheckpointError(
                 f"{where}: tensor {t.name} (in {t.file}) has shape {list(t.shape)}, so the "
-                "shapes cannot give the spec; give the model's config.json"
+                f"shapes cannot give the spec{hint}"
             )
 
     emb = _first(params, "embeddings", "embedding") or _first(params, "lm_head", "lm_head")
     if emb is None or len(emb.shape) != 2:
         raise CheckpointError(
             f"{where}: no token embedding (embed_tokens / wte) or lm_head tensor, so the "
-            "vocabulary and hidden size are unknown; give a decoder checkpoint or its config.json"
+            f"vocabulary and hidden size are unknown{hint or '; give a decoder checkpoint'}"
         )
     vocab, hidden = emb.shape
     layers = sorted({t.layer for t in params if t.layer is not None})
     if not layers:
         raise CheckpointError(
             f"{where}: no transformer blocks recognised in the tensor names "
-            "(model.layers.{i}.… or h.{i}.…); give the model's config.json"
+            f"(model.layers.{{i}}.… or h.{{i}}.…){hint}"
         )
     num_layers = layers[-1] + 1
     if len(layers) != num_layers:
@@ -99,8 +105,7 @@ def infer_spec(
             notes.append("fused qkv projection: query width assumed equal to hidden_size")
     else:
         raise CheckpointError(
-            f"{where}: no attention projections (q_proj / c_attn / qkv_proj) recognised; "
-            "give the model's config.json"
+            f"{where}: no attention projections (q_proj / c_attn / qkv_proj) recognised{hint}"
         )
 
     q_norm = _first(params, "norms", "q_norm")
@@ -138,8 +143,7 @@ def infer_spec(
         intermediate, gated = _out(up or gate, hidden), gate is not None and up is not None
     else:
         raise CheckpointError(
-            f"{where}: no feed-forward projections (up_proj / fc1 / c_fc / w1) recognised; "
-            "give the model's config.json"
+            f"{where}: no feed-forward projections (up_proj / fc1 / c_fc / w1) recognised{hint}"
         )
 
     # ---- norms ---------------------------------------------------------------------
@@ -271,3 +275,49 @@ def cross_check(
             f"({held_total - total:+,})"
         )
     return tuple(out)
+
+
+_FFN = frozenset({"mlp", "experts", "router"})
+
+
+def check_complete(tensors: Iterable[TensorInfo], where: str) -> None:
+    """Every block that holds attention tensors must hold feed-forward tensors too: a
+    block with attention and no MLP is a checkpoint missing tensors (a failed download
+    or save, a shard left out), not a smaller model. A block holding any unrecognised
+    name is left alone, since its feed-forward may be named in a way no table knows.
+    Raises :class:`CheckpointError` naming the blocks and the tensors missing (as the
+    first complete block names them)."""
+    parts: dict[int, set[str]] = {}
+    ffn_names: dict[int, list[str]] = {}
+    first_name: dict[int, str] = {}
+    for t in tensors:
+        if t.layer is None or t.is_buffer:
+            continue
+        parts.setdefault(t.layer, set()).add(t.component)
+        first_name.setdefault(t.layer, t.name)
+        if t.component in _FFN:
+            ffn_names.setdefault(t.layer, []).append(t.name)
+    broken = sorted(
+        i for i, c in parts.items() if "attention" in c and not c & _FFN and "other" not in c
+    )
+    if not broken:
+        return
+    first = broken[0]
+    if ffn_names:
+        ref = min(ffn_names)
+        missing = [_renumber(n, ref, first) for n in sorted(ffn_names[ref])]
+        shown = ", ".join(missing[:3]) + (", …" if len(missing) > 3 else "") + " missing"
+    else:
+        shown = "no " + first_name[first].split(f".{first}.")[0] + f".{first}.mlp.* tensor"
+    layers = ", ".join(map(str, broken[:8])) + (", …" if len(broken) > 8 else "")
+    raise CheckpointError(
+        f"{where}: the checkpoint is incomplete: {len(broken)} of {len(parts)} blocks "
+        f"(layer {layers}) hold attention but no feed-forward (MLP) tensors ({shown}); "
+        "re-download or re-save it, or give every shard"
+    )
+
+
+def _renumber(name: str, old: int, new: int) -> str:
+    """``name`` with its block index ``old`` (the first numeric path segment) as ``new``."""
+    head, sep, tail = name.partition(f".{old}.")
+    return f"{head}.{new}.{tail}" if sep else name

@@ -239,7 +239,17 @@ def numel(tensors: dict[str, np.ndarray], *, buffers: bool = False) -> int:
 
 # ---- full-size checkpoints as headers over sparse files (no tensor bytes on disk) -------
 
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+DTYPE_BYTES = {
+    "F16": 2,
+    "BF16": 2,
+    "F32": 4,
+    "I32": 4,
+    "U32": 4,
+    "I8": 1,
+    "U8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 
 
 def llama_entries(config: dict, *, inv_freq: bool = False, dtype: str = "BF16") -> list:
@@ -328,3 +338,80 @@ def write_sparse(
     if config is not None:
         (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+# ---- quantized layouts: each format's packing rule applied to a float checkpoint --------
+
+
+def _linear(name: str, shape: list) -> bool:
+    """The projections quantizers replace: 2-D weights inside the blocks."""
+    return ".layers." in name and name.endswith(".weight") and len(shape) == 2
+
+
+def gptq_entries(entries: list, bits: int, group_size: int = 128, g_idx: bool = True) -> list:
+    """AutoGPTQ / GPTQModel ``QuantLinear`` buffers for every block projection:
+    qweight I32 [in // 32 · bits, out], qzeros I32 [groups, out // 32 · bits],
+    scales F16 [groups, out], g_idx I32 [in] (left out when ``g_idx`` is false, as some
+    exporters do); groups = ceil(in / group_size)."""
+    out = []
+    for name, dtype, shape in entries:
+        if not _linear(name, shape):
+            out.append((name, dtype, shape))
+            continue
+        rows, cols = shape  # nn.Linear [out, in]
+        groups = 1 if group_size == -1 else -(-cols // group_size)
+        base = name[: -len(".weight")]
+        out += [
+            (base + ".qweight", "I32", [cols // 32 * bits, rows]),
+            (base + ".qzeros", "I32", [groups, rows // 32 * bits]),
+            (base + ".scales", "F16", [groups, rows]),
+        ]
+        if g_idx:
+            out.append((base + ".g_idx", "I32", [cols]))
+    return out
+
+
+def awq_entries(entries: list, bits: int = 4, group_size: int = 128, fmt: str = "gemm") -> list:
+    """AutoAWQ ``WQLinear_GEMM`` buffers (qweight I32 [in, out · bits / 32], qzeros I32
+    [in // group_size, out · bits / 32], scales F16 [in // group_size, out]), or GEMV's
+    qweight [out, in · bits / 32] (its padded scales kept at [out, in // group_size])."""
+    out = []
+    for name, dtype, shape in entries:
+        if not _linear(name, shape):
+            out.append((name, dtype, shape))
+            continue
+        rows, cols = shape
+        groups = 1 if group_size == -1 else cols // group_size
+        base = name[: -len(".weight")]
+        if fmt == "gemv":
+            out += [
+                (base + ".qweight", "I32", [rows, cols * bits // 32]),
+                (base + ".qzeros", "I32", [rows, groups]),
+                (base + ".scales", "F16", [rows, groups]),
+            ]
+        else:
+            out += [
+                (base + ".qweight", "I32", [cols, rows * bits // 32]),
+                (base + ".qzeros", "I32", [groups, rows * bits // 32]),
+                (base + ".scales", "F16", [groups, rows]),
+            ]
+    return out
+
+
+def fp8_entries(entries: list, block: tuple[int, int] | None = (128, 128)) -> list:
+    """DeepSeek-V3 / FP8Linear: float8 weights, and weight_scale_inv F32
+    [ceil(out / b0), ceil(in / b1)] (one value when ``block`` is None)."""
+    out = []
+    for name, dtype, shape in entries:
+        if not _linear(name, shape):
+            out.append((name, dtype, shape))
+            continue
+        rows, cols = shape
+        scale = [] if block is None else [-(-rows // block[0]), -(-cols // block[1])]
+        out += [(name, "F8_E4M3", shape), (name + "_scale_inv", "F32", scale)]
+    return out
+
+
+def entries_numel(entries: list) -> int:
+    """Elements over (name, dtype, shape) entries, buffers such as inv_freq excluded."""
+    return sum(int(np.prod(s)) for n, _, s in entries if not n.endswith(".inv_freq"))

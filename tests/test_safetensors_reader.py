@@ -396,3 +396,45 @@ def test_one_shard_of_a_sharded_checkpoint_uses_the_index_beside_it(tmp_path):
     one = read_checkpoint(first)
     assert one.parameter_count == whole.parameter_count
     assert [f.name for f in one.files] == [f.name for f in whole.files]
+
+
+# ---- incomplete checkpoints: attention without its feed-forward -------------------------
+
+
+@pytest.mark.parametrize("config", [True, False])
+def test_checkpoint_missing_every_mlp_is_incomplete_not_a_tiny_model(tmp_path, config):
+    tensors, cfg = cf.llama(layers=3)
+    kept = {n: a for n, a in tensors.items() if ".mlp." not in n}
+    folder = cf.write(tmp_path / "m", kept, cfg if config else None)
+    with pytest.raises(CheckpointError) as err:
+        read_checkpoint(folder)
+    line = str(err.value)
+    assert "incomplete" in line and "layer 0, 1, 2" in line and "model.layers.0.mlp" in line
+    assert "give the model's config.json" not in line
+
+
+def test_one_layer_missing_its_mlp_names_the_layer_and_tensors(tmp_path):
+    tensors, cfg = cf.llama(layers=3)
+    kept = {n: a for n, a in tensors.items() if not n.startswith("model.layers.1.mlp.")}
+    folder = cf.write(tmp_path / "m", kept, cfg)
+    run = subprocess.run(
+        [sys.executable, "-m", "introspect", "profile", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert "1 of 3 blocks (layer 1)" in line
+    assert "model.layers.1.mlp.gate_proj.weight" in line and "model.layers.1.mlp.up_proj" in line
+
+
+def test_unrecognised_feed_forward_names_are_not_called_missing(tmp_path):
+    """A block whose feed-forward has names no table knows (counted as 'other') is not
+    incomplete: the count holds, and config.json still gives the spec."""
+    tensors, cfg = cf.llama(layers=2)
+    renamed = {n.replace(".mlp.", ".feed_forward."): a for n, a in tensors.items()}
+    ckpt = read_checkpoint(cf.write(tmp_path / "m", renamed, cfg))
+    assert ckpt.parameter_count == cf.numel(tensors)
+    assert ckpt.params_by_component["other"] > 0
+    assert not any("give the model's config.json" in n for n in ckpt.notes)
