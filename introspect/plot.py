@@ -14,13 +14,36 @@ from introspect.breakdown import Breakdown
 from introspect.units import GB
 
 
-def available() -> bool:
-    """Whether matplotlib can be imported."""
+def problem() -> str | None:
+    """Why figures cannot be drawn here, or None when they can: matplotlib is missing, or
+    importing it (or selecting its Agg backend, or pyplot) fails — a broken install raises
+    anything from ImportError to AttributeError or OSError (a bad font cache), so every
+    exception is caught and named."""
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] == "matplotlib":
+            return "--plot needs matplotlib, which is not installed: pip install 'introspect[plot]'"
+        return _broken(err)
+    except Exception as err:  # a broken install: report it, never a traceback
+        return _broken(err)
+    return None
+
+
+def _broken(err: BaseException) -> str:
+    text = " ".join(str(err).split())[:200]
+    return (
+        f"--plot: matplotlib is installed but cannot be used ({type(err).__name__}: {text}); "
+        "reinstall it: pip install --force-reinstall 'introspect[plot]'"
+    )
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported and used (:func:`problem` says why not)."""
+    return problem() is None
 
 
 def accuracy(
@@ -33,12 +56,7 @@ def accuracy(
     """Estimated over measured peak for each row, simplified and refined side by side,
     with the ±``band`` target shaded. ``rows`` carry ``label``, ``measured_bytes``,
     ``simplified_bytes`` and ``refined_bytes`` (``None`` when absent)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(rows) + 2), 4.2))
     xs = range(len(rows))
     simple = [r["simplified_bytes"] / r["measured_bytes"] for r in rows]
@@ -56,10 +74,7 @@ def accuracy(
     ax.set_ylabel("estimate / measured peak")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def gb(n_bytes: int) -> float:
@@ -76,16 +91,22 @@ def _pyplot():
 
 
 def _save(fig, path: str | Path) -> Path:
-    """Save as PNG or SVG, by the file's suffix; anything else is a ValueError."""
+    """Save as PNG or SVG, by the file's suffix (anything else is a ValueError), through
+    :func:`introspect.files.write_output`: a failed write is one line with the path and
+    the OS's reason."""
+    from introspect.files import write_output
+
     path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
+    kind = path.suffix.lower()[1:]
+    if kind not in ("png", "svg"):
         raise ValueError(f"--plot {path}: give a .png or .svg file name")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    return path
+    try:
+        fig.tight_layout()
+        return write_output(path, lambda f: fig.savefig(f, format=kind, dpi=130))
+    finally:
+        plt.close(fig)
 
 
 def part_of(term: str) -> str:
