@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -205,7 +206,7 @@ def test_measure_plot_is_refused_before_the_step(tmp_path, how):
         ([*FIT[:2], "--budget", "1e400GB"], "--budget", "1,000,000,000 GB"),
         ([*FIT[:2], "--budget", "0.2B"], "--budget", "less than one byte"),
         ([*FIT, "--max-devices", "1e9"], "--max-devices", "1 to 1,000,000 devices"),
-        ([*FIT, "--max-devices", "10^9"], "--max-devices", "write 1e9, not 10^9"),
+        ([*FIT, "--max-devices", "10^9"], "--max-devices", "1 to 1,000,000 devices"),
         ([*FIT, "--timeout", "1e10"], "--timeout", "at most 86,400 seconds"),
         ([*FIT, "--timeout", "inf"], "--timeout", "at most 86,400 seconds"),
         ([*FIT, "--seq", "1e400"], "--seq", "too large"),
@@ -326,3 +327,33 @@ def test_a_control_character_in_revision_blames_the_argument(tmp_path, revision)
     assert "--revision" in done.stderr and "control character" in done.stderr
     assert "connection" not in done.stderr
     assert asked == []  # refused before any request
+
+
+# ---- --force: values past a float's range -----------------------------------------------
+
+HUGE = ["--seq", "1e300", "--force"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["profile", "40M", *HUGE],
+        ["fit", "40M", "--budget", "1GB", *HUGE],
+        ["estimate", "--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "100", *HUGE],
+    ],
+)
+def test_forced_values_past_a_float_print_without_overflow(capsys, argv):
+    """--force accepts T = 10^300; the bytes are exact integers past a float's range,
+    printed from their digits (units.scaled), not divided into an OverflowError."""
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    # T·d terms alone are ~10^300 bytes: a float's range ends at 1.8e308
+    assert any(int(e) > 300 for e in re.findall(r"\d\.\d\de(\d+)", out)), out
+
+
+def test_forced_values_too_large_to_draw_are_one_line(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    figure = tmp_path / "figure.png"
+    assert main(["profile", "40M", *HUGE, "--plot", str(figure)]) == 2
+    assert "too large to draw" in one_line(capsys)
+    assert not figure.exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Iterator
 
 from introspect import bounds
@@ -31,19 +32,20 @@ ALIASES = {"sdpa": "memory_efficient", "flash": "memory_efficient"}
 
 
 def positive_int(text: str) -> int:
-    """A positive integer; accepts ``2048``, ``7e9``, ``7_000_000_000``, ``1,024``. A value
+    """A positive integer; accepts ``2048``, ``7e9``, ``10^6``, ``7_000_000_000``, ``1,024``
+    (a power of ten up to ``10^9999``). A value
     past a float's range (``1e400``) or over 4300 digits is refused as too large; the
     flags' own maxima are :func:`bounded_int`'s and :mod:`introspect.bounds`'."""
     cleaned = text.replace("_", "").replace(",", "").strip()
+    power = re.fullmatch(r"10\s*(?:\^|\*\*)\s*([0-9]{1,4})", cleaned)
     try:
-        value = int(cleaned)
+        value = 10 ** int(power[1]) if power else int(cleaned)
     except ValueError:
         try:
             as_float = float(cleaned)
         except ValueError:
-            hint = " (write 1e9, not 10^9)" if "^" in cleaned or "**" in cleaned else ""
             raise argparse.ArgumentTypeError(
-                f"{shown(text)} is not a number{hint}; give a positive integer such as 2048 or 7e9"
+                f"{shown(text)} is not a number; give a positive integer such as 2048, 7e9 or 10^6"
             ) from None
         if math.isnan(as_float):
             raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
