@@ -59,8 +59,20 @@ def dtype_bytes(name: str) -> int:
 
 def fmt_gb(n_bytes: int | float, digits: int = 3) -> str:
     """Bytes as a string in the display unit (decimal GB unless ``--units GiB``) with
-    ``digits`` decimals, e.g. ``'26.771'``."""
-    return f"{n_bytes / display_divisor():.{digits}f}"
+    ``digits`` decimals, e.g. ``'26.771'`` (:func:`scaled`)."""
+    return scaled(n_bytes, display_divisor(), digits)
+
+
+def scaled(n_bytes: int | float, per: int, digits: int) -> str:
+    """``n_bytes / per`` with ``digits`` decimals; an integer past a float's range (only
+    ``--force`` lets one through) is written ``1.00e300`` from its digits instead of the
+    division's OverflowError."""
+    try:
+        return f"{n_bytes / per:.{digits}f}"
+    except OverflowError:
+        from introspect.bounds import fmt_big
+
+        return fmt_big(int(n_bytes) // per)
 
 
 def fmt_count(n: int) -> str:
@@ -175,4 +187,4 @@ def _exact_bytes(whole: str, frac: str, exp: str | None, per: int) -> int:
 def fmt_memory(n_bytes: int | float, digits: int = 2, unit: str | None = None) -> str:
     """Bytes with their unit, e.g. ``'26.77 GB'`` (the display unit unless ``unit``)."""
     unit = unit or display_unit()
-    return f"{n_bytes / MEMORY_UNITS[unit]:.{digits}f} {unit}"
+    return f"{scaled(n_bytes, MEMORY_UNITS[unit], digits)} {unit}"
