@@ -20,14 +20,21 @@ from typing import BinaryIO
 from introspect.errors import IntrospectError
 
 
+def display(path: str | os.PathLike[str]) -> str:
+    """A path for a one-line message: as given, or quoted (``'a\\nb.png'``) when it holds
+    a control character that would break the line."""
+    text = os.fspath(path)
+    return repr(text) if any(ord(c) < 32 or ord(c) == 127 for c in text) else text
+
+
 def _where(path: Path) -> str:
     """The path as the user gave it, and where a symlink points (``a.png -> /x/b.png``)."""
     if os.path.islink(path):
         try:
-            return f"{path} (a symlink to {os.readlink(path)})"
+            return f"{display(path)} (a symlink to {display(os.readlink(path))})"
         except OSError:
             pass
-    return str(path)
+    return display(path)
 
 
 def _reason(err: OSError) -> str:
@@ -60,7 +67,7 @@ def _refuse_folder(p: Path, flag: str) -> None:
     if os.path.isdir(p):
         raise IntrospectError(
             f"{flag} {_where(p)}: that is a folder (Is a directory); give a file name, "
-            f"e.g. {p / ('figure' + (p.suffix or '.png'))}"
+            f"e.g. {display(p / ('figure' + (p.suffix or '.png')))}"
         )
 
 

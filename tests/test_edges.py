@@ -357,3 +357,10 @@ def test_forced_values_too_large_to_draw_are_one_line(tmp_path, capsys):
     assert main(["profile", "40M", *HUGE, "--plot", str(figure)]) == 2
     assert "too large to draw" in one_line(capsys)
     assert not figure.exists()
+
+
+def test_a_newline_in_the_plot_path_stays_on_one_line(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "no\nfolder" / "figure.png"
+    assert main([*FIT, "--plot", str(path)]) == 2
+    assert repr(str(path)) in one_line(capsys)

@@ -594,14 +594,17 @@ def check_plot(path: str | None) -> None:
 
     if path is None:
         return
-    p = Path(path)
-    if p.suffix.lower() not in (".png", ".svg"):
-        raise IntrospectError(f"--plot {path}: give a file name ending in .png or .svg")
     from introspect import files, plot
+
+    p, shown_path = Path(path), files.display(path)
+    if p.suffix.lower() not in (".png", ".svg"):
+        raise IntrospectError(f"--plot {shown_path}: give a file name ending in .png or .svg")
 
     why = plot.problem()
     if why is not None:
         raise IntrospectError(why)
     if not os.path.islink(p) and not os.path.lexists(p.parent):
-        raise IntrospectError(f"--plot {path}: no folder {p.parent}; create it or give another")
+        raise IntrospectError(
+            f"--plot {shown_path}: no folder {files.display(p.parent)}; create it or give another"
+        )
     files.check_writable(p, flag="--plot")
