@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import unicodedata
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +72,7 @@ def fetch(repo_id: str, *, revision: str | None = None, timeout: float | None = 
 
     from . import hub_deadline
 
+    check_revision(revision)
     limit = timeout_seconds(timeout)
     hub_deadline.check_cache_folder(constants.HF_HUB_CACHE)
     clock = hub_deadline.Deadline(limit, repo_id, constants.ENDPOINT)
@@ -94,8 +97,12 @@ def fetch(repo_id: str, *, revision: str | None = None, timeout: float | None = 
 
 def timeout_seconds(flag: float | None = None) -> float:
     """The deadline: ``--timeout`` when given, else ``$INTROSPECT_TIMEOUT``, else
-    :data:`DEFAULT_TIMEOUT_S`; a value that is not a positive number is one line."""
+    :data:`DEFAULT_TIMEOUT_S`; a value that is not a number of seconds in (0,
+    :data:`introspect.bounds.MAX_TIMEOUT_S`] is one line naming where it came from."""
     import math
+
+    from introspect.bounds import MAX_TIMEOUT_S
+    from introspect.units import shown
 
     if flag is not None:
         value, origin = flag, f"--timeout {flag}"
@@ -103,13 +110,17 @@ def timeout_seconds(flag: float | None = None) -> float:
         text = os.environ.get(TIMEOUT_ENV, "").strip()
         if not text:
             return DEFAULT_TIMEOUT_S
-        origin = f"{TIMEOUT_ENV}={text!r}"
+        origin = f"{TIMEOUT_ENV}={shown(text)}"
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise HubError(f"{origin} is not a positive number of seconds; give e.g. 30")
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S
+    if not ok:
+        raise HubError(
+            f"{origin} is not a number of seconds from 0 to {MAX_TIMEOUT_S:,} "
+            f"({MAX_TIMEOUT_S // 3600} hours); give e.g. 30"
+        )
     return float(value)
 
 
@@ -169,7 +180,7 @@ def _config(repo_id: str, revision: str | None, clock) -> tuple[dict, str, str, 
             etag_timeout=clock.per_request(),
         )
     except Exception as e:
-        raise HubError(_explain(e, repo_id, revision, CONFIG_FILE, clock.retries)) from e
+        raise HubError(_explain(e, repo_id, revision, CONFIG_FILE, clock)) from e
     try:
         return load_config(path), path, "hub", notes
     except ConfigError as e:
@@ -307,14 +318,12 @@ def _explain(
     repo_id: str,
     revision: str | None,
     what: str,
-    retries: tuple[int, int] | None = None,
+    clock=None,
 ) -> str:
     """One line for a huggingface_hub exception: what failed and what to do (and how
-    many times huggingface_hub retried, when it did)."""
+    many times huggingface_hub retried or resumed, when ``clock`` counted it)."""
     line = _explain_line(e, repo_id, revision, what)
-    if retries:
-        line += f" ({retries[0]} of {retries[1]} retries made)"
-    return line
+    return line + (clock.said_retries() if clock is not None else "")
 
 
 #: errno values that mean the cache, not the network, is the problem.
@@ -375,6 +384,12 @@ def _explain_line(e: Exception, repo_id: str, revision: str | None, what: str) -
             f"cannot write the Hugging Face cache at {place} ({cause.strerror}); point "
             "HF_HOME at a writable folder, or set HF_HUB_OFFLINE=1 to use what is cached"
         )
+    if isinstance(cause, httpx2.RemoteProtocolError):
+        return (
+            f"the Hub at {endpoint} broke off its answer for {what} of {where} "
+            f"({_short(cause)}); try again, check HF_ENDPOINT and any proxy, or set "
+            "HF_HUB_OFFLINE=1 to use only the cache"
+        )
     if isinstance(cause, (httpx2.TransportError, OSError)):
         return (
             f"cannot reach the Hub at {endpoint} for {where} ({type(cause).__name__}); check "
@@ -383,10 +398,42 @@ def _explain_line(e: Exception, repo_id: str, revision: str | None, what: str) -
     return f"fetching {what} for {where} failed: {' '.join(str(cause).split())}"
 
 
+def _short(e: BaseException, limit: int = 160) -> str:
+    """An exception's text on one line, at most ``limit`` characters."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\t": "a tab", "\0": "NUL"}
+
+
+def check_revision(revision: str | None) -> None:
+    """A ``--revision`` with a control character (a newline, a tab, NUL) is one line
+    blaming the argument: huggingface_hub validates repo ids (``validate_repo_id``) but
+    has no check for revisions, quotes them into the URL, and the server's confusion
+    would otherwise read as a failing connection."""
+    if revision is None:
+        return
+    bad = [c for c in revision if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")]
+    if bad:
+        names = ", ".join(sorted({_CONTROL_NAMES.get(c, f"U+{ord(c):04X}") for c in bad}))
+        raise HubError(
+            f"--revision {revision!r} contains a control character ({names}); give "
+            "a branch, tag or commit on one line, e.g. --revision main"
+        )
+    if not revision.strip():
+        raise HubError("--revision is empty; give a branch, tag or commit, e.g. --revision main")
+
+
 @contextlib.contextmanager
 def _quiet(clock=None) -> Iterator[None]:
     """No progress bars or retry warnings from huggingface_hub on our one-line output;
     its retry warnings are counted on ``clock`` instead (:mod:`.hub_deadline`)."""
+    # huggingface_hub.utils.logging sets the library logger to WARNING when it is first
+    # imported, which can be later (inside the download) than this: import it first, or
+    # the level set here is undone and every resumed download prints two lines.
+    import huggingface_hub.file_download  # noqa: F401
+    import huggingface_hub.utils.logging  # noqa: F401
     from huggingface_hub.utils import (
         are_progress_bars_disabled,
         disable_progress_bars,
@@ -396,23 +443,31 @@ def _quiet(clock=None) -> Iterator[None]:
     from .hub_deadline import RetryCounter
 
     hub_logger = logging.getLogger("huggingface_hub")
-    http_logger = logging.getLogger("huggingface_hub.utils._http")
+    # http_backoff's "Retrying in 1s [Retry 2/5]" and http_get's "Trying to resume
+    # download..." go to the counter, not to stderr
+    counted = [logging.getLogger(f"huggingface_hub.{n}") for n in ("utils._http", "file_download")]
     level, bars_off = hub_logger.level, are_progress_bars_disabled()
-    http_state = (http_logger.level, http_logger.propagate)
+    states = [(lg.level, lg.propagate) for lg in counted]
     counter = RetryCounter(clock) if clock is not None else None
     hub_logger.setLevel(logging.ERROR)
     if counter is not None:
-        http_logger.setLevel(logging.WARNING)
-        http_logger.propagate = False
-        http_logger.addHandler(counter)
+        for lg in counted:
+            lg.setLevel(logging.WARNING)
+            lg.propagate = False
+            lg.addHandler(counter)
     disable_progress_bars()
     try:
-        yield
+        with warnings.catch_warnings():
+            # the library's UserWarnings (a consistency check, a symlink fallback) would
+            # print around our one line; what matters reaches the caller as an exception
+            warnings.simplefilter("ignore")
+            yield
     finally:
         hub_logger.setLevel(level)
         if counter is not None:
-            http_logger.removeHandler(counter)
-            http_logger.setLevel(http_state[0])
-            http_logger.propagate = http_state[1]
+            for lg, (lg_level, propagate) in zip(counted, states, strict=True):
+                lg.removeHandler(counter)
+                lg.setLevel(lg_level)
+                lg.propagate = propagate
         if not bars_off:
             enable_progress_bars()

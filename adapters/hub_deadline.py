@@ -49,6 +49,8 @@ class Deadline:
         self.end = time.monotonic() + seconds
         #: (retries made, retries allowed) as huggingface_hub logged them.
         self.retries: tuple[int, int] | None = None
+        #: Downloads huggingface_hub resumed after the server broke off (``http_get``).
+        self.resumes = 0
 
     def left(self) -> float:
         return max(0.0, self.end - time.monotonic())
@@ -94,20 +96,27 @@ class Deadline:
         return box["value"]  # type: ignore[return-value]
 
     def said_retries(self) -> str:
-        """``" (3 of 5 retries made)"`` when huggingface_hub retried, else ``""``."""
-        if self.retries is None:
-            return ""
-        made, allowed = self.retries
-        return f" ({made} of {allowed} retries made)"
+        """``" (3 of 5 retries made)"`` when huggingface_hub retried a request, ``" (5
+        resumed downloads)"`` when it resumed a broken-off one, else ``""``."""
+        said = []
+        if self.retries is not None:
+            said.append(f"{self.retries[0]} of {self.retries[1]} retries made")
+        if self.resumes:
+            said.append(f"{self.resumes} resumed download{'s' if self.resumes > 1 else ''}")
+        return f" ({', '.join(said)})" if said else ""
 
     def count(self, record: logging.LogRecord) -> None:
-        found = _RETRY.search(record.getMessage())
+        message = record.getMessage()
+        found = _RETRY.search(message)
         if found:
             self.retries = (int(found[1]), int(found[2]))
+        elif "Trying to resume download" in message:
+            self.resumes += 1
 
 
 class RetryCounter(logging.Handler):
-    """Feeds huggingface_hub's "Retrying in 1s [Retry 2/5]" warnings to a Deadline."""
+    """Feeds huggingface_hub's "Retrying in 1s [Retry 2/5]" and "Trying to resume
+    download..." warnings to a Deadline."""
 
     def __init__(self, clock: Deadline) -> None:
         super().__init__(logging.WARNING)

@@ -37,6 +37,15 @@ SETUP_LIMITS: dict[str, tuple[int, str]] = {
 
 FORCE_HINT = "pass --force to accept it"
 
+#: The longest ``--timeout`` / ``INTROSPECT_TIMEOUT`` (seconds, a day): the deadline is
+#: waited on with ``threading.Thread.join``, which refuses more than
+#: ``threading.TIMEOUT_MAX`` (about 9.2e9 s on Linux) with an OverflowError.
+MAX_TIMEOUT_S = 86_400
+#: The most devices ``fit --max-devices`` spreads the state over: ``--devices``' bound.
+MAX_FIT_DEVICES = SETUP_LIMITS["devices"][0]
+#: The most measured MLX steps ``measure --repeats`` runs (each a full training step).
+MAX_REPEATS = 100
+
 
 def fmt_big(n: int) -> str:
     """An integer for a message: exact with separators up to 15 digits, else ``1.00e30``
@@ -112,3 +121,32 @@ def contradictions(
             f"--zero {zero_stage} shards the training state over --devices, which is 1: "
             "nothing would be sharded; give --devices D (D > 1) or drop --zero"
         )
+
+
+def check_rotary(spec, *, flags: dict[str, str] | None = None) -> None:
+    """Raise :class:`IntrospectError` when rotary positions cannot rotate ``spec``'s heads.
+
+    Rotary embeddings turn pairs of channels: transformers' ``rotate_half``
+    (``transformers/models/llama/modeling_llama.py``) splits the rotated width in two
+    halves and the default ``inv_freq`` (``modeling_rope_utils.py``) has one frequency per
+    pair, ``int(head_dim · partial_rotary_factor)`` wide; an odd width makes the step fail
+    with a shape mismatch inside the attention. ``flags`` names the flags that set the
+    shape (measure's), as in :func:`check_spec`."""
+    if spec.position_embedding != "rope":
+        return
+    width = spec.head_size
+    rotated = int(width * spec.partial_rotary_factor)
+    if rotated % 2 == 0:
+        return
+    flags = flags or {}
+    if spec.head_dim is not None:
+        origin = f"{flags.get('head_dim', 'head_dim =')} {width}"
+    else:
+        d = f"{flags.get('hidden_size', 'hidden_size')} {spec.hidden_size}"
+        h = f"{flags.get('num_attention_heads', 'heads')} {spec.num_attention_heads}"
+        origin = f"a head width of {width} ({d} / {h})"
+    part = "" if rotated == width else f" ({spec.partial_rotary_factor:g} of it: {rotated})"
+    raise IntrospectError(
+        f"{origin}: rotary positions rotate pairs of channels, so the rotated width{part} "
+        "must be even; give an even head width"
+    )

@@ -7,20 +7,45 @@ works where matplotlib is absent (:func:`available` says whether figures can be 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from introspect.breakdown import Breakdown
+from introspect.errors import IntrospectError
 from introspect.units import GB
 
 
-def available() -> bool:
-    """Whether matplotlib can be imported."""
+def problem() -> str | None:
+    """Why figures cannot be drawn here, or None when they can: matplotlib is missing, or
+    importing it (or selecting its Agg backend, or pyplot) fails — a broken install raises
+    anything from ImportError to AttributeError or OSError (a bad font cache), so every
+    exception is caught and named."""
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] == "matplotlib":
+            return "--plot needs matplotlib, which is not installed: pip install 'introspect[plot]'"
+        return _broken(err)
+    except Exception as err:  # a broken install: report it, never a traceback
+        return _broken(err)
+    return None
+
+
+def _broken(err: BaseException) -> str:
+    text = " ".join(str(err).split())[:200]
+    return (
+        f"--plot: matplotlib is installed but cannot be used ({type(err).__name__}: {text}); "
+        "reinstall it: pip install --force-reinstall 'introspect[plot]'"
+    )
+
+
+def available() -> bool:
+    """Whether matplotlib can be imported and used (:func:`problem` says why not)."""
+    return problem() is None
 
 
 def accuracy(
@@ -33,12 +58,7 @@ def accuracy(
     """Estimated over measured peak for each row, simplified and refined side by side,
     with the ±``band`` target shaded. ``rows`` carry ``label``, ``measured_bytes``,
     ``simplified_bytes`` and ``refined_bytes`` (``None`` when absent)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path = Path(path)
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(rows) + 2), 4.2))
     xs = range(len(rows))
     simple = [r["simplified_bytes"] / r["measured_bytes"] for r in rows]
@@ -56,14 +76,27 @@ def accuracy(
     ax.set_ylabel("estimate / measured peak")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
-def gb(n_bytes: int) -> float:
-    return n_bytes / GB
+#: The largest figure drawn, in GB: matplotlib needs floats, and past ~1e300 its axis
+#: arithmetic overflows (only ``--force`` lets such a value through).
+MAX_DRAWN_GB = 1e300
+
+
+def gb(n_bytes: int | float) -> float:
+    """Bytes as decimal GB for an axis; a value too large to draw (an integer past a
+    float's range, or over :data:`MAX_DRAWN_GB`) is one line, not an OverflowError."""
+    try:
+        value = n_bytes / GB
+    except OverflowError:
+        value = math.inf
+    if not abs(value) <= MAX_DRAWN_GB:
+        raise IntrospectError(
+            "--plot: a value is too large to draw (over 1e300 GB, accepted only by --force); "
+            "drop --plot, or use smaller values"
+        )
+    return value
 
 
 def _pyplot():
@@ -76,16 +109,22 @@ def _pyplot():
 
 
 def _save(fig, path: str | Path) -> Path:
-    """Save as PNG or SVG, by the file's suffix; anything else is a ValueError."""
+    """Save as PNG or SVG, by the file's suffix (anything else is a ValueError), through
+    :func:`introspect.files.write_output`: a failed write is one line with the path and
+    the OS's reason."""
+    from introspect.files import write_output
+
     path = Path(path)
-    if path.suffix.lower() not in (".png", ".svg"):
+    kind = path.suffix.lower()[1:]
+    if kind not in ("png", "svg"):
         raise ValueError(f"--plot {path}: give a .png or .svg file name")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
     import matplotlib.pyplot as plt
 
-    plt.close(fig)
-    return path
+    try:
+        fig.tight_layout()
+        return write_output(path, lambda f: fig.savefig(f, format=kind, dpi=130))
+    finally:
+        plt.close(fig)
 
 
 def part_of(term: str) -> str:
@@ -114,7 +153,7 @@ def breakdown_stack(breakdowns: dict[str, Breakdown], path: str | Path, title: s
     bottom = [0.0] * len(names)
     cmap = plt.get_cmap("tab20")
     for k, p in enumerate(parts):
-        values = [sum(v for t, v in b.items() if part_of(t) == p) / GB for b in breakdowns.values()]
+        values = [gb(sum(v for t, v in b.items() if part_of(t) == p)) for b in breakdowns.values()]
         ax.bar(names, values, bottom=bottom, label=p, color=cmap(k % 20))
         bottom = [x + y for x, y in zip(bottom, values, strict=True)]
     ax.set_ylabel("GB (decimal)")
@@ -133,10 +172,10 @@ def fit_curves(spec, setup, budget: int, need, path: str | Path) -> Path:
     T0, B0 = setup.seq_len, setup.batch_size
     seqs = sorted({max(1, int(T0 * 2**k)) for k in [x / 2 for x in range(-8, 5)]})
     batches = list(range(1, max(8, 4 * B0) + 1))
-    ax_t.plot(seqs, [need(spec, setup.replace(seq_len=t)) / GB for t in seqs], marker=".")
-    ax_b.plot(batches, [need(spec, setup.replace(batch_size=b)) / GB for b in batches], marker=".")
+    ax_t.plot(seqs, [gb(need(spec, setup.replace(seq_len=t))) for t in seqs], marker=".")
+    ax_b.plot(batches, [gb(need(spec, setup.replace(batch_size=b))) for b in batches], marker=".")
     for ax in (ax_t, ax_b):
-        ax.axhline(budget / GB, color="tab:red", lw=1, label=f"budget {budget / GB:.1f} GB")
+        ax.axhline(gb(budget), color="tab:red", lw=1, label=f"budget {gb(budget):.1f} GB")
         ax.set_ylabel("GB (decimal)")
     takeover = fit.quadratic_takeover(spec, setup)
     if takeover and seqs[0] <= takeover <= seqs[-1]:
@@ -159,8 +198,8 @@ def model_bars(rows: Sequence[dict], path: str | Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.5))
     xs = range(len(rows))
     w = 0.4
-    ax.bar([x - w / 2 for x in xs], [r["seed_bytes"] / GB for r in rows], w, label="seed")
-    ax.bar([x + w / 2 for x in xs], [r["refined_bytes"] / GB for r in rows], w, label="refined")
+    ax.bar([x - w / 2 for x in xs], [gb(r["seed_bytes"]) for r in rows], w, label="seed")
+    ax.bar([x + w / 2 for x in xs], [gb(r["refined_bytes"]) for r in rows], w, label="refined")
     ax.set_xticks(list(xs), [r["label"] for r in rows], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("GB (decimal)")
     ax.set_title(title, fontsize=9)
@@ -197,8 +236,8 @@ def measured_vs_estimate(pairs: Sequence[tuple[str, dict, Breakdown]], path) -> 
         for term, value in b.items():
             est[estimate_category(term)] += value
         xs = range(len(MEASURED_CATEGORIES))
-        ax.bar([x - 0.2 for x in xs], [measured.get(c, 0) / GB for c in est], 0.4, label="measured")
-        ax.bar([x + 0.2 for x in xs], [est[c] / GB for c in est], 0.4, label="refined estimate")
+        ax.bar([x - 0.2 for x in xs], [gb(measured.get(c, 0)) for c in est], 0.4, label="measured")
+        ax.bar([x + 0.2 for x in xs], [gb(est[c]) for c in est], 0.4, label="refined estimate")
         ax.set_xticks(list(xs), [c.replace("_", " ") for c in est], rotation=30, fontsize=7)
         ax.set_title(label, fontsize=8)
         ax.set_ylabel("GB (decimal)")

@@ -13,7 +13,8 @@ Served, as the Hub does (huggingface_hub 2.x ``file_download`` / ``hf_api`` /
 
 Each repo can be made gated (401 unless ``Authorization: Bearer <token>``), failing
 (500 on every request), silent (the connection is accepted and never answered) or
-trickling (a 200 whose body comes one byte at a time, never complete). Bytes served
+trickling (a 200 whose body comes one byte at a time, never complete) or short (a 200
+whose body stops halfway and the connection closes: a truncated answer). Bytes served
 from ``.safetensors`` files are counted per repo so a test can assert no tensor data was
 fetched.
 """
@@ -39,7 +40,7 @@ class Repo:
     revisions: dict[str, tuple[str, dict[str, bytes | Path]]]
     gated_token: str | None = None
     failing: bool = False
-    #: "silent" or "trickle": a server that holds its clients (see the module docstring).
+    #: "silent", "trickle" or "short": a faulty server (see the module docstring).
     fault: str | None = None
 
     def resolve(self, rev: str) -> tuple[str, dict[str, bytes | Path]] | None:
@@ -149,6 +150,16 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 headers["Retry-After"] = "0"  # the library's backoff retries; keep it short
             self._send(status, headers, json.dumps({"error": message}).encode(), body)
 
+        def _send_short(self, status: int, headers: dict[str, str], data: bytes) -> None:
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+
         def _trickle(self) -> None:
             """A 200 promising a megabyte, then one byte every 0.2 s until the server stops."""
             try:
@@ -224,6 +235,9 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 headers["Content-Range"] = f"bytes {start}-{end}/{size}"
             if name.endswith(".safetensors"):
                 server.safetensors_bytes[repo_id] += end - start + 1
+            if repo.fault == "short":  # promise every byte, send half, hang up
+                self.close_connection = True
+                return self._send_short(status, headers, _read(content, start, end))
             if end - start + 1 > MAX_SERVED:  # a test machine is shared: never stream GBs
                 return self._error(500, None, "test server refuses reads over 64 MiB", body)
             part = _read(content, start, end)

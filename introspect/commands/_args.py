@@ -7,6 +7,8 @@ usage error (exit code 2) naming the flag and what is allowed.
 from __future__ import annotations
 
 import argparse
+import math
+import re
 from collections.abc import Callable, Iterator
 
 from introspect import bounds
@@ -22,7 +24,7 @@ from introspect.setup import (
     PRECISIONS,
     TrainingSetup,
 )
-from introspect.units import DTYPE_CHOICES, dtype_bytes
+from introspect.units import DTYPE_CHOICES, dtype_bytes, shown
 
 #: Names users also write for a choice: ``sdpa`` and ``flash`` are memory-efficient
 #: attention kernels; ``sgd-momentum``'s hyphen is handled by :func:`choice` itself.
@@ -30,35 +32,68 @@ ALIASES = {"sdpa": "memory_efficient", "flash": "memory_efficient"}
 
 
 def positive_int(text: str) -> int:
-    """A positive integer; accepts ``2048``, ``7e9``, ``7_000_000_000``, ``1,024``."""
+    """A positive integer; accepts ``2048``, ``7e9``, ``10^6``, ``7_000_000_000``, ``1,024``
+    (a power of ten up to ``10^9999``). A value
+    past a float's range (``1e400``) or over 4300 digits is refused as too large; the
+    flags' own maxima are :func:`bounded_int`'s and :mod:`introspect.bounds`'."""
     cleaned = text.replace("_", "").replace(",", "").strip()
+    power = re.fullmatch(r"10\s*(?:\^|\*\*)\s*([0-9]{1,4})", cleaned)
     try:
-        value = int(cleaned)
+        value = 10 ** int(power[1]) if power else int(cleaned)
     except ValueError:
         try:
             as_float = float(cleaned)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a number; give a positive integer such as 2048 or 7e9"
+                f"{shown(text)} is not a number; give a positive integer such as 2048, 7e9 or 10^6"
+            ) from None
+        if math.isnan(as_float):
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not a number") from None
+        if math.isinf(as_float):
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} is too large to be a count; give a positive integer"
             ) from None
         if not as_float.is_integer():
             raise argparse.ArgumentTypeError(
-                f"{text!r} is not a whole number; give a positive integer"
+                f"{shown(text)} is not a whole number; give a positive integer"
             ) from None
         value = int(as_float)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        raise argparse.ArgumentTypeError(f"{shown(text)} must be positive")
     return value
 
 
+def bounded_int(maximum: int, unit: str) -> Callable[[str], int]:
+    """A :func:`positive_int` of at most ``maximum``: over it is argparse's one line,
+    naming the flag, the value and the allowed range (``argument --repeats: '1e8' is
+    over the maximum; allowed: 1 to 100 steps``)."""
+
+    def parse(text: str) -> int:
+        allowed = f"allowed: 1 to {maximum:,} {unit}"
+        try:
+            value = positive_int(text)
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f"{err}; {allowed}") from None
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{shown(text)} is over the maximum; {allowed}")
+        return value
+
+    parse.__name__ = "bounded_int"
+    return parse
+
+
 def positive_seconds(text: str) -> float:
-    """A positive, finite number of seconds (``30``, ``2.5``)."""
+    """A positive number of seconds (``30``, ``2.5``) of at most
+    :data:`introspect.bounds.MAX_TIMEOUT_S`."""
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (0 < value < float("inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number of seconds") from None
+    if not (0 < value <= bounds.MAX_TIMEOUT_S):  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is out of range; allowed: more than 0 and at most "
+            f"{bounds.MAX_TIMEOUT_S:,} seconds ({bounds.MAX_TIMEOUT_S // 3600} hours)"
+        )
     return value
 
 
@@ -111,7 +146,7 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
         default=None,
         metavar="SECONDS",
         help="the most to wait for the Hub, all requests and retries together "
-        "(default 30, or $INTROSPECT_TIMEOUT)",
+        f"(default 30, or $INTROSPECT_TIMEOUT; at most {bounds.MAX_TIMEOUT_S:,})",
     )
     parser.add_argument(
         "--units",
@@ -549,19 +584,27 @@ def add_plot_flag(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def check_plot(path: str | None) -> None:
-    """A bad --plot is one line before any work: the suffix, matplotlib, the folder."""
+    """A bad --plot is one line before any work: the suffix, matplotlib (missing or
+    broken), then the path itself (:func:`introspect.files.check_writable`: a folder, a
+    missing folder, a path under a file, a dangling symlink, a read-only file)."""
+    import os
     from pathlib import Path
 
     from introspect.errors import IntrospectError
 
     if path is None:
         return
-    p = Path(path)
-    if p.suffix.lower() not in (".png", ".svg"):
-        raise IntrospectError(f"--plot {path}: give a file name ending in .png or .svg")
-    if not p.parent.is_dir():
-        raise IntrospectError(f"--plot {path}: no folder {p.parent}")
-    from introspect import plot
+    from introspect import files, plot
 
-    if not plot.available():
-        raise IntrospectError("--plot needs matplotlib: pip install 'introspect[plot]'")
+    p, shown_path = Path(path), files.display(path)
+    if p.suffix.lower() not in (".png", ".svg"):
+        raise IntrospectError(f"--plot {shown_path}: give a file name ending in .png or .svg")
+
+    why = plot.problem()
+    if why is not None:
+        raise IntrospectError(why)
+    if not os.path.islink(p) and not os.path.lexists(p.parent):
+        raise IntrospectError(
+            f"--plot {shown_path}: no folder {files.display(p.parent)}; create it or give another"
+        )
+    files.check_writable(p, flag="--plot")

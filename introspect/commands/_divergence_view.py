@@ -8,6 +8,7 @@ from introspect import report
 from introspect._tabulate import tabulate
 from introspect.divergence import Divergence, Flag
 from introspect.refined import RefinedEstimate
+from introspect.units import GB, scaled
 
 #: Characters of cause text per line before it wraps.
 CAUSE_WIDTH = 72
@@ -51,7 +52,7 @@ def divergence_section(rows: list[Divergence], flags: list[Flag]) -> str:
             report.gb(r.simplified_bytes),
             report.gb(r.baseline_bytes),
             report.gb(r.refined_bytes),
-            f"{r.delta_bytes / 1e9:+.3f}",
+            ("+" if r.delta_bytes >= 0 else "") + scaled(r.delta_bytes, GB, 3),
             r.cause,
         )
         for r in rows

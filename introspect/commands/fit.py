@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import fit, report
+from introspect import bounds, fit, report
 from introspect.commands._args import (
     add_common,
     add_plot_flag,
     add_setup_flags,
+    bounded_int,
     check_plot,
-    positive_int,
     setup_from_args,
 )
 from introspect.errors import IntrospectError
@@ -65,10 +65,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-devices",
-        type=positive_int,
+        type=bounded_int(bounds.MAX_FIT_DEVICES, "devices"),
         default=8,
         metavar="D",
-        help="devices the ZeRO/FSDP changes spread the state over (default 8)",
+        help="devices the ZeRO/FSDP changes spread the state over (default 8, at most "
+        f"{bounds.MAX_FIT_DEVICES:,})",
     )
     p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
     add_setup_flags(p, sweep=False)

@@ -9,7 +9,8 @@ import os
 import sys
 
 from introspect import report
-from introspect.commands._args import add_common, add_setup_flags, choice, positive_int
+from introspect.bounds import MAX_REPEATS
+from introspect.commands._args import add_common, add_setup_flags, bounded_int, choice, positive_int
 from introspect.errors import IntrospectError
 from introspect.measure.supported import MLX_STEPS
 from introspect.setup import TrainingSetup
@@ -97,12 +98,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run_g = p.add_argument_group("measuring")
     run_g.add_argument(
         "--repeats",
-        type=positive_int,
+        type=bounded_int(MAX_REPEATS, "steps"),
         default=MLX_STEPS,
         metavar="K",
         help="MLX: measure K steps after the warm-up, each with its own peak reset, and "
         "report the largest peak, as a run's peak is its largest step's (MLX's peak "
-        f"moves a few percent from step to step; default {MLX_STEPS})",
+        f"moves a few percent from step to step; default {MLX_STEPS}, at most {MAX_REPEATS})",
     )
     run_g.add_argument(
         "--no-census",
@@ -374,15 +375,18 @@ def default_impl(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
     from introspect import bounds
     from introspect.commands import _sharded
+    from introspect.commands._args import check_plot
     from introspect.measure import runner
     from introspect.positions import check_positions
 
+    check_plot(args.plot)  # matplotlib and the path before the (possibly long) step
     args.impl = args.impl or default_impl(args)
     if args.impl == "transformers":  # a remote-code or unknown config, before reading it
         from introspect.measure.hf_models import precheck
 
         precheck(args.source)
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
+    bounds.check_rotary(spec, flags=FLAGS)
     if _sharded.wants_sharded(args):
         config = implementation_config(args, spec) if args.impl == "transformers" else None
         return _sharded.run(args, spec, config[0] if config else None)

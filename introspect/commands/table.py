@@ -130,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
     sources = args.sources or default_sources()
     rows = [_row_or_error(s, setup, args.force, args.timeout) for s in sources]
     good = [r for r in rows if "error" not in r]
+    if not good:  # nothing to tabulate: the reason alone, one line
+        if len(rows) == 1:
+            raise IntrospectError(rows[0]["error"])
+        raise IntrospectError(f"all {len(rows)} sources failed; first: {rows[0]['error']}")
     if args.plot:
         from introspect import plot
 

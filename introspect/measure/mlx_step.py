@@ -32,6 +32,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 from mlx.utils import tree_flatten
 
+from introspect.bounds import MAX_REPEATS
 from introspect.measure.record import Measurement, versions
 from introspect.measure.supported import MLX_STEPS, measured_dtype
 from introspect.setup import TrainingSetup
@@ -119,6 +120,8 @@ def measure_step(
     :func:`make_step`. The optimizer holds state for the trainable parameters only (a
     LoRA model's adapters): ``trainable_params`` counts those, ``n_params`` all."""
     check_setup(setup)
+    if not 1 <= repeats <= MAX_REPEATS:  # --repeats' bound, for callers past the CLI too
+        raise ValueError(f"repeats={repeats}: measure 1 to {MAX_REPEATS} steps")
     optimizer = make_optimizer(setup)
     optimizer.init(model.trainable_parameters())
     step = make_step(model, optimizer, compiled, loss, random_state)

@@ -45,6 +45,7 @@ share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
 
 from __future__ import annotations
 
+import heapq
 import math
 
 from introspect.params import norm_params, trainable_parameter_count
@@ -157,11 +158,23 @@ def numel(shape: Shape) -> int:
 
 def zero_partition(sizes: list[int], devices: int) -> list[int]:
     """``ZeroRedundancyOptimizer._partition_parameters``: tensors sorted by size, largest
-    first (stable), each to the first rank with the smallest total; elements per rank."""
-    totals = [0] * devices
+    first (stable), each to the first rank with the smallest total; elements per rank,
+    for the first ``min(devices, len(sizes))`` ranks (the others never receive a tensor:
+    while one of those is empty, an empty rank with a lower index exists)."""
+    return [sum(rank) for rank in _zero_ranks(sizes, devices)]
+
+
+def _zero_ranks(sizes: list[int], devices: int) -> list[list[int]]:
+    """The tensors of each rank of :func:`zero_partition`, in the order each rank gets
+    them. A heap of (total, rank) picks the first rank with the smallest total in
+    O(log D), so the work follows the tensor count, not ``devices``."""
+    ranks: list[list[int]] = [[] for _ in range(max(1, min(devices, len(sizes))))]
+    heap = [(0, r) for r in range(len(ranks))]
     for n in sorted(sizes, reverse=True):
-        totals[totals.index(min(totals))] += n
-    return totals
+        total, r = heap[0]
+        heapq.heapreplace(heap, (total + n, r))
+        ranks[r].append(n)
+    return ranks
 
 
 def fsdp_shard(shapes: list[Shape], devices: int) -> int:
@@ -512,12 +525,8 @@ def local_tensors(spec: ModelSpec, setup: TrainingSetup) -> list[int]:
     how, D = strategy(setup), setup.devices
     shapes = parameter_tensors(spec)
     if how == "zero" and setup.zero_stage == 1:
-        totals = [0] * D
-        ranks: list[list[int]] = [[] for _ in range(D)]
-        for n in sorted((numel(s) for s in shapes), reverse=True):
-            r = totals.index(min(totals))
-            totals[r] += n
-            ranks[r].append(n)
+        ranks = _zero_ranks([numel(s) for s in shapes], D)
+        totals = [sum(r) for r in ranks]
         return ranks[totals.index(max(totals))]
     if how == "zero":
         return [math.ceil(spec.n_params / D)]
