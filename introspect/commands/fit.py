@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import fit, report
+from introspect import applies, fit, report
 from introspect.commands._args import (
     add_common,
     add_plot_flag,
@@ -146,13 +146,24 @@ def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_dev
     free, combos = [], []
     if now > budget:
         free, combos = fit.combinations(spec, setup, budget, candidates, need)
+    caps = {field: fit.search_cap(spec, field) for field in ("seq_len", "batch_size")}
+    largest = {
+        field: fit.largest(spec, setup, budget, field, need, limit=cap)
+        for field, (cap, _) in caps.items()
+    }
     return {
         "need": now,
         "peak": fit.peak(spec, setup),
         "fits": now <= budget,
         "device_view": view,
-        "largest_seq": fit.largest(spec, setup, budget, "seq_len", need),
-        "largest_batch": fit.largest(spec, setup, budget, "batch_size", need),
+        "largest_seq": largest["seq_len"],
+        "largest_batch": largest["batch_size"],
+        # The answer is the cap itself: it fits at every value up to it, and nothing
+        # above was tried (not a limit of the budget).
+        "caps": {
+            field: {"cap": cap, "source": source, "reached": largest[field] == cap}
+            for field, (cap, source) in caps.items()
+        },
         "changes": fit.rank_changes(spec, setup, budget, candidates, need),
         "free": [c.label for c in free],
         "combinations": combos,
@@ -166,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision)
+    from introspect.positions import check_positions
+
+    check_positions(model.spec, setup)
+    applies.check_model(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, args.max_devices)
     if args.plot:
         from introspect import plot
@@ -191,6 +206,11 @@ def to_json(model, setup, budget, device, result) -> dict[str, Any]:
         "fits": result["fits"],
         "largest_seq": result["largest_seq"],
         "largest_batch": result["largest_batch"],
+        "search_caps": {
+            {"seq_len": "seq", "batch_size": "batch"}[field]: info
+            for field, info in result["caps"].items()
+        },
+        "notes": applies.notes(setup),
         "changes": [r.to_json() for r in result["changes"]],
         "free_changes_first": result["free"],
         "combinations": [r.to_json() for r in result["combinations"]],
@@ -244,11 +264,19 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
             f"  + CUDA context              {fmt_memory(view.context):>10}  ({src['context']})",
             f"  = what nvidia-smi will show {fmt_memory(view.shown):>10}",
         ]
-    T, B = result["largest_seq"], result["largest_batch"]
-    lines.append(
-        f"largest T at B={setup.batch_size}: " + (f"{T:,}" if T else "none (not even T=1)")
-    )
-    lines.append(f"largest B at T={setup.seq_len}: " + (f"{B:,}" if B else "none (not even B=1)"))
+    for n, cap, what, at in (
+        (result["largest_seq"], result["caps"]["seq_len"], "T", f"B={setup.batch_size}"),
+        (result["largest_batch"], result["caps"]["batch_size"], "B", f"T={setup.seq_len}"),
+    ):
+        if n is None:
+            lines.append(f"largest {what} at {at}: none (not even {what}=1)")
+        elif cap["reached"]:
+            lines.append(
+                f"largest {what} at {at}: fits at every {what} up to the search cap "
+                f"{cap['cap']:,} ({cap['source']}); nothing larger was tried"
+            )
+        else:
+            lines.append(f"largest {what} at {at}: {n:,}")
     body = [
         (r.label, fmt_memory(r.need), fmt_memory(r.saving), "yes" if r.fits else "no", r.cost)
         for r in result["changes"]
@@ -267,4 +295,5 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
         lines.append(report.table(rows, ["changes", "needs", "costliest", "paid in"]))
     elif not result["fits"]:
         lines.append(f"\nno combination of up to {fit.MAX_COMBINATION + 3} changes fits")
+    lines += [f"note: {n}" for n in applies.notes(setup)]
     return "\n".join(lines)
