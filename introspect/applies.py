@@ -158,6 +158,12 @@ RULES = (
     ),
     # ---- sharding and model parallelism --------------------------------------------------
     (
+        lambda s: f"--zero {s.zero_stage} and --{s.sharding}",
+        lambda s: s.sharding in ("ddp", "fsdp") and s.zero_stage != 0,
+        lambda s: s.sharding == "fsdp" and s.zero_stage == 3,
+        "name two shardings; give one",
+    ),
+    (
         lambda s: "--no-reshard",
         lambda s: not s.reshard_after_forward,
         lambda s: s.resolved_sharding == "fsdp",

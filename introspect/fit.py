@@ -95,8 +95,14 @@ def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
     D, r = devices, lora_rank
 
     def zero(stage: int) -> Callable[[TrainingSetup], TrainingSetup | None]:
+        # Stage 3 is FSDP full sharding, as its label says; stages 1-2 ZeRO's.
+        how = "fsdp" if stage == 3 else "zero"
         return lambda s: _if(
-            D > 1 and (s.devices, s.zero_stage) != (D, stage), s, devices=D, zero_stage=stage
+            D > 1 and (s.devices, s.zero_stage) != (D, stage),
+            s,
+            devices=D,
+            zero_stage=stage,
+            sharding=how,
         )
 
     full = ("full",)

@@ -23,6 +23,9 @@ TYPE_CHECKING = False  # typing's flag without importing typing (see introspect.
 if TYPE_CHECKING:
     from typing import Any
 
+#: Devices the ZeRO/FSDP changes spread the state over unless --max-devices says.
+MAX_DEVICES = 8
+
 EPILOG = """\
 SOURCE is anything 'introspect profile' takes, or a nominal size of the seed's table
 (10M … 70B). The budget is per device: --budget 80GB (decimal, 1e9 bytes) or 80GiB
@@ -51,7 +54,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("source", metavar="SOURCE", help="a model: path, bundled name, Hub id or 40M")
-    where = p.add_mutually_exclusive_group(required=True)
+    # Not required by argparse: the setup flags are checked first (run), so a flag that
+    # does not apply is the line a user sees whatever else is missing.
+    where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--budget",
         metavar="MEM",
@@ -66,9 +71,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-devices",
         type=positive_int,
-        default=8,
+        default=MAX_DEVICES,
         metavar="D",
-        help="devices the ZeRO/FSDP changes spread the state over (default 8)",
+        help=f"devices the ZeRO/FSDP changes spread the state over (default {MAX_DEVICES}; "
+        "torch only)",
     )
     p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
     add_setup_flags(p, sweep=False)
@@ -174,6 +180,13 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)
+    if setup.framework != "torch" and args.max_devices != MAX_DEVICES:
+        raise IntrospectError(
+            f"--max-devices {args.max_devices} sizes fit's ZeRO/FSDP changes, which are "
+            "torch's: fit proposes none on MLX; drop --max-devices"
+        )
+    if args.budget is None and args.gpu is None:
+        raise IntrospectError("fit needs a budget: --budget MEM (80GB or 80GiB) or --gpu NAME")
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision)
