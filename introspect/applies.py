@@ -98,6 +98,14 @@ RULES = (
         "mlx-lm trains in the weights' own dtype; use --precision bf16 or fp32",
     ),
     (
+        lambda s: f"--cross-entropy {s.cross_entropy}",
+        lambda s: s.cross_entropy != "standard",
+        lambda s: not _mlx(s),
+        "is torch's (a chunked or fused linear cross-entropy, such as Liger's): mlx-lm's "
+        "trainer takes its loss over all the logits, and the MLX estimate has no chunked "
+        "loss; use --cross-entropy standard or --framework torch",
+    ),
+    (
         _sharding_flag,
         lambda s: s.resolved_sharding != "none",
         lambda s: not _mlx(s),
@@ -134,6 +142,13 @@ RULES = (
         lambda s: s.weight_bytes == 4,
         "contradict: amp is torch.autocast over FP32 weights; drop --weights-dtype, or use "
         "--precision mixed for 16-bit working weights",
+    ),
+    (
+        lambda s: f"--precision {s.precision} and --weights-dtype {s.weights_dtype}",
+        lambda s: s.precision in ("mixed", "bf16") and s.weight_bytes == 1,
+        lambda s: False,
+        "contradict: the precision keeps 16-bit working weights (bf16, or fp16), so an 8-bit "
+        "--weights-dtype would be ignored; drop --weights-dtype or give bf16 or fp16",
     ),
     # ---- the optimizer -------------------------------------------------------------------
     (

@@ -85,8 +85,8 @@ def changes(devices: int = 8, lora_rank: int = 16, framework: str = "torch") -> 
     """The changes the fit finder weighs for ``framework``; ZeRO/FSDP over ``devices``
     devices, LoRA and QLoRA at rank ``lora_rank`` on every block linear. A change that
     does not apply to ``framework``'s default setup (:mod:`introspect.applies`: on MLX
-    the fused and 8-bit optimizers, the optimizer in backward, sharding and offload) is
-    left out."""
+    the fused and 8-bit optimizers, the optimizer in backward, a chunked loss, sharding
+    and offload) is left out."""
     probe = TrainingSetup(framework=framework)
     return tuple(c for c in _changes(devices, lora_rank) if c.apply(probe) is not None)
 

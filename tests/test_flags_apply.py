@@ -51,6 +51,7 @@ def test_mlx_offload_is_refused_by_fit_in_one_line():
         (["--framework", "mlx", "--optimizer-in-backward"], "--optimizer-in-backward"),
         (["--framework", "mlx-compiled", "--optimizer-impl", "fused"], "--optimizer-impl fused"),
         (["--framework", "mlx", "--precision", "amp"], "--precision amp"),
+        (["--framework", "mlx", "--cross-entropy", "chunked"], "--cross-entropy chunked"),
         (["--framework", "mlx", "--devices", "2", "--ddp"], "--ddp"),
         (["--framework", "mlx", "--devices", "4"], "--devices 4"),
         (["--micro-batches", "4"], "--micro-batches 4"),
@@ -79,6 +80,8 @@ def test_contradictions_name_both_flags():
     assert "--precision amp" in line and "--weights-dtype bf16" in line
     line = refused("profile", QWEN, "--precision", "mixed", "--weights-dtype", "fp32")
     assert "--precision mixed" in line and "--weights-dtype fp32" in line
+    line = refused("profile", QWEN, "--precision", "bf16", "--weights-dtype", "int8")
+    assert "--precision bf16" in line and "--weights-dtype int8" in line
 
 
 def test_amp_with_fp32_weights_is_what_amp_means():
@@ -202,7 +205,8 @@ def test_fit_never_proposes_a_change_the_flags_refuse():
     accept; the torch-only ones are left out, and every change is one the rules allow."""
     mlx = TrainingSetup(framework="mlx", seq_len=1024)
     keys = {c.key for c in fit.changes(8, 16, "mlx")}
-    assert keys.isdisjoint({"offload_optimizer", "adam8bit", "optimizer_in_backward", "zero3"})
+    torch_only = {"offload_optimizer", "adam8bit", "optimizer_in_backward", "zero3"}
+    assert keys.isdisjoint(torch_only | {"cross_entropy", "fused_optimizer"})
     assert {"checkpointing", "lora", "bf16"} <= keys
     for c in fit._changes(8, 16):
         changed = c.apply(mlx)
