@@ -169,7 +169,9 @@ def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
         *(
             Change(
                 f"zero{stage}",
-                f"ZeRO-{stage} over {D} devices" + (" (= FSDP full shard)" if stage == 3 else ""),
+                f"ZeRO-{stage} over {D} devices"
+                if stage < 3
+                else f"FSDP full shard over {D} devices",
                 "communication: "
                 + (
                     "as DDP (reduce-scatter + all-gather instead of all-reduce)"

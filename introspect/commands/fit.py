@@ -243,8 +243,12 @@ def _describe(setup: TrainingSetup) -> str:
     if setup.finetune != "full":
         targets = ",".join(setup.lora_targets)
         parts.append(f"{setup.finetune} r={setup.lora_rank} on {targets}")
-    if setup.devices > 1:
-        parts.append(f"{setup.devices} devices, ZeRO-{setup.zero_stage}")
+    how = setup.resolved_sharding
+    if setup.devices > 1 or how != "none":
+        named = {"none": "no sharding", "ddp": "DDP", "fsdp": "FSDP"}
+        parts.append(f"{setup.devices} devices, {named.get(how, f'ZeRO-{setup.zero_stage}')}")
+    if setup.tensor_parallel > 1 or setup.pipeline_parallel > 1:
+        parts.append(f"TP {setup.tensor_parallel} × PP {setup.pipeline_parallel}")
     if setup.offload != "none":
         parts.append(f"offload {setup.offload}")
     parts.append(f"{setup.framework} on {setup.resolved_device}")
