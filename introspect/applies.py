@@ -14,6 +14,18 @@ default) are :func:`contradictions`; checks that need the model's shape (heads, 
 heads, layers, feed-forward and expert widths against ``--tp``/``--pp``) are
 :func:`check_parallel`; what a measured step or a dry run cannot reproduce is
 :func:`unmeasured`.
+
+Sources of the MLX rules (mlx and mlx-lm in the venv): ``mlx/optimizers/optimizers.py``
+has SGD, RMSprop, Adagrad, AdaDelta, Adam, AdamW, Adamax, Lion, Adafactor and Muon, no
+8-bit state and no choice of update kernel; ``mlx_lm/tuner/trainer.py`` takes
+``nn.losses.cross_entropy(logits, targets)`` over all the logits, and its step gets every
+gradient from ``nn.value_and_grad`` before ``optimizer.update`` (no per-parameter hook,
+torch's ``Tensor.register_post_accumulate_grad_hook``); MLX arrays live in unified memory
+(no host copy to offload to); :mod:`introspect.refined.mlx` derives one device's step.
+Sharding: FSDP2's ``reshard_after_forward`` (``torch/distributed/fsdp/_fully_shard/``),
+DDP's ``gradient_as_bucket_view`` (``torch/nn/parallel/distributed.py``, used under
+ZeroRedundancyOptimizer too); fine-tuning: peft's ``lora_dropout``, bitsandbytes'
+``bnb_4bit_use_double_quant`` (NF4 only).
 """
 
 from __future__ import annotations

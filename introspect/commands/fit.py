@@ -60,7 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     where.add_argument(
         "--budget",
         metavar="MEM",
-        help="memory per device with its unit: 80GB (1e9 bytes) or 80GiB (2^30)",
+        help="memory per device with its unit: 80GB (1e9 bytes) or 80GiB (2^30); this or "
+        "--gpu is required",
     )
     where.add_argument(
         "--gpu",
