@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         raise IntrospectError("fit needs a budget: --budget MEM (80GB or 80GiB) or --gpu NAME")
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
-    model = resolve(args.source, revision=args.revision)
+    model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     from introspect.positions import check_positions
 
     check_positions(model.spec, setup)

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
                 + ("it" if len(dropped) == 1 else "them")
             )
         rep = REPORTED[args.reported]
-        out = reported_comparison(resolve(rep.hub_id), rep)
+        out = reported_comparison(resolve(rep.hub_id, force=args.force, timeout=args.timeout), rep)
         print(report.dumps(out) if fmt == "json" else render_reported(out, fmt))
         return 0
     setup = setup_from_args(args)
