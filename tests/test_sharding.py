@@ -290,3 +290,17 @@ def test_parallel_degrees_are_checked_against_the_model_before_pricing():
         assert all(w in bad.stderr for w in words), bad.stderr
     ok = profile("--tp", "2", "--pp", "24", "--json")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_the_estimate_itself_refuses_a_degree_the_model_cannot_take():
+    """Not only the commands: any caller of the refined estimate gets the same line."""
+    from introspect.adapters import resolve
+
+    from introspect.applies import NotApplicable
+
+    spec = resolve("Qwen/Qwen2.5-0.5B").spec  # 14 heads, 24 layers
+    with pytest.raises(NotApplicable, match="--tp 3: .*14 attention heads"):
+        refined.estimate(spec, TrainingSetup(tensor_parallel=3))
+    with pytest.raises(NotApplicable, match="--pp 25: .*24 layers"):
+        refined.estimate(spec, TrainingSetup(pipeline_parallel=25))
+    assert refined.estimate(spec, TrainingSetup(tensor_parallel=2, pipeline_parallel=24)).total
