@@ -103,24 +103,13 @@ def contradictions(
     zero_stage: int,
     devices: int,
 ) -> None:
-    """Raise :class:`IntrospectError` when the flags contradict each other.
+    """Flags that contradict each other: :func:`introspect.applies.contradictions` (the one
+    definition of which flags apply to which setup)."""
+    from introspect import applies
 
-    * ``--precision mixed`` (or ``bf16``, ``amp``) keeps 16-bit working weights; an
-      explicit ``--weights-dtype fp32`` would be silently ignored.
-    * ``--zero`` shards over ``--devices``; on one device it changes nothing, so the
-      figures would not be what the flag suggests.
-    ``weights_dtype`` is None when the flag was not given."""
-    if precision in ("mixed", "bf16", "amp") and weights_dtype in ("fp32", "float32", "tf32"):
-        raise IntrospectError(
-            f"--precision {precision} uses 16-bit working weights but --weights-dtype "
-            f"{weights_dtype} asks for 32-bit ones; drop --weights-dtype, or use "
-            "--precision fp32"
-        )
-    if zero_stage and devices == 1:
-        raise IntrospectError(
-            f"--zero {zero_stage} shards the training state over --devices, which is 1: "
-            "nothing would be sharded; give --devices D (D > 1) or drop --zero"
-        )
+    applies.contradictions(
+        precision=precision, weights_dtype=weights_dtype, zero_stage=zero_stage, devices=devices
+    )
 
 
 def check_rotary(spec, *, flags: dict[str, str] | None = None) -> None:

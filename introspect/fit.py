@@ -21,7 +21,8 @@ from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
-#: Largest T and B the search tries (2²⁴ tokens; far beyond any context window).
+#: Largest T and B :func:`largest` tries unless told a cap (2²⁴; far beyond any context
+#: window). The command passes the model's own caps instead (:func:`search_cap`).
 SEARCH_LIMIT = 1 << 24
 #: Combinations of at most this many non-free changes are searched.
 MAX_COMBINATION = 3
@@ -56,39 +57,52 @@ class Change:
 
 
 def _if(cond: bool, setup: TrainingSetup, **changes) -> TrainingSetup | None:
-    return setup.replace(**changes) if cond else None
+    """The changed setup, or None where ``cond`` fails or the change does not apply to
+    the rest of the setup (:mod:`introspect.applies`, the flags' own rules: fit never
+    proposes what the flags would refuse)."""
+    if not cond:
+        return None
+    from introspect.applies import NotApplicable
+
+    try:
+        return setup.replace(**changes)
+    except NotApplicable:
+        return None
 
 
 def _bf16(setup: TrainingSetup) -> TrainingSetup | None:
-    if setup.precision == "bf16":
-        return None
     act = "bf16" if setup.activation_bytes == 4 else setup.activation_dtype
-    return setup.replace(precision="bf16", weights_dtype="bf16", activation_dtype=act)
-
-
-#: Changes that exist only for torch (MLX on one Mac has no fused/8-bit optimizers,
-#: sharding or host offload: its memory is the host's).
-TORCH_ONLY = frozenset(
-    {"fused_optimizer", "optimizer_in_backward", "adam8bit", "zero1", "zero2", "zero3"}
-    | {"offload_optimizer", "offload_parameters"}
-)
+    return _if(
+        setup.precision != "bf16",
+        setup,
+        precision="bf16",
+        weights_dtype="bf16",
+        activation_dtype=act,
+    )
 
 
 def changes(devices: int = 8, lora_rank: int = 16, framework: str = "torch") -> tuple[Change, ...]:
     """The changes the fit finder weighs for ``framework``; ZeRO/FSDP over ``devices``
-    devices, LoRA and QLoRA at rank ``lora_rank`` on every block linear."""
-    every = _changes(devices, lora_rank)
-    if framework.startswith("mlx"):
-        return tuple(c for c in every if c.key not in TORCH_ONLY)
-    return every
+    devices, LoRA and QLoRA at rank ``lora_rank`` on every block linear. A change that
+    does not apply to ``framework``'s default setup (:mod:`introspect.applies`: on MLX
+    the fused and 8-bit optimizers, the optimizer in backward, a chunked loss, sharding
+    and offload) is left out."""
+    probe = TrainingSetup(framework=framework)
+    return tuple(c for c in _changes(devices, lora_rank) if c.apply(probe) is not None)
 
 
 def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
     D, r = devices, lora_rank
 
     def zero(stage: int) -> Callable[[TrainingSetup], TrainingSetup | None]:
+        # Stage 3 is FSDP full sharding, as its label says; stages 1-2 ZeRO's.
+        how = "fsdp" if stage == 3 else "zero"
         return lambda s: _if(
-            D > 1 and (s.devices, s.zero_stage) != (D, stage), s, devices=D, zero_stage=stage
+            D > 1 and (s.devices, s.zero_stage) != (D, stage),
+            s,
+            devices=D,
+            zero_stage=stage,
+            sharding=how,
         )
 
     full = ("full",)
@@ -155,7 +169,9 @@ def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
         *(
             Change(
                 f"zero{stage}",
-                f"ZeRO-{stage} over {D} devices" + (" (= FSDP full shard)" if stage == 3 else ""),
+                f"ZeRO-{stage} over {D} devices"
+                if stage < 3
+                else f"FSDP full shard over {D} devices",
                 "communication: "
                 + (
                     "as DDP (reduce-scatter + all-gather instead of all-reduce)"
@@ -229,11 +245,31 @@ class Row:
         }
 
 
+def search_cap(spec: ModelSpec, field: str) -> tuple[int, str]:
+    """The largest T or B (``field``) the fit command searches, and where it comes from:
+    T up to the model's context window (``max_position_embeddings``) where the config
+    gives one, else the sanity bound on --seq (:data:`introspect.bounds.SETUP_LIMITS`);
+    B up to the sanity bound on --batch. So the search takes at most about
+    2·log₂(cap) needs, whatever the budget."""
+    from introspect.bounds import SETUP_LIMITS
+
+    if field == "seq_len" and spec.max_position_embeddings:
+        return spec.max_position_embeddings, "the model's max_position_embeddings"
+    limit, flag = SETUP_LIMITS[field]
+    return limit, f"introspect's sanity bound on {flag}"
+
+
 def largest(
-    spec: ModelSpec, setup: TrainingSetup, budget: int, field: str, need: Need = peak
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    budget: int,
+    field: str,
+    need: Need = peak,
+    limit: int = SEARCH_LIMIT,
 ) -> int | None:
-    """The largest ``seq_len`` or ``batch_size`` (``field``) up to :data:`SEARCH_LIMIT`
-    whose need fits ``budget``, the others as in ``setup``; None when even 1 does not fit.
+    """The largest ``seq_len`` or ``batch_size`` (``field``) up to ``limit`` whose need
+    fits ``budget``, the others as in ``setup``; None when even 1 does not fit. An answer
+    equal to ``limit`` means it fits at every value up to it (nothing above is tried).
 
     Exact, by the one property the search relies on: the need never falls as T or B
     grows. The answer is the ``x`` with ``need(x) ≤ budget < need(x + 1)``, found by
@@ -257,21 +293,21 @@ def largest(
     if n_lo > budget:
         return None
     hi = None
-    start = min(getattr(setup, field), SEARCH_LIMIT)
+    start = min(getattr(setup, field), limit)
     if start > 1:
         if value(start) <= budget:
             lo = start
         else:
             hi = start
     while hi is None:
-        if lo == SEARCH_LIMIT:
+        if lo == limit:
             return lo
         step = lo  # doubling, unless the last two points give a line that rises
         if len(asked) >= 2:
             (x0, n0), (x1, n1) = sorted(asked)[-2:]
             if n1 > n0:
                 step = (budget - n1) * (x1 - x0) // (n1 - n0) + 1
-        x = min(lo + max(1, min(step, lo)), SEARCH_LIMIT)
+        x = min(lo + max(1, min(step, lo)), limit)
         if value(x) <= budget:
             lo = x
         else:

@@ -16,7 +16,7 @@ from ``labels=``, as transformers' users and the HF Trainer's ``compute_loss`` w
 
 from __future__ import annotations
 
-from introspect import _record
+from introspect import _record, applies
 from introspect._record import record
 from introspect.units import dtype_bytes
 
@@ -76,6 +76,29 @@ ATTENTION_INPUT_LINEARS = ("q_proj", "k_proj", "v_proj", "qkv_proj")
 FFN_INPUT_LINEARS = ("gate_proj", "up_proj", "gate_up_proj")
 #: The linears an MoE layer has once per expert.
 EXPERT_LINEARS = ("gate_proj", "up_proj", "gate_up_proj", "down_proj")
+
+#: The flag that sets each field, for messages: they name what the user typed.
+FLAGS = {
+    "batch_size": "--batch",
+    "seq_len": "--seq",
+    "devices": "--devices",
+    "tensor_parallel": "--tp",
+    "pipeline_parallel": "--pp",
+    "precision": "--precision",
+    "optimizer": "--optimizer",
+    "attention": "--attention",
+    "cross_entropy": "--cross-entropy",
+    "framework": "--framework",
+    "device": "--device",
+    "implementation": "--impl",
+    "loop": "--loop",
+    "optimizer_impl": "--optimizer-impl",
+    "zero_stage": "--zero",
+    "sharding": "sharding (--ddp, --zero, --fsdp)",
+    "finetune": "--finetune",
+    "base_quant": "--base-quant",
+    "offload": "--offload",
+}
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
 OPTIMIZER_STATE_BYTES: dict[str, int] = {
@@ -178,17 +201,15 @@ class TrainingSetup:
         for name in ("batch_size", "seq_len", "devices", "tensor_parallel", "pipeline_parallel"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise ValueError(f"{FLAGS[name]} must be a positive integer, got {value!r}")
         if self.micro_batches is not None and (
             isinstance(self.micro_batches, bool) or self.micro_batches <= 0
         ):
             raise ValueError(
-                f"micro_batches must be a positive integer, got {self.micro_batches!r}"
+                f"--micro-batches must be a positive integer, got {self.micro_batches!r}"
             )
         if self.activation_bytes_override is not None and self.activation_bytes_override <= 0:
-            raise ValueError(
-                f"activation_bytes must be positive, got {self.activation_bytes_override}"
-            )
+            raise ValueError(f"--act-bytes must be positive, got {self.activation_bytes_override}")
         if self.implementation is None:
             object.__setattr__(self, "implementation", default_implementation(self.framework))
         if self.loop is None:
@@ -214,34 +235,42 @@ class TrainingSetup:
             ("offload", OFFLOADS),
         ):
             if getattr(self, name) not in choices:
-                allowed = ", ".join(str(c) for c in choices)
-                raise ValueError(f"{name} must be one of {allowed}; got {getattr(self, name)!r}")
+                allowed = ", ".join(str(c).replace("_", "-") for c in choices)
+                raise ValueError(
+                    f"{FLAGS.get(name, name)} must be one of {allowed}; got {getattr(self, name)!r}"
+                )
 
         self._check_finetune()
         mlx = self.framework.startswith("mlx")
+        framework = self.framework.replace("_", "-")
         if self.device == ("cuda" if mlx else "metal"):
             raise ValueError(
-                f"device {self.device} is not a {self.framework} device; use "
-                + ("metal or cpu" if mlx else "cuda or cpu")
+                f"--device {self.device} is not {'an MLX' if mlx else 'a torch'} device; use "
+                + ("--device metal or cpu" if mlx else "--device cuda or cpu")
             )
         if self.implementation == ("transformers" if mlx else "mlx_lm"):
             raise ValueError(
-                f"implementation {self.implementation} does not run on {self.framework}"
+                f"--impl {self.implementation.replace('_', '-')} does not run on "
+                f"--framework {framework}; use "
+                + ("--impl mlx-lm or reference" if mlx else "--impl transformers or reference")
             )
+        # Every flag means something for the rest of the setup, or is refused (issue 25).
+        applies.check(self)
 
     def _check_finetune(self) -> None:
         if isinstance(self.lora_targets, list):
             object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int):
-            raise ValueError(f"lora_rank must be a positive integer, got {self.lora_rank!r}")
+            raise ValueError(f"--lora-rank must be a positive integer, got {self.lora_rank!r}")
         if self.lora_rank <= 0:
-            raise ValueError(f"lora_rank must be positive, got {self.lora_rank}")
+            raise ValueError(f"--lora-rank must be positive, got {self.lora_rank}")
         if not 0 <= self.lora_dropout < 1:
-            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+            raise ValueError(
+                f"--lora-dropout {self.lora_dropout:g} is not a probability below 1; give P "
+                "with 0 <= P < 1"
+            )
         if not self.lora_targets:
-            raise ValueError("lora_targets is empty; name modules or use all-linear")
-        if self.finetune == "full" and self.base_quant not in ("auto",):
-            raise ValueError("base_quant applies to a frozen base: use finetune lora or qlora")
+            raise ValueError("--lora-targets is empty; name modules or use all-linear")
 
     @property
     def resolved_base_quant(self) -> str:

@@ -188,3 +188,57 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, words):
     assert main(["fit", "Qwen/Qwen2.5-0.5B", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err
+
+
+def test_search_cap_comes_from_the_model_and_bounds_the_search():
+    """T is searched up to the model's context window where the config gives one (else
+    the --seq sanity bound), B up to the --batch bound: the answer at a budget nothing
+    reaches is the cap, in a number of needs set by the cap's size, not the budget's."""
+    from introspect.adapters import resolve
+
+    from introspect.bounds import SETUP_LIMITS
+
+    oss = resolve("openai/gpt-oss-20b").spec
+    cap, source = fit.search_cap(oss, "seq_len")
+    assert cap == oss.max_position_embeddings == 131072 and "max_position_embeddings" in source
+    unstated = SPEC.replace(max_position_embeddings=None)
+    assert fit.search_cap(unstated, "seq_len")[0] == SETUP_LIMITS["seq_len"][0]
+    assert fit.search_cap(SPEC, "batch_size")[0] == SETUP_LIMITS["batch_size"][0]
+    for budget in (10**15, 10**30):
+        asked = []
+
+        def need(spec, setup, asked=asked):
+            asked.append(setup.seq_len)
+            return fit.peak(spec, setup)
+
+        cap = 5000
+        assert fit.largest(SPEC, TrainingSetup(), budget, "seq_len", need, limit=cap) == cap
+        assert max(asked) == cap and len(asked) <= 2 * cap.bit_length()
+
+
+def test_fit_says_when_the_answer_is_the_search_cap(capsys):
+    assert main(["fit", "openai/gpt-oss-20b", "--budget", "1e9GB"]) == 0
+    text = capsys.readouterr().out
+    assert "fits at every T up to the search cap 131,072" in text
+    assert "largest T at B=1: 131,072" not in text
+    out = run_json(capsys, "openai/gpt-oss-20b", "--budget", "1e9GB")
+    assert out["search_caps"]["seq"] == {
+        "cap": 131072,
+        "source": "the model's max_position_embeddings",
+        "reached": True,
+    }
+    out = run_json(capsys, "Qwen/Qwen2.5-0.5B", "--budget", "24GB")
+    assert not out["search_caps"]["seq"]["reached"]
+    assert out["largest_seq"] < out["search_caps"]["seq"]["cap"]
+
+
+def test_fit_checks_the_setup_before_the_budget(capsys):
+    """A flag that does not apply is the line shown, even with no budget given; with a
+    valid setup the missing budget is one line."""
+    assert main(["fit", "Qwen/Qwen2.5-0.5B", "--framework", "mlx", "--offload", "optimizer"]) == 2
+    assert "--offload optimizer is torch-only" in capsys.readouterr().err
+    assert main(["fit", "Qwen/Qwen2.5-0.5B"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--budget" in err and "--gpu" in err
+    assert main(["fit", "40M", "--gpu", "m2-8gb", "--framework", "mlx", "--max-devices", "4"]) == 2
+    assert "--max-devices" in capsys.readouterr().err

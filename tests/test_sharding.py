@@ -266,3 +266,41 @@ def test_a_sharded_step_too_big_for_this_machine_is_refused(capsys):
     assert code == 2
     assert "processes of B=1, T=4096 need about" in err and len(err.strip().splitlines()) == 1
     assert not _children_left()
+
+
+def test_parallel_degrees_are_checked_against_the_model_before_pricing():
+    """--tp must divide the heads, K/V heads and feed-forward width (Megatron-LM splits
+    them evenly); --pp may not exceed the layers. Refused in one line, exit 2; a degree
+    that divides the model is priced."""
+
+    def profile(*flags):
+        return subprocess.run(
+            [sys.executable, "-m", "introspect", "profile", "Qwen/Qwen2.5-0.5B", *flags],
+            capture_output=True,
+            text=True,
+        )
+
+    for flags, words in (
+        (("--tp", "3"), ("--tp 3", "14 attention heads")),
+        (("--tp", "7"), ("--tp 7", "2 K/V heads")),
+        (("--pp", "25"), ("--pp 25", "24 layers")),
+    ):
+        bad = profile(*flags)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert all(w in bad.stderr for w in words), bad.stderr
+    ok = profile("--tp", "2", "--pp", "24", "--json")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_the_estimate_itself_refuses_a_degree_the_model_cannot_take():
+    """Not only the commands: any caller of the refined estimate gets the same line."""
+    from introspect.adapters import resolve
+
+    from introspect.applies import NotApplicable
+
+    spec = resolve("Qwen/Qwen2.5-0.5B").spec  # 14 heads, 24 layers
+    with pytest.raises(NotApplicable, match="--tp 3: .*14 attention heads"):
+        refined.estimate(spec, TrainingSetup(tensor_parallel=3))
+    with pytest.raises(NotApplicable, match="--pp 25: .*24 layers"):
+        refined.estimate(spec, TrainingSetup(pipeline_parallel=25))
+    assert refined.estimate(spec, TrainingSetup(tensor_parallel=2, pipeline_parallel=24)).total

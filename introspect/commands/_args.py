@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 
-from introspect import bounds
+from introspect import applies, bounds
 from introspect.setup import (
     ATTENTIONS,
     CROSS_ENTROPIES,
@@ -122,8 +122,29 @@ def choice(choices: tuple) -> Callable[[str], str]:
     return parse
 
 
-def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None) -> None:
-    """--json and --debug, which every sub-command takes."""
+def units_choice(exact_bytes: bool) -> Callable[[str], str]:
+    """--units: gb or gib, and bytes where the command prints exact integers
+    (``exact_bytes``); elsewhere bytes would change nothing, so it is refused."""
+    parse_any = choice(("gb", "gib", "bytes"))
+
+    def parse(text: str) -> str:
+        value = parse_any(text)
+        if value == "bytes" and not exact_bytes:
+            raise argparse.ArgumentTypeError(
+                "'bytes' is table's (exact integers in its text and CSV); this command "
+                "prints gb or gib, and --json gives bytes"
+            )
+        return value
+
+    parse.__name__ = "choice"
+    return parse
+
+
+def add_common(
+    parser: argparse.ArgumentParser, *, json_help: str | None = None, exact_bytes: bool = False
+) -> None:
+    """--json and --debug, which every sub-command takes (``exact_bytes``: --units bytes
+    means something, see :func:`units_choice`)."""
     parser.add_argument(
         "--json",
         action="store_true",
@@ -150,10 +171,12 @@ def add_common(parser: argparse.ArgumentParser, *, json_help: str | None = None)
     )
     parser.add_argument(
         "--units",
-        type=choice(("gb", "gib", "bytes")),
+        type=units_choice(exact_bytes),
         default="gb",
         help="GB (default: decimal, 1e9 bytes, as the seed) or GiB (2^30 bytes) for printed "
-        "memory; bytes (table's CSV and text: exact integers); JSON stays in bytes",
+        "memory"
+        + ("; bytes (exact integers in the text and CSV)" if exact_bytes else "")
+        + "; JSON stays in bytes",
     )
 
 
@@ -170,7 +193,37 @@ def add_setup_flags(
     """The TrainingSetup flags. With ``sweep``, --batch and --seq take several values and
     every combination is one row. With ``execution``, the flags that only the refined
     (execution) estimate reads are added too; ``extra_devices`` are (name, help) pairs a
-    command adds to --device (measure's ``fake``)."""
+    command adds to --device (measure's ``fake``). The flags are remembered on the parsed
+    namespace for :func:`given_setup_flags`."""
+    first = len(parser._actions)
+    _add_setup_flags(
+        parser, batch_default, seq_default, act_default, sweep, execution, extra_devices
+    )
+    actions = parser._actions[first:]
+    parser.set_defaults(
+        setup_flags=tuple((a.option_strings[0], a.dest, a.default) for a in actions)
+    )
+
+
+def given_setup_flags(args: argparse.Namespace) -> list[str]:
+    """The setup flags given with a value other than their default, as typed (``--seq``),
+    in the parser's order (a flag given its default value changes nothing)."""
+    return [
+        flag
+        for flag, dest, default in getattr(args, "setup_flags", ())
+        if getattr(args, dest, default) != default
+    ]
+
+
+def _add_setup_flags(
+    parser: argparse.ArgumentParser,
+    batch_default: int,
+    seq_default: int | None,
+    act_default: str | None,
+    sweep: bool,
+    execution: bool,
+    extra_devices: tuple[tuple[str, str], ...],
+) -> None:
     g = parser.add_argument_group("training setup")
     nargs = "+" if sweep else None
     g.add_argument(
@@ -282,8 +335,9 @@ def add_setup_flags(
         choices=(0, 1, 2, 3),
         default=0,
         metavar="STAGE",
-        help="ZeRO stage over the devices: 0 none (default), 1 optimizer state, 2 + grads, "
-        "3 + weights (= FSDP full sharding)",
+        help="ZeRO stage over the devices: 0 none (default), 1 optimizer state "
+        "(torch's ZeroRedundancyOptimizer), 2 + grads, 3 + weights (DeepSpeed's stages 2 and "
+        "3; --fsdp is FSDP2 full sharding)",
     )
     add_runner_flags(e, extra_devices=extra_devices)
     add_sharding_flags(e)
@@ -369,7 +423,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
         weights_dtype=args.weights_dtype or "fp32",
     )
     if hasattr(args, "precision"):
-        bounds.contradictions(
+        applies.contradictions(
             precision=args.precision,
             weights_dtype=args.weights_dtype,
             zero_stage=args.zero,

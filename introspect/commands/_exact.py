@@ -43,6 +43,9 @@ def dry_run(source: str, spec: ModelSpec, setup: TrainingSetup) -> dict[str, Any
             "--exact dry-runs one device's full training; drop --finetune, --devices and "
             "the sharding flags (introspect measure --devices D runs sharded steps)"
         )
+    from introspect import applies
+
+    applies.unmeasured(setup, "--exact")
     from introspect.measure import runner
 
     step_setup = setup.replace(device="cpu", optimizer_impl=setup.resolved_optimizer_impl)

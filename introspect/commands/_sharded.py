@@ -178,8 +178,12 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def run(args: argparse.Namespace, spec: ModelSpec, config: dict | None = None) -> int:
+    from introspect import applies
+
     chosen = setups(args)
     for s in chosen:
+        applies.check_model(spec, s)
+        applies.unmeasured(s, "measure")
         refuse_if_too_big(spec, s)
     rows = [compare(spec, s, args.step_timeout, config) for s in chosen]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import bounds, fit, report
+from introspect import applies, bounds, fit, report
 from introspect.commands._args import (
     add_common,
     add_plot_flag,
@@ -22,6 +22,9 @@ from introspect.units import fmt_memory, parse_memory
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
     from typing import Any
+
+#: Devices the ZeRO/FSDP changes spread the state over unless --max-devices says.
+MAX_DEVICES = 8
 
 EPILOG = """\
 SOURCE is anything 'introspect profile' takes, or a nominal size of the seed's table
@@ -51,11 +54,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("source", metavar="SOURCE", help="a model: path, bundled name, Hub id or 40M")
-    where = p.add_mutually_exclusive_group(required=True)
+    # Not required by argparse: the setup flags are checked first (run), so a flag that
+    # does not apply is the line a user sees whatever else is missing.
+    where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--budget",
         metavar="MEM",
-        help="memory per device with its unit: 80GB (1e9 bytes) or 80GiB (2^30)",
+        help="memory per device with its unit: 80GB (1e9 bytes) or 80GiB (2^30); this or "
+        "--gpu is required",
     )
     where.add_argument(
         "--gpu",
@@ -66,10 +72,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-devices",
         type=bounded_int(bounds.MAX_FIT_DEVICES, "devices"),
-        default=8,
+        default=MAX_DEVICES,
         metavar="D",
-        help="devices the ZeRO/FSDP changes spread the state over (default 8, at most "
-        f"{bounds.MAX_FIT_DEVICES:,})",
+        help=f"devices the ZeRO/FSDP changes spread the state over (default {MAX_DEVICES}, at "
+        f"most {bounds.MAX_FIT_DEVICES:,}; torch only)",
     )
     p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
     add_setup_flags(p, sweep=False)
@@ -147,13 +153,24 @@ def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_dev
     free, combos = [], []
     if now > budget:
         free, combos = fit.combinations(spec, setup, budget, candidates, need)
+    caps = {field: fit.search_cap(spec, field) for field in ("seq_len", "batch_size")}
+    largest = {
+        field: fit.largest(spec, setup, budget, field, need, limit=cap)
+        for field, (cap, _) in caps.items()
+    }
     return {
         "need": now,
         "peak": fit.peak(spec, setup),
         "fits": now <= budget,
         "device_view": view,
-        "largest_seq": fit.largest(spec, setup, budget, "seq_len", need),
-        "largest_batch": fit.largest(spec, setup, budget, "batch_size", need),
+        "largest_seq": largest["seq_len"],
+        "largest_batch": largest["batch_size"],
+        # The answer is the cap itself: it fits at every value up to it, and nothing
+        # above was tried (not a limit of the budget).
+        "caps": {
+            field: {"cap": cap, "source": source, "reached": largest[field] == cap}
+            for field, (cap, source) in caps.items()
+        },
         "changes": fit.rank_changes(spec, setup, budget, candidates, need),
         "free": [c.label for c in free],
         "combinations": combos,
@@ -164,9 +181,20 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)
+    if setup.framework != "torch" and args.max_devices != MAX_DEVICES:
+        raise IntrospectError(
+            f"--max-devices {args.max_devices} sizes fit's ZeRO/FSDP changes, which are "
+            "torch's: fit proposes none on MLX; drop --max-devices"
+        )
+    if args.budget is None and args.gpu is None:
+        raise IntrospectError("fit needs a budget: --budget MEM (80GB or 80GiB) or --gpu NAME")
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
-    model = resolve(args.source, revision=args.revision)
+    model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
+    from introspect.positions import check_positions
+
+    check_positions(model.spec, setup)
+    applies.check_model(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, args.max_devices)
     if args.plot:
         from introspect import plot
@@ -192,6 +220,11 @@ def to_json(model, setup, budget, device, result) -> dict[str, Any]:
         "fits": result["fits"],
         "largest_seq": result["largest_seq"],
         "largest_batch": result["largest_batch"],
+        "search_caps": {
+            {"seq_len": "seq", "batch_size": "batch"}[field]: info
+            for field, info in result["caps"].items()
+        },
+        "notes": applies.notes(setup),
         "changes": [r.to_json() for r in result["changes"]],
         "free_changes_first": result["free"],
         "combinations": [r.to_json() for r in result["combinations"]],
@@ -211,8 +244,12 @@ def _describe(setup: TrainingSetup) -> str:
     if setup.finetune != "full":
         targets = ",".join(setup.lora_targets)
         parts.append(f"{setup.finetune} r={setup.lora_rank} on {targets}")
-    if setup.devices > 1:
-        parts.append(f"{setup.devices} devices, ZeRO-{setup.zero_stage}")
+    how = setup.resolved_sharding
+    if setup.devices > 1 or how != "none":
+        named = {"none": "no sharding", "ddp": "DDP", "fsdp": "FSDP"}
+        parts.append(f"{setup.devices} devices, {named.get(how, f'ZeRO-{setup.zero_stage}')}")
+    if setup.tensor_parallel > 1 or setup.pipeline_parallel > 1:
+        parts.append(f"TP {setup.tensor_parallel} × PP {setup.pipeline_parallel}")
     if setup.offload != "none":
         parts.append(f"offload {setup.offload}")
     parts.append(f"{setup.framework} on {setup.resolved_device}")
@@ -245,11 +282,19 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
             f"  + CUDA context              {fmt_memory(view.context):>10}  ({src['context']})",
             f"  = what nvidia-smi will show {fmt_memory(view.shown):>10}",
         ]
-    T, B = result["largest_seq"], result["largest_batch"]
-    lines.append(
-        f"largest T at B={setup.batch_size}: " + (f"{T:,}" if T else "none (not even T=1)")
-    )
-    lines.append(f"largest B at T={setup.seq_len}: " + (f"{B:,}" if B else "none (not even B=1)"))
+    for n, cap, what, at in (
+        (result["largest_seq"], result["caps"]["seq_len"], "T", f"B={setup.batch_size}"),
+        (result["largest_batch"], result["caps"]["batch_size"], "B", f"T={setup.seq_len}"),
+    ):
+        if n is None:
+            lines.append(f"largest {what} at {at}: none (not even {what}=1)")
+        elif cap["reached"]:
+            lines.append(
+                f"largest {what} at {at}: fits at every {what} up to the search cap "
+                f"{cap['cap']:,} ({cap['source']}); nothing larger was tried"
+            )
+        else:
+            lines.append(f"largest {what} at {at}: {n:,}")
     body = [
         (r.label, fmt_memory(r.need), fmt_memory(r.saving), "yes" if r.fits else "no", r.cost)
         for r in result["changes"]
@@ -268,4 +313,5 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
         lines.append(report.table(rows, ["changes", "needs", "costliest", "paid in"]))
     elif not result["fits"]:
         lines.append(f"\nno combination of up to {fit.MAX_COMBINATION + 3} changes fits")
+    lines += [f"note: {n}" for n in applies.notes(setup)]
     return "\n".join(lines)

@@ -393,8 +393,12 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     setups = setups_from_args(args)
     device = measure_device(args)
+    from introspect import applies
+
     for s in setups:
         check_positions(spec, s)
+        applies.check_model(spec, s)
+        applies.unmeasured(s, "measure")  # never a step beside an estimate of another setup
         refuse_if_too_big(spec, s, device)
     config = implementation_config(args, spec)
     overrides = shape_overrides(args) if args.source else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import divergence, refined, report, simplified
+from introspect import applies, divergence, refined, report, simplified
 from introspect.breakdown import Breakdown
 from introspect.commands._args import (
     add_common,
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.positions import check_positions
 
     check_positions(model.spec, setup)
+    applies.check_model(model.spec, setup)
     results = estimates(model.spec, setup)
     if args.plot:
         from introspect import plot
@@ -101,10 +102,13 @@ def run(args: argparse.Namespace) -> int:
         from introspect.commands import _exact
 
         exact = _exact.dry_run(args.source, model.spec, setup)
+    notes = applies.notes(setup)  # a flag whose meaning changed says so once
     if args.json:
         out = to_json(model, setup, results)
         if exact is not None:
             out["exact"] = exact
+        if notes:  # only then: the JSON contract's keys stay as they were
+            out["notes"] = notes
         print(report.dumps(out))
     else:
         print(render(model, setup, results))
@@ -112,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
             from introspect.commands import _exact
 
             print("\n" + _exact.render(exact))
+        if notes:
+            print("\n" + "\n".join(f"note: {n}" for n in notes))
     return 0
 
 

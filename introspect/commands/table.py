@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import divergence, refined, report, simplified
+from introspect import applies, divergence, refined, report, simplified
 from introspect.commands._args import (
     add_common,
     add_plot_flag,
     add_setup_flags,
     check_plot,
+    given_setup_flags,
     setup_from_args,
 )
 from introspect.errors import IntrospectError
@@ -79,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt.add_argument("--csv", action="store_true", help="print CSV")
     add_setup_flags(p, act_default="bf16", sweep=False)
     add_plot_flag(p, "one pair of bars per model: the seed's total and the refined peak")
-    add_common(p)
+    add_common(p, exact_bytes=True)
     p.set_defaults(run=run)
 
 
@@ -115,14 +116,25 @@ def run(args: argparse.Namespace) -> int:
     if args.reported:
         if args.sources:
             raise IntrospectError("--reported takes no SOURCE; it names its own model")
+        dropped = given_setup_flags(args) + ["--plot"] * bool(args.plot)
+        dropped += ["--units bytes"] * (args.units == "bytes")
+        if dropped:
+            raise IntrospectError(
+                f"--reported {args.reported} prices the published run's own setup, so "
+                f"{', '.join(dropped)} would be ignored; drop "
+                + ("it" if len(dropped) == 1 else "them")
+            )
         rep = REPORTED[args.reported]
-        out = reported_comparison(resolve(rep.hub_id), rep)
+        out = reported_comparison(resolve(rep.hub_id, force=args.force, timeout=args.timeout), rep)
         print(report.dumps(out) if fmt == "json" else render_reported(out, fmt))
         return 0
     setup = setup_from_args(args)
     if args.seed_example:
         if args.sources:
             raise IntrospectError("--seed-example takes no SOURCE; it is the seed's 7B shape")
+        if args.plot or args.units == "bytes":
+            flag = "--plot" if args.plot else "--units bytes"
+            raise IntrospectError(f"--seed-example prints GB and draws nothing; drop {flag}")
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
@@ -149,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
             bars, args.plot, f"seed vs refined peak, B={setup.batch_size}, T={setup.seq_len}"
         )
     if fmt == "json":
-        print(report.dumps({"setup": setup.to_dict(), "rows": rows, "notes": notes(good)}))
+        out = {"setup": setup.to_dict(), "rows": rows, "notes": applies.notes(setup) + notes(good)}
+        print(report.dumps(out))
     else:
         print(render(rows, setup, fmt, args.units))
     failed = [r for r in rows if "error" in r]
@@ -171,6 +184,7 @@ def _row_or_error(
     try:
         model = resolve(source, force=force, timeout=timeout)
         check_positions(model.spec, setup)
+        applies.check_model(model.spec, setup)
         return row(model, setup)
     except (IntrospectError, ValueError, OverflowError, RecursionError) as err:
         return {"source": source, "error": str(err)}
@@ -275,7 +289,7 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
         "holds at its peak, and when."
     )
-    tail = "\n".join(notes(rows))
+    tail = "\n".join(notes(rows) + [f"note: {n}" for n in applies.notes(setup)])
     return f"{head}\n\n{body}" + (f"\n\n{tail}" if tail else "")
 
 

@@ -8,6 +8,11 @@ on every rank (no sequence parallelism); the embedding, head and logits are
 vocab-parallel (÷t). Pipeline p under 1F1B (Narayanan et al. 2021, §2.2.1): a stage holds
 ⌈L/p⌉ blocks; the first stage keeps min(p, m) micro-batches' activations in flight and
 the embedding, the last one micro-batch, the final norm and the logits.
+
+A degree the model cannot take (t not dividing the heads, K/V heads or feed-forward
+widths; p above the layers) is refused before anything is priced
+(:func:`introspect.applies.check_parallel`): the commands check it first, and
+:func:`model_parallel` again for any other caller.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ def model_parallel(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int])
     t, p = setup.tensor_parallel, setup.pipeline_parallel
     if t == 1 and p == 1:
         return terms
+    from introspect.applies import check_parallel
+
+    check_parallel(spec, setup)
     L = spec.num_hidden_layers
     share = model_parallel_parameters(spec, setup) / spec.n_params
     layers = math.ceil(L / p)

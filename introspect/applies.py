@@ -1,0 +1,385 @@
+"""Which flags apply to which setup: one table, read by the flags, TrainingSetup and fit.
+
+Every rule says, for one flag, whether the setup asks for it (``uses``), whether the rest
+of the setup is one it means something for (``applies``), and why not otherwise. A flag
+given where it does not apply is refused with one line naming it and the reason (issue
+25): it must never quietly change a number (MLX has no host offload, so an offload
+cannot lower an MLX estimate) nor be accepted and ignored (``--micro-batches`` without a
+pipeline). The same table decides which of ``fit``'s changes it may propose
+(:func:`refusal` on the changed setup), so the fit finder never offers what the flags
+would refuse.
+
+Flags that only the command line can see (``--weights-dtype fp32`` given or left at its
+default) are :func:`contradictions`; checks that need the model's shape (heads, K/V
+heads, layers, feed-forward and expert widths against ``--tp``/``--pp``) are
+:func:`check_parallel`; what a measured step or a dry run cannot reproduce is
+:func:`unmeasured`.
+
+Sources of the MLX rules (mlx and mlx-lm in the venv): ``mlx/optimizers/optimizers.py``
+has SGD, RMSprop, Adagrad, AdaDelta, Adam, AdamW, Adamax, Lion, Adafactor and Muon, no
+8-bit state and no choice of update kernel; ``mlx_lm/tuner/trainer.py`` takes
+``nn.losses.cross_entropy(logits, targets)`` over all the logits, and its step gets every
+gradient from ``nn.value_and_grad`` before ``optimizer.update`` (no per-parameter hook,
+torch's ``Tensor.register_post_accumulate_grad_hook``); MLX arrays live in unified memory
+(no host copy to offload to); :mod:`introspect.refined.mlx` derives one device's step.
+Sharding: FSDP2's ``reshard_after_forward`` (``torch/distributed/fsdp/_fully_shard/``),
+DDP's ``gradient_as_bucket_view`` (``torch/nn/parallel/distributed.py``, used under
+ZeroRedundancyOptimizer too); fine-tuning: peft's ``lora_dropout``, bitsandbytes'
+``bnb_4bit_use_double_quant`` (NF4 only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from introspect.errors import IntrospectError
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from typing import Any
+
+
+class NotApplicable(IntrospectError, ValueError):
+    """A flag given with a setup it does not apply to (one line: the flag and why).
+
+    A ValueError too, as :class:`introspect.setup.TrainingSetup`'s other invariants are."""
+
+
+def _mlx(s: Any) -> bool:
+    return s.framework in ("mlx", "mlx_compiled")
+
+
+def _dash(name: str) -> str:
+    return str(name).replace("_", "-")
+
+
+def _sharding_flag(s: Any) -> str:
+    how = s.resolved_sharding
+    return {"ddp": "--ddp", "fsdp": "--fsdp"}.get(how, f"--zero {s.zero_stage}")
+
+
+#: MLX's memory is the host's: the unified memory the CPU and GPU share.
+_UNIFIED = "MLX keeps every array in unified memory, which the CPU and GPU share"
+
+#: (flag as typed, the setup uses it, it applies to the rest of the setup, why not).
+#: The first rule a setup breaks is the one reported; the MLX rules come first, so a
+#: torch-only flag on MLX says so rather than naming a second flag it would also need.
+RULES: tuple[tuple[Callable[[Any], str], Callable[[Any], bool], Callable[[Any], bool], str], ...]
+RULES = (
+    # ---- torch-only features on MLX ----------------------------------------------------
+    (
+        lambda s: f"--offload {s.offload}",
+        lambda s: s.offload != "none",
+        lambda s: not _mlx(s),
+        f"is torch-only (ZeRO-Offload, FSDP's CPUOffload): {_UNIFIED}, so there is no "
+        "separate host memory to move state to; drop --offload or use --framework torch",
+    ),
+    (
+        lambda s: "--optimizer adam8bit",
+        lambda s: s.optimizer == "adam8bit",
+        lambda s: not _mlx(s),
+        "is torch-only (bitsandbytes' 8-bit Adam): mlx.optimizers has no 8-bit state; "
+        "use --optimizer adam or adamw, or --framework torch",
+    ),
+    (
+        lambda s: "--optimizer-in-backward",
+        lambda s: s.optimizer_in_backward,
+        lambda s: not _mlx(s),
+        "is torch-only (a post-accumulate-grad hook per parameter): MLX's value_and_grad "
+        "returns every gradient before the update runs; drop it or use --framework torch",
+    ),
+    (
+        lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
+        lambda s: s.optimizer_impl != "auto",
+        lambda s: not _mlx(s),
+        "chooses torch's update kernel: MLX has one update, in the step's graph; drop "
+        "--optimizer-impl",
+    ),
+    (
+        lambda s: "--precision amp",
+        lambda s: s.precision == "amp",
+        lambda s: not _mlx(s),
+        "is torch.autocast: MLX has no autocast and runs in the weights' dtype; use "
+        "--precision fp32 or bf16",
+    ),
+    (
+        lambda s: "--precision mixed",
+        lambda s: s.precision == "mixed",
+        lambda s: not _mlx(s),
+        "keeps an FP32 master copy under 16-bit weights (DeepSpeed, Megatron, FSDP2): "
+        "mlx-lm trains in the weights' own dtype; use --precision bf16 or fp32",
+    ),
+    (
+        lambda s: f"--cross-entropy {s.cross_entropy}",
+        lambda s: s.cross_entropy != "standard",
+        lambda s: not _mlx(s),
+        "is torch's (a chunked or fused linear cross-entropy, such as Liger's): mlx-lm's "
+        "trainer takes its loss over all the logits, and the MLX estimate has no chunked "
+        "loss; use --cross-entropy standard or --framework torch",
+    ),
+    (
+        _sharding_flag,
+        lambda s: s.resolved_sharding != "none",
+        lambda s: not _mlx(s),
+        "is torch's (DistributedDataParallel, FSDP2, ZeroRedundancyOptimizer, "
+        "DeepSpeed): the MLX estimate is one Mac's step; use --framework torch",
+    ),
+    (
+        lambda s: (
+            f"--tp {s.tensor_parallel}" if s.tensor_parallel > 1 else f"--pp {s.pipeline_parallel}"
+        ),
+        lambda s: s.tensor_parallel > 1 or s.pipeline_parallel > 1,
+        lambda s: not _mlx(s),
+        "is Megatron-LM's model parallelism (torch): the MLX estimate is one Mac's step; "
+        "use --framework torch",
+    ),
+    (
+        lambda s: f"--devices {s.devices}",
+        lambda s: s.devices > 1,
+        lambda s: not _mlx(s),
+        "with MLX: the MLX estimate is one Mac's step (MLX's distributed data parallel is "
+        "not modelled); drop --devices or use --framework torch",
+    ),
+    # ---- who runs the step -------------------------------------------------------------
+    (
+        lambda s: "--loop labels",
+        lambda s: s.loop == "labels",
+        lambda s: s.implementation == "transformers",
+        "is the loss computed by the model from labels=, which only transformers' classes "
+        "do; add --impl transformers or use --loop logits",
+    ),
+    (
+        lambda s: f"--precision amp and --weights-dtype {s.weights_dtype}",
+        lambda s: s.precision == "amp",
+        lambda s: s.weight_bytes == 4,
+        "contradict: amp is torch.autocast over FP32 weights; drop --weights-dtype, or use "
+        "--precision mixed for 16-bit working weights",
+    ),
+    (
+        lambda s: f"--precision {s.precision} and --weights-dtype {s.weights_dtype}",
+        lambda s: s.precision in ("mixed", "bf16") and s.weight_bytes == 1,
+        lambda s: False,
+        "contradict: the precision keeps 16-bit working weights (bf16, or fp16), so an 8-bit "
+        "--weights-dtype would be ignored; drop --weights-dtype or give bf16 or fp16",
+    ),
+    # ---- the optimizer -------------------------------------------------------------------
+    (
+        lambda s: "--optimizer-in-backward",
+        lambda s: s.optimizer_in_backward,
+        lambda s: s.optimizer != "none",
+        "steps the optimizer inside backward, and --optimizer none has no optimizer; drop "
+        "one of them",
+    ),
+    (
+        lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
+        lambda s: s.optimizer_impl != "auto",
+        lambda s: s.optimizer != "none",
+        "chooses the update's kernel, and --optimizer none runs no update; drop one of them",
+    ),
+    (
+        lambda s: "--offload optimizer",
+        lambda s: s.offload == "optimizer",
+        lambda s: s.optimizer != "none",
+        "moves the optimizer state to the host, and --optimizer none has none; drop one of "
+        "them (--offload parameters moves the weights)",
+    ),
+    # ---- sharding and model parallelism --------------------------------------------------
+    (
+        lambda s: f"--zero {s.zero_stage} and --{s.sharding}",
+        lambda s: s.sharding in ("ddp", "fsdp") and s.zero_stage != 0,
+        lambda s: s.sharding == "fsdp" and s.zero_stage == 3,
+        "name two shardings; give one",
+    ),
+    (
+        lambda s: "--no-reshard",
+        lambda s: not s.reshard_after_forward,
+        lambda s: s.resolved_sharding == "fsdp",
+        "is FSDP2's reshard_after_forward=False; it needs --fsdp (--zero 3 is DeepSpeed's "
+        "ZeRO-3, which has no such switch)",
+    ),
+    (
+        lambda s: "--bucket-view",
+        lambda s: s.gradient_as_bucket_view,
+        lambda s: (
+            s.resolved_sharding == "ddp" or (s.resolved_sharding == "zero" and s.zero_stage == 1)
+        ),
+        "is DDP's gradient_as_bucket_view=True; it needs --ddp (or --zero 1, which runs under DDP)",
+    ),
+    (
+        lambda s: f"--micro-batches {s.micro_batches}",
+        lambda s: s.micro_batches is not None,
+        lambda s: s.pipeline_parallel > 1,
+        "counts the pipeline's micro-batches; it needs --pp P (P > 1)",
+    ),
+    # ---- fine-tuning -----------------------------------------------------------------------
+    (
+        lambda s: f"--lora-dropout {s.lora_dropout:g}",
+        lambda s: s.lora_dropout != 0,
+        lambda s: s.finetune != "full",
+        "is the adapters' dropout; it needs --finetune lora or qlora",
+    ),
+    (
+        lambda s: "--train-embeddings",
+        lambda s: s.train_embeddings,
+        lambda s: s.finetune != "full",
+        "trains the embedding and head beside LoRA's adapters; full fine-tuning trains "
+        "them already: add --finetune lora or qlora, or drop it",
+    ),
+    (
+        lambda s: f"--base-quant {_dash(s.base_quant)}",
+        lambda s: s.base_quant != "auto",
+        lambda s: s.finetune != "full",
+        "stores the frozen base; it needs --finetune lora or qlora",
+    ),
+    (
+        lambda s: "--no-double-quant",
+        lambda s: not s.double_quant,
+        lambda s: s.resolved_base_quant == "nf4",
+        "changes the NF4 base's constants; it needs --finetune qlora (or --base-quant nf4)",
+    ),
+)
+
+
+def refusal(setup: Any) -> str | None:
+    """The one line for the first flag of ``setup`` that does not apply to it (see
+    :data:`RULES`), or None when every flag applies."""
+    for flag, uses, applies, why in RULES:
+        if uses(setup) and not applies(setup):
+            return f"{flag(setup)} {why}"
+    return None
+
+
+def check(setup: Any) -> None:
+    """Raise :class:`NotApplicable` for the first flag of ``setup`` that does not apply."""
+    line = refusal(setup)
+    if line is not None:
+        raise NotApplicable(line)
+
+
+#: Dtype names that are 32-bit (``--weights-dtype``'s spellings of FP32).
+_FP32_NAMES = ("fp32", "float32", "tf32")
+
+
+def contradictions(
+    *,
+    precision: str,
+    weights_dtype: str | None,
+    zero_stage: int,
+    devices: int,
+) -> None:
+    """Raise :class:`IntrospectError` when flags contradict that only the command line
+    tells apart (``weights_dtype`` is None when --weights-dtype was not given):
+
+    * ``--precision mixed`` or ``bf16`` keeps 16-bit working weights; an explicit
+      ``--weights-dtype fp32`` would be silently ignored. (``amp`` is autocast over FP32
+      weights, so ``--weights-dtype fp32`` is what it means; a 16-bit one is refused by
+      :data:`RULES`.)
+    * ``--zero`` shards over ``--devices``; on one device it changes nothing."""
+    if precision in ("mixed", "bf16") and weights_dtype in _FP32_NAMES:
+        raise IntrospectError(
+            f"--precision {precision} uses 16-bit working weights but --weights-dtype "
+            f"{weights_dtype} asks for 32-bit ones; drop --weights-dtype, or use "
+            "--precision fp32 or amp"
+        )
+    if zero_stage and devices == 1:
+        raise IntrospectError(
+            f"--zero {zero_stage} shards the training state over --devices, which is 1: "
+            "nothing would be sharded; give --devices D (D > 1) or drop --zero"
+        )
+
+
+def notes(setup: Any) -> list[str]:
+    """Lines a command prints once under its output where a flag's meaning changed
+    (CHANGELOG.md says the same)."""
+    out = []
+    if setup.resolved_sharding == "zero" and setup.zero_stage == 3:
+        out.append(
+            "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "
+            "versions priced it as FSDP full sharding, which is --fsdp now (CHANGELOG.md)"
+        )
+    return out
+
+
+# ---- the model's shape against the parallel degrees -------------------------------------
+
+
+def check_model(spec: Any, setup: Any) -> None:
+    """Every check of ``setup`` that needs the model, before anything is priced:
+    :func:`check_parallel`, and ``--freeze-tower`` only where the model has a tower."""
+    if setup.freeze_tower and not spec.tower_parameters:
+        raise NotApplicable(
+            f"--freeze-tower freezes a multimodal model's vision/audio tower, and "
+            f"{spec.source or spec.model_type} has none; drop it"
+        )
+    check_parallel(spec, setup)
+
+
+def check_parallel(spec: Any, setup: Any) -> None:
+    """Raise :class:`NotApplicable` when a parallel degree cannot split the model, before
+    anything is priced.
+
+    Tensor parallel t (Megatron-LM): ``megatron/core/transformer/transformer_config.py``
+    requires ``num_attention_heads`` and ``num_query_groups`` (K/V heads) to be
+    multiples of t, and the column-parallel linears divide their output width by t
+    (``megatron/core/utils.py`` ``divide``, which asserts divisibility): so every layer
+    kind's query and K/V heads (MLA: its heads; linear attention: its key and value
+    heads), its feed-forward width and each expert's width (and a shared expert's) must
+    divide by t. Pipeline p: every stage holds at least one block, so p ≤ L (the closed
+    form gives a stage ⌈L/p⌉ blocks). The work is one pass over the spec's layer kinds."""
+    t, p = setup.tensor_parallel, setup.pipeline_parallel
+    name = spec.source or spec.model_type
+    if p > 1 and p > spec.num_hidden_layers:
+        raise NotApplicable(
+            f"--pp {p}: {name} has {spec.num_hidden_layers} layers, and every pipeline "
+            f"stage needs at least one; use --pp {spec.num_hidden_layers} or less"
+        )
+    if t == 1:
+        return
+    for kind, _ in spec.kinds:
+        a, ff = kind.attention, kind.feed_forward
+        dims = [("attention heads", a.num_attention_heads)]
+        if a.kind == "linear":
+            dims += [
+                ("linear-attention key heads", a.linear_num_key_heads),
+                ("linear-attention value heads", a.linear_num_value_heads),
+            ]
+        elif a.kind != "mla":
+            dims.append(("K/V heads", a.num_key_value_heads))
+        width = "expert feed-forward width" if ff.is_moe else "feed-forward width"
+        dims.append((width, ff.intermediate_size))
+        if ff.shared_intermediate_size:
+            dims.append(("shared-expert width", ff.shared_intermediate_size))
+        for what, n in dims:
+            if n and n % t:
+                raise NotApplicable(
+                    f"--tp {t}: {name} has {n:,} {what}, which {t} does not divide "
+                    f"(Megatron-LM splits them evenly over the tensor-parallel ranks); "
+                    f"use a --tp that divides {n:,}"
+                )
+
+
+# ---- what a measured step runs ---------------------------------------------------------
+
+#: (the setup asks for it, the flag as typed) for what no measured step or dry run
+#: reproduces: the estimate for it would be set beside a step that does not do it.
+UNMEASURED: tuple[tuple[Callable[[Any], bool], Callable[[Any], str]], ...] = (
+    (lambda s: s.tensor_parallel > 1, lambda s: f"--tp {s.tensor_parallel}"),
+    (lambda s: s.pipeline_parallel > 1, lambda s: f"--pp {s.pipeline_parallel}"),
+    (lambda s: s.offload != "none", lambda s: f"--offload {s.offload}"),
+    (lambda s: s.optimizer_in_backward, lambda s: "--optimizer-in-backward"),
+    (lambda s: s.freeze_tower, lambda s: "--freeze-tower"),
+)
+
+
+def unmeasured(setup: Any, what: str) -> None:
+    """Raise :class:`IntrospectError` where ``what`` (``measure``, ``--exact``) would set
+    a step that does not do what ``setup`` asks beside an estimate that does."""
+    alone = "drop --exact" if what == "--exact" else "use `introspect profile`"
+    for uses, flag_of in UNMEASURED:
+        if uses(setup):
+            flag = flag_of(setup)
+            raise IntrospectError(
+                f"{flag}: {what} runs a step without it, so its ratio to the estimate (with "
+                f"{flag}) would compare two different setups; drop {flag}, or {alone} for "
+                "the estimate alone"
+            )
