@@ -55,13 +55,16 @@ def test_files_are_readable_and_say_how_they_were_made():
 
 
 def test_package_data_ships_every_file():
-    """pyproject's package-data for introspect.refined matches every counts file (a
-    wheel without them fails on the first MLX estimate)."""
+    """pyproject lists the counts folder as a package and its package-data matches every
+    counts file (a wheel without them fails on the first MLX estimate)."""
     text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    patterns = json.loads(re.search(r'^"introspect\.refined" = (\[.*\])$', text, re.M).group(1))
-    refined = ROOT / "introspect" / "refined"
+    package = "introspect.refined.data.mlx_counts"
+    assert f'"{package}",' in text
+    line = re.search(rf'^"{re.escape(package)}" = (\[.*\])$', text, re.M)
+    patterns = json.loads(line.group(1))
+    folder = ROOT / "introspect" / "refined" / "data" / "mlx_counts"
     for path in FILES:
-        rel = path.relative_to(refined).as_posix()
+        rel = path.relative_to(folder).as_posix()
         assert any(fnmatch.fnmatch(rel, p) for p in patterns), rel
 
 
