@@ -9,19 +9,15 @@ file, a framework or a config: :func:`estimate` is the only one that reads a Mod
 from __future__ import annotations
 
 from introspect.breakdown import Breakdown
+from introspect.params import standard_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
 FP32 = 4
 
-
-def parameters(*, num_hidden_layers: int, hidden_size: int, vocab_size: int) -> int:
-    """(params) ``N ≈ 2·V·d + 12·L·d²`` — "Estimating Layers in Transformers", quoted by
-    the seed: untied input and output embeddings (2Vd) plus, per block, 4d² of attention
-    (Q, K, V, O) and 8d² of feed-forward (d→4d→d). Biases and norm weights are ignored;
-    the head count cancels."""
-    d, L, V = hidden_size, num_hidden_layers, vocab_size
-    return 2 * V * d + 12 * L * d * d
+#: (params) ``N ≈ 2·V·d + 12·L·d²``: :func:`introspect.params.standard_parameters`,
+#: which the seed's standard spec reads too (kept there so the spec needs no estimator).
+parameters = standard_parameters
 
 
 def weights(n_params: int, bytes_per_weight: int = FP32) -> int:

@@ -47,8 +47,17 @@ import math
 from collections.abc import Iterable
 
 from introspect.params import attention_params, norm_params, qk_norm_params
-from introspect.refined import hf_saved, lora, lora_moe, offload, saved, sharding
+from introspect.refined import (
+    hf_saved,
+    lora,
+    lora_moe,
+    offload,
+    saved,
+    saved_feed_forward,
+    sharding,
+)
 from introspect.refined.memo import per_estimate
+from introspect.refined.precision import working_weight_bytes
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -57,12 +66,6 @@ FP32 = 4
 #: Tokens per chunk of a chunked or fused cross-entropy (an assumption: Liger's fused
 #: linear cross-entropy and most chunked losses work on chunks of this order).
 CE_CHUNK_TOKENS = 1024
-
-
-def working_weight_bytes(setup: TrainingSetup) -> int:
-    """Bytes per working weight: 2 under mixed or pure BF16 precision, else the
-    weights dtype (FP32 by default)."""
-    return 2 if setup.precision in ("mixed", "bf16") else setup.weight_bytes
 
 
 def master_bytes(setup: TrainingSetup) -> int:
@@ -376,7 +379,7 @@ def shared_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
 def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """The routed experts' backward at its largest (``grouped_mm_experts_forward``,
     ``transformers/integrations/moe.py``, run in reverse), over the S = k·B·T routed rows
-    at the routed path's dtype (:func:`saved.expert_bytes`): inside the activation's
+    at the routed path's dtype (:func:`saved_feed_forward.expert_bytes`): inside the activation's
     backward, three f-wide gradients (the product's, the activation's, the up half's; two
     plain), or inside the up (gate_up) grouped matmul's backward, the gradient of
     gate_up's output (``S·2f``; ``S·f`` plain) and of the gathered input it makes
@@ -393,7 +396,7 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
         buffers = ffn_buffers(spec)
         rows = ff.num_experts * setup.tokens
         return (buffers * rows * spec.ffn_dim + setup.tokens * spec.hidden_size) * e
-    S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
+    S, e = spec.num_experts_per_tok * setup.tokens, saved_feed_forward.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
     buffers = ffn_buffers(spec)
     # The larger of its two moments: the activation's backward (the product's, the

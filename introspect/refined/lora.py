@@ -38,6 +38,7 @@ from __future__ import annotations
 from introspect.errors import IntrospectError
 from introspect.refined import lora_moe
 from introspect.refined.memo import per_estimate
+from introspect.refined.precision import working_weight_bytes
 from introspect.setup import (
     ATTENTION_INPUT_LINEARS,
     EXPERT_LINEARS,
@@ -452,8 +453,6 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     elif not (plain_input and "down_proj" in chosen or experts) and last in out:
         out[last] = 0
     if experts:
-        from introspect.refined.execution import working_weight_bytes
-
         out["lora/experts/effective_weights"] = lora_moe.effective_weights(
             spec, setup, working_weight_bytes(setup)
         )
