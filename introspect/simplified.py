@@ -12,6 +12,7 @@ from introspect.breakdown import Breakdown
 from introspect.params import standard_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import ADAM_M, ADAM_V, GRADS, MASTER_WEIGHTS, WEIGHTS
 
 FP32 = 4
 
@@ -99,18 +100,18 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     )
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     w = setup.weight_bytes
-    terms: dict[str, int] = {"weights": weights(N, w)}
+    terms: dict[str, int] = {WEIGHTS: weights(N, w)}
     terms["activations/embedding"] = s * B * T * d
     terms["activations/layer/layernorm"] = s * L * layernorm_activations(B, T, d)
     terms["activations/layer/attention/linear"] = s * L * attention_linear_values(B, T, d)
     terms["activations/layer/attention/quadratic"] = s * L * attention_quadratic_values(B, T, h)
     terms["activations/layer/feed_forward"] = s * L * ff_activations(B, T, d)
     terms["activations/logits"] = s * B * T * V
-    terms["grads"] = w * N
+    terms[GRADS] = w * N
     if w < FP32:
-        terms["optimizer/master_weights"] = FP32 * N
-    terms["optimizer/adam_m"] = FP32 * N
-    terms["optimizer/adam_v"] = FP32 * N
+        terms[MASTER_WEIGHTS] = FP32 * N
+    terms[ADAM_M] = FP32 * N
+    terms[ADAM_V] = FP32 * N
     return Breakdown(
         terms,
         label="simplified (seed)",

@@ -178,6 +178,12 @@ def test_each_name_is_declared_once_with_a_known_category():
 STEP_CALLS = ("census", "measure", "dry_run", "replay", "run(", "step(", "measure_many")
 
 
+def test_the_names_the_estimators_import_are_registered():
+    constants = {k: v for k, v in vars(terms).items() if k.isupper() and isinstance(v, str)}
+    assert len(constants) >= 10 and "FSDP_ALL_GATHER" in constants
+    assert [v for v in constants.values() if terms.lookup(v) is None] == []
+
+
 @cache
 def _test_sources() -> dict[str, str]:
     """``{tests/test_x.py::test_name: its source}`` of every test function in tests/."""

@@ -60,6 +60,7 @@ from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import ADAM_M, ADAM_V, GRADS, MOMENTUM, OPTIMIZER_TEMPORARIES
 
 FP32 = 4
 
@@ -87,9 +88,9 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
     if setup.precision == "bf16" and setup.optimizer != "adam8bit":
         per //= 2
     if setup.optimizer in ("adam", "adamw", "adam8bit"):
-        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+        return {ADAM_M: per // 2, ADAM_V: per // 2}
     if setup.optimizer == "sgd_momentum":
-        return {"optimizer/momentum": per}
+        return {MOMENTUM: per}
     return {}
 
 
@@ -248,7 +249,7 @@ def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | 
         return None
     last = sharding.numel(sharding.root_tensors(spec)[-1])
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = step_grad_bytes(spec, setup)
+    terms[GRADS] = step_grad_bytes(spec, setup)
     terms["grads/last_bf16"] = working_weight_bytes(setup) * last
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
@@ -453,7 +454,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     logits and the loss backward's transient; no gradients yet."""
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
     terms["activations/logits/grad"] = logits_transient(spec, setup)
-    terms["grads"] = 0
+    terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -490,7 +491,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     if hf_saved.is_amp(setup) and setup.activation_checkpointing:
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
         terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
-    terms["grads"] = 0
+    terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -554,7 +555,7 @@ def backward_moments(
     head["activations/logits/grad"] = (
         BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
     ) + BT * d * s
-    head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
+    head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
     wb = working_weight_bytes(setup)
     head.update(sharding.moment_terms(spec, setup, "head", wb))
     out = [_add(state, head)]
@@ -726,7 +727,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         _add_into(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = part["ffn_grad"]
         done = above + part["down_params"]
-        terms["grads"] = grad_bytes(spec, setup, done)
+        terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out = [terms]
         # The layer's attention backward.
@@ -736,7 +737,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         _add_into(terms, loop_logits)
         terms["activations/layer/attention/grad"] = part["attention_grad"]
         done = above + part["params"] - part["attention_side_params"]
-        terms["grads"] = grad_bytes(spec, setup, done)
+        terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
@@ -766,7 +767,7 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
+    terms[GRADS] = grad_bytes(spec, setup, _trainable(spec, setup))
     if spec.tie_word_embeddings:
         terms["grads/embedding_sum"] = 2 * grad_bytes(
             spec, setup, spec.vocab_size * spec.hidden_size
@@ -864,7 +865,7 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     if setup.optimizer == "none" or setup.optimizer_in_backward:
         return None
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = step_grad_bytes(spec, setup)
+    terms[GRADS] = step_grad_bytes(spec, setup)
     saved_all = saved_terms(spec, setup)
     if "activations/logits/output" in saved_all:
         terms["activations/logits/output"] = saved_all["activations/logits/output"]
@@ -873,7 +874,7 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
         local = _share(n, setup.devices, setup.zero_stage >= 1)
     else:
         local = sharding.local_parameters(spec, setup)
-    terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
+    terms[OPTIMIZER_TEMPORARIES] = optimizer_temporaries(spec, setup, local)
     return terms
 
 

@@ -48,6 +48,7 @@ from introspect.setup import (
     TrainingSetup,
 )
 from introspect.spec import ModelSpec
+from introspect.terms import ADAM_M, ADAM_V, MOMENTUM
 
 FP32 = 4
 NF4_BLOCK = 64
@@ -325,9 +326,9 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
     """FP32-state bytes per parameter by term (``execution.optimizer_state``'s names)."""
     per = OPTIMIZER_STATE_BYTES[setup.optimizer]
     if setup.optimizer in ("adam", "adamw", "adam8bit"):
-        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+        return {ADAM_M: per // 2, ADAM_V: per // 2}
     if setup.optimizer == "sgd_momentum":
-        return {"optimizer/momentum": per}
+        return {MOMENTUM: per}
     return {}
 
 
