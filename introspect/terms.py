@@ -105,8 +105,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/attention_mask",
         category="activations",
-        equation="setup.batch_size * setup.seq_len ** 2 * r  (embedding)",
-        source="source not recorded",
+        equation="B·T²·r: eager's (B, 1, T, T) additive causal mask at the residual dtype, kept by every checkpointed layer as one of its inputs",
+        source="source not recorded (introspect/refined/hf_saved.py: embedding; the cause in introspect/refined/causes.py)",
         computed_by=("introspect/refined/hf_saved.py: embedding",),
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -156,8 +156,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/embedding/grad",
         category="transient",
-        equation="setup.tokens * spec.hidden_size * setup.activation_bytes  (backward_end)",
-        source="source not recorded",
+        equation="B·T·d·s: the gradient of layer 0's input, alive while the embedding's V·d gradient is made",
+        source="torch embedding_dense_backward (introspect/refined/execution.py: backward_end)",
         computed_by=("introspect/refined/execution.py: backward_end",),
         tests=(
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -344,8 +344,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/grad",
         category="transient",
-        equation="part['attention_grad']  (at_layer)",
-        source="source not recorded",
+        equation="eager: 2·B·h·T²·4, the FP32 gradients of the probabilities and of the scores, plus 2·B·T·d (the residual stream's gradient and grad-of-V); SDPA: the gradients of Q, K and V instead",
+        source="eager softmax backward, SDPA's backward; no library file recorded (introspect/refined/execution.py: attention_transient)",
         computed_by=("introspect/refined/execution.py: at_layer",),
         tests=(
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -365,7 +365,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/autocast_weights",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); weights * BF16  (saved)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); weights * BF16  (saved)",
         source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -379,7 +379,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/context",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); rows * a  (saved); full['attention/linear/context']  (_kind_parts); BT * spec.q_dim * s  (per_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); rows * a  (saved); full['attention/linear/context']  (_kind_parts); BT * spec.q_dim * s  (per_layer)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the context's transpose(1, 2).reshape copy, saved by o_proj",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -402,7 +402,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/context_copy",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * spec.q_dim * s  (per_layer); BT * att.q_dim * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * spec.q_dim * s  (per_layer); BT * att.q_dim * s  (_attention)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): a head-major Q gives SDPA a head-major output; the reshape for o_proj copies it",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -419,7 +419,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/gate",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms)",
         source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/saved.py: _attention)",
         computed_by=("introspect/refined/architecture.py: _kind_terms",),
         tests=("tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",),
@@ -427,7 +427,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/gates",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); B * T * nv * a + 2 * B * T * nv * FP32 + 2 * nv * FP32  (saved)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); B * T * nv * a + 2 * B * T * nv * FP32 + 2 * nv * FP32  (saved)",
         source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -441,7 +441,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/input_casts",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); 2 * B * T * d * BF16  (saved)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 2 * B * T * d * BF16  (saved)",
         source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -455,7 +455,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/k",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.k_dim if att.kind == 'mla' else kv) * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.k_dim if att.kind == 'mla' else kv) * s  (_attention)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): Q, K, V as the kernel keeps them; eager repeat_kv copies K and V to every query head, SDPA keeps num_key_value_heads under use_gqa_in_sdpa (integrations/sdpa_attention.py)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -472,7 +472,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/latent",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * widths * s + stats  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * widths * s + stats  (_attention)",
         source="transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward (introspect/refined/saved.py: _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -485,7 +485,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/out",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * d * stream_kept_bytes(setup, 2 if gated else 1)  (per_layer); BT * d * norm_input_bytes(spec, setup)  (per_layer); BT * spec.hidden_size * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * d * stream_kept_bytes(setup, 2 if gated else 1)  (per_layer); BT * d * norm_input_bytes(spec, setup)  (per_layer); BT * spec.hidden_size * s  (_attention)",
         source="source not recorded",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -502,7 +502,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/output_gate",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention)",
         source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/saved.py: _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -513,7 +513,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/q",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * spec.q_dim * inner  (per_layer); BT * att.q_dim * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * spec.q_dim * inner  (per_layer); BT * att.q_dim * s  (_attention)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): Q, K, V as the kernel keeps them; eager repeat_kv copies K and V to every query head, SDPA keeps num_key_value_heads under use_gqa_in_sdpa (integrations/sdpa_attention.py)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -530,7 +530,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/linear/v",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.v_dim if att.kind == 'mla' else kv) * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.v_dim if att.kind == 'mla' else kv) * s  (_attention)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): Q, K, V as the kernel keeps them; eager repeat_kv copies K and V to every query head, SDPA keeps num_key_value_heads under use_gqa_in_sdpa (integrations/sdpa_attention.py)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -583,7 +583,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/quadratic/dropout_mask",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); t2 * mask  (per_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * mask  (per_layer)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout on the probabilities; CPU: torch's _dropout_impl, empty_like(input).bernoulli_()",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -597,7 +597,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/quadratic/dropped",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); t2 * inner  (per_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * inner  (per_layer)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout on the probabilities; CPU: torch's _dropout_impl, empty_like(input).bernoulli_()",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -644,8 +644,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/quadratic/scores",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms)",
-        source="source not recorded",
+        equation="s·B·h·T·keys per layer: the scores QKᵀ, one per query head (keys = T, or the window / chunk, + a sink column)",
+        source="the seed's (eq:attention_activations) T² part for real widths (introspect/refined/architecture.py: attention_quadratic_values)",
         computed_by=("introspect/refined/architecture.py: _kind_terms",),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -654,7 +654,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/quadratic/softcap",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); t2 * s  (per_layer); B * h * T * keys * s  (_attention)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * s  (per_layer); B * h * T * keys * s  (_attention)",
         source="transformers/models/gemma2/modeling_gemma2.py: attention soft-capping (introspect/refined/hf_saved.py, saved.py _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -666,8 +666,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/attention/quadratic/state",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms)",
-        source="source not recorded",
+        equation="s·B·h_v·d_k·d_v per chunk of LINEAR_CHUNK tokens: linear attention's state in place of the T² term",
+        source="the seed's bookkeeping for Gated DeltaNet (introspect/refined/architecture.py: attention_quadratic_values)",
         computed_by=("introspect/refined/architecture.py: _kind_terms",),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -687,7 +687,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/autocast_weights",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture.estimate)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture.estimate)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): torch.autocast: each nn.Linear casts its weight to BF16 once (the cast cache), the copy saved by the matmul",
         computed_by=("introspect/refined/architecture.py: estimate",),
         tests=(
@@ -710,7 +710,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/act",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -728,7 +728,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/act_intermediates",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); extra * BT * f * s  (per_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); extra * BT * f * s  (per_layer)",
         source="transformers/activations.py: the activation's own ops (introspect/refined/hf_saved.py: ACTIVATION_EXTRA)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -742,7 +742,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/down",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * d * layer_input_bytes(spec, setup)  (per_layer); setup.tokens * spec.hidden_size * residual_bytes(setup)  (checkpointed_layer); setup.tokens * spec.hidden_size * setup.activation_bytes  (checkpointed_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * d * layer_input_bytes(spec, setup)  (per_layer); setup.tokens * spec.hidden_size * residual_bytes(setup)  (checkpointed_layer); setup.tokens * spec.hidden_size * setup.activation_bytes  (checkpointed_layer)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -762,7 +762,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/dropout_mask",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * d * dropout_mask_bytes(setup, s)  (per_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * d * dropout_mask_bytes(setup, s)  (per_layer)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout in train mode, p > 0; CPU: torch's _dropout_impl (mask in the input's dtype), CUDA: native_dropout (one byte)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -776,7 +776,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/expert_down",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); k * BT * d * s  (feed_forward)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * d * s  (feed_forward)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -787,7 +787,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/gate",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -805,7 +805,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/glu",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); 3 * k * BT * f * s  (feed_forward)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * k * BT * f * s  (feed_forward)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -816,8 +816,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/grad",
         category="transient",
-        equation="part['ffn_grad']  (at_layer)",
-        source="source not recorded",
+        equation="the gradients of the activation and of up (B·T·f each; + the product's, gated) and the residual stream's gradient B·T·d; MoE: routed_transient, the routed rows' larger moment",
+        source="transformers/integrations/moe.py: grouped_mm_experts_forward run in reverse (routed experts); dense: source not recorded (introspect/refined/execution.py: ffn_transient, routed_transient)",
         computed_by=("introspect/refined/execution.py: at_layer",),
         tests=(
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -827,7 +827,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/product",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -845,7 +845,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/repeated_input",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); rows * d * norm_out  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); rows * d * norm_out  (all_experts)",
         source="transformers/models/llama4/modeling_llama4.py: Llama4TextMoe.forward, Llama4TextExperts, Llama4Router (introspect/refined/saved_feed_forward.py: all_experts)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -856,7 +856,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/routed_input",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); k * BT * d * s  (feed_forward); rows * d * s  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * d * s  (feed_forward); rows * d * s  (all_experts)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -868,7 +868,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/router",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * scored * FP32  (feed_forward); BT * E * FP32  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * scored * FP32  (feed_forward); BT * E * FP32  (all_experts)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -880,7 +880,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/routing",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); k * BT * s  (feed_forward); BT * E * s + BT * ff.top_k * 8  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * s  (feed_forward); BT * E * s + BT * ff.top_k * 8  (all_experts)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -892,7 +892,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/routing_index",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); k * BT * 3 * 8 + BT * k * 8 + ff.num_experts * 4  (feed_forward)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * 3 * 8 + BT * k * 8 + ff.num_experts * 4  (feed_forward)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -903,7 +903,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/shared",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); += setup.tokens * fs * setup.activation_bytes  (_after_down_projection); 4 * BT * ff.shared_intermediate_size * s  (all_experts); shared  (feed_forward)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); += setup.tokens * fs * setup.activation_bytes  (_after_down_projection); 4 * BT * ff.shared_intermediate_size * s  (all_experts); shared  (feed_forward)",
         source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -919,7 +919,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/feed_forward/up",
         category="activations",
-        equation="s · values of its kind's values, × layers of the kind  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
@@ -937,7 +937,7 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/layer/grad",
         category="transient",
-        equation="s · values of its kind's values, × layers of the kind  (architecture.estimate); BT * d * s  (at_layer)",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture.estimate); BT * d * s  (at_layer)",
         source="source not recorded",
         computed_by=(
             "introspect/refined/architecture.py: estimate",
@@ -1121,8 +1121,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="activations/logits/grad",
         category="transient",
-        equation="logits_transient(spec, setup)  (forward_end); (BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == 'standard' else 0) + BT * d * s  (backward_moments)",
-        source="source not recorded",
+        equation="standard cross-entropy: 2·B·T·V·4, the FP32 gradients of the log-probabilities and of the logits alive together; chunked or fused: one chunk's logits, log-softmax and gradient",
+        source="source not recorded (introspect/refined/execution.py: logits_transient; measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward)",
         computed_by=(
             "introspect/refined/execution.py: forward_end",
             "introspect/refined/execution.py: backward_moments",
@@ -1389,8 +1389,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="grads/embedding_sum",
         category="grads",
-        equation="2 * grad_bytes(spec, setup, spec.vocab_size * spec.hidden_size)  (backward_end)",
-        source="source not recorded",
+        equation="tied: 2·V·d at the gradients' dtype beyond the N gradients — lm_head's and the embedding's V·d gradients and their out-of-place sum alive at once",
+        source="torch/csrc/autograd/input_buffer.cpp: the AccumulateGrad input buffer sums a weight's two gradients out of place (introspect/refined/execution.py: backward_end)",
         computed_by=("introspect/refined/execution.py: backward_end",),
         tests=("tests/test_refined_transformers.py::test_optimizer_step_and_tied_embedding_sum",),
     ),
@@ -1479,8 +1479,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="optimizer/momentum",
         category="optimizer",
-        equation="per  (optimizer_state)",
-        source="source not recorded",
+        equation="per·N: one SGD momentum buffer at the state's dtype (4 bytes FP32; 2 under pure BF16), ÷D when sharded",
+        source="source not recorded (introspect/refined/execution.py: optimizer_state, 'SGD with momentum one buffer'; setup.OPTIMIZER_STATE_BYTES)",
         computed_by=(
             "introspect/refined/execution.py: optimizer_state",
             "introspect/refined/lora.py: optimizer_state",
@@ -1579,8 +1579,8 @@ TERMS: tuple[Term, ...] = (
     Term(
         name="weights/trainable_embedding_copies",
         category="weights",
-        equation="embedding_copy_bytes(spec, setup, wb)  (state_terms)",
-        source="source not recorded",
+        equation="the trained copies of the input embedding and the output head at the working dtype (wb·V·d each), beside the frozen originals",
+        source="peft modules_to_save: ModulesToSaveWrapper keeps the frozen original and trains a copy (introspect/refined/lora.py: embedding_copy_bytes)",
         computed_by=("introspect/refined/lora.py: state_terms",),
         tests=(),
         unchecked="no test runs a step with train_embeddings",
