@@ -1582,8 +1582,7 @@ TERMS: tuple[Term, ...] = (
         equation="the trained copies of the input embedding and the output head at the working dtype (wb·V·d each), beside the frozen originals",
         source="peft modules_to_save: ModulesToSaveWrapper keeps the frozen original and trains a copy (introspect/refined/lora.py: embedding_copy_bytes)",
         computed_by=("introspect/refined/lora.py: state_terms",),
-        tests=(),
-        unchecked="no test runs a step with train_embeddings",
+        tests=("tests/test_lora.py::test_lora_step_peak",),
     ),
 )
 
