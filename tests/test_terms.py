@@ -10,7 +10,6 @@ pipeline parallel, MLX), every moment of each step collected — not only the pe
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config
+from small_configs import FAMILIES as SMALL
 
 from introspect import refined, simplified, terms
 from introspect.cli import main
@@ -28,14 +28,6 @@ from introspect.refined import architecture, execution, memo, model_parallel
 from introspect.setup import TrainingSetup
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _families() -> dict[str, dict]:
-    """benchmarks/families.py's small configs, one per family and variation."""
-    spec = importlib.util.spec_from_file_location("families", ROOT / "benchmarks" / "families.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.CONFIGS
 
 
 BUNDLED = (
@@ -58,7 +50,7 @@ FAMILIES = {
 @cache
 def specs() -> dict:
     out = {name: bundled.lookup(name).spec() for name in BUNDLED}
-    configs = _families()
+    configs = SMALL
     for name, keys in FAMILIES.items():
         out[name] = spec_from_config({**configs[name], **keys})
     return out
