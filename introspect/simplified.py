@@ -12,7 +12,7 @@ from introspect.breakdown import Breakdown
 from introspect.params import standard_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
-from introspect.terms import ADAM_M, ADAM_V, GRADS, MASTER_WEIGHTS, WEIGHTS
+from introspect.terms import ADAM_M, ADAM_V, EMBEDDING, GRADS, MASTER_WEIGHTS, WEIGHTS
 
 FP32 = 4
 
@@ -101,7 +101,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     w = setup.weight_bytes
     terms: dict[str, int] = {WEIGHTS: weights(N, w)}
-    terms["activations/embedding"] = s * B * T * d
+    terms[EMBEDDING] = s * B * T * d
     terms["activations/layer/layernorm"] = s * L * layernorm_activations(B, T, d)
     terms["activations/layer/attention/linear"] = s * L * attention_linear_values(B, T, d)
     terms["activations/layer/attention/quadratic"] = s * L * attention_quadratic_values(B, T, h)

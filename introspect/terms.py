@@ -99,6 +99,10 @@ DDP_BUCKETS = "comm/ddp_buckets"
 ZERO_REDUCE_BUCKET = "comm/reduce_bucket"
 ZERO_ALL_GATHER = "comm/all_gather"
 GATHERED_WEIGHTS = "weights/gathered"
+LOGITS_OUTPUT = "activations/logits/output"
+LOGITS_GRAD = "activations/logits/grad"
+LOG_SOFTMAX = "activations/logits/log_softmax"
+EMBEDDING = "activations/embedding"
 
 
 TERMS: tuple[Term, ...] = (

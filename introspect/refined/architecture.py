@@ -34,7 +34,7 @@ from introspect.layers import LayerKind
 from introspect.params import trainable_parameter_count
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
-from introspect.terms import ADAM_M, ADAM_V, GRADS, MASTER_WEIGHTS, WEIGHTS
+from introspect.terms import ADAM_M, ADAM_V, EMBEDDING, GRADS, MASTER_WEIGHTS, WEIGHTS
 
 FP32 = 4
 
@@ -277,7 +277,7 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     trainable = trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
     state = state_terms(spec.n_params, setup.weight_bytes, trainable)
     terms: dict[str, int] = {WEIGHTS: state.pop("weights")}
-    terms["activations/embedding"] = s * BT * spec.hidden_size
+    terms[EMBEDDING] = s * BT * spec.hidden_size
     for name, values in layer_terms(spec, B, T).items():
         terms[f"activations/layer/{name}"] = s * values
     terms["activations/logits"] = s * BT * spec.vocab_size

@@ -60,7 +60,17 @@ from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
-from introspect.terms import ADAM_M, ADAM_V, GRADS, MOMENTUM, OPTIMIZER_TEMPORARIES
+from introspect.terms import (
+    ADAM_M,
+    ADAM_V,
+    EMBEDDING,
+    GRADS,
+    LOG_SOFTMAX,
+    LOGITS_GRAD,
+    LOGITS_OUTPUT,
+    MOMENTUM,
+    OPTIMIZER_TEMPORARIES,
+)
 
 FP32 = 4
 
@@ -252,8 +262,8 @@ def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | 
     terms[GRADS] = step_grad_bytes(spec, setup)
     terms["grads/last_bf16"] = working_weight_bytes(setup) * last
     saved_all = saved_terms(spec, setup)
-    if "activations/logits/output" in saved_all:
-        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    if LOGITS_OUTPUT in saved_all:
+        terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
     return terms
 
 
@@ -273,7 +283,7 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     frozen) nothing keeps the output itself."""
     terms = saved.embedding(spec, setup)
     if _lora(setup) and not setup.train_embeddings:
-        terms = dict(terms) | {"activations/embedding": 0}
+        terms = dict(terms) | {EMBEDDING: 0}
     return terms
 
 
@@ -453,7 +463,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """End of forward / start of backward: state, every saved activation, the loop's
     logits and the loss backward's transient; no gradients yet."""
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
-    terms["activations/logits/grad"] = logits_transient(spec, setup)
+    terms[LOGITS_GRAD] = logits_transient(spec, setup)
     terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
@@ -485,7 +495,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
         return None
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
     BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
-    terms["activations/logits/output"] = BTV * s
+    terms[LOGITS_OUTPUT] = BTV * s
     if hf_saved.loss_bytes(setup) > s:
         terms["activations/logits/upcast"] = BTV * FP32
     if hf_saved.is_amp(setup) and setup.activation_checkpointing:
@@ -551,8 +561,8 @@ def backward_moments(
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
     head = dict(saved_all)
-    head.pop("activations/logits/log_softmax", None)
-    head["activations/logits/grad"] = (
+    head.pop(LOG_SOFTMAX, None)
+    head[LOGITS_GRAD] = (
         BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
     ) + BT * d * s
     head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
@@ -566,8 +576,8 @@ def backward_moments(
         out.append(backward_end(spec, setup))
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
-        loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
-        out.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
+        loop_logits = {k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT}
+        out.append(_add(_add(state, {EMBEDDING: 0} | loop_logits), end))
     return out
 
 
@@ -675,7 +685,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     ``(L-1-i)·P``. The counts come from the runs (:attr:`ModelSpec.runs`), so the work
     per moment is bounded by the stack's description, not by L."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
-    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+    loop_logits = {k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT}
     kinds = [kind for kind, _ in spec.kinds]
     parts = [_kind_parts(spec.for_kind(kind), setup) for kind in kinds]
     index = {kind: n for n, kind in enumerate(kinds)}
@@ -765,8 +775,8 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     at Qwen2's peak, FP32, fused or foreach Adam) — two beyond the N gradients."""
     terms = dict(state_terms(spec, setup))
     saved_all = saved_terms(spec, setup)
-    if "activations/logits/output" in saved_all:
-        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    if LOGITS_OUTPUT in saved_all:
+        terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
     terms[GRADS] = grad_bytes(spec, setup, _trainable(spec, setup))
     if spec.tie_word_embeddings:
         terms["grads/embedding_sum"] = 2 * grad_bytes(
@@ -867,8 +877,8 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     terms = dict(state_terms(spec, setup))
     terms[GRADS] = step_grad_bytes(spec, setup)
     saved_all = saved_terms(spec, setup)
-    if "activations/logits/output" in saved_all:
-        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    if LOGITS_OUTPUT in saved_all:
+        terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
     if _lora(setup):
         n = lora.trainable_parameters(spec, setup)
         local = _share(n, setup.devices, setup.zero_stage >= 1)

@@ -48,6 +48,7 @@ from introspect.refined.memo import per_estimate
 from introspect.refined.saved_feed_forward import feed_forward
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import EMBEDDING
 
 FP32 = 4
 
@@ -106,7 +107,7 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     transformers' classes, the embedding dropout's mask and the shared rotary tables."""
     if is_transformers(setup):
         return hf_saved.embedding(spec, setup)
-    return {"activations/embedding": setup.tokens * spec.hidden_size * setup.activation_bytes}
+    return {EMBEDDING: setup.tokens * spec.hidden_size * setup.activation_bytes}
 
 
 def keeps_t2(setup: TrainingSetup) -> bool:
