@@ -16,7 +16,7 @@ from introspect import __version__
 from introspect.errors import IntrospectError
 
 #: Sub-command modules under introspect.commands, in the order --help lists them.
-COMMANDS = ("estimate", "sizes", "profile", "table", "fit", "measure")
+COMMANDS = ("estimate", "sizes", "profile", "table", "fit", "measure", "explain")
 
 DESCRIPTION = """\
 How much memory will training this transformer take, where does it go, and what must
@@ -29,6 +29,7 @@ change to fit? Memory is in decimal GB (1 GB = 1e9 bytes) throughout.
   introspect table      the seed's real-world comparison table for published models
   introspect fit        does it fit a budget or a GPU, the largest T and B, what to change
   introspect measure    a real training step (MLX or torch) beside the estimates
+  introspect explain    a memory term's equation, source and tests (--list: all)
 """
 
 

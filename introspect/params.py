@@ -19,12 +19,27 @@ Sources: ``transformers/models/<family>/modeling_<family>.py`` — ``deepseek_v3
 from __future__ import annotations
 
 from introspect.layers import Attention, FeedForward, LayerKind
-from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    # The spec asks this module for its N (ModelSpec.n_params): the type only, so that
+    # the spec can import the count without a cycle.
+    from introspect.spec import ModelSpec
 
 #: Components in report order; ``mlp`` holds dense feed-forwards and shared experts
 #: (always active), ``experts`` the routed ones; ``vision_tower`` is reported only when
 #: the model has one.
 COMPONENTS = ("embeddings", "attention", "mlp", "experts", "router", "norms", "lm_head")
+
+
+def standard_parameters(*, num_hidden_layers: int, hidden_size: int, vocab_size: int) -> int:
+    """(params) ``N ≈ 2·V·d + 12·L·d²`` — "Estimating Layers in Transformers", quoted by
+    the seed: untied input and output embeddings (2Vd) plus, per block, 4d² of attention
+    (Q, K, V, O) and 8d² of feed-forward (d→4d→d). Biases and norm weights are ignored;
+    the head count cancels. The seed's standard spec (:func:`introspect.spec.standard_spec`)
+    takes its N from here; :func:`introspect.simplified.parameters` is this function."""
+    d, L, V = hidden_size, num_hidden_layers, vocab_size
+    return 2 * V * d + 12 * L * d * d
 
 
 def norm_params(spec: ModelSpec, width: int) -> int:

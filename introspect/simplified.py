@@ -9,19 +9,16 @@ file, a framework or a config: :func:`estimate` is the only one that reads a Mod
 from __future__ import annotations
 
 from introspect.breakdown import Breakdown
+from introspect.params import standard_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import ADAM_M, ADAM_V, EMBEDDING, GRADS, MASTER_WEIGHTS, WEIGHTS
 
 FP32 = 4
 
-
-def parameters(*, num_hidden_layers: int, hidden_size: int, vocab_size: int) -> int:
-    """(params) ``N ≈ 2·V·d + 12·L·d²`` — "Estimating Layers in Transformers", quoted by
-    the seed: untied input and output embeddings (2Vd) plus, per block, 4d² of attention
-    (Q, K, V, O) and 8d² of feed-forward (d→4d→d). Biases and norm weights are ignored;
-    the head count cancels."""
-    d, L, V = hidden_size, num_hidden_layers, vocab_size
-    return 2 * V * d + 12 * L * d * d
+#: (params) ``N ≈ 2·V·d + 12·L·d²``: :func:`introspect.params.standard_parameters`,
+#: which the seed's standard spec reads too (kept there so the spec needs no estimator).
+parameters = standard_parameters
 
 
 def weights(n_params: int, bytes_per_weight: int = FP32) -> int:
@@ -103,18 +100,18 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     )
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     w = setup.weight_bytes
-    terms: dict[str, int] = {"weights": weights(N, w)}
-    terms["activations/embedding"] = s * B * T * d
+    terms: dict[str, int] = {WEIGHTS: weights(N, w)}
+    terms[EMBEDDING] = s * B * T * d
     terms["activations/layer/layernorm"] = s * L * layernorm_activations(B, T, d)
     terms["activations/layer/attention/linear"] = s * L * attention_linear_values(B, T, d)
     terms["activations/layer/attention/quadratic"] = s * L * attention_quadratic_values(B, T, h)
     terms["activations/layer/feed_forward"] = s * L * ff_activations(B, T, d)
     terms["activations/logits"] = s * B * T * V
-    terms["grads"] = w * N
+    terms[GRADS] = w * N
     if w < FP32:
-        terms["optimizer/master_weights"] = FP32 * N
-    terms["optimizer/adam_m"] = FP32 * N
-    terms["optimizer/adam_v"] = FP32 * N
+        terms[MASTER_WEIGHTS] = FP32 * N
+    terms[ADAM_M] = FP32 * N
+    terms[ADAM_V] = FP32 * N
     return Breakdown(
         terms,
         label="simplified (seed)",

@@ -13,6 +13,7 @@ from functools import cached_property
 from introspect import _record
 from introspect._record import field, record
 from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
+from introspect.params import parameter_count, standard_parameters
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
@@ -307,8 +308,6 @@ class ModelSpec:
         (:func:`introspect.params.parameter_count`)."""
         if self.num_parameters is not None:
             return self.num_parameters
-        from introspect.params import parameter_count
-
         return parameter_count(self)
 
     # ---- conveniences ---------------------------------------------------------------
@@ -362,11 +361,9 @@ def standard_spec(
     """The seed's simplified transformer of the given shape. Its N is the seed's
     ``2·V·d + 12·L·d²`` unless ``num_parameters`` says otherwise (the worked example
     gives N = 7e9 by hand)."""
-    from introspect.simplified import parameters
-
     if num_parameters is None:
         _require_positive("hidden_size", hidden_size)
-        num_parameters = parameters(
+        num_parameters = standard_parameters(
             num_hidden_layers=num_hidden_layers, hidden_size=hidden_size, vocab_size=vocab_size
         )
         source = source or "standard transformer, N = 2·V·d + 12·L·d²"

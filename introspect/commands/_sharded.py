@@ -164,7 +164,7 @@ def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup) -> None:
     """One line where D processes of the refined per-rank peak exceed this machine's
     available memory (the step would be killed, or swap for hours)."""
     from introspect import refined
-    from introspect.commands.measure import available_bytes
+    from introspect.commands._memory import available_bytes
 
     need = setup.devices * refined.estimate(spec, setup).total
     have = available_bytes("cpu")

@@ -42,7 +42,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from introspect.measure.mlx_replay_trace import Graph, Node
+from introspect.measure.mlx_replay_graph import Graph, Node
 
 
 def has_switch(model) -> bool:

@@ -34,6 +34,7 @@ from introspect.layers import LayerKind
 from introspect.params import trainable_parameter_count
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import ADAM_M, ADAM_V, EMBEDDING, GRADS, MASTER_WEIGHTS, WEIGHTS
 
 FP32 = 4
 
@@ -258,11 +259,11 @@ def state_terms(n_params: int, weight_bytes: int, trainable: int | None = None) 
     eq:backward_values). N counts every expert of a mixture, active or not; gradients,
     master copy and Adam cover the ``trainable`` ones (all N unless a tower is frozen)."""
     n = n_params if trainable is None else trainable
-    terms = {"weights": weight_bytes * n_params, "grads": weight_bytes * n}
+    terms = {WEIGHTS: weight_bytes * n_params, GRADS: weight_bytes * n}
     if weight_bytes < FP32:
-        terms["optimizer/master_weights"] = FP32 * n
-    terms["optimizer/adam_m"] = FP32 * n
-    terms["optimizer/adam_v"] = FP32 * n
+        terms[MASTER_WEIGHTS] = FP32 * n
+    terms[ADAM_M] = FP32 * n
+    terms[ADAM_V] = FP32 * n
     return terms
 
 
@@ -275,8 +276,8 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     BT = B * T
     trainable = trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
     state = state_terms(spec.n_params, setup.weight_bytes, trainable)
-    terms: dict[str, int] = {"weights": state.pop("weights")}
-    terms["activations/embedding"] = s * BT * spec.hidden_size
+    terms: dict[str, int] = {WEIGHTS: state.pop("weights")}
+    terms[EMBEDDING] = s * BT * spec.hidden_size
     for name, values in layer_terms(spec, B, T).items():
         terms[f"activations/layer/{name}"] = s * values
     terms["activations/logits"] = s * BT * spec.vocab_size

@@ -4,7 +4,7 @@ model and setup (the ``notes`` of the execution breakdown)."""
 from __future__ import annotations
 
 from introspect.refined import saved, sharding
-from introspect.refined.execution import working_weight_bytes
+from introspect.refined.precision import working_weight_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 

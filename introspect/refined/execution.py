@@ -47,22 +47,36 @@ import math
 from collections.abc import Iterable
 
 from introspect.params import attention_params, norm_params, qk_norm_params
-from introspect.refined import hf_saved, lora, lora_moe, offload, saved, sharding
+from introspect.refined import (
+    hf_saved,
+    lora,
+    lora_moe,
+    offload,
+    saved,
+    saved_feed_forward,
+    sharding,
+)
 from introspect.refined.memo import per_estimate
+from introspect.refined.precision import working_weight_bytes
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import (
+    ADAM_M,
+    ADAM_V,
+    EMBEDDING,
+    GRADS,
+    LOG_SOFTMAX,
+    LOGITS_GRAD,
+    LOGITS_OUTPUT,
+    MOMENTUM,
+    OPTIMIZER_TEMPORARIES,
+)
 
 FP32 = 4
 
 #: Tokens per chunk of a chunked or fused cross-entropy (an assumption: Liger's fused
 #: linear cross-entropy and most chunked losses work on chunks of this order).
 CE_CHUNK_TOKENS = 1024
-
-
-def working_weight_bytes(setup: TrainingSetup) -> int:
-    """Bytes per working weight: 2 under mixed or pure BF16 precision, else the
-    weights dtype (FP32 by default)."""
-    return 2 if setup.precision in ("mixed", "bf16") else setup.weight_bytes
 
 
 def master_bytes(setup: TrainingSetup) -> int:
@@ -84,9 +98,9 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
     if setup.precision == "bf16" and setup.optimizer != "adam8bit":
         per //= 2
     if setup.optimizer in ("adam", "adamw", "adam8bit"):
-        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+        return {ADAM_M: per // 2, ADAM_V: per // 2}
     if setup.optimizer == "sgd_momentum":
-        return {"optimizer/momentum": per}
+        return {MOMENTUM: per}
     return {}
 
 
@@ -245,11 +259,11 @@ def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | 
         return None
     last = sharding.numel(sharding.root_tensors(spec)[-1])
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = step_grad_bytes(spec, setup)
+    terms[GRADS] = step_grad_bytes(spec, setup)
     terms["grads/last_bf16"] = working_weight_bytes(setup) * last
     saved_all = saved_terms(spec, setup)
-    if "activations/logits/output" in saved_all:
-        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    if LOGITS_OUTPUT in saved_all:
+        terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
     return terms
 
 
@@ -269,7 +283,7 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     frozen) nothing keeps the output itself."""
     terms = saved.embedding(spec, setup)
     if _lora(setup) and not setup.train_embeddings:
-        terms = dict(terms) | {"activations/embedding": 0}
+        terms = dict(terms) | {EMBEDDING: 0}
     return terms
 
 
@@ -376,7 +390,7 @@ def shared_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
 def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """The routed experts' backward at its largest (``grouped_mm_experts_forward``,
     ``transformers/integrations/moe.py``, run in reverse), over the S = k·B·T routed rows
-    at the routed path's dtype (:func:`saved.expert_bytes`): inside the activation's
+    at the routed path's dtype (:func:`saved_feed_forward.expert_bytes`): inside the activation's
     backward, three f-wide gradients (the product's, the activation's, the up half's; two
     plain), or inside the up (gate_up) grouped matmul's backward, the gradient of
     gate_up's output (``S·2f``; ``S·f`` plain) and of the gathered input it makes
@@ -393,7 +407,7 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
         buffers = ffn_buffers(spec)
         rows = ff.num_experts * setup.tokens
         return (buffers * rows * spec.ffn_dim + setup.tokens * spec.hidden_size) * e
-    S, e = spec.num_experts_per_tok * setup.tokens, saved.expert_bytes(setup)
+    S, e = spec.num_experts_per_tok * setup.tokens, saved_feed_forward.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
     buffers = ffn_buffers(spec)
     # The larger of its two moments: the activation's backward (the product's, the
@@ -449,8 +463,8 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """End of forward / start of backward: state, every saved activation, the loop's
     logits and the loss backward's transient; no gradients yet."""
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
-    terms["activations/logits/grad"] = logits_transient(spec, setup)
-    terms["grads"] = 0
+    terms[LOGITS_GRAD] = logits_transient(spec, setup)
+    terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -481,13 +495,13 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
         return None
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
     BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
-    terms["activations/logits/output"] = BTV * s
+    terms[LOGITS_OUTPUT] = BTV * s
     if hf_saved.loss_bytes(setup) > s:
         terms["activations/logits/upcast"] = BTV * FP32
     if hf_saved.is_amp(setup) and setup.activation_checkpointing:
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
         terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
-    terms["grads"] = 0
+    terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -547,11 +561,11 @@ def backward_moments(
     state = state_terms(spec, setup)
     saved_all = saved_terms(spec, setup)
     head = dict(saved_all)
-    head.pop("activations/logits/log_softmax", None)
-    head["activations/logits/grad"] = (
+    head.pop(LOG_SOFTMAX, None)
+    head[LOGITS_GRAD] = (
         BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
     ) + BT * d * s
-    head["grads"] = grad_bytes(spec, setup, head_parameters(spec))
+    head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
     wb = working_weight_bytes(setup)
     head.update(sharding.moment_terms(spec, setup, "head", wb))
     out = [_add(state, head)]
@@ -562,8 +576,8 @@ def backward_moments(
         out.append(backward_end(spec, setup))
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
-        loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
-        out.append(_add(_add(state, {"activations/embedding": 0} | loop_logits), end))
+        loop_logits = {k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT}
+        out.append(_add(_add(state, {EMBEDDING: 0} | loop_logits), end))
     return out
 
 
@@ -671,7 +685,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     ``(L-1-i)·P``. The counts come from the runs (:attr:`ModelSpec.runs`), so the work
     per moment is bounded by the stack's description, not by L."""
     L, BT, d, s = spec.num_hidden_layers, setup.tokens, spec.hidden_size, setup.activation_bytes
-    loop_logits = {k: v for k, v in saved_all.items() if k == "activations/logits/output"}
+    loop_logits = {k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT}
     kinds = [kind for kind, _ in spec.kinds]
     parts = [_kind_parts(spec.for_kind(kind), setup) for kind in kinds]
     index = {kind: n for n, kind in enumerate(kinds)}
@@ -723,7 +737,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         _add_into(terms, loop_logits)
         terms["activations/layer/feed_forward/grad"] = part["ffn_grad"]
         done = above + part["down_params"]
-        terms["grads"] = grad_bytes(spec, setup, done)
+        terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out = [terms]
         # The layer's attention backward.
@@ -733,7 +747,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         _add_into(terms, loop_logits)
         terms["activations/layer/attention/grad"] = part["attention_grad"]
         done = above + part["params"] - part["attention_side_params"]
-        terms["grads"] = grad_bytes(spec, setup, done)
+        terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
@@ -761,9 +775,9 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     at Qwen2's peak, FP32, fused or foreach Adam) — two beyond the N gradients."""
     terms = dict(state_terms(spec, setup))
     saved_all = saved_terms(spec, setup)
-    if "activations/logits/output" in saved_all:
-        terms["activations/logits/output"] = saved_all["activations/logits/output"]
-    terms["grads"] = grad_bytes(spec, setup, _trainable(spec, setup))
+    if LOGITS_OUTPUT in saved_all:
+        terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
+    terms[GRADS] = grad_bytes(spec, setup, _trainable(spec, setup))
     if spec.tie_word_embeddings:
         terms["grads/embedding_sum"] = 2 * grad_bytes(
             spec, setup, spec.vocab_size * spec.hidden_size
@@ -861,16 +875,16 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     if setup.optimizer == "none" or setup.optimizer_in_backward:
         return None
     terms = dict(state_terms(spec, setup))
-    terms["grads"] = step_grad_bytes(spec, setup)
+    terms[GRADS] = step_grad_bytes(spec, setup)
     saved_all = saved_terms(spec, setup)
-    if "activations/logits/output" in saved_all:
-        terms["activations/logits/output"] = saved_all["activations/logits/output"]
+    if LOGITS_OUTPUT in saved_all:
+        terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
     if _lora(setup):
         n = lora.trainable_parameters(spec, setup)
         local = _share(n, setup.devices, setup.zero_stage >= 1)
     else:
         local = sharding.local_parameters(spec, setup)
-    terms["optimizer/temporaries"] = optimizer_temporaries(spec, setup, local)
+    terms[OPTIMIZER_TEMPORARIES] = optimizer_temporaries(spec, setup, local)
     return terms
 
 

@@ -45,6 +45,8 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
 
 from __future__ import annotations
 
+from introspect.refined.saved_feed_forward import feed_forward
+from introspect.refined.stream import is_amp, residual_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -86,16 +88,6 @@ SANDWICH_NORM = ("gemma2", "gemma3", "gemma3_text")
 #: Families whose rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin``
 #: uncast; Llama's casts them to the activations' dtype).
 ROPE_FP32 = ("olmo2",)
-
-
-def is_amp(setup: TrainingSetup) -> bool:
-    return setup.precision == "amp"
-
-
-def residual_bytes(setup: TrainingSetup) -> int:
-    """Bytes of the residual stream: FP32 under autocast (the embedding and the adds run
-    in the weights' FP32), else the activation dtype."""
-    return FP32 if is_amp(setup) else setup.activation_bytes
 
 
 def norm_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -329,13 +321,12 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
 def _routed_feed_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """A mixture-of-experts block's feed-forward as transformers 5 runs it: the routed
-    path of :func:`introspect.refined.saved._feed_forward` (grouped matmuls over the
-    k·B·T routed rows, at the weights' dtype: :func:`introspect.refined.saved.expert_bytes`),
-    beside this module's attention side."""
-    from introspect.refined.saved import _feed_forward
-
+    path of :func:`introspect.refined.saved_feed_forward.feed_forward` (grouped matmuls
+    over the k·B·T routed rows, at the weights' dtype:
+    :func:`introspect.refined.saved_feed_forward.expert_bytes`), beside this module's
+    attention side."""
     kind = spec.kinds[0][0]
-    return {k: v for k, v in _feed_forward(spec, setup, kind).items() if k != "feed_forward/down"}
+    return {k: v for k, v in feed_forward(spec, setup, kind).items() if k != "feed_forward/down"}
 
 
 def stream_kept_bytes(setup: TrainingSetup, consumers: int) -> int:

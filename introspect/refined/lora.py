@@ -38,6 +38,7 @@ from __future__ import annotations
 from introspect.errors import IntrospectError
 from introspect.refined import lora_moe
 from introspect.refined.memo import per_estimate
+from introspect.refined.precision import working_weight_bytes
 from introspect.setup import (
     ATTENTION_INPUT_LINEARS,
     EXPERT_LINEARS,
@@ -47,6 +48,7 @@ from introspect.setup import (
     TrainingSetup,
 )
 from introspect.spec import ModelSpec
+from introspect.terms import ADAM_M, ADAM_V, MOMENTUM
 
 FP32 = 4
 NF4_BLOCK = 64
@@ -324,9 +326,9 @@ def optimizer_state(setup: TrainingSetup) -> dict[str, int]:
     """FP32-state bytes per parameter by term (``execution.optimizer_state``'s names)."""
     per = OPTIMIZER_STATE_BYTES[setup.optimizer]
     if setup.optimizer in ("adam", "adamw", "adam8bit"):
-        return {"optimizer/adam_m": per // 2, "optimizer/adam_v": per // 2}
+        return {ADAM_M: per // 2, ADAM_V: per // 2}
     if setup.optimizer == "sgd_momentum":
-        return {"optimizer/momentum": per}
+        return {MOMENTUM: per}
     return {}
 
 
@@ -452,8 +454,6 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     elif not (plain_input and "down_proj" in chosen or experts) and last in out:
         out[last] = 0
     if experts:
-        from introspect.refined.execution import working_weight_bytes
-
         out["lora/experts/effective_weights"] = lora_moe.effective_weights(
             spec, setup, working_weight_bytes(setup)
         )

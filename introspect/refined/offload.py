@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import GATHERED_WEIGHTS
 
 
 def state(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int], unit: int) -> dict:
@@ -35,7 +36,7 @@ def state(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int], unit: in
     out = {k: v for k, v in terms.items() if not k.startswith("optimizer/")}
     if setup.offload == "parameters":
         out = {k: v for k, v in out.items() if not k.startswith("weights")}
-        out["weights/gathered"] = 2 * unit
+        out[GATHERED_WEIGHTS] = 2 * unit
     return out
 
 

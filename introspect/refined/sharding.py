@@ -53,6 +53,18 @@ from introspect.refined.memo import per_estimate
 from introspect.refined.model_parallel import model_parallel_parameters
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+from introspect.terms import (
+    DDP_BUCKETS,
+    FSDP_ALL_GATHER,
+    GATHERED_WEIGHTS,
+    GLOO_COPY,
+    GRADS,
+    MASTER_WEIGHTS,
+    REDUCE_SCATTER,
+    WEIGHTS,
+    ZERO_ALL_GATHER,
+    ZERO_REDUCE_BUCKET,
+)
 
 FP32 = 4
 
@@ -247,10 +259,10 @@ def state_terms(
     # multimodal tower has neither); the sharded strategies below divide all of N.
     opt_elems = trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
     if how == "none":
-        terms = {"weights": working * N}
+        terms = {WEIGHTS: working * N}
     elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
-        terms = {"weights": working * N}
-        terms["comm/ddp_buckets"] = working * N
+        terms = {WEIGHTS: working * N}
+        terms[DDP_BUCKETS] = working * N
         if how == "zero":
             opt_elems = zero1_largest_rank(spec, D)
     elif how == "zero":  # DeepSpeed stage 2 or 3
@@ -259,19 +271,19 @@ def state_terms(
             small = sum(
                 numel(s) for s in parameter_tensors(spec) if numel(s) < DS_PERSISTENCE_THRESHOLD
             )
-            terms = {"weights": working * (math.ceil((N - small) / D) + small)}
-            terms["weights/gathered"] = working * min(N - small, DS_MAX_LIVE_PARAMETERS)
+            terms = {WEIGHTS: working * (math.ceil((N - small) / D) + small)}
+            terms[GATHERED_WEIGHTS] = working * min(N - small, DS_MAX_LIVE_PARAMETERS)
         else:
-            terms = {"weights": working * N}
+            terms = {WEIGHTS: working * N}
     else:  # fsdp
         opt_elems = model_shard(spec, D)
         # The sharded parameter keeps the original dtype: under mixed precision it is the
         # FP32 master itself.
         shard_bytes = FP32 if setup.precision == "mixed" else working
-        terms = {"weights": shard_bytes * opt_elems}
+        terms = {WEIGHTS: shard_bytes * opt_elems}
         master = 0
     if master:
-        terms["optimizer/master_weights"] = master * opt_elems
+        terms[MASTER_WEIGHTS] = master * opt_elems
     for name, per in state.items():
         terms[name] = per * opt_elems
     return terms
@@ -318,9 +330,9 @@ def moment_terms(
         buckets = 2 if setup.zero_stage == 3 else 1  # overlap_comm's default
         terms = {}
         if moment != "forward_end" and moment != "optimizer_step":
-            terms["comm/reduce_bucket"] = buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)
+            terms[ZERO_REDUCE_BUCKET] = buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)
         if setup.zero_stage == 3 and moment != "optimizer_step":
-            terms["comm/all_gather"] = working * min(DS_PREFETCH_BUCKET, spec.n_params)
+            terms[ZERO_ALL_GATHER] = working * min(DS_PREFETCH_BUCKET, spec.n_params)
         return terms
     if how != "fsdp" or moment == "optimizer_step":
         return {}
@@ -334,19 +346,19 @@ def moment_terms(
         # Resharding: this block gathered again (the next one below is prefetched into its
         # all-gather buffer). Without: the blocks above are resharded after their backward.
         blocks = 1 if setup.reshard_after_forward else (layer or 0) + 1
-    terms = {"weights/gathered": param_b * (root + blocks * block)}
+    terms = {GATHERED_WEIGHTS: param_b * (root + blocks * block)}
     # Named even when empty, so the figure shows that no buffer is alive at this moment.
-    terms["comm/fsdp_all_gather"] = terms["comm/reduce_scatter"] = 0
+    terms[FSDP_ALL_GATHER] = terms[REDUCE_SCATTER] = 0
     if moment == "forward_end" and setup.reshard_after_forward and _loss_in_root(setup):
         # The loss is an output of the root's forward, so backward starts in the root's
         # pre-backward hook, which prefetches the last block's all-gather before the
         # loss's own backward runs (FSDP2 ``FSDPState._pre_backward``; measured with
         # transformers' labels loop: one block's all-gather output at the peak).
-        terms["comm/fsdp_all_gather"] = param_b * block_padded
+        terms[FSDP_ALL_GATHER] = param_b * block_padded
     if moment == "layer":
-        terms["comm/fsdp_all_gather"] = param_b * block_padded if setup.reshard_after_forward else 0
+        terms[FSDP_ALL_GATHER] = param_b * block_padded if setup.reshard_after_forward else 0
         if layer is not None and layer < L - 1:
-            terms["comm/reduce_scatter"] = _fsdp_reduce_bytes(setup) * block_padded
+            terms[REDUCE_SCATTER] = _fsdp_reduce_bytes(setup) * block_padded
     return terms
 
 
@@ -381,17 +393,17 @@ def post_backward(
     gathered = 0 if setup.reshard_after_forward else layer
     above = (L - 1 - layer) * shard
     common = {
-        "weights/gathered": param_b * (root + gathered * block),
-        "comm/fsdp_all_gather": param_b * D * shard if setup.reshard_after_forward and layer else 0,
-        "comm/reduce_scatter": reduce_b * D * shard,
+        GATHERED_WEIGHTS: param_b * (root + gathered * block),
+        FSDP_ALL_GATHER: param_b * D * shard if setup.reshard_after_forward and layer else 0,
+        REDUCE_SCATTER: reduce_b * D * shard,
     }
     copy_in = common | {
-        "grads": param_b * (head + block) + reduce_b * above,
+        GRADS: param_b * (head + block) + reduce_b * above,
         "activations/grad_upcast": reduce_b * block if reduce_b != param_b else 0,
     }
     reduce = common | {
-        "grads": param_b * head + reduce_b * (above + shard),
-        "comm/gloo_copy": reduce_b * D * shard if setup.resolved_device == "cpu" else 0,
+        GRADS: param_b * head + reduce_b * (above + shard),
+        GLOO_COPY: reduce_b * D * shard if setup.resolved_device == "cpu" else 0,
     }
     return [copy_in, reduce]
 
@@ -408,9 +420,9 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[st
     reduce_b = _fsdp_reduce_bytes(setup)
     blocks = spec.num_hidden_layers * block_shard(spec, D)
     return {
-        "weights/gathered": _fsdp_param_bytes(setup, working) * root_n,
-        "grads": reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
-        "comm/reduce_scatter": reduce_b * D * fsdp_shard(root, D),
+        GATHERED_WEIGHTS: _fsdp_param_bytes(setup, working) * root_n,
+        GRADS: reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
+        REDUCE_SCATTER: reduce_b * D * fsdp_shard(root, D),
     }
 
 
@@ -424,21 +436,21 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
         pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
         block_padded = D * block_shard(spec, D)
         kept = "" if setup.reshard_after_forward else " and every block (no reshard after forward)"
-        out["weights"] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
+        out[WEIGHTS] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
             "FP32: the only master copy under MixedPrecisionPolicy"
             if setup.precision == "mixed"
             else f"{working} bytes each"
         )
-        out["weights/gathered"] = (
+        out[GATHERED_WEIGHTS] = (
             f"FSDP2 unsharded weights ({pb} bytes each): the root unit (embedding, final "
             f"norm, head) gathered through forward and backward{kept}; in a block's "
             "backward that block and the next (prefetched)"
         )
-        out["comm/fsdp_all_gather"] = (
+        out[FSDP_ALL_GATHER] = (
             f"FSDP2 all-gather output of one block ({gb(pb * block_padded)}), alive during "
             "its copy-out in backward; none at the forward end or the optimizer step"
         )
-        out["comm/gloo_copy"] = (
+        out[GLOO_COPY] = (
             "gloo (CPU) reduce-scatter: a copy of its input while it runs (measured; NCCL "
             "reduces in place)"
         )
@@ -446,7 +458,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             "FSDP2 foreach_reduce: the block's unsharded gradients upcast to reduce_dtype "
             "before the copy into the reduce-scatter input (a backward temporary)"
         )
-        out["comm/reduce_scatter"] = (
+        out[REDUCE_SCATTER] = (
             f"FSDP2 reduce-scatter input of the block below ({rb} bytes, "
             f"{gb(rb * block_padded)}), kept until the next reduce-scatter; the root's "
             "at the end of backward; none at the forward end"
@@ -454,8 +466,8 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
         shard = "this rank's FSDP2 shard"
     elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
         view = "; the gradients are views into them" if setup.gradient_as_bucket_view else ""
-        out["weights"] = f"working weights ({working} bytes each), a full copy on every rank"
-        out["comm/ddp_buckets"] = (
+        out[WEIGHTS] = f"working weights ({working} bytes each), a full copy on every rank"
+        out[DDP_BUCKETS] = (
             f"DDP reducer's flat gradient buckets (bucket_cap_mb=25, the first 1 MB): "
             f"N·{working} bytes for the whole step{view}"
         )
@@ -468,17 +480,17 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             )
         )
     elif how == "zero":
-        out["comm/reduce_bucket"] = (
+        out[ZERO_REDUCE_BUCKET] = (
             "DeepSpeed reduce bucket(s) (reduce_bucket_size=5e8 elements"
             + (", two with overlap_comm at stage 3)" if setup.zero_stage == 3 else ")")
             + "; not measured"
         )
-        out["comm/all_gather"] = "DeepSpeed stage3_prefetch_bucket_size=5e7; not measured"
-        out["weights/gathered"] = (
+        out[ZERO_ALL_GATHER] = "DeepSpeed stage3_prefetch_bucket_size=5e7; not measured"
+        out[GATHERED_WEIGHTS] = (
             "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
         )
         shard = f"this rank's ÷{D} DeepSpeed partition"
-        out["weights"] = (
+        out[WEIGHTS] = (
             f"DeepSpeed ZeRO-3: this rank's ÷{D} partition of the {working}-byte weights, "
             "plus the tensors under stage3_param_persistence_threshold=1e5 kept whole; "
             "not measured"
@@ -501,7 +513,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             f"{setup.pipeline_parallel} (1F1B): this rank's "
             f"{model_parallel_parameters(spec, setup):,} parameters (closed form, not measured)"
         )
-        out["weights"] = out.get("weights", f"working weights ({working} bytes each)") + mp
+        out[WEIGHTS] = out.get("weights", f"working weights ({working} bytes each)") + mp
     return out
 
 

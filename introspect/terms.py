@@ -1,0 +1,1593 @@
+"""The term registry: every memory term the estimators can emit, declared once.
+
+A term is a slash path of a :class:`~introspect.breakdown.Breakdown` (``weights``,
+``activations/layer/attention/quadratic/probs``). Each record says its category, its
+equation (from the docstring or, where the docstring gives none, the expression of the
+code that computes it, with that function's name), the source it was derived from (the
+library file and function the computing module's docstrings name; "source not recorded"
+where they name none), the introspect functions that compute it, and the tests that check
+it against a real or a dry-run step (test node ids; ``unchecked`` says why a term has
+none). A name with a variable part is a pattern: ``{target}`` stands for one path
+component (``activations/layer/lora/{target}/a_output``).
+
+``introspect explain TERM`` prints a record; ``tests/test_terms.py`` fails when an
+estimate emits a name that is not here, and when a record names no test (or a test that
+does not exist). Plain data: this module imports no estimator and nothing heavy.
+"""
+
+# ruff: noqa: E501  (records: one string per field, read whole by `introspect explain`)
+
+from __future__ import annotations
+
+from introspect._record import record
+
+#: Categories, in the order ``explain --list`` groups them.
+CATEGORIES = ("weights", "grads", "optimizer", "communication", "activations", "transient")
+
+
+@record(kw_only=True)
+class Term:
+    """One registered term (or pattern of terms)."""
+
+    name: str
+    #: weights, grads, optimizer, communication, activations or transient (a gradient or a
+    #: copy that lives inside one step of backward or of the update).
+    category: str
+    equation: str
+    source: str
+    #: ``file: function`` of every introspect function that computes it.
+    computed_by: tuple[str, ...] = ()
+    #: Test node ids (``tests/test_x.py::test_name``) checking it against a real or a
+    #: dry-run step.
+    tests: tuple[str, ...] = ()
+    #: Why no test checks it against a step (empty when some test does).
+    unchecked: str = ""
+
+    @property
+    def is_pattern(self) -> bool:
+        return "{" in self.name
+
+    def matches(self, name: str) -> bool:
+        """Whether ``name`` is this term, or an instance of this pattern (each ``{…}``
+        one path component)."""
+        if not self.is_pattern:
+            return name == self.name
+        mine, theirs = self.name.split("/"), name.split("/")
+        return len(mine) == len(theirs) and all(
+            m == t or (m.startswith("{") and m.endswith("}") and t)
+            for m, t in zip(mine, theirs, strict=True)
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "category": self.category,
+            "equation": self.equation,
+            "source": self.source,
+            "computed_by": list(self.computed_by),
+            "tests": list(self.tests),
+            "unchecked": self.unchecked,
+        }
+
+
+def lookup(name: str) -> Term | None:
+    """The record of ``name``: the term itself, else the pattern it is an instance of."""
+    found = _BY_NAME.get(name)
+    if found is not None:
+        return found
+    return next((t for t in TERMS if t.is_pattern and t.matches(name)), None)
+
+
+def names() -> tuple[str, ...]:
+    """Every registered name (patterns as written), sorted."""
+    return tuple(sorted(_BY_NAME))
+
+
+# ---- names the estimators write in more than one place -------------------------------
+# Each is declared once here and read by the estimators (the string is the term's name).
+WEIGHTS = "weights"
+GRADS = "grads"
+ADAM_M = "optimizer/adam_m"
+ADAM_V = "optimizer/adam_v"
+MASTER_WEIGHTS = "optimizer/master_weights"
+MOMENTUM = "optimizer/momentum"
+OPTIMIZER_TEMPORARIES = "optimizer/temporaries"
+FSDP_ALL_GATHER = "comm/fsdp_all_gather"
+REDUCE_SCATTER = "comm/reduce_scatter"
+GLOO_COPY = "comm/gloo_copy"
+DDP_BUCKETS = "comm/ddp_buckets"
+ZERO_REDUCE_BUCKET = "comm/reduce_bucket"
+ZERO_ALL_GATHER = "comm/all_gather"
+GATHERED_WEIGHTS = "weights/gathered"
+LOGITS_OUTPUT = "activations/logits/output"
+LOGITS_GRAD = "activations/logits/grad"
+LOG_SOFTMAX = "activations/logits/log_softmax"
+EMBEDDING = "activations/embedding"
+
+
+TERMS: tuple[Term, ...] = (
+    Term(
+        name="activations/attention_mask",
+        category="activations",
+        equation="B·T²·r: eager's (B, 1, T, T) additive causal mask at the residual dtype, kept by every checkpointed layer as one of its inputs",
+        source="source not recorded (introspect/refined/hf_saved.py: embedding; the cause in introspect/refined/causes.py)",
+        computed_by=("introspect/refined/hf_saved.py: embedding",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/autocast_cache",
+        category="activations",
+        equation="spec.num_hidden_layers * per_layer  (loss_forward)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): torch.autocast: each nn.Linear casts its weight to BF16 once (the cast cache), the copy saved by the matmul",
+        computed_by=("introspect/refined/execution.py: loss_forward",),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/embedding",
+        category="activations",
+        equation="s·B·T·d: layer 0's input (seed); refined: the embedding's output as its first norm keeps it",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: activations/embedding: s·B·T·d)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: estimate",
+            "introspect/refined/execution.py: embedding_saved",
+            "introspect/refined/execution.py: backward_moments",
+            "introspect/refined/hf_saved.py: embedding",
+            "introspect/refined/saved.py: embedding",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+        ),
+    ),
+    Term(
+        name="activations/embedding/dropout_mask",
+        category="activations",
+        equation="BT * d * dropout_mask_bytes(setup, r)  (embedding)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout in train mode, p > 0; CPU: torch's _dropout_impl (mask in the input's dtype), CUDA: native_dropout (one byte)",
+        computed_by=("introspect/refined/hf_saved.py: embedding",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/embedding/grad",
+        category="transient",
+        equation="B·T·d·s: the gradient of layer 0's input, alive while the embedding's V·d gradient is made",
+        source="torch embedding_dense_backward (introspect/refined/execution.py: backward_end)",
+        computed_by=("introspect/refined/execution.py: backward_end",),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/final_norm",
+        category="activations",
+        equation="BT * d * s  (final)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
+        computed_by=("introspect/refined/saved.py: final", "introspect/refined/hf_saved.py: final"),
+        tests=(
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/final_norm/input",
+        category="activations",
+        equation="BTd * norm_input_bytes(spec, setup)  (final); BTd * (norm_input_bytes(spec, setup) - layer_input_bytes(spec, setup))  (final)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
+        computed_by=("introspect/refined/hf_saved.py: final",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/final_norm/normalized",
+        category="activations",
+        equation="norm_extra(spec, BT, d, s)  (final)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
+        computed_by=("introspect/refined/saved.py: final",),
+        tests=(
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/final_norm/statistics",
+        category="activations",
+        equation="norm_statistics(spec, BT)  (final)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
+        computed_by=("introspect/refined/saved.py: final",),
+        tests=(
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/grad_upcast",
+        category="transient",
+        equation="reduce_b * block if reduce_b != param_b else 0  (post_backward)",
+        source="torch/distributed/fsdp/_fully_shard/ (_fsdp_param.py: dim-0 shards padded to a multiple of D; _fsdp_state.py; foreach_reduce's reduce-scatter) (introspect/refined/sharding.py module docstring)",
+        computed_by=("introspect/refined/sharding.py: post_backward",),
+        tests=(
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/chunk_matrices",
+        category="activations",
+        equation="2 * square * FP32 + 2 * square * BF16  (saved); 5 * square * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/conv/input",
+        category="activations",
+        equation="B * T * C * a  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/conv/output",
+        category="activations",
+        equation="B * (T + w - 1) * C * a  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/decays",
+        category="activations",
+        equation="(3 * heads * Tp + heads * N) * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/gated_norm",
+        category="activations",
+        equation="kernel_out + rows * (a + weighted + FP32) + B * T * nv * FP32 + gate  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/k_beta",
+        category="activations",
+        equation="heads * Tp * dk * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/mask",
+        category="activations",
+        equation="c * c  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/matmul_casts",
+        category="activations",
+        equation="(4 * Tp * dk + loop) * heads * BF16  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/matmul_copies",
+        category="activations",
+        equation="4 * heads * Tp * dk * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/padded",
+        category="activations",
+        equation="heads * Tp * (2 * dk + dv + 1) * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/qk_l2norm",
+        category="activations",
+        equation="qk + 2 * heads * T * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/scan",
+        category="activations",
+        equation="heads * Tp * (dv + dk) * FP32 + query  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/solved",
+        category="activations",
+        equation="heads * Tp * (dv + dk) * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/deltanet/state",
+        category="activations",
+        equation="N * heads * dk * dv * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet.forward, causal_conv1d_fn, l2norm, torch_chunk_gated_delta_rule, Qwen3NextRMSNormGated (introspect/refined/deltanet.py)",
+        computed_by=("introspect/refined/deltanet.py: saved",),
+        tests=("tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",),
+    ),
+    Term(
+        name="activations/layer/attention/dropout_mask",
+        category="activations",
+        equation="BT * d * dropout_mask_bytes(setup, s)  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout in train mode, p > 0; CPU: torch's _dropout_impl (mask in the input's dtype), CUDA: native_dropout (one byte)",
+        computed_by=("introspect/refined/hf_saved.py: per_layer",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/grad",
+        category="transient",
+        equation="eager: 2·B·h·T²·4, the FP32 gradients of the probabilities and of the scores, plus 2·B·T·d (the residual stream's gradient and grad-of-V); SDPA: the gradients of Q, K and V instead",
+        source="eager softmax backward, SDPA's backward; no library file recorded (introspect/refined/execution.py: attention_transient)",
+        computed_by=("introspect/refined/execution.py: at_layer",),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear",
+        category="activations",
+        equation="s·L·5·B·T·d: Q, K, V, probs·V and the output (the seed's attention_linear_values)",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: attention_linear_values)",
+        computed_by=("introspect/simplified.py: estimate",),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/autocast_weights",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); weights * BF16  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/deltanet.py: saved",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/context",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); rows * a  (saved); full['attention/linear/context']  (_kind_parts); BT * spec.q_dim * s  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the context's transpose(1, 2).reshape copy, saved by o_proj",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/deltanet.py: saved",
+            "introspect/refined/execution.py: _kind_parts",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/lora.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/context_copy",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * spec.q_dim * s  (per_layer); BT * att.q_dim * s  (_attention)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): a head-major Q gives SDPA a head-major output; the reshape for o_proj copies it",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/gate",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/saved.py: _attention)",
+        computed_by=("introspect/refined/architecture.py: _kind_terms",),
+        tests=("tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",),
+    ),
+    Term(
+        name="activations/layer/attention/linear/gates",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); B * T * nv * a + 2 * B * T * nv * FP32 + 2 * nv * FP32  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/deltanet.py: saved",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/input_casts",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 2 * B * T * d * BF16  (saved)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/deltanet.py: saved",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/k",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.k_dim if att.kind == 'mla' else kv) * s  (_attention)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): Q, K, V as the kernel keeps them; eager repeat_kv copies K and V to every query head, SDPA keeps num_key_value_heads under use_gqa_in_sdpa (integrations/sdpa_attention.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/latent",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * widths * s + stats  (_attention)",
+        source="transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward (introspect/refined/saved.py: _attention)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_refined_moe.py::test_deepseek_experts_and_shared_experts_and_mla_latents",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/out",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * d * stream_kept_bytes(setup, 2 if gated else 1)  (per_layer); BT * d * norm_input_bytes(spec, setup)  (per_layer); BT * spec.hidden_size * s  (_attention)",
+        source="source not recorded",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/output_gate",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/saved.py: _attention)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=("tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",),
+    ),
+    Term(
+        name="activations/layer/attention/linear/q",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * spec.q_dim * inner  (per_layer); BT * att.q_dim * s  (_attention)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): Q, K, V as the kernel keeps them; eager repeat_kv copies K and V to every query head, SDPA keeps num_key_value_heads under use_gqa_in_sdpa (integrations/sdpa_attention.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/linear/v",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.v_dim if att.kind == 'mla' else kv) * s  (_attention)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): Q, K, V as the kernel keeps them; eager repeat_kv copies K and V to every query head, SDPA keeps num_key_value_heads under use_gqa_in_sdpa (integrations/sdpa_attention.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/logsumexp",
+        category="activations",
+        equation="B·h·T·4 per layer: SDPA's log-sum-exp per row, in place of the T×T tensors",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): SDPA on CPU, _scaled_dot_product_flash_attention_for_cpu, saves its output and a log-sum-exp per row",
+        computed_by=(
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_memory_efficient_attention_keeps_no_quadratic_tensor",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/mask",
+        category="activations",
+        equation="B * T * T * s  (_attention); setup.batch_size * setup.seq_len ** 2 * setup.activation_bytes  (per_layer)",
+        source="transformers/integrations/sdpa_attention.py: convert_boolean_attn_mask, the additive window mask SDPA keeps (introspect/refined/saved.py: _attention)",
+        computed_by=(
+            "introspect/refined/saved.py: _attention",
+            "introspect/refined/saved.py: per_layer",
+        ),
+        tests=("tests/test_refined_moe.py::test_sdpa_sliding_window_keeps_its_mask_per_layer",),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic",
+        category="activations",
+        equation="s·L·2·B·h·T²: the scores and the softmax, B·h·T² each, per layer (the seed's attention_quadratic_values)",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: attention_quadratic_values: 2·B·h·T², scores + softmax)",
+        computed_by=("introspect/simplified.py: estimate",),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/dropout_mask",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * mask  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout on the probabilities; CPU: torch's _dropout_impl, empty_like(input).bernoulli_()",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/dropped",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * inner  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout on the probabilities; CPU: torch's _dropout_impl, empty_like(input).bernoulli_()",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/probs",
+        category="activations",
+        equation="B·h·T·(T + sinks)·4 per layer: the FP32 softmax output, one T×T tensor per head (eager; also SDPA's math fallback)",
+        source="transformers/models/llama/modeling_llama.py: eager_attention_forward — softmax(dtype=float32) saves its FP32 output (introspect/refined/hf_saved.py, saved.py _attention)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_eager_attention_keeps_one_quadratic_tensor_per_layer",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/probs_cast",
+        category="activations",
+        equation="B·h·T·(T + sinks)·s per layer when s < 4: the softmax cast back to the activation dtype",
+        source="transformers/models/llama/modeling_llama.py: eager_attention_forward — .to(query.dtype), the 16-bit copy probs·V saves (introspect/refined/hf_saved.py)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/scores",
+        category="activations",
+        equation="s·B·h·T·keys per layer: the scores QKᵀ, one per query head (keys = T, or the window / chunk, + a sink column)",
+        source="the seed's (eq:attention_activations) T² part for real widths (introspect/refined/architecture.py: attention_quadratic_values)",
+        computed_by=("introspect/refined/architecture.py: _kind_terms",),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/softcap",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * s  (per_layer); B * h * T * keys * s  (_attention)",
+        source="transformers/models/gemma2/modeling_gemma2.py: attention soft-capping (introspect/refined/hf_saved.py, saved.py _attention)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: _attention",
+        ),
+        tests=("tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",),
+    ),
+    Term(
+        name="activations/layer/attention/quadratic/state",
+        category="activations",
+        equation="s·B·h_v·d_k·d_v per chunk of LINEAR_CHUNK tokens: linear attention's state in place of the T² term",
+        source="the seed's bookkeeping for Gated DeltaNet (introspect/refined/architecture.py: attention_quadratic_values)",
+        computed_by=("introspect/refined/architecture.py: _kind_terms",),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/attention/rope",
+        category="activations",
+        equation="4 * T * width * s  (_attention)",
+        source="the reference model's rotary multiply (introspect/refined/saved.py module docstring: the cos/sin tables of each RoPE multiply)",
+        computed_by=("introspect/refined/saved.py: _attention",),
+        tests=(
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/autocast_weights",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture.estimate)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): torch.autocast: each nn.Linear casts its weight to BF16 once (the cast cache), the copy saved by the matmul",
+        computed_by=("introspect/refined/architecture.py: estimate",),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward",
+        category="activations",
+        equation="s·L·9·B·T·d: up (4d), act (4d), down (d) (the seed's ff_activations)",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: ff_activations)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: estimate",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/act",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/act_intermediates",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); extra * BT * f * s  (per_layer)",
+        source="transformers/activations.py: the activation's own ops (introspect/refined/hf_saved.py: ACTIVATION_EXTRA)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/down",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * d * layer_input_bytes(spec, setup)  (per_layer); setup.tokens * spec.hidden_size * residual_bytes(setup)  (checkpointed_layer); setup.tokens * spec.hidden_size * setup.activation_bytes  (checkpointed_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/hf_saved.py: checkpointed_layer",
+            "introspect/refined/saved.py: checkpointed_layer",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/dropout_mask",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * d * dropout_mask_bytes(setup, s)  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): nn.functional.dropout in train mode, p > 0; CPU: torch's _dropout_impl (mask in the input's dtype), CUDA: native_dropout (one byte)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/expert_down",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * d * s  (feed_forward)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+        ),
+        tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/gate",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/glu",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * k * BT * f * s  (feed_forward)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+        ),
+        tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/grad",
+        category="transient",
+        equation="the gradients of the activation and of up (B·T·f each; + the product's, gated) and the residual stream's gradient B·T·d; MoE: routed_transient, the routed rows' larger moment",
+        source="transformers/integrations/moe.py: grouped_mm_experts_forward run in reverse (routed experts); dense: source not recorded (introspect/refined/execution.py: ffn_transient, routed_transient)",
+        computed_by=("introspect/refined/execution.py: at_layer",),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/product",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/repeated_input",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); rows * d * norm_out  (all_experts)",
+        source="transformers/models/llama4/modeling_llama4.py: Llama4TextMoe.forward, Llama4TextExperts, Llama4Router (introspect/refined/saved_feed_forward.py: all_experts)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=("tests/test_measure_hf.py::test_llama4_runs_every_expert_on_every_token",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/routed_input",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * d * s  (feed_forward); rows * d * s  (all_experts)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/router",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * scored * FP32  (feed_forward); BT * E * FP32  (all_experts)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/routing",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * s  (feed_forward); BT * E * s + BT * ff.top_k * 8  (all_experts)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/routing_index",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * 3 * 8 + BT * k * 8 + ff.num_experts * 4  (feed_forward)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+        ),
+        tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+    ),
+    Term(
+        name="activations/layer/feed_forward/shared",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); += setup.tokens * fs * setup.activation_bytes  (_after_down_projection); 4 * BT * ff.shared_intermediate_size * s  (all_experts); shared  (feed_forward)",
+        source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/execution.py: _after_down_projection",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+        ),
+        tests=(
+            "tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",
+            "tests/test_measure_hf.py::test_qwen2_moe_shared_experts_and_mixed_stacks",
+        ),
+    ),
+    Term(
+        name="activations/layer/feed_forward/up",
+        category="activations",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * f * s  (per_layer); k * BT * f * s  (feed_forward); rows * f * s  (all_experts)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the feed-forward's gate, up, act, product (gated) or up, act (plain); reference model: introspect/refined/saved_feed_forward.py",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved_feed_forward.py: feed_forward",
+            "introspect/refined/saved_feed_forward.py: all_experts",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/grad",
+        category="transient",
+        equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture.estimate); BT * d * s  (at_layer)",
+        source="source not recorded",
+        computed_by=(
+            "introspect/refined/architecture.py: estimate",
+            "introspect/refined/execution.py: at_layer",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm",
+        category="activations",
+        equation="s·L·2·B·T·d: two norm outputs per layer (the seed's layernorm_activations)",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: layernorm_activations)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: estimate",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/branch_outputs",
+        category="activations",
+        equation="2 * (BT * d * FP32 + BT * FP32)  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=("introspect/refined/hf_saved.py: per_layer",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/branch_outputs/normalized",
+        category="activations",
+        equation="2 * BT * d * FP32  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=("introspect/refined/hf_saved.py: per_layer",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/input",
+        category="activations",
+        equation="2 * BT * d * FP32  (_post_norm_terms); setup.tokens * spec.hidden_size * kept  (recomputed_extra)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=(
+            "introspect/refined/hf_saved.py: _post_norm_terms",
+            "introspect/refined/hf_saved.py: recomputed_extra",
+        ),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/normalized",
+        category="activations",
+        equation="BT * d * normalized  (_norm_terms); 2 * BT * d * FP32  (_post_norm_terms); n * norm_extra(spec, BT, d, s)  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=(
+            "introspect/refined/hf_saved.py: _norm_terms",
+            "introspect/refined/hf_saved.py: _post_norm_terms",
+            "introspect/refined/saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/qk_norm",
+        category="activations",
+        equation="qk_norm_output_values(spec, BT, kind)  (_kind_terms); BT * widths * FP32 + BT * (h + spec.kv_heads) * FP32  (per_layer); BT * widths * kept + 2 * rows * FP32  (per_layer); BT * widths * FP32 + rows * FP32  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=(
+            "introspect/refined/architecture.py: _kind_terms",
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/qk_norm/normalized",
+        category="activations",
+        equation="BT * widths * normalized  (per_layer); BT * widths * s  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=(
+            "introspect/refined/hf_saved.py: per_layer",
+            "introspect/refined/saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/layernorm/statistics",
+        category="activations",
+        equation="(2 if spec.norm == 'layernorm' else 1) * BT * FP32  (_norm_terms); 2 * BT * FP32  (_post_norm_terms); (2 if spec.norm == 'layernorm' else 1) * BT * FP32  (first_layer_saving); n * norm_statistics(spec, BT)  (per_layer)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
+        computed_by=(
+            "introspect/refined/hf_saved.py: _norm_terms",
+            "introspect/refined/hf_saved.py: _post_norm_terms",
+            "introspect/refined/lora.py: first_layer_saving",
+            "introspect/refined/saved.py: per_layer",
+        ),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/layer/lora/experts/effective_weights",
+        category="activations",
+        equation="lora_moe.effective_weights(spec, setup, working_weight_bytes(setup))  (per_layer)",
+        source="peft/tuners/lora/layer.py: Linear.forward — lora_A keeps its input (x.to(fp32) over a 16-bit base), lora_B keeps lora_A's output B·T·r (introspect/refined/lora.py)",
+        computed_by=("introspect/refined/lora.py: per_layer",),
+        tests=("tests/test_lora.py::test_peft_on_transformers_experts",),
+    ),
+    Term(
+        name="activations/layer/lora/inputs",
+        category="activations",
+        equation="copies  (per_layer); len(first) * BT * spec.hidden_size * mask  (first_layer_saving)",
+        source="peft/tuners/lora/layer.py: Linear.forward — lora_A keeps its input (x.to(fp32) over a 16-bit base), lora_B keeps lora_A's output B·T·r (introspect/refined/lora.py)",
+        computed_by=(
+            "introspect/refined/lora.py: per_layer",
+            "introspect/refined/lora.py: first_layer_saving",
+        ),
+        tests=(
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+        ),
+    ),
+    Term(
+        name="activations/layer/lora/{target}/a_output",
+        category="activations",
+        equation="B·T·r·a per adapted linear (target): lora_A's output, kept by lora_B",
+        source="peft/tuners/lora/layer.py: Linear.forward — lora_A keeps its input (x.to(fp32) over a 16-bit base), lora_B keeps lora_A's output B·T·r (introspect/refined/lora.py)",
+        computed_by=("introspect/refined/lora.py: per_layer",),
+        tests=(
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+        ),
+    ),
+    Term(
+        name="activations/logits",
+        category="activations",
+        equation="s·B·T·V (the seed's logits term)",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: activations/logits: s·B·T·V)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: estimate",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+        ),
+    ),
+    Term(
+        name="activations/logits/autocast_weight",
+        category="activations",
+        equation="2 * spec.vocab_size * spec.hidden_size  (final)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): torch.autocast: each nn.Linear casts its weight to BF16 once (the cast cache), the copy saved by the matmul",
+        computed_by=("introspect/refined/hf_saved.py: final",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/logits/grad",
+        category="transient",
+        equation="standard cross-entropy: 2·B·T·V·4, the FP32 gradients of the log-probabilities and of the logits alive together; chunked or fused: one chunk's logits, log-softmax and gradient",
+        source="source not recorded (introspect/refined/execution.py: logits_transient; measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward)",
+        computed_by=(
+            "introspect/refined/execution.py: forward_end",
+            "introspect/refined/execution.py: backward_moments",
+        ),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/logits/labels",
+        category="activations",
+        equation="BT * 8  (logits_saved)",
+        source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
+        computed_by=("introspect/refined/hf_saved.py: logits_saved",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/logits/log_softmax",
+        category="activations",
+        equation="BT * V * loss_bytes(setup)  (logits_saved); BTV * FP32  (logits_saved)",
+        source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
+        computed_by=(
+            "introspect/refined/hf_saved.py: logits_saved",
+            "introspect/refined/saved.py: logits_saved",
+        ),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/logits/logsumexp",
+        category="activations",
+        equation="BT * FP32  (logits_saved); setup.tokens * FP32  (logits_saved)",
+        source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
+        computed_by=(
+            "introspect/refined/hf_saved.py: logits_saved",
+            "introspect/refined/saved.py: logits_saved",
+        ),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="activations/logits/output",
+        category="activations",
+        equation="BTV * s  (loss_forward); saved_all['activations/logits/output']  (master_gradients); saved_all['activations/logits/output']  (backward_end); saved_all['activations/logits/output']  (optimizer_step)",
+        source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
+        computed_by=(
+            "introspect/refined/execution.py: loss_forward",
+            "introspect/refined/execution.py: master_gradients",
+            "introspect/refined/execution.py: backward_end",
+            "introspect/refined/execution.py: optimizer_step",
+        ),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="activations/logits/softcap",
+        category="activations",
+        equation="BT * V * setup.activation_bytes  (logits_saved)",
+        source="transformers/models/gemma2/modeling_gemma2.py: final logit soft-capping (introspect/refined/hf_saved.py)",
+        computed_by=("introspect/refined/hf_saved.py: logits_saved",),
+        tests=("tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",),
+    ),
+    Term(
+        name="activations/logits/upcast",
+        category="transient",
+        equation="BTV * FP32  (loss_forward)",
+        source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
+        computed_by=("introspect/refined/execution.py: loss_forward",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_measure_hf.py::test_peak_moments_under_autocast",
+        ),
+    ),
+    Term(
+        name="activations/mlx/attention",
+        category="activations",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="activations/mlx/experts",
+        category="activations",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx_moe.py::test_a_measured_and_a_replayed_qwen3_moe_step_are_within_5_percent",
+        ),
+    ),
+    Term(
+        name="activations/mlx/feed_forward",
+        category="activations",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="activations/mlx/hidden",
+        category="activations",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="activations/mlx/hidden/lora_upcasts",
+        category="activations",
+        equation="upcasts  (moments)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: moments",),
+        tests=(
+            "tests/test_mlx_lora.py::test_bf16_eager_lora_step_keeps_the_fp32_upcasts_the_trace_merges",
+        ),
+    ),
+    Term(
+        name="activations/mlx/logits",
+        category="activations",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="activations/mlx/router",
+        category="activations",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator (mlx/transforms.cpp, scheduler.h, cpu/encoder.h) as introspect/measure/mlx_replay_eval.py replays it; counts in introspect/refined/mlx_counts.py (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx_moe.py::test_a_measured_and_a_replayed_qwen3_moe_step_are_within_5_percent",
+        ),
+    ),
+    Term(
+        name="activations/positions",
+        category="activations",
+        equation="2 * setup.seq_len * rotary * table  (embedding)",
+        source="transformers 5 (introspect/refined/hf_saved.py module docstring): the rotary cos/sin made once per forward by the model's rotary_emb, shared by every layer",
+        computed_by=("introspect/refined/hf_saved.py: embedding",),
+        tests=(
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+        ),
+    ),
+    Term(
+        name="comm/all_gather",
+        category="communication",
+        equation="working * min(DS_PREFETCH_BUCKET, spec.n_params)  (moment_terms)",
+        source="DeepSpeed runtime/zero/config.py: reduce_bucket_size=5e8, stage3_prefetch_bucket_size=5e7 (introspect/refined/sharding.py; not measured)",
+        computed_by=("introspect/refined/sharding.py: moment_terms",),
+        tests=(),
+        unchecked="DeepSpeed ZeRO-3's prefetch bucket: 'not measured' (introspect/refined/sharding.py)",
+    ),
+    Term(
+        name="comm/ddp_buckets",
+        category="communication",
+        equation="N·(gradient bytes): the reducer's flat buckets, alive the whole step (none beside the gradients under gradient_as_bucket_view)",
+        source="torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp: the reducer's flat gradient buckets, bucket_cap_mb=25 (introspect/refined/sharding.py)",
+        computed_by=("introspect/refined/sharding.py: state_terms",),
+        tests=(
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="comm/fsdp_all_gather",
+        category="communication",
+        equation="param_b·D·shard(block): one block's all-gather output (every parameter's dim 0 padded to a multiple of D), alive during its copy-out in backward, at the gathered weights' bytes (BF16 under MixedPrecisionPolicy(param_dtype=bf16))",
+        source="torch/distributed/fsdp/_fully_shard/ (_fsdp_param.py: dim-0 shards padded to a multiple of D; _fsdp_state.py; foreach_reduce's reduce-scatter) (introspect/refined/sharding.py module docstring)",
+        computed_by=(
+            "introspect/refined/sharding.py: moment_terms",
+            "introspect/refined/sharding.py: post_backward",
+        ),
+        tests=(
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="comm/gloo_copy",
+        category="communication",
+        equation="reduce_b * D * shard if setup.resolved_device == 'cpu' else 0  (post_backward)",
+        source="torch/distributed/fsdp/_fully_shard/ (_fsdp_param.py: dim-0 shards padded to a multiple of D; _fsdp_state.py; foreach_reduce's reduce-scatter) (introspect/refined/sharding.py module docstring)",
+        computed_by=("introspect/refined/sharding.py: post_backward",),
+        tests=(
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="comm/reduce_bucket",
+        category="communication",
+        equation="buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)  (moment_terms)",
+        source="DeepSpeed runtime/zero/config.py: reduce_bucket_size=5e8, stage3_prefetch_bucket_size=5e7 (introspect/refined/sharding.py; not measured)",
+        computed_by=("introspect/refined/sharding.py: moment_terms",),
+        tests=(),
+        unchecked="DeepSpeed ZeRO-2/3's reduce bucket: 'not measured here' (introspect/refined/sharding.py)",
+    ),
+    Term(
+        name="comm/reduce_scatter",
+        category="communication",
+        equation="the previous block's reduce-scatter input, kept until the next reduce-scatter (reduce_scatter_max_input_buffers=1), FP32 under reduce_dtype=fp32",
+        source="torch/distributed/fsdp/_fully_shard/ (_fsdp_param.py: dim-0 shards padded to a multiple of D; _fsdp_state.py; foreach_reduce's reduce-scatter) (introspect/refined/sharding.py module docstring)",
+        computed_by=(
+            "introspect/refined/sharding.py: post_backward",
+            "introspect/refined/sharding.py: backward_end",
+            "introspect/refined/sharding.py: moment_terms",
+        ),
+        tests=(
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="grads",
+        category="grads",
+        equation="w·N: one gradient per weight (the seed); refined: the gradients alive at the moment",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: estimate: w·N gradients)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: state_terms",
+            "introspect/refined/execution.py: master_gradients",
+            "introspect/refined/execution.py: forward_end",
+            "introspect/refined/execution.py: loss_forward",
+            "introspect/refined/execution.py: backward_moments",
+            "introspect/refined/execution.py: backward_end",
+            "introspect/refined/execution.py: optimizer_step",
+            "introspect/refined/execution.py: at_layer",
+            "introspect/refined/sharding.py: backward_end",
+            "introspect/refined/sharding.py: post_backward",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="grads/embedding_sum",
+        category="grads",
+        equation="tied: 2·V·d at the gradients' dtype beyond the N gradients — lm_head's and the embedding's V·d gradients and their out-of-place sum alive at once",
+        source="torch/csrc/autograd/input_buffer.cpp: the AccumulateGrad input buffer sums a weight's two gradients out of place (introspect/refined/execution.py: backward_end)",
+        computed_by=("introspect/refined/execution.py: backward_end",),
+        tests=("tests/test_refined_transformers.py::test_optimizer_step_and_tied_embedding_sum",),
+    ),
+    Term(
+        name="grads/last_bf16",
+        category="grads",
+        equation="working_weight_bytes(setup) * last  (master_gradients)",
+        source="torch mixed precision: the BF16 gradient freed once its FP32 master gradient exists (introspect/refined/execution.py: master_grads)",
+        computed_by=("introspect/refined/execution.py: master_gradients",),
+        tests=(
+            "tests/test_measure_hf.py::test_mixed_update_estimate_counts_the_fp32_master_gradients",
+        ),
+    ),
+    Term(
+        name="grads/mlx/weight_sized",
+        category="grads",
+        equation="Σ over the graph's tensor kinds in this group: count at the moment × the kind's size (B·T·V, B·h·T², B·T·f, …) × bytes (introspect/refined/mlx_counts.py: COUNTS)",
+        source="MLX v0.32's CPU evaluator: weight-sized gradients, Adam temporaries and new weights/moments (introspect/refined/mlx.py)",
+        computed_by=("introspect/refined/mlx.py: candidate_terms (GROUPS, group)",),
+        tests=(
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="optimizer/adam_m",
+        category="optimizer",
+        equation="4·N (FP32; 2·N under pure BF16; 1·N for 8-bit Adam), ÷D when sharded",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: estimate: FP32·N each); torch/optim/adam.py state (introspect/refined/execution.py: optimizer_state)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: state_terms",
+            "introspect/refined/execution.py: optimizer_state",
+            "introspect/refined/lora.py: optimizer_state",
+            "introspect/refined/mlx.py: state_terms",
+            "introspect/refined/mlx.py: lora_state_terms",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="optimizer/adam_v",
+        category="optimizer",
+        equation="4·N (FP32; 2·N under pure BF16; 1·N for 8-bit Adam), ÷D when sharded",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: estimate: FP32·N each); torch/optim/adam.py state (introspect/refined/execution.py: optimizer_state)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: state_terms",
+            "introspect/refined/execution.py: optimizer_state",
+            "introspect/refined/lora.py: optimizer_state",
+            "introspect/refined/mlx.py: state_terms",
+            "introspect/refined/mlx.py: lora_state_terms",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+        ),
+    ),
+    Term(
+        name="optimizer/master_weights",
+        category="optimizer",
+        equation="4·N: the FP32 master copy when the working weights are 16-bit",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: estimate: FP32·N when w < 4)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: state_terms",
+            "introspect/refined/sharding.py: state_terms",
+        ),
+        tests=(
+            "tests/test_measure_hf.py::test_mixed_keeps_an_fp32_master_copy",
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+        ),
+    ),
+    Term(
+        name="optimizer/momentum",
+        category="optimizer",
+        equation="per·N: one SGD momentum buffer at the state's dtype (4 bytes FP32; 2 under pure BF16), ÷D when sharded",
+        source="source not recorded (introspect/refined/execution.py: optimizer_state, 'SGD with momentum one buffer'; setup.OPTIMIZER_STATE_BYTES)",
+        computed_by=(
+            "introspect/refined/execution.py: optimizer_state",
+            "introspect/refined/lora.py: optimizer_state",
+        ),
+        tests=(
+            "tests/test_optimizer_state.py::test_measured_peak_is_byte_identical_to_the_warm_up_form",
+        ),
+    ),
+    Term(
+        name="optimizer/temporaries",
+        category="optimizer",
+        equation="optimizer_temporaries(spec, setup, local)  (optimizer_step)",
+        source="torch/optim/adam.py: single-tensor, foreach and fused update temporaries (introspect/refined/execution.py: optimizer_temporaries)",
+        computed_by=("introspect/refined/execution.py: optimizer_step",),
+        tests=(
+            "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+            "tests/test_optimizer_state.py::test_measure_step_peak_matches_the_warm_up_form",
+        ),
+    ),
+    Term(
+        name="weights",
+        category="weights",
+        equation="w·N: working weights (w = 4 in FP32, 2 in BF16; ÷D at ZeRO-3/FSDP)",
+        source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: eq:weights; weights, working_weight_bytes)",
+        computed_by=(
+            "introspect/simplified.py: estimate",
+            "introspect/refined/architecture.py: state_terms",
+            "introspect/refined/architecture.py: estimate",
+            "introspect/refined/mlx.py: state_terms",
+            "introspect/refined/mlx.py: lora_state_terms",
+            "introspect/refined/sharding.py: state_terms",
+        ),
+        tests=(
+            "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            "tests/test_refined_mlx.py::test_closed_form_within_5_percent_of_the_replay",
+            "tests/test_refined_mlx_dense.py::test_closed_form_within_5_percent_of_a_measured_step",
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="weights/base_linears",
+        category="weights",
+        equation="quantized_bytes(spec, quant, setup.double_quant, setup)  (state_terms)",
+        source="peft/tuners/lora/layer.py: Linear.forward; bitsandbytes/functional.py: quantize_4bit (NF4, absmax per 64-weight block) (introspect/refined/lora.py)",
+        computed_by=("introspect/refined/lora.py: state_terms",),
+        tests=(
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+            "tests/test_lora.py::test_qlora_saves_what_nf4_saves",
+        ),
+    ),
+    Term(
+        name="weights/base_other",
+        category="weights",
+        equation="rest * wb  (state_terms)",
+        source="peft/tuners/lora/layer.py: Linear.forward; bitsandbytes/functional.py: quantize_4bit (NF4, absmax per 64-weight block) (introspect/refined/lora.py)",
+        computed_by=("introspect/refined/lora.py: state_terms",),
+        tests=(
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+        ),
+    ),
+    Term(
+        name="weights/gathered",
+        category="weights",
+        equation="FSDP2/ZeRO-3: the root unit kept gathered plus gathered blocks (one unit and one prefetched; every block when reshard_after_forward=False); offload=parameters: two units of working weights",
+        source="torch FSDP2 / DeepSpeed ZeRO-3: one gathered unit plus one prefetched (introspect/refined/sharding.py); ZeRO-Infinity offload_param, FSDP CPUOffload (introspect/refined/offload.py)",
+        computed_by=(
+            "introspect/refined/offload.py: state",
+            "introspect/refined/sharding.py: moment_terms",
+            "introspect/refined/sharding.py: post_backward",
+            "introspect/refined/sharding.py: backward_end",
+            "introspect/refined/sharding.py: state_terms",
+        ),
+        tests=(
+            "tests/test_sharding.py::test_real_two_process_steps_match_the_per_rank_estimate",
+            "tests/test_sharding.py::test_transformers_classes_in_two_processes_match_the_estimate",
+        ),
+    ),
+    Term(
+        name="weights/lora_adapters",
+        category="weights",
+        equation="adapters * adapter_bytes(setup)  (state_terms); 4 * a  (lora_state_terms)",
+        source="peft/tuners/lora/layer.py: lora_A (d_in × r), lora_B (r × d_out), FP32 over a 16-bit base (autocast_adapter_dtype=True); mlx_lm/tuner/lora.py: LoRALinear (introspect/refined/lora.py, mlx.py)",
+        computed_by=(
+            "introspect/refined/lora.py: state_terms",
+            "introspect/refined/mlx.py: lora_state_terms",
+        ),
+        tests=(
+            "tests/test_lora.py::test_lora_step_peak",
+            "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+            "tests/test_mlx_lora.py::test_lora_closed_form_within_5_percent_of_the_replay",
+        ),
+    ),
+    Term(
+        name="weights/trainable_embedding_copies",
+        category="weights",
+        equation="the trained copies of the input embedding and the output head at the working dtype (wb·V·d each), beside the frozen originals",
+        source="peft modules_to_save: ModulesToSaveWrapper keeps the frozen original and trains a copy (introspect/refined/lora.py: embedding_copy_bytes)",
+        computed_by=("introspect/refined/lora.py: state_terms",),
+        tests=("tests/test_lora.py::test_lora_step_peak",),
+    ),
+)
+
+_BY_NAME: dict[str, Term] = {t.name: t for t in TERMS}

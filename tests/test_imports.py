@@ -1,0 +1,208 @@
+"""No import cycles between introspect's own modules, and every module importable on its
+own in a fresh interpreter.
+
+The graph is read from the source (``ast``): every ``import introspect.x`` and ``from
+introspect.x import y`` anywhere in a module — at the top or inside a function, since an
+import inside a function that closes a cycle is still a cycle — except under ``if
+TYPE_CHECKING:``, which never runs. A module's own ancestor packages are not edges
+(Python imports them first, whoever asks). Heavy optional libraries (torch, MLX,
+transformers) may stay inside functions: the rule is for introspect's own modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import introspect
+
+PACKAGE = Path(introspect.__file__).resolve().parent
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the package (``introspect/adapters`` is a link: followed)."""
+    out: dict[str, Path] = {}
+    for folder, dirs, files in os.walk(PACKAGE, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = Path(folder).relative_to(PACKAGE)
+        if rel.parts and not (Path(folder) / "__init__.py").exists():
+            dirs[:] = []  # a data folder, not a package
+            continue
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            parts = ["introspect", *rel.parts]
+            if name != "__init__.py":
+                parts.append(name[:-3])
+            out[".".join(parts)] = Path(folder) / name
+    return out
+
+
+MODULES = _modules()
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST):
+    """Every import statement that can run (not under ``if TYPE_CHECKING:``)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            yield from (n for branch in node.orelse for n in _imports_in(branch))
+            continue
+        yield from _imports_in(node)
+
+
+def _imports_in(node: ast.AST):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    else:
+        yield from _imports(node)
+
+
+def _owner(name: str) -> str | None:
+    """The project module ``name`` is, or is an attribute of."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            here = module.split(".")
+            if not MODULES[module].name == "__init__.py":
+                here = here[:-1]
+            here = here[: len(here) - (node.level - 1)]
+            base = ".".join([*here, *([node.module] if node.module else [])])
+        # ``from pkg import sub``: the submodule; ``from pkg import name``: pkg itself.
+        names = [f"{base}.{alias.name}" for alias in node.names]
+    out = set()
+    for name in names:
+        if not name.startswith("introspect"):
+            continue
+        owner = _owner(name)
+        if owner and owner != module and not module.startswith(owner + "."):
+            out.add(owner)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the project modules it imports}``."""
+    graph = {}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        graph[module] = set().union(*(_targets(module, n) for n in _imports(tree)))
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_the_package_and_its_edges():
+    graph = import_graph()
+    # the adapters (a linked folder) and the sub-packages are walked
+    assert "introspect.adapters.bundled" in graph
+    assert "introspect.refined.saved" in graph and "introspect.measure.mlx_replay_trace" in graph
+    # a top-level import, a function-level one and a relative one are all edges
+    assert "introspect.params" in graph["introspect.spec"]
+    assert "introspect.refined.lora" in graph["introspect.refined.causes"]  # in a function
+    assert "introspect.measure.mlx_replay_moe" in graph["introspect.measure.mlx_replay_trace"]
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import():
+    source = {
+        "introspect.a": "from introspect import b\n",
+        "introspect.b": "def f():\n    from introspect.c import g\n",
+        "introspect.c": "import introspect.a\n",
+        "introspect.d": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    import introspect.a\n",
+    }
+    saved = dict(MODULES)
+    try:
+        MODULES.update({m: Path(f"/nonexistent/{m}.py") for m in source})
+        graph = {m: set().union(*(_targets(m, n) for n in _imports(ast.parse(s))), set())
+                 for m, s in source.items()}  # fmt: skip
+    finally:
+        MODULES.clear()
+        MODULES.update(saved)
+    assert cycles(graph) == [["introspect.a", "introspect.b", "introspect.c"]]
+    assert graph["introspect.d"] == set()  # TYPE_CHECKING imports never run
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    assert found == [], "import cycles: " + "; ".join(" ↔ ".join(c) for c in found)
+
+
+def test_the_spec_imports_no_estimator():
+    graph = import_graph()
+    estimators = {"introspect.simplified", "introspect.refined"}
+    reach, todo = set(), ["introspect.spec"]
+    while todo:
+        for dep in graph[todo.pop()] - reach:
+            reach.add(dep)
+            todo.append(dep)
+    assert not {m for m in reach if m in estimators or m.startswith("introspect.refined.")}
+
+
+def _import_alone(module: str) -> tuple[str, int, str]:
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PACKAGE.parent,
+    )
+    return module, proc.returncode, proc.stderr.strip().splitlines()[-1:]
+
+
+def test_every_module_imports_on_its_own():
+    """Each module first in a fresh interpreter (two at a time: the machine is shared)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        # __main__ runs the command line when imported: not a module to import alone
+        results = list(pool.map(_import_alone, sorted(set(MODULES) - {"introspect.__main__"})))
+    failed = [f"{m}: {err}" for m, rc, err in results if rc != 0]
+    assert not failed, "\n".join(failed)
