@@ -129,8 +129,9 @@ def _issue_row(config_path: str, seq_len: int) -> None:
     the same step, and the closed form (``refined.estimate``) for the same setup."""
     import json
 
-    from introspect import refined
     from introspect.adapters.hf_config import spec_from_config
+
+    from introspect import refined
 
     raw = json.loads(open(config_path).read())
     setup = _setup(batch_size=1, seq_len=seq_len, attention="eager")
