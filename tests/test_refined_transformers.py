@@ -123,3 +123,34 @@ def test_terms_follow_the_config():
     cuda = hf_saved.per_layer(gpt2, _setup().replace(device="cuda"))
     cpu = hf_saved.per_layer(gpt2, _setup())
     assert cuda["attention/quadratic/dropout_mask"] * 4 == cpu["attention/quadratic/dropout_mask"]
+
+
+PHI3 = dict(
+    model_type="phi3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    intermediate_size=128, vocab_size=512, pad_token_id=0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_phi3_fused_qkv_is_kept_by_sdpa(precision, kv_heads):
+    """Phi-3's fused ``qkv_proj`` (``spec.fused_linears``), stepped as ``introspect
+    measure`` steps it (a real CPU step, the HF Trainer's ``use_cache=False``): SDPA keeps
+    the fused output through its V view, eager does not; the estimate is within 1% of the
+    peak in both, and without the fused projection it misses SDPA's by more."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import hf_models
+
+    raw = dict(PHI3, num_key_value_heads=kv_heads)
+    spec = spec_from_config(dict(raw))
+    assert "qkv" in spec.fused_linears
+    for attention in ("memory_efficient", "eager"):
+        setup = _setup(precision, attention, "labels", T=256)
+        measured = hf_models.measure(raw, "phi3", spec, setup, device="cpu", census=False)[0]
+        assert refined.estimate(spec, setup).total == pytest.approx(measured.peak_bytes, rel=0.01)
+        unfused = refined.estimate(spec.replace(fused_linears=()), setup).total
+        if attention == "memory_efficient":
+            assert unfused < 0.99 * measured.peak_bytes
+        else:
+            assert unfused == pytest.approx(measured.peak_bytes, rel=0.01)

@@ -27,7 +27,21 @@ this tracker keeps only those, with MemTracker's rules for what counts and how:
   when a device's live total rises above its peak.
 
 ``tests/test_live_tracker.py`` checks the peak and every kind against MemTracker to the
-byte on the same step. Not handled (MemTracker handles them; no measured step uses them):
+byte on the same step; ``tests/test_memtracker.py`` does so around ``measure``'s own step
+of each family's transformers class (MemTracker entered around it, the same operations).
+
+Issue 25's GPT-2 gap (5.065 GB here, 5.140 GB by MemTracker, FP32 eager T=1024) was two
+steps, not two meters: around the same step both read 5,064,896,096 bytes, and around the
+other both read 5,140,393,568. ``measure`` builds with ``use_cache=False``
+(:func:`introspect.measure.hf_models.build`, as the HF Trainer sets it); the other step
+kept GPT2Config's ``use_cache=True``, so ``DynamicLayer.update``
+(``transformers/cache_utils.py``) ``torch.cat``-copies K and V, the attention saves the
+copies, and Q — a view of ``c_attn``'s fused output — still keeps that storage: 2·B·T·d·4
+bytes a layer, 75,497,472 over GPT-2's 12 layers, the whole gap. Both meters count a
+storage once however many views share it (MemTracker's ``_track`` and
+``_update_and_maybe_create_winfos`` key ``get_untyped_storages(t)``).
+
+Not handled (MemTracker handles them; no measured step uses them):
 ``UntypedStorage.resize_`` outside an operation, DTensor.
 """
 

@@ -21,8 +21,10 @@ The tracker also runs on CUDA, so every device reports the same categories.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -253,8 +255,14 @@ def measure_step(
     forward: Forward = reference_forward,
     implementation: str = "reference",
     loop: str | None = None,
+    witness: Callable[[nn.Module, torch.optim.Optimizer, list], Any] | None = None,
 ) -> Measurement:
     """Warm up, reset, measure one step of ``model`` (already on ``device``).
+
+    ``witness(model, optimizer, master)``, when given, makes a second tracker entered
+    around the measured step, outside the live-storage tracker, so both see the same
+    operations (the tests enter torch's own ``MemTracker`` there:
+    :func:`introspect.measure.tracker.witness`).
 
     ``device`` is ``cpu``, ``cuda`` or ``fake`` (the caller has built the model inside a
     FakeTensorMode; see :mod:`introspect.measure.fake`). ``loop`` is ``logits`` or
@@ -283,8 +291,9 @@ def measure_step(
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     tracker = live_tracker.LiveStorageTracker(model, optimizer, external=step.master)
+    outer = witness(model, optimizer, step.master) if witness else contextlib.nullcontext()
     start = time.perf_counter()
-    with tracker:
+    with outer, tracker:
         step(input_ids, targets)
     if cuda:
         torch.cuda.synchronize()

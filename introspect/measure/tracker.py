@@ -70,3 +70,26 @@ def categories_at_peak(tracker: PhaseMemTracker, optimizer_state: int) -> dict[s
             if name != "Total":
                 kinds[name] = kinds.get(name, 0) + value
     return categories(kinds, optimizer_state)
+
+
+def witness(model: torch.nn.Module, optimizer: Any, master: list[torch.Tensor]) -> PhaseMemTracker:
+    """A MemTracker that knows the step's state as the live-storage tracker does
+    (``track_external(model, optimizer, *master)``), for
+    :func:`introspect.measure.torch_step.measure_step`'s ``witness``."""
+    tracker = PhaseMemTracker()
+    tracker.track_external(model, optimizer, *master)
+    return tracker
+
+
+def peak(tracker: PhaseMemTracker) -> tuple[int, dict[str, int]]:
+    """MemTracker's peak (summed over devices) and the bytes of each kind alive then."""
+    kinds: dict[str, int] = {}
+    total = 0
+    for dev_snap in tracker.get_tracker_snapshot("peak").values():
+        for kind, value in dev_snap.items():
+            name = getattr(kind, "value", kind)
+            if name == "Total":
+                total += value
+            else:
+                kinds[name] = kinds.get(name, 0) + value
+    return total, kinds

@@ -67,8 +67,11 @@ ACTIVATION_EXTRA: dict[str, int] = {
     "quick_gelu": 1,
 }
 
-#: Families whose attention input projection is one fused matrix (GPT-2's ``c_attn``).
-FUSED_QKV = ("gpt2",)
+#: Families whose transformers rotary ``torch.cat``s the rotated and the passed parts of
+#: Q and K whatever the rotary fraction (``models/phi3/modeling_phi3.py``
+#: ``apply_rotary_pos_emb``: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin),
+#: q_pass], dim=-1)``), so Q comes out head-major even at ``partial_rotary_factor`` 1.
+ROTARY_CAT = ("phi3",)
 #: Families whose block is parallel: attention and feed-forward read one norm (Phi).
 PARALLEL = ("phi",)
 #: Families whose RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32:
@@ -189,10 +192,17 @@ def _add(into: dict[str, int], more: dict[str, int]) -> None:
         into[k] = into.get(k, 0) + v
 
 
+def fused(spec: ModelSpec, which: str) -> bool:
+    """Whether the class computes ``which`` (``qkv``, ``gate_up``) as one linear: the
+    architecture fact ``spec.fused_linears`` (GPT-2's ``c_attn``, Phi-3's ``qkv_proj`` and
+    ``gate_up_proj``)."""
+    return which in spec.fused_linears
+
+
 def attention_consumers(spec: ModelSpec) -> int:
-    """Projections reading the attention norm's output: q, k, v (one fused ``c_attn``
-    for GPT-2), plus fc1 in a parallel block."""
-    qkv = 1 if spec.model_type in FUSED_QKV else 3
+    """Projections reading the attention norm's output: q, k, v (one when fused:
+    GPT-2's ``c_attn``, Phi-3's ``qkv_proj``), plus fc1 in a parallel block."""
+    qkv = 1 if fused(spec, "qkv") else 3
     return qkv + (1 if spec.model_type in PARALLEL else 0)
 
 
@@ -200,8 +210,9 @@ def feed_forward_consumers(spec: ModelSpec) -> int:
     """Linear layers reading the feed-forward norm's output, each keeping its own cast
     under autocast: gate and up (up alone when plain); for MoE the router, not the
     experts (their grouped matmuls take the FP32 rows, ``feed_forward/routed_input``),
-    plus the shared experts' gate and up and Qwen2-MoE's gate on them."""
-    two = 2 if spec.ffn == "gated" else 1
+    plus the shared experts' gate and up and Qwen2-MoE's gate on them. A fused
+    ``gate_up_proj`` (Phi-3) is one linear, one cast."""
+    two = 2 if spec.ffn == "gated" and not fused(spec, "gate_up") else 1
     if not spec.is_moe:
         return two
     ff = spec.kinds[0][0].feed_forward
@@ -285,10 +296,11 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["attention/quadratic/probs_cast"] = t2 * s
     else:
         out["attention/logsumexp"] = B * h * T * FP32
-        if spec.partial_rotary_factor < 1:
+        if spec.partial_rotary_factor < 1 or spec.model_type in ROTARY_CAT:
             # Partial rotary ``torch.cat``s the rotated and passed parts: Q comes out
             # head-major, SDPA's output follows Q's layout, and o_proj's reshape copies it.
             out["attention/linear/context_copy"] = BT * spec.q_dim * s
+        out.update(_fused_qkv_kept(spec, setup))
     if spec.hidden_dropout > 0:
         out["attention/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
     if post:
@@ -317,6 +329,26 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
     out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
     return out
+
+
+def _fused_qkv_kept(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """SDPA beside a fused q/k/v projection with rotary positions: SDPA saves V as it is
+    given, a view of the fused output (``qkv[..., q + kv:]`` in
+    ``models/phi3/modeling_phi3.py``; ``repeat_kv`` returns its input when K and V are
+    not repeated), so the whole B·T·(q + 2·kv) storage stays while the rotary made Q and
+    K anew: the q and k parts, B·T·(q + kv), beyond separate projections. Not when K and
+    V are repeated (a copy), nor on the T×T path (``matmul``'s reshape of the strided V
+    view copies it), nor without rotary (GPT-2: Q, K, V are all views of one storage,
+    already the three terms)."""
+    if not fused(spec, "qkv") or spec.position_embedding != "rope":
+        return {}
+    if keeps_t2(spec, setup) or kv_saved_width(spec, setup) != spec.kv_dim:
+        return {}
+    return {
+        "attention/linear/qkv_fused": setup.tokens
+        * (spec.q_dim + spec.kv_dim)
+        * (setup.activation_bytes)
+    }
 
 
 def _routed_feed_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
