@@ -166,6 +166,9 @@ def run(args: argparse.Namespace) -> int:
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision)
+    from introspect.unmodelled import check_closed_form
+
+    check_closed_form(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, args.max_devices)
     if args.plot:
         from introspect import plot
