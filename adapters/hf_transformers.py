@@ -125,6 +125,7 @@ def spec_from_build(
     from .module_walk import describe_tree, unmodelled_parts
     from .torch_module import torch_tree
 
+    refuse_not_causal(model_type, where)
     model = build_on_meta(config, model_type, where)
     refuse_encoder(model, model_type, where)
     built = f"read from transformers' {type(model).__name__} built on the meta device"
@@ -145,6 +146,21 @@ def spec_from_build(
         num_parameters=exact,
         assumptions=(built, *spec.assumptions),
     )
+
+
+def refuse_not_causal(model_type: str, where: str) -> None:
+    """One line for a model_type with no causal-LM class in transformers (T5, an
+    encoder-decoder; a bare vision or audio encoder): nothing decoder-only to build."""
+    from transformers.models.auto import modeling_auto
+
+    if model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        from introspect.unmodelled import covered
+
+        raise UnsupportedArchitecture(
+            f"{where}: model_type {model_type!r} has no causal-LM class in transformers "
+            f"(an encoder-decoder or an encoder), so it is not a decoder-only transformer; "
+            f"{covered()}"
+        )
 
 
 def refuse_encoder(model, model_type: str, where: str) -> None:

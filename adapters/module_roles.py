@@ -364,6 +364,13 @@ def unmodelled_class(cls: str, root: str) -> bool:
     return not _MODELLED_CLASS.search(own) and bool(UNMODELLED_CLASS.search(own))
 
 
+def is_cross_attention(name: str, cls: str) -> bool:
+    """A block part that attends to another sequence (an encoder's output): no layer
+    kind has one (``encoder_attn``, ``crossattention``, ``cross_attn``)."""
+    text = f"{name} {cls}".lower()
+    return "cross" in text and "att" in text or "encoder_attn" in text
+
+
 #: Parameter keys of modelled parts beyond the projection tables: gpt-oss's attention
 #: sinks, DeepSeek-V3's router correction bias.
 EXTRA_KNOWN_KEYS = ("sinks", "e_score_correction_bias")

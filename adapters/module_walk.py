@@ -507,7 +507,8 @@ def unmodelled_parts(tree: ModuleTree) -> tuple[str, ...]:
     Each block is split into its direct children (``self_attn``, ``mamba``, ``mixer``,
     ``feed_forward``, the norms). A child is not modelled when its class names a mixer
     with no layer kind (:func:`module_roles.unmodelled_class`: Mamba, RG-LRU, RWKV, short
-    convolutions …) or when it holds a parameter no role table knows
+    convolutions …), when it is a cross-attention (BART's decoder as a causal LM: its
+    ``encoder_attn``), or when it holds a parameter no role table knows
     (:func:`module_roles.unrecognised`). Read per block, not from block 0, so a stack
     whose layers differ (Nemotron-H's ``mixer`` is a Mamba-2 mixer, an attention or an
     MLP by layer) names each kind it has."""
@@ -535,7 +536,9 @@ def unmodelled_parts(tree: ModuleTree) -> tuple[str, ...]:
             for p in entries
         ]
         unknown = roles.unrecognised(listed)
-        if roles.unmodelled_class(cls, tree.root_class):
+        if roles.is_cross_attention(child, cls) and any(len(p.shape) > 1 for p in entries):
+            layers.setdefault(f"{cls} ({child}: cross-attention)", set()).add(index)
+        elif roles.unmodelled_class(cls, tree.root_class):
             layers.setdefault(f"{cls} ({child})", set()).add(index)
         elif unknown:
             inner = [rel.removeprefix(child + ".").removesuffix(".weight") for rel in unknown]

@@ -170,3 +170,39 @@ def test_modelled_builds_are_not_flagged():
         }  # fmt: skip
     )
     assert gemma.unmodelled == ("RecurrentGemmaRecurrentBlock (temporal_block) in 1 of 2 layers",)
+
+
+def test_not_decoder_only_model_types_are_refused(capsys, tmp_path):
+    """T5 has no causal-LM class; BART's decoder as a causal LM cross-attends (no layer
+    kind has that), so it is named, not estimated."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    assert main(["profile", _write(tmp_path, {"model_type": "t5"}), "--seq", "64"]) == 2
+    assert "model_type 't5' has no causal-LM class" in _one_line_error(capsys)
+    bart = spec_from_config(
+        {
+            "model_type": "bart",
+            "d_model": 64,
+            "decoder_layers": 2,
+            "encoder_layers": 2,
+            "decoder_attention_heads": 4,
+            "encoder_attention_heads": 4,
+            "vocab_size": 256,
+            "decoder_ffn_dim": 128,
+            "encoder_ffn_dim": 128,
+        }  # fmt: skip
+    )
+    assert bart.unmodelled == ("BartAttention (encoder_attn: cross-attention) in 2 of 2 layers",)
+
+
+def test_without_torch_the_answer_says_what_to_install(monkeypatch, tmp_path):
+    """Where torch or transformers cannot be imported, the dry run cannot answer: one
+    line naming the install."""
+    from introspect import unmodelled
+    from introspect.adapters.hf_config import spec_from_config
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(NEMOTRON_H, source="nemotron-h")
+    monkeypatch.setattr(unmodelled, "can_dry_run", lambda: False)
+    with pytest.raises(unmodelled.NotModelled, match=r"introspect\[torch,compare\]"):
+        unmodelled.dry_run_answer("nemotron-h", spec, TrainingSetup(seq_len=64))

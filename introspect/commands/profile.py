@@ -197,7 +197,8 @@ def estimates(spec: ModelSpec, setup: TrainingSetup) -> dict[str, Breakdown | Re
 
 def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[str, Any]:
     """The stable JSON contract: ``source``, ``spec``, ``params``, ``estimates``,
-    ``divergences`` (simplified vs refined rows and the features found)."""
+    ``divergences`` (simplified vs refined rows and the features found). An unmodelled
+    stack's JSON (:func:`to_json_unmodelled`) adds ``modelled`` false instead."""
     by_component = {name: model.params_by_component.get(name, 0) for name in COMPONENTS}
     by_component.update(model.params_by_component)
     out_estimates: dict[str, Any] = {"setup": setup.to_dict()}
