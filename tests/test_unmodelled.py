@@ -198,8 +198,9 @@ def test_not_decoder_only_model_types_are_refused(capsys, tmp_path):
 def test_without_torch_the_answer_says_what_to_install(monkeypatch, tmp_path):
     """Where torch or transformers cannot be imported, the dry run cannot answer: one
     line naming the install."""
-    from introspect import unmodelled
     from introspect.adapters.hf_config import spec_from_config
+
+    from introspect import unmodelled
     from introspect.setup import TrainingSetup
 
     spec = spec_from_config(NEMOTRON_H, source="nemotron-h")
