@@ -207,3 +207,14 @@ def test_without_torch_the_answer_says_what_to_install(monkeypatch, tmp_path):
     monkeypatch.setattr(unmodelled, "can_dry_run", lambda: False)
     with pytest.raises(unmodelled.NotModelled, match=r"introspect\[torch,compare\]"):
         unmodelled.dry_run_answer("nemotron-h", spec, TrainingSetup(seq_len=64))
+
+
+def test_a_per_layer_config_is_named_not_a_traceback(capsys, tmp_path):
+    """Dots3's text config keeps heads per layer: reading ``num_attention_heads`` off it
+    raises transformers' AmbiguousGlobalPerLayerAttributeError (once a traceback). Its
+    build is read instead, its latent attention named; asked for MLX, one line."""
+    source = _write(tmp_path, {"model_type": "dots3_note_text"})
+    assert main(["profile", source, "--framework", "mlx"]) == 2
+    line = _one_line_error(capsys)
+    assert "not modelled: Dots3NoteTextAttention (self_attn: q_a_proj" in line
+    assert "--framework torch" in line
