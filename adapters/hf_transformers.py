@@ -176,8 +176,9 @@ def refuse_encoder(model, model_type: str, where: str) -> None:
         from introspect.unmodelled import covered
 
         raise UnsupportedArchitecture(
-            f"{where}: model_type {model_type!r} is an encoder ({type(model).__name__}'s "
-            f"attention is not causal), not a decoder-only transformer; {covered()}"
+            f"{where}: model_type {model_type!r} is not a decoder-only causal LM: "
+            f"{type(model).__name__}'s attention is not causal (an encoder such as BERT, "
+            f"or a decoder whose mask comes from outside); {covered()}"
         )
 
 

@@ -371,9 +371,11 @@ def is_cross_attention(name: str, cls: str) -> bool:
     return "cross" in text and "att" in text or "encoder_attn" in text
 
 
-#: Parameter keys of modelled parts beyond the projection tables: gpt-oss's attention
-#: sinks, DeepSeek-V3's router correction bias.
-EXTRA_KNOWN_KEYS = ("sinks", "e_score_correction_bias")
+#: Parameter keys of modelled parts beyond the projection tables, as :func:`_split` reads
+#: them (a ``_bias`` suffix dropped): gpt-oss's attention sinks, the router correction
+#: biases of DeepSeek-V3 / ERNIE 4.5 (``e_score_correction_bias``) and AFMoE
+#: (``expert_bias``): one number per expert, no activation.
+EXTRA_KNOWN_KEYS = ("sinks", "e_score_correction", "expert")
 
 
 def unrecognised(entries: list[tuple[str, tuple[int, ...], str]]) -> list[str]:

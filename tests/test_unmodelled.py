@@ -131,7 +131,8 @@ def test_the_closed_form_refuses_an_unmodelled_stack_in_one_line(capsys, tmp_pat
 def test_an_encoder_is_refused_in_one_line(capsys, tmp_path):
     assert main(["profile", _write(tmp_path, BERT), "--seq", "64"]) == 2
     line = _one_line_error(capsys)
-    assert "model_type 'bert' is an encoder" in line and "decoder-only" in line
+    assert "model_type 'bert' is not a decoder-only causal LM" in line
+    assert "BertLMHeadModel's attention is not causal" in line
 
 
 def test_setups_the_class_refuses_are_refused(capsys, tmp_path):
