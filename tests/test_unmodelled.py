@@ -114,9 +114,18 @@ def test_pure_state_space_model_is_answered_by_the_dry_run(capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     assert out["unmodelled"] == ["MambaMixer (mixer) in 2 of 2 layers"]
     assert out["dry_run"]["peak_bytes"] > 0
+    # A real step is printed without the estimates that do not apply.
+    assert main(["measure", source, "--seq", "64", "--device", "fake", "--no-census"]) == 0
+    text = capsys.readouterr().out
+    assert "not modelled: MambaMixer (mixer) in 2 of 2 layers" in text
+    assert "estimates do not apply" in text
+    assert "refined" not in text and "simplified" not in text
     # Our reference model would be a transformer: measuring it is refused.
     assert main(["measure", source, *SETUP, "--impl", "reference", "--no-census"]) == 2
     assert "not modelled: MambaMixer" in _one_line_error(capsys)
+    # So is a sharded step, which is laid beside the refined per-rank estimate.
+    assert main(["measure", source, "--devices", "2", "--fsdp", "--seq", "32"]) == 2
+    assert "sharded step" in _one_line_error(capsys)
 
 
 @pytest.mark.parametrize("command", [["table"], ["fit", "--budget", "8GB"]])
