@@ -151,8 +151,10 @@ def spec_from_build(
 def refuse_not_causal(model_type: str, where: str) -> None:
     """One line for a model_type with no causal-LM class in transformers (T5, an
     encoder-decoder; a bare vision or audio encoder): nothing decoder-only to build."""
-    from transformers.models.auto import modeling_auto
-
+    try:
+        from transformers.models.auto import modeling_auto
+    except ImportError:  # the build itself then says what to install
+        return
     if model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         from introspect.unmodelled import covered
 
@@ -190,7 +192,13 @@ def frame_spec(model, tree, parts: tuple[str, ...], *, exact: int, source: str) 
     from .module_walk import block_list
 
     embed = model.get_input_embeddings()
-    V, d = (int(n) for n in embed.weight.shape)
+    shape = tuple(getattr(getattr(embed, "weight", None), "shape", ()))
+    if len(shape) != 2:
+        raise ConfigError(
+            f"{source}: {type(model).__name__} has no token embedding table to read d and V "
+            f"from, and its blocks are not modelled ({'; '.join(parts)})"
+        )
+    V, d = (int(n) for n in shape)
     found = block_list(tree)
     L = found[1] if found else 1
     head = model.get_output_embeddings()
