@@ -168,8 +168,10 @@ def _structural(spec: ModelSpec) -> tuple[ModelSpec, dict[str, int]]:
     """The spec with N set to its structural count, and that count by component. A spec
     that already carries an exact count (a model_type read from transformers' meta-device
     build) keeps it; what the structure read does not place is ``other``."""
-    from introspect.params import parameters_by_component
+    from introspect.params import COMPONENTS, parameters_by_component
 
+    if spec.unmodelled and spec.num_parameters is not None:  # no structure was read
+        return spec, {**dict.fromkeys(COMPONENTS, 0), "other": spec.num_parameters}
     by_component = parameters_by_component(spec.replace(num_parameters=None))
     structural = sum(by_component.values())
     if spec.num_parameters is not None and spec.num_parameters != structural:

@@ -13,7 +13,11 @@ copied by hand into the family reader. Each default applied is recorded in
 A ``model_type`` transformers knows but no family reader covers is read from the model
 transformers builds from the config on the meta device (no weights;
 :mod:`introspect.adapters.hf_transformers`): its exact count and the spec its modules
-imply. A ``model_type`` neither knows is one line naming it and the file.
+imply — or, where its blocks hold a part no layer kind models (a Mamba mixer, an RG-LRU,
+an unknown attention), a spec that names those parts (``ModelSpec.unmodelled``) instead
+of inventing a dense stack (:mod:`introspect.unmodelled`). An encoder or a model_type
+with no causal-LM class is refused in one line. A ``model_type`` neither knows is one
+line naming it and the file.
 """
 
 from __future__ import annotations

@@ -4,8 +4,10 @@ it builds from a config on the meta device (shapes only, no weights).
 * :func:`filled` — ``AutoConfig.for_model(model_type, **config).to_dict()``: every key
   with the class default applied and what ``__post_init__`` derives (``layer_types``…).
 * :func:`spec_from_build` — a model_type no family reader covers: the causal-LM class
-  built under ``with torch.device("meta")`` and read by
-  :func:`introspect.adapters.torch_module.describe_torch`; its count is exact.
+  built under ``with torch.device("meta")`` and read by the module walker; its count is
+  exact. Blocks with a part no layer kind models are named, not guessed (``unmodelled``).
+* :func:`class_refusal` — a setup the class itself refuses (no SDPA path, no
+  gradient checkpointing).
 
 Imports of transformers and torch stay inside these functions.
 """
@@ -15,7 +17,7 @@ from __future__ import annotations
 import importlib.util
 from functools import cache
 
-from introspect.errors import ConfigError, IntrospectError
+from introspect.errors import ConfigError, IntrospectError, UnsupportedArchitecture
 from introspect.spec import ModelSpec
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
@@ -75,8 +77,9 @@ def _torch():
         import torch
     except ImportError as e:
         raise IntrospectError(
-            "reading this model_type needs torch (to build it on the meta device); "
-            "install torch or point at a checkpoint folder with safetensors"
+            "reading this model_type needs torch (to build it on the meta device): "
+            "pip install 'introspect[torch,compare]', or point at a checkpoint folder with "
+            "safetensors"
         ) from e
     return torch
 
@@ -108,18 +111,35 @@ def spec_from_build(
     config: dict[str, Any], model_type: str, *, where: str, source: str
 ) -> ModelSpec:
     """The spec of a model_type only transformers knows: its meta-device build read by
-    ``describe_torch`` (exact count); when the modules cannot be read as one repeated
-    block, the config's generic keys with the build's exact count."""
-    from .torch_module import describe_torch
+    the module walker (exact count).
 
+    A build whose blocks hold a part no layer kind models
+    (:func:`~introspect.adapters.module_walk.unmodelled_parts`: a Mamba mixer, an RG-LRU,
+    an attention with unknown projections …), or whose blocks the walker cannot read,
+    is never given another stack's structure: the spec says what is not modelled
+    (``ModelSpec.unmodelled``) and carries only what the build states (d, L, V, tying,
+    the exact count), its per-layer fields placeholders no estimator reads
+    (:mod:`introspect.unmodelled`). An encoder (every attention ``is_causal`` False:
+    BERT built as ``BertLMHeadModel``) is refused: the tool covers decoder-only causal LMs.
+    """
+    from .module_walk import describe_tree, unmodelled_parts
+    from .torch_module import torch_tree
+
+    refuse_not_causal(model_type, where)
     model = build_on_meta(config, model_type, where)
+    refuse_encoder(model, model_type, where)
     built = f"read from transformers' {type(model).__name__} built on the meta device"
     exact = unique_parameters(model)
-    try:
-        desc = describe_torch(model, name=source)
-        spec = desc.spec
-    except (IntrospectError, ValueError) as e:
-        spec = _generic(config, model_type, where, source, exact, str(e))
+    tree = torch_tree(model)
+    parts = unmodelled_parts(tree)
+    spec = None
+    if not parts:
+        try:
+            spec = describe_tree(tree, name=source).spec
+        except (IntrospectError, ValueError) as e:
+            parts = (f"{type(model).__name__}'s blocks, which the module walker cannot read ({e})",)
+    if parts:
+        spec = frame_spec(model, tree, parts, exact=exact, source=source)
     return spec.replace(
         model_type=model_type,
         source=source,
@@ -128,36 +148,145 @@ def spec_from_build(
     )
 
 
-def _generic(config, model_type, where, source, exact, why) -> ModelSpec:
-    """The generic keys every transformers config has, for a stack the walker cannot
-    read (``why``): sizes and heads; the count is the build's."""
-    cfg = hf_config(config, model_type)
-    text = getattr(cfg, "get_text_config", lambda: cfg)()
-
-    def get(*names, default=None):
-        for name in names:
-            value = getattr(text, name, None)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
-        return default
-
+def refuse_not_causal(model_type: str, where: str) -> None:
+    """One line for a model_type with no causal-LM class in transformers (T5, an
+    encoder-decoder; a bare vision or audio encoder): nothing decoder-only to build."""
     try:
-        return ModelSpec(
-            hidden_size=get("hidden_size", "n_embd", "d_model"),
-            num_hidden_layers=get("num_hidden_layers", "n_layer", "num_layers"),
-            num_attention_heads=get("num_attention_heads", "n_head", "num_heads"),
-            vocab_size=get("vocab_size"),
-            num_key_value_heads=get("num_key_value_heads"),
-            head_dim=get("head_dim"),
-            intermediate_size=get("intermediate_size", "ffn_dim", "n_inner"),
-            tie_word_embeddings=bool(getattr(text, "tie_word_embeddings", False)),
-            num_parameters=exact,
-            model_type=model_type,
-            source=source,
-            assumptions=(f"structure from the config's generic keys ({why})",),
+        from transformers.models.auto import modeling_auto
+    except ImportError:  # the build itself then says what to install
+        return
+    if model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        from introspect.unmodelled import covered
+
+        raise UnsupportedArchitecture(
+            f"{where}: model_type {model_type!r} has no causal-LM class in transformers "
+            f"(an encoder-decoder or an encoder), so it is not a decoder-only transformer; "
+            f"{covered()}"
         )
-    except (TypeError, ValueError) as e:
+
+
+def refuse_encoder(model, model_type: str, where: str) -> None:
+    """One line for an encoder: a build whose attention modules all say ``is_causal``
+    False (transformers 5 sets it per attention module; BERT's follows ``is_decoder``)."""
+    flags = [
+        getattr(m, "is_causal", None)
+        for m in model.modules()
+        if "attention" in type(m).__name__.lower()
+    ]
+    flags = [f for f in flags if isinstance(f, bool)]
+    if flags and not any(flags):
+        from introspect.unmodelled import covered
+
+        raise UnsupportedArchitecture(
+            f"{where}: model_type {model_type!r} is not a decoder-only causal LM: "
+            f"{type(model).__name__}'s attention is not causal (an encoder such as BERT, "
+            f"or a decoder whose mask comes from outside); {covered()}"
+        )
+
+
+def frame_spec(model, tree, parts: tuple[str, ...], *, exact: int, source: str) -> ModelSpec:
+    """The spec of a stack the closed form does not model: d and V from the token
+    embedding, L from the block list, tying from the output projection, the exact count;
+    one placeholder head of width d (no attention is described) and no feed-forward
+    claim, with ``unmodelled`` naming the parts."""
+    from .module_walk import block_list
+
+    embed = model.get_input_embeddings()
+    shape = tuple(getattr(getattr(embed, "weight", None), "shape", ()))
+    if len(shape) != 2:
         raise ConfigError(
-            f"{where}: model_type {model_type!r}: the config's generic keys do not give a "
-            f"decoder ({e}); a checkpoint's safetensors headers still give the exact count"
-        ) from e
+            f"{source}: {type(model).__name__} has no token embedding table to read d and V "
+            f"from, and its blocks are not modelled ({'; '.join(parts)})"
+        )
+    V, d = (int(n) for n in shape)
+    found = block_list(tree)
+    L = found[1] if found else 1
+    head = model.get_output_embeddings()
+    tied = head is None or getattr(head, "weight", None) is embed.weight
+    return ModelSpec(
+        hidden_size=d,
+        num_hidden_layers=L,
+        num_attention_heads=1,
+        vocab_size=V,
+        tie_word_embeddings=tied,
+        position_embedding="none",
+        num_parameters=exact,
+        source=source,
+        unmodelled=parts,
+        assumptions=(
+            "not modelled by the closed form: only d, L, V, tying and the exact count are "
+            "read; the per-layer fields are placeholders",
+        ),
+    )
+
+
+def model_class(model_type: str):
+    """transformers' causal-LM class for ``model_type`` (else its image-text-to-text
+    class), as ``AutoModelForCausalLM`` picks it; ``None`` when it has neither."""
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    for names in (
+        modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+    ):
+        name = names.get(model_type)
+        if isinstance(name, str):
+            try:
+                return getattr(transformers, name)
+            except (AttributeError, ImportError):
+                return None
+    return None
+
+
+#: The hand-read families whose causal-LM class has ``_supports_sdpa = False``, by class
+#: name: Gemma 2 ("sdpa does not support softcapping", ``modeling_gemma2.py``) and gpt-oss
+#: (its sinks, ``modeling_gpt_oss.py``). transformers' default for them is eager attention.
+NO_SDPA: dict[str, str] = {"gemma2": "Gemma2ForCausalLM", "gpt_oss": "GptOssForCausalLM"}
+
+
+def _no_sdpa(class_name: str) -> str:
+    return (
+        f"transformers' {class_name} has no SDPA path (_supports_sdpa is False), so "
+        "the step refuses --attention memory-efficient; use --attention eager"
+    )
+
+
+def class_refusal(model_type: str, setup) -> str | None:
+    """Why transformers' own class refuses ``setup``, or ``None``: SDPA (``--attention
+    memory-efficient``) on a class whose ``_supports_sdpa`` is False (Bloom:
+    ``PreTrainedModel._sdpa_can_dispatch`` raises), gradient checkpointing on one whose
+    ``supports_gradient_checkpointing`` is False (JetMoE: ``gradient_checkpointing_enable``
+    raises). Asked only when the setup runs transformers' class and needs one of them,
+    so a default profile imports nothing (``transformers/modeling_utils.py``). The
+    families read by hand (:data:`introspect.adapters.families.REGISTRY`) are answered from
+    :data:`NO_SDPA` without importing transformers, which costs seconds
+    (``tests/test_unmodelled.py`` holds the table to their classes)."""
+    from introspect.adapters.families import ALIASES, REGISTRY
+
+    if model_type in REGISTRY or model_type in ALIASES:
+        if setup.implementation == "transformers" and setup.attention == "memory_efficient":
+            name = NO_SDPA.get(ALIASES.get(model_type, model_type))
+            if name:
+                return _no_sdpa(name)
+        return None
+    sdpa = setup.attention == "memory_efficient"
+    checkpointing = setup.activation_checkpointing
+    if setup.implementation != "transformers" or not (sdpa or checkpointing):
+        return None
+    if not available() or not knows(model_type):
+        return None
+    try:
+        cls = model_class(model_type)
+    except ImportError:  # transformers without torch: the class cannot be asked
+        return None
+    if cls is None:
+        return None
+    if sdpa and not getattr(cls, "_supports_sdpa", False):
+        return _no_sdpa(cls.__name__)
+    if checkpointing and not getattr(cls, "supports_gradient_checkpointing", False):
+        return (
+            f"transformers' {cls.__name__} cannot checkpoint (supports_gradient_checkpointing "
+            "is False), so the step refuses --checkpointing; drop it"
+        )
+    return None

@@ -335,3 +335,71 @@ def _read_ffn(found: dict, d: int, where: str) -> tuple[str, int, bool]:
     if source is None:
         raise RoleError(f"no {where} projection weights recognised")
     return ("gated" if gated else "plain"), width(source, d, f"{where} projection"), bias
+
+
+#: Class names of token mixers the closed form has no layer kind for, whatever their
+#: parameters are called: state-space mixers (Mamba, Mamba-2: ``MambaMixer``,
+#: ``JambaMambaMixer``, ``NemotronHMamba2Mixer``, ``BambaMixer``, ``FalconH1Mixer``),
+#: recurrences (RecurrentGemma's ``RecurrentGemmaRecurrentBlock`` with its RG-LRU,
+#: RWKV), short convolutions (LFM2's ``Lfm2ShortConv``), lightning / linear attention
+#: (MiniMax) and Gated DeltaNet outside the Qwen3-Next reader.
+UNMODELLED_CLASS = re.compile(
+    r"mamba|ssm|mixer|recurrent|rglru|rg_lru|rwkv|shortconv|lightning|deltanet|"
+    r"retention|hyena|linearattention",
+    re.IGNORECASE,
+)
+#: Class names of the parts that do have layer kinds: a class named so is judged by its
+#: parameters alone (Qwen3.5's ``Qwen3_5Attention`` is an attention whatever the family).
+_MODELLED_CLASS = re.compile(r"norm|mlp|moe|expert|feedforward|ffn|attention|attn", re.IGNORECASE)
+#: What a model class adds to its family's name (``SeedOssForCausalLM`` → ``SeedOss``).
+_ROOT_SUFFIX = re.compile(r"(For[A-Z]\w*|LMHeadModel|Model)$")
+
+
+def unmodelled_class(cls: str, root: str) -> bool:
+    """Whether a block part's class names a mixer with no layer kind
+    (:data:`UNMODELLED_CLASS`), read without the family's own name (``root``: the model's
+    class), so RecurrentGemma's norms or Seed-OSS's MLP do not read as recurrent or SSM."""
+    family = _ROOT_SUFFIX.sub("", root)
+    own = cls[len(family) :] if family and cls.startswith(family) else cls
+    return not _MODELLED_CLASS.search(own) and bool(UNMODELLED_CLASS.search(own))
+
+
+def is_cross_attention(name: str, cls: str) -> bool:
+    """A block part that attends to another sequence (an encoder's output): no layer
+    kind has one (``encoder_attn``, ``crossattention``, ``cross_attn``)."""
+    text = f"{name} {cls}".lower()
+    return "cross" in text and "att" in text or "encoder_attn" in text
+
+
+#: Parameter keys of modelled parts beyond the projection tables, as :func:`_split` reads
+#: them (a ``_bias`` suffix dropped): gpt-oss's attention sinks, the router correction
+#: biases of DeepSeek-V3 / ERNIE 4.5 (``e_score_correction_bias``) and AFMoE
+#: (``expert_bias``): one number per expert, no activation.
+EXTRA_KNOWN_KEYS = ("sinks", "e_score_correction", "expert")
+
+
+def unrecognised(entries: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
+    """The relative names among ``entries`` (relative name, shape, owner class) that no
+    role table knows: not a norm, not an attention or feed-forward projection, not an
+    expert tensor or a router. A block part holding any is one the closed form does not
+    model (a Mamba mixer's ``conv1d``, ``x_proj``, ``A_log``; RWKV's ``time_decay``;
+    DeepSeek-V2's ``kv_a_proj_with_mqa`` when no reader maps it)."""
+    parsed = [(rel, shape, owner, *_split(rel)) for rel, shape, owner in entries]
+    siblings: dict[str, set[str]] = {}
+    for _, _, _, path, key, _ in parsed:
+        siblings.setdefault(".".join(path), set()).add(key.lower())
+    out = []
+    for rel, shape, owner, path, key, _kind in parsed:
+        lower = key.lower()
+        if len(shape) == 1 and is_norm(key, owner):
+            continue
+        if lower in EXTRA_KNOWN_KEYS or lower in ROUTER_KEYS:
+            continue
+        if any(s.lower() in EXPERT_SEGMENTS for s in path) and _mlp_role(
+            key, siblings[".".join(path)]
+        ):
+            continue
+        if _lookup(ATTENTION_KEYS, key) or _mlp_role(key, siblings[".".join(path)]):
+            continue
+        out.append(rel)
+    return out

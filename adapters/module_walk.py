@@ -478,3 +478,70 @@ def _safe_getattr(obj: object, attr: str):
         return getattr(obj, attr, None)
     except Exception:
         return None
+
+
+def block_list(tree: ModuleTree) -> tuple[str, int] | None:
+    """(prefix, count) of the list of blocks (``<prefix>.<i>``, i = 0..n-1) holding the
+    most parameters, whatever the blocks' classes (a hybrid stack mixes them: Jamba's
+    attention and Mamba decoder layers); ``None`` without one."""
+    children: dict[str, set[int]] = {}
+    for qname in tree.modules:
+        parent, _, index = qname.rpartition(".")
+        if index.isdigit() and parent:
+            children.setdefault(parent, set()).add(int(index))
+    best: tuple[int, int, str] | None = None
+    for prefix, kids in children.items():
+        if sorted(kids) != list(range(len(kids))):
+            continue
+        held = sum(p.numel for p in tree.params if p.name.startswith(prefix + "."))
+        key = (held, -prefix.count("."), prefix)
+        if held and (best is None or key > best):
+            best = key
+    return None if best is None else (best[2], len(children[best[2]]))
+
+
+def unmodelled_parts(tree: ModuleTree) -> tuple[str, ...]:
+    """The parts of each block the closed form has no layer kind for, as
+    ``"<Class> (<child name>) in <k> of <L> layers"``, in order of first appearance.
+
+    Each block is split into its direct children (``self_attn``, ``mamba``, ``mixer``,
+    ``feed_forward``, the norms). A child is not modelled when its class names a mixer
+    with no layer kind (:func:`module_roles.unmodelled_class`: Mamba, RG-LRU, RWKV, short
+    convolutions …), when it is a cross-attention (BART's decoder as a causal LM: its
+    ``encoder_attn``), or when it holds a parameter no role table knows
+    (:func:`module_roles.unrecognised`). Read per block, not from block 0, so a stack
+    whose layers differ (Nemotron-H's ``mixer`` is a Mamba-2 mixer, an attention or an
+    MLP by layer) names each kind it has."""
+    found = block_list(tree)
+    if found is None:
+        return ()
+    prefix, count = found
+    by_child: dict[tuple[int, str], list[ParamEntry]] = {}
+    for p in tree.params:
+        if not p.name.startswith(prefix + "."):
+            continue
+        index, _, rel = p.name[len(prefix) + 1 :].partition(".")
+        if index.isdigit():
+            by_child.setdefault((int(index), rel.partition(".")[0]), []).append(p)
+    layers: dict[str, set[int]] = {}
+    for (index, child), entries in sorted(by_child.items()):
+        obj = tree.modules.get(f"{prefix}.{index}.{child}")
+        cls = (
+            type(obj).__name__
+            if obj is not None
+            else type(tree.modules.get(f"{prefix}.{index}")).__name__
+        )
+        listed = [
+            (p.name[len(f"{prefix}.{index}.") :], p.shape, type(tree.modules.get(p.owner)).__name__)
+            for p in entries
+        ]
+        unknown = roles.unrecognised(listed)
+        if roles.is_cross_attention(child, cls) and any(len(p.shape) > 1 for p in entries):
+            layers.setdefault(f"{cls} ({child}: cross-attention)", set()).add(index)
+        elif roles.unmodelled_class(cls, tree.root_class):
+            layers.setdefault(f"{cls} ({child})", set()).add(index)
+        elif unknown:
+            inner = [rel.removeprefix(child + ".").removesuffix(".weight") for rel in unknown]
+            named = ", ".join(dict.fromkeys(inner[:3])) + (", …" if len(inner) > 3 else "")
+            layers.setdefault(f"{cls} ({child}: {named} not recognised)", set()).add(index)
+    return tuple(f"{name} in {len(held)} of {count} layers" for name, held in layers.items())

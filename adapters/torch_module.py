@@ -21,6 +21,11 @@ from introspect.errors import IntrospectError
 def describe_torch(module, *, name: str | None = None) -> ModuleDescription:
     """Describe a torch module: exact parameter count (tied once), the ModelSpec its
     structure implies, each tensor's role, and every assumption made."""
+    return describe_tree(torch_tree(module), name=name)
+
+
+def torch_tree(module) -> ModuleTree:
+    """The module's parameters (tied ones repeated) and modules, as the walker reads them."""
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -37,4 +42,4 @@ def describe_torch(module, *, name: str | None = None) -> ModuleDescription:
             )
         owner = qname.rpartition(".")[0]
         params.append(ParamEntry(qname, tuple(int(s) for s in p.shape), id(p), owner))
-    return describe_tree(ModuleTree("torch", tuple(params), modules), name=name)
+    return ModuleTree("torch", tuple(params), modules)

@@ -109,6 +109,12 @@ class ModelSpec:
     source: str = ""
     #: Facts the source did not state and the adapter had to assume, in words.
     assumptions: tuple[str, ...] = field(default=())
+    #: Parts of the stack the closed form does not model (a Mamba mixer, an RG-LRU, an
+    #: attention of unknown projections …), each named with the layers that hold it. Not
+    #: empty: the per-layer fields are placeholders no estimator may read; the estimates
+    #: are refused and ``profile`` answers from a dry run of the real class
+    #: (:mod:`introspect.unmodelled`).
+    unmodelled: tuple[str, ...] = field(default=())
     # ---- execution facts (the refined execution layer reads them; no parameters) ----
     #: Dropout probabilities the config enables in train mode: on the attention
     #: probabilities (``attention_dropout``, GPT-2's ``attn_pdrop``), on each block's
@@ -331,6 +337,7 @@ class ModelSpec:
         fields["layers"] = tuple(runs)
         fields["assumptions"] = tuple(fields.get("assumptions", ()))
         fields["fused_linears"] = tuple(fields.get("fused_linears", ()))
+        fields["unmodelled"] = tuple(fields.get("unmodelled", ()))
         return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
@@ -338,6 +345,7 @@ class ModelSpec:
         out = _record.asdict(self)
         out["assumptions"] = list(self.assumptions)
         out["fused_linears"] = list(self.fused_linears)
+        out["unmodelled"] = list(self.unmodelled)
         out["layers"] = [{"count": r.count, **_record.asdict(r.kind)} for r in self.layers]
         out.update(
             head_size=self.head_size,

@@ -737,3 +737,59 @@ def test_qwen_remote_code_layout():
     roles = {t.name: t.role for t in desc.tensors}
     assert roles["transformer.h.0.mlp.c_proj.weight"] == "mlp.down"
     assert roles["transformer.h.0.attn.c_proj.weight"] == "attention.o"
+
+
+def _hybrid_tree(d: int = 8):
+    """A framework-free tree of a Jamba-like stack: layer 0 a Mamba mixer, layer 1 an
+    attention, both with an MLP and two norms."""
+    from introspect.adapters.module_walk import ModuleTree, ParamEntry
+
+    class HybridForCausalLM: ...
+
+    class HybridMambaMixer: ...
+
+    class HybridAttention: ...
+
+    class HybridMLP: ...
+
+    class HybridRMSNorm: ...
+
+    class Embedding: ...
+
+    class MambaLayer: ...
+
+    class AttentionLayer: ...
+
+    modules = {"": HybridForCausalLM(), "embed_tokens": Embedding(), "layers": object()}
+    params = [ParamEntry("embed_tokens.weight", (32, d), "e", "embed_tokens")]
+    mixer = {"mamba": (HybridMambaMixer, ("in_proj", "conv1d", "x_proj", "out_proj"))}
+    attention = {"self_attn": (HybridAttention, ("q_proj", "k_proj", "v_proj", "o_proj"))}
+    for i, (layer, mixing) in enumerate(((MambaLayer, mixer), (AttentionLayer, attention))):
+        modules[f"layers.{i}"] = layer()
+        parts = {**mixing, "mlp": (HybridMLP, ("gate_proj", "up_proj", "down_proj"))}
+        for child, (cls, linears) in parts.items():
+            modules[f"layers.{i}.{child}"] = cls()
+            for name in linears:
+                owner = f"layers.{i}.{child}.{name}"
+                modules[owner] = object()
+                params.append(ParamEntry(f"{owner}.weight", (d, d), owner, owner))
+        for norm in ("input_layernorm", "post_attention_layernorm"):
+            owner = f"layers.{i}.{norm}"
+            modules[owner] = HybridRMSNorm()
+            params.append(ParamEntry(f"{owner}.weight", (d,), owner, owner))
+    return ModuleTree("test", tuple(params), modules)
+
+
+def test_unmodelled_parts_name_the_mixer_and_its_layers():
+    from introspect.adapters.module_walk import unmodelled_parts
+
+    assert unmodelled_parts(_hybrid_tree()) == ("HybridMambaMixer (mamba) in 1 of 2 layers",)
+
+
+def test_a_plain_transformer_has_no_unmodelled_parts():
+    pytest.importorskip("torch")
+    from introspect.adapters.module_walk import unmodelled_parts
+    from introspect.adapters.torch_module import torch_tree
+
+    assert unmodelled_parts(torch_tree(llama_torch(64, 2, 32, 4, 2, 48))) == ()
+    assert unmodelled_parts(torch_tree(nanogpt(64, 16, 2, 32, 4, True))) == ()

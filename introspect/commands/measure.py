@@ -312,6 +312,13 @@ def run(args: argparse.Namespace) -> int:
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
     bounds.check_rotary(spec, flags=FLAGS)
     if _sharded.wants_sharded(args):
+        if spec.unmodelled:  # the sharded step is laid beside a refined per-rank estimate
+            from introspect.unmodelled import NotModelled, parts
+
+            raise NotModelled(
+                f"not modelled: {parts(spec)}; a sharded step is printed beside the refined "
+                "per-rank estimate, which does not apply: measure one device"
+            )
         config = implementation_config(args, spec) if args.impl == "transformers" else None
         return _sharded.run(args, spec, config[0] if config else None)
     check_args(args)

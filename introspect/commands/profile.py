@@ -85,10 +85,14 @@ def run(args: argparse.Namespace) -> int:
     setup = setup_from_args(args)  # check the flags before any file or network work
     check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
+    if model.spec.unmodelled:
+        return run_unmodelled(args, model, setup)
     from introspect.positions import check_positions
+    from introspect.unmodelled import check_setup
 
     check_positions(model.spec, setup)
     applies.check_model(model.spec, setup)
+    check_setup(model.spec, setup)  # a setup transformers' class refuses (Bloom + SDPA)
     results = estimates(model.spec, setup)
     if args.plot:
         from introspect import plot
@@ -121,6 +125,72 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_unmodelled(args: argparse.Namespace, model, setup: TrainingSetup) -> int:
+    """A stack the closed form does not model (:mod:`introspect.unmodelled`): what is not
+    modelled, and the dry run of the real class at ``setup`` as the answer; never
+    another architecture's estimates."""
+    from introspect import unmodelled
+
+    if args.plot:
+        raise IntrospectError(
+            f"--plot draws the closed form's breakdown, which does not apply here (not "
+            f"modelled: {unmodelled.parts(model.spec)}); drop --plot"
+        )
+    answer = unmodelled.dry_run_answer(args.source, model.spec, setup)
+    if args.json:
+        out = to_json_unmodelled(model, setup, answer)
+        print(report.dumps(out))
+        return 0
+    print(render_unmodelled(model, answer))
+    return 0
+
+
+def to_json_unmodelled(model, setup: TrainingSetup, answer: dict[str, Any]) -> dict[str, Any]:
+    """profile's JSON for an unmodelled stack: ``modelled`` false, the ``unmodelled``
+    parts, ``answer`` "dry_run" and the ``dry_run`` itself; ``estimates`` null (none
+    applies) and no split by component (only the total is read)."""
+    from introspect import unmodelled
+
+    return {
+        "source": {
+            "origin": model.origin,
+            "location": model.location,
+            "revision": model.revision,
+            "notes": list(model.notes),
+        },
+        "spec": model.spec.to_dict(),
+        "params": {"total": model.spec.n_params, "active_per_token": None, "by_component": None},
+        **unmodelled.to_json(model.spec, answer),
+        "estimates": None,
+        "dry_run": answer,
+    }
+
+
+def render_unmodelled(model, answer: dict[str, Any]) -> str:
+    """Source, what the build states, what is not modelled, and the dry run's answer."""
+    from introspect import unmodelled
+
+    spec = model.spec
+    pairs = [
+        ("model_type", spec.model_type),
+        ("layers L", spec.num_hidden_layers),
+        ("hidden size d", spec.hidden_size),
+        ("vocabulary V", spec.vocab_size),
+        ("tied embeddings", "yes" if spec.tie_word_embeddings else "no"),
+        ("parameters (exact)", f"{spec.n_params:,}"),
+    ]
+    lines = [f"not modelled: {part}" for part in spec.unmodelled]
+    return "\n\n".join(
+        (
+            _source_section(model),
+            "spec (as built; the closed form does not model this stack)\n"
+            + _indent(report.key_value(pairs)),
+            "\n".join(lines),
+            unmodelled.render_answer(spec, answer),
+        )
+    )
+
+
 def estimates(spec: ModelSpec, setup: TrainingSetup) -> dict[str, Breakdown | RefinedEstimate]:
     """Every estimate for ``spec`` trained as ``setup``, by estimator name: the seed's
     (``simplified``) and the architecture-aware one (``refined``: its architecture and
@@ -133,7 +203,8 @@ def estimates(spec: ModelSpec, setup: TrainingSetup) -> dict[str, Breakdown | Re
 
 def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[str, Any]:
     """The stable JSON contract: ``source``, ``spec``, ``params``, ``estimates``,
-    ``divergences`` (simplified vs refined rows and the features found)."""
+    ``divergences`` (simplified vs refined rows and the features found). An unmodelled
+    stack's JSON (:func:`to_json_unmodelled`) adds ``modelled`` false instead."""
     by_component = {name: model.params_by_component.get(name, 0) for name in COMPONENTS}
     by_component.update(model.params_by_component)
     out_estimates: dict[str, Any] = {"setup": setup.to_dict()}

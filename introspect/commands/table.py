@@ -183,6 +183,9 @@ def _row_or_error(
 
     try:
         model = resolve(source, force=force, timeout=timeout)
+        from introspect.unmodelled import check_closed_form
+
+        check_closed_form(model.spec, setup)
         check_positions(model.spec, setup)
         applies.check_model(model.spec, setup)
         return row(model, setup)

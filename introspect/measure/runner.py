@@ -39,6 +39,13 @@ def measure(
     ``config`` is the raw config dict and where it came from, for the implementations'
     own classes (:func:`introspect.measure.hf_models.source_config`); without it they are
     built from a Llama config of ``spec``."""
+    if spec.unmodelled and impl != "transformers":
+        from introspect.unmodelled import NotModelled, parts
+
+        raise NotModelled(
+            f"not modelled: {parts(spec)}; the {impl} implementation would be another "
+            "architecture: measure transformers' own class (--framework torch --impl transformers)"
+        )
     if setup.framework.startswith("mlx") and device == "fake":
         from introspect.measure import mlx_replay
 
@@ -129,6 +136,10 @@ def run_one(
 
 
 def to_json(spec: ModelSpec, impl: str, rows: list[Row]) -> dict:
+    if spec.unmodelled:  # the estimates do not apply (introspect.unmodelled)
+        from introspect.unmodelled import measured_json
+
+        return measured_json(spec, impl, rows)
     return {
         "spec": spec.to_dict(),
         "implementation": impl,
@@ -159,6 +170,10 @@ def _ratio(x: float | None) -> str:
 
 
 def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
+    if spec.unmodelled:  # the estimates do not apply (introspect.unmodelled)
+        from introspect.unmodelled import render_measured
+
+        return render_measured(spec, impl, rows)
     first = rows[0].comparison.measurement
     trainable = first.trainable_params
     trained = "" if trainable in (None, first.n_params) else f", {trainable:,} trained"
