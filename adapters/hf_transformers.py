@@ -156,7 +156,7 @@ def refuse_not_causal(model_type: str, where: str) -> None:
     except ImportError:  # the build itself then says what to install
         return
     if model_type not in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        from introspect.unmodelled import covered
+        from introspect.adapters.families import covered
 
         raise UnsupportedArchitecture(
             f"{where}: model_type {model_type!r} has no causal-LM class in transformers "
@@ -175,7 +175,7 @@ def refuse_encoder(model, model_type: str, where: str) -> None:
     ]
     flags = [f for f in flags if isinstance(f, bool)]
     if flags and not any(flags):
-        from introspect.unmodelled import covered
+        from introspect.adapters.families import covered
 
         raise UnsupportedArchitecture(
             f"{where}: model_type {model_type!r} is not a decoder-only causal LM: "

@@ -532,6 +532,16 @@ TERMS: tuple[Term, ...] = (
         ),
     ),
     Term(
+        name="activations/layer/attention/linear/qkv_fused",
+        category="activations",
+        equation="B·T·(q_dim + kv_dim)·s per layer: the fused q/k/v output's q and k parts, kept "
+        "alive by SDPA's saved V view while rotary made Q and K anew (hf_saved._fused_qkv_kept)",
+        source="transformers/models/phi3/modeling_phi3.py: Phi3Attention.forward, "
+        "qkv[..., q + kv:] as V; repeat_kv returns its input when K and V are not repeated",
+        computed_by=("introspect/refined/hf_saved.py: _fused_qkv_kept",),
+        tests=("tests/test_refined_transformers.py::test_phi3_fused_qkv_is_kept_by_sdpa",),
+    ),
+    Term(
         name="activations/layer/attention/linear/v",
         category="activations",
         equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * kv * inner  (per_layer); BT * (att.v_dim if att.kind == 'mla' else kv) * s  (_attention)",

@@ -10,8 +10,9 @@ layer kind's would be another architecture's. So:
 * the closed form refuses it in one line naming the model type, the parts and what it
   covers (:func:`check_closed_form`; ``table``, ``fit``);
 * ``profile`` prints what is not modelled and answers from a dry run of transformers'
-  own class at the user's setup (:func:`dry_run_answer`: ``measure --impl transformers
-  --device fake``, FakeTensorMode, the step's exact live bytes on the CPU's kernels);
+  own class at the user's setup (:func:`introspect.measure.answer.dry_run_answer`:
+  ``measure --impl transformers --device fake``, FakeTensorMode, the step's exact live
+  bytes on the CPU's kernels);
   without torch and transformers it says what to install;
 * ``measure`` prints the measured step without the estimates (:func:`render_measured`).
 
@@ -25,6 +26,7 @@ refused too, whatever the stack.
 from __future__ import annotations
 
 from introspect import report
+from introspect.adapters.families import covered as covered
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -39,17 +41,6 @@ INSTALL = "pip install 'introspect[torch,compare]'"
 
 class NotModelled(IntrospectError):
     """The closed form does not model this stack or setup; the message says what."""
-
-
-def covered() -> str:
-    """What the closed form covers, in one clause."""
-    from introspect.adapters.hf_config import supported_model_types
-
-    return (
-        "introspect's closed form covers decoder-only transformers (attention and "
-        f"feed-forward blocks): the readers {', '.join(supported_model_types())}, and "
-        "transformers' causal LMs whose blocks are those"
-    )
 
 
 def parts(spec: ModelSpec) -> str:
@@ -90,52 +81,6 @@ def can_dry_run() -> bool:
     import importlib.util
 
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
-
-
-def dry_run_answer(source: str, spec: ModelSpec, setup: TrainingSetup) -> dict[str, Any]:
-    """The answer for an unmodelled ``spec``: one step of transformers' class for the
-    source's config under FakeTensorMode at ``setup`` (on the CPU's kernels, the
-    optimizer implementation the setup resolves to), its peak and categories.
-
-    Raises :class:`NotModelled` (one line) without torch and transformers, and for a
-    setup the dry run does not take (MLX, LoRA, several devices) or the class refuses."""
-    if not can_dry_run():
-        raise NotModelled(f"{refusal(spec)}; that needs torch and transformers: {INSTALL}")
-    if setup.framework != "torch" or setup.implementation != "transformers":
-        raise NotModelled(
-            f"not modelled: {parts(spec)}; the answer is a dry run of transformers' torch "
-            "class: use --framework torch (and the default --impl transformers)"
-        )
-    if setup.finetune != "full" or setup.resolved_sharding != "none" or setup.devices > 1:
-        raise NotModelled(
-            f"not modelled: {parts(spec)}; the dry run that answers it is one device's "
-            "full training: drop --finetune, --devices and the sharding flags"
-        )
-    check_setup(spec, setup)
-    from introspect.measure import runner
-    from introspect.measure.hf_models import source_config
-
-    step = setup.replace(device="cpu", optimizer_impl=setup.resolved_optimizer_impl)
-    m, _ = runner.measure(
-        spec,
-        step,
-        device="fake",
-        impl="transformers",
-        census=False,
-        config=source_config(source, spec),
-    )
-    from introspect.adapters.hf_transformers import model_class
-
-    cls = model_class(spec.model_type)
-    return {
-        "answer": "dry_run",
-        "implementation": f"transformers' {cls.__name__}" if cls else "transformers' class",
-        "setup": step.to_dict(),
-        "peak_bytes": m.peak_bytes,
-        "peak_phase": m.peak_phase,
-        "categories": dict(m.categories),
-        "notes": list(m.notes),
-    }
 
 
 def to_json(spec: ModelSpec, answer: dict[str, Any] | None) -> dict[str, Any]:

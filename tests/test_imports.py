@@ -18,28 +18,38 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import introspect.adapters
+
 import introspect
 
 PACKAGE = Path(introspect.__file__).resolve().parent
+#: ``adapters/`` installs as ``introspect.adapters`` (pyproject's package-dir): walked
+#: where the import system finds it, beside the package or linked inside it.
+ADAPTERS = Path(introspect.adapters.__file__).resolve().parent
 
 
 def _modules() -> dict[str, Path]:
-    """Every module of the package (``introspect/adapters`` is a link: followed)."""
+    """Every module of the package, ``introspect.adapters`` included."""
     out: dict[str, Path] = {}
-    for folder, dirs, files in os.walk(PACKAGE, followlinks=True):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        rel = Path(folder).relative_to(PACKAGE)
+    _walk(PACKAGE, ("introspect",), out)
+    _walk(ADAPTERS, ("introspect", "adapters"), out)
+    return out
+
+
+def _walk(root: Path, prefix: tuple[str, ...], out: dict[str, Path]) -> None:
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "adapters"))
+        rel = Path(folder).relative_to(root)
         if rel.parts and not (Path(folder) / "__init__.py").exists():
             dirs[:] = []  # a data folder, not a package
             continue
         for name in sorted(files):
             if not name.endswith(".py"):
                 continue
-            parts = ["introspect", *rel.parts]
+            parts = [*prefix, *rel.parts]
             if name != "__init__.py":
                 parts.append(name[:-3])
             out[".".join(parts)] = Path(folder) / name
-    return out
 
 
 MODULES = _modules()

@@ -211,12 +211,13 @@ def test_without_torch_the_answer_says_what_to_install(monkeypatch, tmp_path):
     from introspect.adapters.hf_config import spec_from_config
 
     from introspect import unmodelled
+    from introspect.measure import answer
     from introspect.setup import TrainingSetup
 
     spec = spec_from_config(NEMOTRON_H, source="nemotron-h")
     monkeypatch.setattr(unmodelled, "can_dry_run", lambda: False)
     with pytest.raises(unmodelled.NotModelled, match=r"introspect\[torch,compare\]"):
-        unmodelled.dry_run_answer("nemotron-h", spec, TrainingSetup(seq_len=64))
+        answer.dry_run_answer("nemotron-h", spec, TrainingSetup(seq_len=64))
 
 
 def test_a_per_layer_config_is_named_not_a_traceback(capsys, tmp_path):

@@ -42,3 +42,13 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
 ALIASES: dict[str, str] = {
     "ministral": "mistral",
 }
+
+
+def covered() -> str:
+    """What the closed form covers, in one clause (:mod:`introspect.unmodelled`'s
+    refusals): the hand-written readers and the causal LMs whose blocks are theirs."""
+    return (
+        "introspect's closed form covers decoder-only transformers (attention and "
+        f"feed-forward blocks): the readers {', '.join(sorted({*REGISTRY, *ALIASES}))}, and "
+        "transformers' causal LMs whose blocks are those"
+    )

@@ -136,7 +136,9 @@ def run_unmodelled(args: argparse.Namespace, model, setup: TrainingSetup) -> int
             f"--plot draws the closed form's breakdown, which does not apply here (not "
             f"modelled: {unmodelled.parts(model.spec)}); drop --plot"
         )
-    answer = unmodelled.dry_run_answer(args.source, model.spec, setup)
+    from introspect.measure.answer import dry_run_answer
+
+    answer = dry_run_answer(args.source, model.spec, setup)
     if args.json:
         out = to_json_unmodelled(model, setup, answer)
         print(report.dumps(out))
