@@ -58,6 +58,7 @@ from introspect.refined import (
 )
 from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
+from introspect.refined.transformers_classes import facts
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 from introspect.terms import (
@@ -345,7 +346,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
         r = hf_saved.residual_bytes(setup)
         v = hf_saved.kv_saved_width(spec, setup)
         stream = B * T * (spec.hidden_size * r + v * s)
-        if spec.model_type in hf_saved.PARALLEL:
+        if facts(spec).parallel_block:
             # The feed-forward's gradient of the shared norm output waits in the engine's
             # input buffer for the attention's (Phi's parallel block).
             stream += B * T * spec.hidden_size * s

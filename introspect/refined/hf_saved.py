@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from introspect.refined.saved_feed_forward import feed_forward
 from introspect.refined.stream import is_amp, residual_bytes
+from introspect.refined.transformers_classes import facts
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -67,30 +68,8 @@ ACTIVATION_EXTRA: dict[str, int] = {
     "quick_gelu": 1,
 }
 
-#: Families whose transformers rotary ``torch.cat``s the rotated and the passed parts of
-#: Q and K whatever the rotary fraction (``models/phi3/modeling_phi3.py``
-#: ``apply_rotary_pos_emb``: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin),
-#: q_pass], dim=-1)``), so Q comes out head-major even at ``partial_rotary_factor`` 1.
-ROTARY_CAT = ("phi3",)
-#: Families whose block is parallel: attention and feed-forward read one norm (Phi).
-PARALLEL = ("phi",)
-#: Families whose RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32:
-#: Gemma's (2's, 3's) ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
-#: hidden_states).to(input_dtype)``.
-FP32_NORMALIZED = ("gemma", "gemma2", "gemma3", "gemma3_text", "olmo2")
-#: Families whose blocks norm the branch outputs instead of the branch inputs (OLMo2:
-#: ``residual + post_attention_layernorm(attn)``, ``residual + post_feedforward_layernorm
-#: (mlp)``): the projections read the residual stream itself.
-POST_NORM = ("olmo2",)
-#: Families whose blocks norm both the branch inputs and the branch outputs (Gemma 2 and
-#: 3: ``post_attention_layernorm(attn)``, ``pre_feedforward_layernorm``,
-#: ``post_feedforward_layernorm(mlp)``, ``modeling_gemma2.py``): each output norm keeps
-#: its FP32 input (``x.float()``, or the FP32 output itself), its rstd and its FP32
-#: normalized value; the residual it adds to is not kept (the next norm keeps its copy).
-SANDWICH_NORM = ("gemma2", "gemma3", "gemma3_text")
-#: Families whose rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin``
-#: uncast; Llama's casts them to the activations' dtype).
-ROPE_FP32 = ("olmo2",)
+#: Per-family facts of transformers' classes (parallel blocks, norm placement, FP32
+#: norms and rotary tables, GPT-2's softmax): :mod:`introspect.refined.transformers_classes`.
 
 
 def norm_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -119,7 +98,7 @@ def dropped_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
         return FP32
     if is_amp(setup) and spec.position_embedding == "rope":
         return FP32
-    if is_amp(setup) and spec.qk_norm != "none" and spec.model_type not in FP32_NORMALIZED:
+    if is_amp(setup) and spec.qk_norm != "none" and not facts(spec).fp32_normalized:
         return FP32
     return setup.activation_bytes
 
@@ -166,7 +145,7 @@ def probs_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     gradients): FP32 where the code asks for it (``softmax(..., dtype=torch.float32)``),
     under autocast (softmax is on its FP32 list) and in SDPA's math fallback; GPT-2's
     plain ``softmax`` runs in the activation dtype."""
-    if spec.model_type == "gpt2" and not is_amp(setup) and not math_fallback(spec, setup):
+    if facts(spec).softmax_in_input_dtype and not is_amp(setup) and not math_fallback(spec, setup):
         return setup.activation_bytes
     return FP32
 
@@ -182,7 +161,7 @@ def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[s
         "layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32,
     }
     if spec.norm == "rmsnorm":
-        normalized = FP32 if spec.model_type in FP32_NORMALIZED else r
+        normalized = FP32 if facts(spec).fp32_normalized else r
         terms["layernorm/normalized"] = BT * d * normalized
     return terms
 
@@ -203,7 +182,7 @@ def attention_consumers(spec: ModelSpec) -> int:
     """Projections reading the attention norm's output: q, k, v (one when fused:
     GPT-2's ``c_attn``, Phi-3's ``qkv_proj``), plus fc1 in a parallel block."""
     qkv = 1 if fused(spec, "qkv") else 3
-    return qkv + (1 if spec.model_type in PARALLEL else 0)
+    return qkv + (1 if facts(spec).parallel_block else 0)
 
 
 def feed_forward_consumers(spec: ModelSpec) -> int:
@@ -244,10 +223,10 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     :func:`norm_input_bytes`."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, d, h, f = B * T, spec.hidden_size, spec.num_attention_heads, spec.ffn_dim
-    parallel = spec.model_type in PARALLEL
+    parallel = facts(spec).parallel_block
     gated = spec.ffn == "gated"
     out: dict[str, int] = {}
-    post = spec.model_type in POST_NORM
+    post = facts(spec).post_norm
     if post:
         out.update(_post_norm_terms(spec, setup))
     else:
@@ -271,7 +250,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         else:
             # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or
             # FP32).
-            normalized = FP32 if spec.model_type in FP32_NORMALIZED else s
+            normalized = FP32 if facts(spec).fp32_normalized else s
             out["layernorm/qk_norm"] = BT * widths * FP32 + rows * FP32
             out["layernorm/qk_norm/normalized"] = BT * widths * normalized
     kv = kv_saved_width(spec, setup)
@@ -296,7 +275,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["attention/quadratic/probs_cast"] = t2 * s
     else:
         out["attention/logsumexp"] = B * h * T * FP32
-        if spec.partial_rotary_factor < 1 or spec.model_type in ROTARY_CAT:
+        if spec.partial_rotary_factor < 1 or facts(spec).rotary_cat:
             # Partial rotary ``torch.cat``s the rotated and passed parts: Q comes out
             # head-major, SDPA's output follows Q's layout, and o_proj's reshape copies it.
             out["attention/linear/context_copy"] = BT * spec.q_dim * s
@@ -321,7 +300,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["feed_forward/product"] = BT * f * s
     if spec.hidden_dropout > 0:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
-    if spec.model_type in SANDWICH_NORM:
+    if facts(spec).sandwich_norm:
         # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
         out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + BT * FP32)
         out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32
@@ -370,7 +349,7 @@ def stream_kept_bytes(setup: TrainingSetup, consumers: int) -> int:
 def layer_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes per value at which a layer's input is kept: by its first norm
     (:func:`norm_input_bytes`), or in a post-norm block by q, k and v themselves."""
-    if spec.model_type in POST_NORM:
+    if facts(spec).post_norm:
         return stream_kept_bytes(setup, attention_consumers(spec))
     return norm_input_bytes(spec, setup)
 
@@ -398,7 +377,7 @@ def attention_norm(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     Q, K, V and the T×T tensors: the norm before it (read by q, k, v — and fc1 in a
     parallel block; none in a post-norm block) and, under autocast, the BF16 copies of the
     q, k and v weights."""
-    if spec.model_type in POST_NORM:
+    if facts(spec).post_norm:
         out: dict[str, int] = {}
     else:
         out = _norm_terms(spec, setup, attention_consumers(spec))
@@ -436,7 +415,7 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2 * r
     if spec.position_embedding == "rope":
         rotary = int(spec.head_size * spec.partial_rotary_factor)
-        table = FP32 if spec.model_type in ROPE_FP32 else r
+        table = FP32 if facts(spec).rope_tables_fp32 else r
         out["activations/positions"] = 2 * setup.seq_len * rotary * table
     return out
 
@@ -451,7 +430,7 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     BTd = setup.tokens * spec.hidden_size
     if setup.activation_checkpointing:
         terms["final_norm/input"] = BTd * norm_input_bytes(spec, setup)
-    elif spec.model_type in POST_NORM:
+    elif facts(spec).post_norm:
         # The last layer's output is kept by the final (pre-)norm, not by a next layer's
         # q/k/v: the difference to the per-layer ``feed_forward/down`` it was counted at
         # (signed: under autocast the three BF16 casts it stands for weigh more).

@@ -1,0 +1,73 @@
+"""transformers' own classes as the saved-set code reads them: one row of facts per
+``model_type``, the data :mod:`introspect.refined.hf_saved` and
+:mod:`introspect.refined.execution` branch on instead of family names.
+
+Each fact is a line of the class's source (transformers 5.x), named beside its field.
+A family whose class keeps what Llama's keeps needs no row; a new family's quirks are a
+row here (and a fixture in ``tests/small_configs.py``), not a branch in the estimators.
+Architecture facts every implementation shares — fused projections, biases, norm kind,
+soft-capping, windows — live in :class:`introspect.spec.ModelSpec` and its layer kinds.
+"""
+
+from __future__ import annotations
+
+from introspect._record import record
+from introspect.spec import ModelSpec
+
+
+@record(kw_only=True)
+class ClassFacts:
+    """What one family's transformers class does differently from Llama's."""
+
+    #: ``nn.functional.softmax`` in the input's dtype, not ``dtype=torch.float32``
+    #: (GPT-2's ``eager_attention_forward``, ``models/gpt2/modeling_gpt2.py``).
+    softmax_in_input_dtype: bool = False
+    #: The rotary ``torch.cat``s the rotated and the passed parts of Q and K whatever the
+    #: rotary fraction (``models/phi3/modeling_phi3.py`` ``apply_rotary_pos_emb``:
+    #: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)``), so
+    #: Q comes out head-major even at ``partial_rotary_factor`` 1.
+    rotary_cat: bool = False
+    #: A parallel block: attention and feed-forward read one norm (``models/phi/
+    #: modeling_phi.py``: ``attn_outputs + feed_forward_hidden_states + residual``).
+    parallel_block: bool = False
+    #: RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32: Gemma's
+    #: (2's, 3's) ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
+    #: hidden_states).to(input_dtype)``.
+    fp32_normalized: bool = False
+    #: The blocks norm the branch outputs instead of the branch inputs (OLMo2:
+    #: ``residual + post_attention_layernorm(attn)``, ``residual +
+    #: post_feedforward_layernorm(mlp)``): the projections read the residual stream.
+    post_norm: bool = False
+    #: The blocks norm both the branch inputs and the branch outputs (Gemma 2 and 3:
+    #: ``post_attention_layernorm(attn)``, ``pre_feedforward_layernorm``,
+    #: ``post_feedforward_layernorm(mlp)``, ``modeling_gemma2.py``): each output norm
+    #: keeps its FP32 input, its rstd and its FP32 normalized value.
+    sandwich_norm: bool = False
+    #: The rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin`` uncast;
+    #: Llama's casts them to the activations' dtype).
+    rope_tables_fp32: bool = False
+
+
+LLAMA = ClassFacts()
+_GEMMA2 = ClassFacts(fp32_normalized=True, sandwich_norm=True)
+
+#: The families whose class differs from Llama's, by ``model_type``.
+CLASSES: dict[str, ClassFacts] = {
+    "gpt2": ClassFacts(softmax_in_input_dtype=True),
+    "phi": ClassFacts(parallel_block=True),
+    "phi3": ClassFacts(rotary_cat=True),
+    "gemma": ClassFacts(fp32_normalized=True),
+    "gemma2": _GEMMA2,
+    "gemma3_text": _GEMMA2,
+    "olmo2": ClassFacts(fp32_normalized=True, post_norm=True, rope_tables_fp32=True),
+}
+
+#: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper
+#: runs Gemma3TextModel's blocks.
+ALIASES: dict[str, str] = {"gemma3": "gemma3_text"}
+
+
+def facts(spec: ModelSpec) -> ClassFacts:
+    """The row for ``spec``'s class; Llama's where the family has none."""
+    model_type = ALIASES.get(spec.model_type, spec.model_type)
+    return CLASSES.get(model_type, LLAMA)
