@@ -121,6 +121,7 @@ def build(config: dict, setup: TrainingSetup):
     keys = {k: v for k, v in config.items() if k != "model_type"}
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **keys)
     hf_config._attn_implementation = "eager" if setup.attention == "eager" else "sdpa"
+    hf_config.use_cache = False
     torch.manual_seed(0)
     # Built in its dtype (``.to`` cannot swap fake parameters).
     model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=DTYPES[setup.precision])
@@ -188,10 +189,16 @@ def measure_family(family: str, setup: TrainingSetup, config: dict | None = None
 
 
 def dry_run(config: dict, setup: TrainingSetup) -> Measured:
-    """The same step under FakeTensorMode: no memory allocated, the same storages."""
+    """The same step under FakeTensorMode: no memory allocated, the same storages. As in
+    ``introspect measure --device fake``, :func:`~introspect.measure.hf_models.unpacked_rows`
+    tells transformers' masks that each row is one sequence (the model's own position ids),
+    which a fake tensor cannot show them: else the cache-off step builds a B×1×T×T mask
+    that the real step skips."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    from introspect.measure.hf_models import unpacked_rows
+
+    with FakeTensorMode(allow_non_fake_inputs=True), unpacked_rows("fake"):
         model = build(config, setup)
         return measure(model, setup, model.config.vocab_size)
 

@@ -95,6 +95,19 @@ def test_fake_tensor_dry_run_of_a_larger_shape():
         assert estimate.total == pytest.approx(measured.peak_bytes, rel=0.03)
 
 
+def test_dry_run_is_the_real_step_without_the_cache():
+    """Built as the HF Trainer builds it (``use_cache=False``), the fake-tensor step keeps
+    the real CPU step's storages byte for byte. Without a cache, transformers'
+    ``find_packed_sequence_indices`` (``masking_utils.py``) cannot read fake position ids
+    and would make the dry run build a B×1×T×T mask that the real step skips;
+    ``hf_steps.dry_run`` answers it as ``introspect measure --device fake`` does."""
+    setup = _setup("fp32", "memory_efficient", "labels", T=128, B=2)
+    config = hf_steps.CONFIGS["qwen2"]  # grouped-query: SDPA's enable_gqa only without a mask
+    real = hf_steps.measure_family("qwen2", setup)
+    fake = hf_steps.dry_run(config, setup)
+    assert (fake.peak_bytes, fake.peak_phase) == (real.peak_bytes, real.peak_phase)
+
+
 def test_labels_loop_holds_no_logits_and_upcasts_the_loss():
     spec = hf_steps.spec_for(hf_steps.CONFIGS["llama"])
     labels = execution.saved_terms(spec, _setup("bf16", loop="labels"))
