@@ -121,7 +121,7 @@ def build(config: dict, setup: TrainingSetup):
     keys = {k: v for k, v in config.items() if k != "model_type"}
     hf_config = transformers.AutoConfig.for_model(config["model_type"], **keys)
     hf_config._attn_implementation = "eager" if setup.attention == "eager" else "sdpa"
-    hf_config.use_cache = False
+    hf_config.use_cache = False  # as measure and the HF Trainer build it: no KV cache
     torch.manual_seed(0)
     # Built in its dtype (``.to`` cannot swap fake parameters).
     model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=DTYPES[setup.precision])
