@@ -12,7 +12,9 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   16-bit input, plus the FP32 rstd and the normalized value cast back (saved by the
   weight multiply). ``GemmaRMSNorm`` (``models/gemma/modeling_gemma.py``) multiplies
   ``x·rstd`` by ``1 + weight.float()`` in FP32, so its normalized value stays FP32.
-  ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd.
+  ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd. ``Cohere2LayerNorm``
+  (``models/cohere2/modeling_cohere2.py``), written out in FP32, saves two ``x - mean``
+  (each computed anew), the rstd and the normalized value, and none of its input.
 * **Autocast** (``torch.autocast``, ``amp``): weights, embedding and residual stream stay
   FP32; each ``nn.Linear`` (GPT-2's ``Conv1D`` = ``addmm``) casts its weight to BF16 once
   (the cast cache; the copy is saved by the matmul) and casts an FP32 input — a norm's
