@@ -181,6 +181,14 @@ TERMS: tuple[Term, ...] = (
         ),
     ),
     Term(
+        name="activations/final_norm/centered",
+        category="activations",
+        equation="2 * BT * d * FP32  (_norm_terms, final)",
+        source="transformers 5: Cohere2LayerNorm (models/cohere2/modeling_cohere2.py): ``(hidden_states - mean)`` written twice, each saved (by ``pow`` and by the rstd multiply), in FP32: the final norm",
+        computed_by=("introspect/refined/hf_saved.py: final",),
+        tests=("tests/test_refined_transformers.py::test_cohere2_dry_run_is_within_1_percent",),
+    ),
+    Term(
         name="activations/final_norm/input",
         category="activations",
         equation="BTd * norm_input_bytes(spec, setup)  (final); BTd * (norm_input_bytes(spec, setup) - layer_input_bytes(spec, setup))  (final)",
@@ -995,6 +1003,14 @@ TERMS: tuple[Term, ...] = (
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
         ),
+    ),
+    Term(
+        name="activations/layer/layernorm/centered",
+        category="activations",
+        equation="2 * BT * d * FP32  (_norm_terms)",
+        source="transformers 5: Cohere2LayerNorm (models/cohere2/modeling_cohere2.py): ``(hidden_states - mean)`` written twice, each saved (by ``pow`` and by the rstd multiply), in FP32: the block norm",
+        computed_by=("introspect/refined/hf_saved.py: _norm_terms",),
+        tests=("tests/test_refined_transformers.py::test_cohere2_dry_run_is_within_1_percent",),
     ),
     Term(
         name="activations/layer/layernorm/input",

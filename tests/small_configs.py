@@ -61,6 +61,9 @@ FAMILIES: dict[str, dict] = {
     "phi, q/k layernorm": small("phi", num_key_value_heads=2, qk_layernorm=True),
     "phi3, window": small("phi3", vocab_size=32064, num_key_value_heads=2, sliding_window=64),
     "olmo2, bias": small("olmo2", num_key_value_heads=2, attention_bias=True),
+    "cohere2, NoPE on layer 2": small(
+        "cohere2", num_key_value_heads=2, layer_types=["sliding_attention", "full_attention"],
+    ),
     "gpt2": {"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 8, "vocab_size": 1000},
     "mixtral": small("mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=1),
     "qwen3_moe": small(

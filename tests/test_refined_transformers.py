@@ -167,3 +167,40 @@ def test_phi3_fused_qkv_is_kept_by_sdpa(precision, kv_heads):
             assert unfused < 0.99 * measured.peak_bytes
         else:
             assert unfused == pytest.approx(measured.peak_bytes, rel=0.01)
+
+
+COHERE2_SETUPS = {
+    "fp32 eager": dict(precision="fp32"),
+    "amp eager ckpt": dict(precision="amp", activation_checkpointing=True),
+    "bf16 sdpa": dict(precision="bf16", weights_dtype="bf16", attention="memory_efficient"),
+}
+
+
+@pytest.mark.parametrize("name", list(COHERE2_SETUPS))
+@pytest.mark.parametrize("layers,T", [(2, 512), (4, 1024)])
+def test_cohere2_dry_run_is_within_1_percent(name, layers, T):
+    """Cohere2 (``models/cohere2/modeling_cohere2.py``), dry-run as ``introspect measure
+    --impl transformers --device fake`` steps it: a parallel block whose one
+    ``Cohere2LayerNorm`` is written out in FP32 (two ``x - mean`` kept, the rstd, the
+    normalized value, not its input; read by q, k, v, gate and up), NoPE on the full
+    layer. The estimate is within 1% of the peak; the terms are the class row's."""
+    from small_configs import FAMILIES
+
+    from introspect.measure import hf_models
+
+    raw = dict(FAMILIES["cohere2, NoPE on layer 2"], num_hidden_layers=layers)
+    if layers == 4:
+        raw.pop("layer_types")  # the class's own pattern: three sliding, one full
+    spec = hf_steps.spec_for(raw)
+    setup = TrainingSetup(
+        batch_size=1, seq_len=T, device="cpu", loop="labels", implementation="transformers",
+        optimizer="adam", **COHERE2_SETUPS[name],
+    )  # fmt: skip
+    measured = hf_models.measure(dict(raw), "cohere2", spec, setup, device="fake", census=False)
+    assert refined.estimate(spec, setup).total == pytest.approx(measured[0].peak_bytes, rel=0.01)
+    layer = hf_saved.per_layer(spec, setup)
+    BTd = T * spec.hidden_size
+    assert layer["layernorm/centered"] == 2 * BTd * 4
+    assert "feed_forward/down" not in layer  # the norm keeps none of the layer input
+    if setup.precision == "amp":  # q, k, v, gate and up each cast the FP32 norm output
+        assert layer["layernorm"] == 5 * BTd * 2

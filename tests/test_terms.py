@@ -44,6 +44,7 @@ FAMILIES = {
     "gpt2": {"resid_pdrop": 0.1, "embd_pdrop": 0.1, "attn_pdrop": 0.1},
     "qwen2_moe, shared expert": {},
     "llama, head_dim 48": {"attention_dropout": 0.1},
+    "cohere2, NoPE on layer 2": {},  # Cohere2LayerNorm's two x - mean
 }
 
 

@@ -12,7 +12,9 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   16-bit input, plus the FP32 rstd and the normalized value cast back (saved by the
   weight multiply). ``GemmaRMSNorm`` (``models/gemma/modeling_gemma.py``) multiplies
   ``x·rstd`` by ``1 + weight.float()`` in FP32, so its normalized value stays FP32.
-  ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd.
+  ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd. ``Cohere2LayerNorm``
+  (``models/cohere2/modeling_cohere2.py``), written out in FP32, saves two ``x - mean``
+  (each computed anew), the rstd and the normalized value, and none of its input.
 * **Autocast** (``torch.autocast``, ``amp``): weights, embedding and residual stream stay
   FP32; each ``nn.Linear`` (GPT-2's ``Conv1D`` = ``addmm``) casts its weight to BF16 once
   (the cast cache; the copy is saved by the matmul) and casts an FP32 input — a norm's
@@ -74,7 +76,11 @@ ACTIVATION_EXTRA: dict[str, int] = {
 
 def norm_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes per value of a block norm's saved input: RMSNorm's ``.to(torch.float32)``
-    copy (FP32) when the stream is 16-bit; otherwise the stream itself."""
+    copy (FP32) when the stream is 16-bit; otherwise the stream itself; none for a
+    LayerNorm written by hand (Cohere2's keeps its two ``x - mean`` instead:
+    :func:`_norm_terms`)."""
+    if facts(spec).layernorm_by_hand:
+        return 0
     r = residual_bytes(setup)
     return FP32 if spec.norm == "rmsnorm" else r
 
@@ -156,6 +162,16 @@ def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[s
     statistics, RMSNorm's normalized value."""
     BT, d, s, r = setup.tokens, spec.hidden_size, setup.activation_bytes, residual_bytes(setup)
     out_bytes = consumers * s if is_amp(setup) else r
+    if facts(spec).layernorm_by_hand:
+        # Cohere2LayerNorm: ``(x - mean)`` twice (saved by ``pow`` and by the rstd
+        # multiply), the rstd, ``(x - mean)·rstd`` (saved by the weight multiply), all
+        # FP32; the output cast back to the stream's dtype.
+        return {
+            "layernorm": BT * d * out_bytes,
+            "layernorm/statistics": BT * FP32,
+            "layernorm/centered": 2 * BT * d * FP32,
+            "layernorm/normalized": BT * d * FP32,
+        }
     terms = {
         "layernorm": BT * d * out_bytes,
         "layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32,
@@ -180,9 +196,10 @@ def fused(spec: ModelSpec, which: str) -> bool:
 
 def attention_consumers(spec: ModelSpec) -> int:
     """Projections reading the attention norm's output: q, k, v (one when fused:
-    GPT-2's ``c_attn``, Phi-3's ``qkv_proj``), plus fc1 in a parallel block."""
+    GPT-2's ``c_attn``, Phi-3's ``qkv_proj``), plus in a parallel block the feed-forward's
+    (Phi's fc1; Cohere2's gate and up)."""
     qkv = 1 if fused(spec, "qkv") else 3
-    return qkv + (1 if facts(spec).parallel_block else 0)
+    return qkv + (feed_forward_consumers(spec) if facts(spec).parallel_block else 0)
 
 
 def feed_forward_consumers(spec: ModelSpec) -> int:
@@ -306,7 +323,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32
     if is_amp(setup):
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
-    out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
+    if layer_input_bytes(spec, setup):
+        out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
     return out
 
 
@@ -395,7 +413,7 @@ def recomputed_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     ``feed_forward/down``; with it, the checkpoint keeps the stream itself and the
     recomputation makes them again."""
     kept = layer_input_bytes(spec, setup)
-    if kept == residual_bytes(setup):
+    if kept in (0, residual_bytes(setup)):
         return {}
     return {"layernorm/input": setup.tokens * spec.hidden_size * kept}
 
@@ -405,7 +423,7 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     dropout's mask (GPT-2, Phi: ``embd_pdrop``); the undropped output is freed."""
     BT, d, r = setup.tokens, spec.hidden_size, residual_bytes(setup)
     kept = r if setup.activation_checkpointing else layer_input_bytes(spec, setup)
-    out = {"activations/embedding": BT * d * kept}
+    out = {"activations/embedding": BT * d * kept} if kept else {}
     if spec.embedding_dropout > 0:
         out["activations/embedding/dropout_mask"] = BT * d * dropout_mask_bytes(setup, r)
     if setup.activation_checkpointing and setup.attention == "eager":
@@ -428,7 +446,7 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         f"final_norm{k[len('layernorm') :]}": v for k, v in _norm_terms(spec, setup, 1).items()
     }
     BTd = setup.tokens * spec.hidden_size
-    if setup.activation_checkpointing:
+    if setup.activation_checkpointing and norm_input_bytes(spec, setup):
         terms["final_norm/input"] = BTd * norm_input_bytes(spec, setup)
     elif facts(spec).post_norm:
         # The last layer's output is kept by the final (pre-)norm, not by a next layer's

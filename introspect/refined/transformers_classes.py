@@ -46,6 +46,13 @@ class ClassFacts:
     #: The rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin`` uncast;
     #: Llama's casts them to the activations' dtype).
     rope_tables_fp32: bool = False
+    #: A LayerNorm written out in FP32 (``Cohere2LayerNorm``, ``models/cohere2/
+    #: modeling_cohere2.py``: ``hidden_states.to(torch.float32)``, ``mean``,
+    #: ``(hidden_states - mean).pow(2).mean``, ``(hidden_states - mean) *
+    #: torch.rsqrt(...)``, ``self.weight.to(torch.float32) * hidden_states``, cast back):
+    #: the two ``x - mean`` (each written anew), the rstd and the normalized value are kept
+    #: in FP32, and not its input (``mean`` and ``-`` save nothing).
+    layernorm_by_hand: bool = False
 
 
 LLAMA = ClassFacts()
@@ -60,6 +67,13 @@ CLASSES: dict[str, ClassFacts] = {
     "gemma2": _GEMMA2,
     "gemma3_text": _GEMMA2,
     "olmo2": ClassFacts(fp32_normalized=True, post_norm=True, rope_tables_fp32=True),
+    # Cohere2DecoderLayer: ``residual + hidden_states_attention + hidden_states_mlp``.
+    # Its other quirks need no fact: ``logits * self.logit_scale`` (a multiply by a
+    # number saves nothing; the unscaled logits are freed), the interleaved rotary
+    # (``rotate_half`` by ``stack``/``flatten`` saves nothing; ``q.float()`` times the
+    # 16-bit tables saves only the tables) and NoPE on the full-attention layers (Q and K
+    # are the projections' views, the sizes the rotary's outputs have).
+    "cohere2": ClassFacts(parallel_block=True, layernorm_by_hand=True),
 }
 
 #: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper
