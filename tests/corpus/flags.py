@@ -300,6 +300,19 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ("shape-without-vocab", ("measure", *SHAPE[:6], "--seq", "8", "--device", "fake"))
     + ("refused", ("--vocab",)),
     ("nominal-unknown", ("measure", "12M", "--device", "fake"), "refused", ("12M",)),
+    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "ok", ()),
+    ("fake-debug", (*BASE["measure"], "--debug"), "ok", ()),
+    ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "refused", ("--device", "--ddp")),
+    ("fake-fsdp-no-reshard", (*BASE["measure"], "--fsdp", "--devices", "2", "--no-reshard"))
+    + ("refused", ("--device", "--fsdp")),
+    ("fake-ddp-bucket-view", (*BASE["measure"], "--ddp", "--devices", "2", "--bucket-view"))
+    + ("refused", ("--device", "--ddp")),
+    ("freeze-tower-text-model", (*BASE["measure"], "--freeze-tower"), "refused")
+    + (("--freeze-tower",),),
+    ("no-double-quant-without-qlora", (*BASE["measure"], "--no-double-quant"), "refused")
+    + (("--no-double-quant",),),
+    ("train-embeddings-full", (*BASE["measure"], "--train-embeddings"), "refused")
+    + (("--train-embeddings",),),
 )
 
 
@@ -416,5 +429,42 @@ def contradiction_cases() -> list[Case]:
     return out
 
 
+def file_flag_cases() -> list[Case]:
+    """Flags beside a local file: --revision (a Hub revision) of a path is ignored; a
+    tiny config measured with the transformers class takes --checkpointing."""
+    import json
+
+    from .cases import CONFIG
+
+    config = {"config.json": json.dumps(CONFIG).encode()}
+    path = "{dir}/config.json"
+    return [
+        Case(
+            "contra/fit/revision-of-a-local-path",
+            ("fit", path, "--gpu", "h200", "--revision", "v1"),
+            config,
+            ("--revision",),
+        ),
+        Case(
+            "contra/profile/revision-of-a-local-path",
+            ("profile", path, "--revision", "v1"),
+            config,
+            ("--revision",),
+        ),
+        Case(
+            "ok/measure/config-checkpointing",
+            ("measure", path, "--device", "fake", "--seq", "8", "--checkpointing"),
+            config,
+            expect="ok",
+        ),
+        Case(
+            "env/fit-revision-offline",
+            ("fit", QWEN, "--gpu", "h200", "--revision", "v1"),
+            names=("--revision", QWEN),
+            env={"HF_HUB_OFFLINE": "1"},
+        ),
+    ]
+
+
 def flag_cases() -> list[Case]:
-    return [*bad_value_cases(), *good_value_cases(), *contradiction_cases()]
+    return [*bad_value_cases(), *good_value_cases(), *contradiction_cases(), *file_flag_cases()]
