@@ -41,8 +41,11 @@ def pytest_terminal_summary(terminalreporter):
     if FUZZ.get("examples"):
         ex = FUZZ["examples"]
         per = ", ".join(f"{c} {n}" for c, n in sorted(ex.items()))
+        exits = FUZZ.get("exits", {})
         terminalreporter.write_line(
-            f"fuzz: {sum(ex.values())} examples ({per}); budget {FUZZ['budget']} per command "
+            f"fuzz: {sum(ex.values())} examples ({per}; exit 0: {exits.get(0, 0)}, exit 2: "
+            f"{exits.get(2, 0)}, other: {exits.get('other', 0)}); "
+            f"budget {FUZZ['budget']} per command "
             f"(INTROSPECT_FUZZ_EXAMPLES), {FUZZ['timeout_s']} s per example, "
             f"{FUZZ.get('failed', 0)} commands failing"
         )

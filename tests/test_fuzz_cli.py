@@ -91,6 +91,11 @@ MEASURE_VALUES: dict[str, list[str]] = {
     "--devices": ["1", "0", "x"],
     "--lora-rank": ["4", "0", "1e9"],
 }
+#: Values drawn one time in four (the rest from the good ones), so that most examples get
+#: past the parser to the checks between flags; a weighting only, not a rule.
+BAD = {"0", "-1", "nan", "inf", "1e400", "1e9", "1e12", "1e30", "9" * 40, "x", "1.5", ""}
+BAD |= {"nonesuch", "-0.1", "0GB", "-1GB", "80", "xGB", "1e400GB", "nanGB", "gpt-5", "wiggle"}
+BAD |= {"{dir}/out.txt", "{dir}/no/out.png", "{dir}/file.txt/out.png", "fp7", "c_attn"}
 #: Flags never drawn (see the module docstring); measure's sharded and MLX runs too.
 NEVER = {"--debug", "--revision", "--exact", "--help"}
 NEVER_MEASURE = {"--ddp", "--fsdp", "--zero", "--no-reshard", "--bucket-view", "--plot"}
@@ -123,6 +128,8 @@ SOURCES["table"] = SOURCES["profile"]
 
 #: Collected by the tests, printed by tests/conftest.py.
 STATS: Counter = Counter()
+#: Exit codes of the examples (0, 2 or "other"), for the summary line.
+OUTCOMES: Counter = Counter()
 
 
 def _subparser(command: str) -> argparse.ArgumentParser:
@@ -208,7 +215,11 @@ def command_lines(draw, command: str) -> list[str]:
         if values is None:
             continue
         count = draw(hs.integers(1, 2)) if several else 1
-        argv += [draw(hs.sampled_from(values)) for _ in range(count)]
+        for _ in range(count):
+            bad = [v for v in values if v in BAD]
+            good = [v for v in values if v not in BAD] or bad
+            pool = bad if bad and draw(hs.integers(0, 3)) == 0 else good
+            argv.append(draw(hs.sampled_from(pool)))
     return argv
 
 
@@ -261,6 +272,7 @@ def _without(argv: list[str], flag: str, command: str) -> list[str]:
 def judge(argv: list[str], folder: Path, command: str) -> str | None:
     """Why ``argv`` breaks the property, or None."""
     code, out, err = call(argv)
+    OUTCOMES[code if code in (0, 2) else "other"] += 1
     lines = [line for line in err.splitlines() if line.strip()]
     if code == "hang":
         return f"hang (over {EXAMPLE_S} s)"
@@ -345,7 +357,7 @@ def test_fuzz_command(command, tmp_path, offline):
             failures.setdefault(key, f"introspect {' '.join(map(repr, argv))} → {why}")
 
     one()
-    conftest.FUZZ.update(budget=EXAMPLES, timeout_s=EXAMPLE_S, examples=STATS)
+    conftest.FUZZ.update(budget=EXAMPLES, timeout_s=EXAMPLE_S, examples=STATS, exits=OUTCOMES)
     if failures:
         conftest.FUZZ["failed"] = conftest.FUZZ.get("failed", 0) + 1
     assert not failures, f"{len(failures)} kinds of failure:\n" + "\n".join(failures.values())
