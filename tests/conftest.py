@@ -23,7 +23,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     callspec = getattr(item, "callspec", None)
-    if item.originalname != "test_case_is_clean" or callspec is None:
+    if getattr(item, "originalname", None) != "test_case_is_clean" or callspec is None:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         CORPUS[(callspec.params["case"].expect, report.passed)] += 1

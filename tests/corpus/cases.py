@@ -58,6 +58,9 @@ class Case:
     expect: str = "refused"
     #: Files an ok case is asked to write (``--plot {dir}/out.png``); nothing else may appear.
     writes: tuple[str, ...] = ()
+    #: For an ok case: the same call without the flag under test; the answers must differ
+    #: (else the flag was silently ignored).
+    baseline: tuple[str, ...] | None = None
     #: Named pipes to make (relative to the case folder): a read that never ends.
     fifos: tuple[str, ...] = ()
 

@@ -39,6 +39,8 @@ class Outcome:
     folder: Path
     before: set[str]
     after: set[str]
+    #: stdout of the case's baseline call (None without one).
+    baseline_out: str | None = None
 
 
 def fill(text: str, folder: Path) -> str:
@@ -142,7 +144,11 @@ def run(case: Case, folder: Path, home: Path | None = None) -> Outcome:
         code, out, err = run_subprocess(case, folder, home or folder.with_name("home"))
     else:
         code, out, err = run_in_process(case, folder)
-    return Outcome(code, out, err, folder, before, snapshot(folder))
+    after = snapshot(folder)
+    base = None
+    if case.baseline is not None and code == 0:
+        base = run_in_process(Case(case.id, case.baseline), folder)[1]
+    return Outcome(code, out, err, folder, before, after, base)
 
 
 def _relative(path: str, folder: Path) -> str:
@@ -177,6 +183,8 @@ def problem(case: Case, o: Outcome) -> str | None:
         missing = [w for w in case.writes if not Path(fill(w, o.folder)).is_file()]
         if missing:
             return f"exit 0 but did not write {missing}"
+        if o.baseline_out is not None and o.baseline_out == o.out:
+            return "exit 0 with the same answer as without the flag (silently ignored)"
         return None
     if o.code == 0:
         return "exit 0 (answered; expected a refusal)"
