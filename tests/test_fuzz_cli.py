@@ -126,6 +126,7 @@ SOURCES: dict[str, list[str]] = {
     "measure": ["{dir}/config.json", "{dir}/bad.json", "10M"],
 }
 SOURCES["table"] = SOURCES["profile"]
+SOURCES["explain"] = ["weights", "weights/gathered", "nonesuch", ""]
 
 #: Collected by the tests, printed by tests/conftest.py.
 STATS: Counter = Counter()

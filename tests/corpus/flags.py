@@ -26,6 +26,7 @@ BASE: dict[str, tuple[str, ...]] = {
     "table": ("table", QWEN),
     "fit": ("fit", QWEN, "--gpu", "h200"),
     "measure": ("measure", *SHAPE, "--framework", "torch", "--device", "fake", "--no-census"),
+    "explain": ("explain", "weights"),
 }
 #: Commands with the execution (refined estimate) flags.
 REFINED = ("profile", "table", "fit", "measure")
@@ -348,7 +349,7 @@ def bad_value_cases() -> list[Case]:
                 argv = (*BASE[command], flag, value)
                 names = (flag, *ALSO_NAMED.get((command, flag), ()))
                 out.append(_case("flags", command, f"{flag[2:]}-{label}", argv, "refused", names))
-    for command in BASE:
+    for command in CHOICES:
         for label, value in BAD_SECONDS.items():
             argv = (*BASE[command], "--timeout", value)
             out.append(_case("flags", command, f"timeout-{label}", argv, "refused", ("--timeout",)))
@@ -445,6 +446,30 @@ def contradiction_cases() -> list[Case]:
     return out
 
 
+def explain_cases() -> list[Case]:
+    """explain TERM: a registered term answers (text or JSON), --list lists; an unknown or
+    empty term, none at all, or a term beside --list is refused."""
+    ok = (
+        ("term", ("explain", "weights")),
+        ("term-json", ("explain", "weights", "--json")),
+        ("slash-path", ("explain", "weights/gathered")),
+        ("list", ("explain", "--list")),
+        ("list-json", ("explain", "--list", "--json")),
+        ("debug", ("explain", "weights", "--debug")),
+    )
+    refused = (
+        ("unknown-term", ("explain", "nonesuch"), ("nonesuch",)),
+        ("empty-term", ("explain", ""), ("TERM", "term")),
+        ("no-term", ("explain",), ("TERM", "--list")),
+        ("list-with-term", ("explain", "--list", "weights"), ("--list",)),
+        ("unknown-flag", ("explain", "weights", "--seq", "8"), ("--seq",)),
+        ("term-non-ascii", ("explain", "wéights/\u2028"), ("wéights",)),
+    )
+    out = [_case("ok", "explain", label, argv, "ok") for label, argv in ok]
+    out += [_case("contra", "explain", label, argv, "refused", n) for label, argv, n in refused]
+    return out
+
+
 def file_flag_cases() -> list[Case]:
     """Flags beside a local file: --revision (a Hub revision) of a path is ignored; a
     tiny config measured with the transformers class takes --checkpointing."""
@@ -483,4 +508,10 @@ def file_flag_cases() -> list[Case]:
 
 
 def flag_cases() -> list[Case]:
-    return [*bad_value_cases(), *good_value_cases(), *contradiction_cases(), *file_flag_cases()]
+    return [
+        *bad_value_cases(),
+        *good_value_cases(),
+        *contradiction_cases(),
+        *file_flag_cases(),
+        *explain_cases(),
+    ]
