@@ -21,17 +21,19 @@ C = "config.json"
 W = "model.safetensors"
 
 
-def gptq_entries(bits: int = 4) -> list[tuple[str, str, list[int]]]:
-    """The tiny Llama's tensors with every q_proj stored as GPTQ ``bits``-bit packed
-    integers (``qweight``, ``qzeros``, ``scales``)."""
+def gptq_entries(bits: int = 4, method: str = "gptq") -> list[tuple[str, str, list[int]]]:
+    """The tiny Llama's tensors with every q_proj stored as ``bits``-bit packed integers
+    (``qweight``, ``qzeros``, ``scales``; one group): GPTQ packs along the input
+    (``qweight`` ``[in/pack, out]``), AWQ along the output (``[in, out/pack]``)."""
     per = 32 // bits
     out = []
     for name, dtype, shape in tensors():
         if name.endswith("q_proj.weight"):
             rows, cols = shape  # [out, in]
             base = name[: -len(".weight")]
+            packed = [cols, rows // per] if method == "awq" else [cols // per, rows]
             out += [
-                (base + ".qweight", "I32", [cols // per, rows]),
+                (base + ".qweight", "I32", packed),
                 (base + ".qzeros", "I32", [1, max(rows // per, 1)]),
                 (base + ".scales", "F16", [1, rows]),
             ]
@@ -40,8 +42,8 @@ def gptq_entries(bits: int = 4) -> list[tuple[str, str, list[int]]]:
     return out
 
 
-def gptq_checkpoint(bits: int = 4) -> bytes:
-    return st(header(gptq_entries(bits)))
+def gptq_checkpoint(bits: int = 4, method: str = "gptq") -> bytes:
+    return st(header(gptq_entries(bits, method)))
 
 
 def quant_config(bits, method: str = "gptq", **extra) -> bytes:
@@ -63,7 +65,7 @@ def quantized_cases() -> list[Case]:
         _c(
             "quant/awq-4-bit",
             ("profile", "{dir}"),
-            {C: quant_config(4, "awq"), W: gptq_checkpoint(4)},
+            {C: quant_config(4, "awq"), W: gptq_checkpoint(4, "awq")},
             expect="ok",
         )
     )

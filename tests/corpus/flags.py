@@ -264,7 +264,6 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("units-gib-json", ("--units", "gib", "--json"), ("--units",)),
     ("act-bytes-and-act-dtype", ("--act-bytes", "2", "--act-dtype", "bf16"))
     + (("--act-bytes", "--act-dtype"),),
-    ("amp-fp32-weights", ("--precision", "amp", "--weights-dtype", "fp32"), ("--precision",)),
     ("zero-on-one-device", ("--zero", "1"), ("--zero",)),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
@@ -315,7 +314,8 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ("shape-without-vocab", ("measure", *SHAPE[:6], "--seq", "8", "--device", "fake"))
     + ("refused", ("--vocab",)),
     ("nominal-unknown", ("measure", "12M", "--device", "fake"), "refused", ("12M",)),
-    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "ok", ()),
+    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "refused")
+    + (("--optimizer-in-backward",),),
     ("fake-debug", (*BASE["measure"], "--debug"), "ok", ()),
     ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "refused", ("--device", "--ddp")),
     ("fake-fsdp-no-reshard", (*BASE["measure"], "--fsdp", "--devices", "2", "--no-reshard"))
@@ -421,6 +421,7 @@ def good_value_cases() -> list[Case]:
         ("freeze-tower-multimodal", ("profile", MULTIMODAL, "--freeze-tower")),
         ("exact", ("profile", QWEN, "--exact", "--seq", "128")),
         ("moe", ("profile", "Qwen/Qwen3-30B-A3B")),
+        ("amp-fp32-weights", ("profile", QWEN, "--precision", "amp", "--weights-dtype", "fp32")),
         ("budget-80gb", ("fit", QWEN, "--budget", "80GB")),
         ("budget-24gib", ("fit", QWEN, "--budget", "24GiB")),
         ("budget-fraction", ("fit", QWEN, "--budget", "7.5GB")),
