@@ -500,6 +500,16 @@ def file_flag_cases() -> list[Case]:
             expect="ok",
         ),
         Case(
+            "contra/table/default-sources-unknown-lora-target",
+            ("table", "--lora-targets", "c_attn"),
+            names=("--lora-targets",),
+        ),
+        Case(
+            "contra/profile/list-with-flags",
+            ("profile", "--list", "--pp", "4"),
+            names=("--list", "--pp"),
+        ),
+        Case(
             "env/fit-revision-offline",
             ("fit", QWEN, "--gpu", "h200", "--revision", "v1"),
             names=("--revision", QWEN),
