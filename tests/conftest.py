@@ -47,5 +47,5 @@ def pytest_terminal_summary(terminalreporter):
             f"{exits.get(2, 0)}, other: {exits.get('other', 0)}); "
             f"budget {FUZZ['budget']} per command "
             f"(INTROSPECT_FUZZ_EXAMPLES), {FUZZ['timeout_s']} s per example, "
-            f"{FUZZ.get('failed', 0)} commands failing"
+            f"commands failing: {FUZZ.get('failed', 0)}"
         )
