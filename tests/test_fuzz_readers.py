@@ -122,3 +122,22 @@ def test_config_loader_on_random_bytes(data):
 def test_config_reader_on_mutated_configs(changes, model_type):
     config = {**CONFIG, "model_type": model_type, **changes}
     _reads_or_refuses(lambda: spec_from_config(config, source="fuzz", path="fuzz/config.json"))
+
+
+@BUDGET
+@given(
+    bits=_json,
+    method=hs.sampled_from(["gptq", "awq", "GPTQ", "", "fp8", "bitsandbytes", 4]),
+    packed=hs.sampled_from(["I32", "U32", "F32", "I8"]),
+)
+def test_checkpoint_reader_on_quantized_configs(bits, method, packed):
+    """The tiny Llama with its q_proj packed GPTQ-style (``qweight``/``qzeros``/``scales``)
+    under a config.json whose ``quantization_config`` says any ``bits`` and method: the
+    count or one of the one-line errors (``bits: 0`` once divided by zero)."""
+    from corpus.files import gptq_entries
+
+    entries = [(n, packed if n.endswith("qweight") else d, s) for n, d, s in gptq_entries(4)]
+    path = _write(st(header(entries)))
+    config = {**CONFIG, "quantization_config": {"quant_method": method, "bits": bits}}
+    (path.parent / "config.json").write_text(json.dumps(config))
+    _reads_or_refuses(lambda: read_checkpoint(path.parent))

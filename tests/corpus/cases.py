@@ -1,5 +1,8 @@
 """The bad-input corpus: configs, safetensors headers, shard indexes, arguments, the
-environment and Hub faults, each a case the tool must refuse with one line.
+environment and Hub faults, each a case the tool must refuse with one line — and, in
+``flags.py`` and ``files.py``, every flag of every command with good and bad values, the
+contradictions between flags, quantized checkpoints and filesystem faults, each with its
+expected class (``ok`` or ``refused``).
 
 A :class:`Case` is data: the files to write into a fresh folder (``{dir}`` in arguments
 and expected names is that folder), the command line, and the words the error line must
@@ -29,7 +32,7 @@ CONFIG = {
     "hidden_act": "silu",
     "tie_word_embeddings": False,
 }
-DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
+DTYPE_BYTES = {"F16": 2, "BF16": 2, "F32": 4, "I32": 4, "U32": 4, "U8": 1, "I8": 1}
 BUNDLED = "Qwen/Qwen2.5-0.5B"  # resolved offline from adapters/data
 HUB_ID = "org/tiny"
 
@@ -50,6 +53,16 @@ class Case:
     links: dict[str, str] = field(default_factory=dict)
     #: Run the command once before (online), e.g. to leave a bad file in the cache.
     warm_up: bool = False
+    #: The outcome class: "refused" (exit 2, one stderr line naming one of ``names``) or
+    #: "ok" (exit 0 with an answer on stdout).
+    expect: str = "refused"
+    #: Files an ok case is asked to write (``--plot {dir}/out.png``); nothing else may appear.
+    writes: tuple[str, ...] = ()
+    #: For an ok case: the same call without the flag under test; the answers must differ
+    #: (else the flag was silently ignored).
+    baseline: tuple[str, ...] | None = None
+    #: Named pipes to make (relative to the case folder): a read that never ends.
+    fifos: tuple[str, ...] = ()
 
     @property
     def subprocess(self) -> bool:
@@ -665,6 +678,9 @@ def hub_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from .files import file_cases
+    from .flags import flag_cases
+
     return [
         *config_cases(),
         *safetensors_cases(),
@@ -672,4 +688,6 @@ def all_cases() -> list[Case]:
         *argument_cases(),
         *environment_cases(),
         *hub_cases(),
+        *flag_cases(),
+        *file_cases(),
     ]
