@@ -17,7 +17,9 @@ imply — or, where its blocks hold a part no layer kind models (a Mamba mixer, 
 an unknown attention), a spec that names those parts (``ModelSpec.unmodelled``) instead
 of inventing a dense stack (:mod:`introspect.unmodelled`). An encoder or a model_type
 with no causal-LM class is refused in one line. A ``model_type`` neither knows is one
-line naming it and the file.
+line naming it and the file. An illegal ``quantization_config`` (or mlx-lm
+``quantization`` block) is refused naming the key and the file, by the rules of
+:mod:`introspect.adapters.quantized` that also apply when the weights are read.
 """
 
 from __future__ import annotations
@@ -103,6 +105,12 @@ def spec_from_config(
         )
     if not isinstance(model_type, str):
         raise ConfigError(f"{where}: model_type must be a string, got {model_type!r}")
+    if config.get("quantization_config") is not None or "quantization" in config:
+        # A config.json read without its weights is held to the same quantization rules
+        # as one read beside them (bits a legal integer, one bitsandbytes width …).
+        from .quantized import config_quant
+
+        config_quant(config, where)
     from . import hf_transformers as hft
 
     with_hf = hft.available() if use_transformers is None else use_transformers

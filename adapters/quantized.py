@@ -49,16 +49,22 @@ the file, as transformers' own config classes refuse them.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import Counter
-from collections.abc import Callable
 from math import gcd, prod
 from pathlib import Path
 
+from introspect._record import field, record, replace
 from introspect.errors import CheckpointError, ConfigError
 
-from .tensor_roles import BUFFER, TensorInfo, tensor_info
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .tensor_roles import TensorInfo
+
+    #: Reads a small tensor's bytes (the bitsandbytes quant state) from its file.
+    ReadBytes = Callable[[TensorInfo], bytes]
 
 #: Legal bit widths: GPTQConfig.post_init (transformers), AutoAWQ's WQLinear kernels.
 GPTQ_BITS = (2, 3, 4, 8)
@@ -95,7 +101,7 @@ UNPACKED = ("", "gptq", "awq", "bitsandbytes", "fp8", "mxfp4", "mlx")
 _PACKED_COMPANIONS = (".qzeros", ".scales", ".g_idx")
 
 
-@dataclasses.dataclass(frozen=True)
+@record
 class QuantConfig:
     """What the checkpoint's quantization settings say, validated.
 
@@ -112,7 +118,7 @@ class QuantConfig:
     source: str = ""
     prefix: str = "quantization_config."
     #: MLX: (bits, group_size, mode) per module path, ``None`` for a module left in float.
-    mlx: dict[str, tuple[int, int, str] | None] = dataclasses.field(default_factory=dict)
+    mlx: dict[str, tuple[int, int, str] | None] = field(default_factory=dict)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}{name} in {self.source}"
@@ -122,19 +128,37 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
     """The quantization settings: config.json's ``quantization_config``, else AutoGPTQ's
     quantize_config.json beside it. Raises :class:`ConfigError` naming the key and file
     for a value the format does not admit."""
-    if isinstance((config or {}).get("quantization"), dict):  # mlx-lm's own block
-        return _mlx_config(config["quantization"], str(config_path))
-    raw = (config or {}).get("quantization_config")
-    source, prefix = str(config_path), "quantization_config."
-    if raw is None and (folder / QUANTIZE_CONFIG).is_file():
-        from .hf_config import load_config
+    quant = config_quant(config, str(config_path))
+    own = config or {}
+    if (
+        isinstance(own.get("quantization"), dict)
+        or own.get("quantization_config") is not None
+        or not (folder / QUANTIZE_CONFIG).is_file()
+    ):
+        return quant
+    from .hf_config import load_config
 
-        source, prefix = str(folder / QUANTIZE_CONFIG), ""
-        raw = load_config(folder / QUANTIZE_CONFIG)
-        raw.setdefault("quant_method", "gptq")
+    raw = load_config(folder / QUANTIZE_CONFIG)
+    raw.setdefault("quant_method", "gptq")
+    return _settings(raw, QuantConfig(source=str(folder / QUANTIZE_CONFIG), prefix=""))
+
+
+def config_quant(config: dict | None, source: str) -> QuantConfig:
+    """The settings config.json itself holds: mlx-lm's ``quantization`` block, else
+    ``quantization_config``; ``QuantConfig()`` when it has neither. ``source`` names the
+    file in errors. A config.json read alone (no weights) is checked by the same rules,
+    so an illegal setting is refused whether or not the weights are beside it."""
+    if isinstance((config or {}).get("quantization"), dict):  # mlx-lm's own block
+        return _mlx_config(config["quantization"], source)
+    raw = (config or {}).get("quantization_config")
     if raw is None:
         return QuantConfig()
-    blank = QuantConfig(source=source, prefix=prefix)
+    return _settings(raw, QuantConfig(source=source))
+
+
+def _settings(raw: object, blank: QuantConfig) -> QuantConfig:
+    """``quantization_config`` (or quantize_config.json) validated by its method's rules."""
+    source = blank.source
     if not isinstance(raw, dict):
         raise ConfigError(
             f"{source}: quantization_config is {raw!r}, not an object; "
@@ -146,12 +170,14 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
     method = method.lower()
     if method in ("", "bitsandbytes") and _bnb_flags(raw, blank):
         method = "bitsandbytes"
-    quant = dataclasses.replace(blank, method=method)
+    quant = replace(blank, method=method)
     if method in ("gptq", "awq", ""):
         legal = {"awq": AWQ_BITS, "gptq": GPTQ_BITS}.get(method, ANY_BITS)
-        bits = raw.get("bits", raw.get("w_bit"))
-        if bits is not None:
-            quant = dataclasses.replace(quant, bits=_legal_bits(bits, legal, quant))
+        # An explicit null is refused, not read as "infer from the shapes": GPTQConfig
+        # and AutoAWQ take an integer width, and a null width hides a broken config.
+        key = next((k for k in ("bits", "w_bit") if k in raw), None)
+        if key is not None:
+            quant = replace(quant, bits=_legal_bits(raw[key], legal, quant, key))
         size = raw.get("group_size", raw.get("q_group_size"))
         if size is not None:
             if type(size) is not int or (size != -1 and size <= 0):
@@ -159,7 +185,7 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
                     f"{quant.key('group_size')} is {size!r}; it must be a positive integer "
                     "or -1 (one group per column)"
                 )
-            quant = dataclasses.replace(quant, group_size=size)
+            quant = replace(quant, group_size=size)
         if method == "awq":
             form = str(raw.get("version", raw.get("format", "gemm"))).lower()
             if form not in ("gemm", "gemv"):
@@ -167,7 +193,7 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
                     f"{quant.key('version')} is {form!r}: introspect reads AWQ's gemm and gemv "
                     "packings only; give the checkpoint in one of them"
                 )
-            quant = dataclasses.replace(quant, awq_format=form)
+            quant = replace(quant, awq_format=form)
     if method == "fp8":
         block = raw.get("weight_block_size", [128, 128])
         if block is not None and (
@@ -179,7 +205,7 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
                 f"{quant.key('weight_block_size')} is {block!r}; it must be two positive "
                 "integers such as [128, 128], or null for one scale per tensor"
             )
-        quant = dataclasses.replace(quant, block=tuple(block) if block is not None else None)
+        quant = replace(quant, block=tuple(block) if block is not None else None)
     return quant
 
 
@@ -194,7 +220,7 @@ def _mlx_config(raw: dict, source: str) -> QuantConfig:
             modules[path] = _mlx_params(value, quant, path + ".")
         elif value is False:
             modules[path] = None
-    return dataclasses.replace(quant, mlx=modules)
+    return replace(quant, mlx=modules)
 
 
 def _mlx_params(raw: dict, quant: QuantConfig, path: str) -> tuple[int, int, str]:
@@ -219,7 +245,7 @@ def _mlx_params(raw: dict, quant: QuantConfig, path: str) -> tuple[int, int, str
     return bits, size, mode
 
 
-def _legal_bits(bits: object, legal: tuple[int, ...], quant: QuantConfig) -> int:
+def _legal_bits(bits: object, legal: tuple[int, ...], quant: QuantConfig, key: str = "bits") -> int:
     if type(bits) is not int or bits not in legal:
         widths = (
             " or ".join(map(str, legal))
@@ -227,7 +253,7 @@ def _legal_bits(bits: object, legal: tuple[int, ...], quant: QuantConfig) -> int
             else (", ".join(map(str, legal[:-1])) + f" or {legal[-1]}")
         )
         raise ConfigError(
-            f"{quant.key('bits')} is {json.dumps(bits)}; {quant.method.upper() or 'GPTQ'} "
+            f"{quant.key(key)} is {json.dumps(bits)}; {quant.method.upper() or 'GPTQ'} "
             f"packs {widths} bits (a JSON integer); fix the value"
         )
     return bits
@@ -244,17 +270,14 @@ def _bnb_flags(raw: dict, quant: QuantConfig) -> bool:
         flags[name] = value
     if all(flags.values()):
         raise ConfigError(
-            f"{quant.key('load_in_4bit')} and load_in_8bit are both true; bitsandbytes "
+            f"{quant.prefix}load_in_4bit and {quant.prefix}load_in_8bit in {quant.source} "
+            "are both true; bitsandbytes "
             "stores one of 4 or 8 bits, so set one of them false"
         )
     kind = raw.get("bnb_4bit_quant_type", "nf4")
     if flags["load_in_4bit"] and kind not in ("nf4", "fp4"):
         raise ConfigError(f"{quant.key('bnb_4bit_quant_type')} is {kind!r}; it must be nf4 or fp4")
     return any(flags.values())
-
-
-#: Reads a small tensor's bytes (the bitsandbytes quant state) from its file.
-ReadBytes = Callable[[TensorInfo], bytes]
 
 
 def unpack(
@@ -338,7 +361,20 @@ def unpack(
 
 
 def _buffer(t: TensorInfo) -> TensorInfo:
+    import dataclasses
+
+    from .tensor_roles import BUFFER
+
     return dataclasses.replace(t, component=BUFFER, role="quantization")
+
+
+def tensor_info(name: str, shape: tuple[int, ...], dtype: str, file: str = "") -> TensorInfo:
+    """:func:`introspect.adapters.tensor_roles.tensor_info`, imported when a checkpoint is
+    unpacked: tensor_roles imports ``dataclasses``, which a config.json read alone (the
+    closed-form path, :func:`config_quant`) must not pay for."""
+    from .tensor_roles import tensor_info as make
+
+    return make(name, shape, dtype, file)
 
 
 def _at(where: str, t: TensorInfo) -> str:
