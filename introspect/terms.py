@@ -138,7 +138,7 @@ TERMS: tuple[Term, ...] = (
             "introspect/refined/execution.py: embedding_saved",
             "introspect/refined/execution.py: backward_moments",
             "introspect/refined/hf_saved.py: embedding",
-            "introspect/refined/saved.py: embedding",
+            "introspect/refined/reference.py: embedding",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -173,7 +173,10 @@ TERMS: tuple[Term, ...] = (
         category="activations",
         equation="BT * d * s  (final)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
-        computed_by=("introspect/refined/saved.py: final", "introspect/refined/hf_saved.py: final"),
+        computed_by=(
+            "introspect/refined/reference.py: final",
+            "introspect/refined/hf_saved.py: final",
+        ),
         tests=(
             "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -203,7 +206,7 @@ TERMS: tuple[Term, ...] = (
         category="activations",
         equation="norm_extra(spec, BT, d, s)  (final)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
-        computed_by=("introspect/refined/saved.py: final",),
+        computed_by=("introspect/refined/reference.py: final",),
         tests=(
             "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -214,7 +217,7 @@ TERMS: tuple[Term, ...] = (
         category="activations",
         equation="norm_statistics(spec, BT)  (final)",
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): the final norm, as the block norms (LlamaRMSNorm, GemmaRMSNorm, nn.LayerNorm)",
-        computed_by=("introspect/refined/saved.py: final",),
+        computed_by=("introspect/refined/reference.py: final",),
         tests=(
             "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -399,7 +402,7 @@ TERMS: tuple[Term, ...] = (
             "introspect/refined/execution.py: _kind_parts",
             "introspect/refined/hf_saved.py: per_layer",
             "introspect/refined/lora.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -419,7 +422,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -432,7 +435,7 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/linear/gate",
         category="activations",
         equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms)",
-        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/saved.py: _attention)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/reference.py: _attention)",
         computed_by=("introspect/refined/architecture.py: _kind_terms",),
         tests=("tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",),
     ),
@@ -472,7 +475,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -485,10 +488,10 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/linear/latent",
         category="activations",
         equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * widths * s + stats  (_attention)",
-        source="transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward (introspect/refined/saved.py: _attention)",
+        source="transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward (introspect/refined/reference.py: _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_refined_moe.py::test_deepseek_experts_and_shared_experts_and_mla_latents",
@@ -502,7 +505,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -515,10 +518,10 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/linear/output_gate",
         category="activations",
         equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention)",
-        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/saved.py: _attention)",
+        source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/reference.py: _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=("tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",),
     ),
@@ -530,7 +533,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -557,7 +560,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -573,7 +576,7 @@ TERMS: tuple[Term, ...] = (
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): SDPA on CPU, _scaled_dot_product_flash_attention_for_cpu, saves its output and a log-sum-exp per row",
         computed_by=(
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_memory_efficient_attention_keeps_no_quadratic_tensor",
@@ -585,10 +588,10 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/mask",
         category="activations",
         equation="B * T * T * s  (_attention); setup.batch_size * setup.seq_len ** 2 * setup.activation_bytes  (per_layer)",
-        source="transformers/integrations/sdpa_attention.py: convert_boolean_attn_mask, the additive window mask SDPA keeps (introspect/refined/saved.py: _attention)",
+        source="transformers/integrations/sdpa_attention.py: convert_boolean_attn_mask, the additive window mask SDPA keeps (introspect/refined/reference.py: _attention)",
         computed_by=(
-            "introspect/refined/saved.py: _attention",
-            "introspect/refined/saved.py: per_layer",
+            "introspect/refined/reference.py: _attention",
+            "introspect/refined/implementations.py: Transformers.per_layer",
         ),
         tests=("tests/test_refined_moe.py::test_sdpa_sliding_window_keeps_its_mask_per_layer",),
     ),
@@ -634,11 +637,11 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/quadratic/probs",
         category="activations",
         equation="B·h·T·(T + sinks)·4 per layer: the FP32 softmax output, one T×T tensor per head (eager; also SDPA's math fallback)",
-        source="transformers/models/llama/modeling_llama.py: eager_attention_forward — softmax(dtype=float32) saves its FP32 output (introspect/refined/hf_saved.py, saved.py _attention)",
+        source="transformers/models/llama/modeling_llama.py: eager_attention_forward — softmax(dtype=float32) saves its FP32 output (introspect/refined/hf_saved.py, reference.py _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_eager_attention_keeps_one_quadratic_tensor_per_layer",
@@ -654,7 +657,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -677,11 +680,11 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/quadratic/softcap",
         category="activations",
         equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); t2 * s  (per_layer); B * h * T * keys * s  (_attention)",
-        source="transformers/models/gemma2/modeling_gemma2.py: attention soft-capping (introspect/refined/hf_saved.py, saved.py _attention)",
+        source="transformers/models/gemma2/modeling_gemma2.py: attention soft-capping (introspect/refined/hf_saved.py, reference.py _attention)",
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: _attention",
+            "introspect/refined/reference.py: _attention",
         ),
         tests=("tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",),
     ),
@@ -699,8 +702,8 @@ TERMS: tuple[Term, ...] = (
         name="activations/layer/attention/rope",
         category="activations",
         equation="4 * T * width * s  (_attention)",
-        source="the reference model's rotary multiply (introspect/refined/saved.py module docstring: the cos/sin tables of each RoPE multiply)",
-        computed_by=("introspect/refined/saved.py: _attention",),
+        source="the reference model's rotary multiply (introspect/refined/reference.py module docstring: the cos/sin tables of each RoPE multiply)",
+        computed_by=("introspect/refined/reference.py: _attention",),
         tests=(
             "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
             "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
@@ -770,7 +773,7 @@ TERMS: tuple[Term, ...] = (
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
             "introspect/refined/hf_saved.py: checkpointed_layer",
-            "introspect/refined/saved.py: checkpointed_layer",
+            "introspect/refined/reference.py: checkpointed_layer",
             "introspect/refined/saved_feed_forward.py: feed_forward",
             "introspect/refined/saved_feed_forward.py: all_experts",
         ),
@@ -1033,7 +1036,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/hf_saved.py: _norm_terms",
             "introspect/refined/hf_saved.py: _post_norm_terms",
-            "introspect/refined/saved.py: per_layer",
+            "introspect/refined/reference.py: per_layer",
         ),
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1049,7 +1052,7 @@ TERMS: tuple[Term, ...] = (
         computed_by=(
             "introspect/refined/architecture.py: _kind_terms",
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: per_layer",
+            "introspect/refined/reference.py: per_layer",
         ),
         tests=(
             "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
@@ -1065,7 +1068,7 @@ TERMS: tuple[Term, ...] = (
         source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
         computed_by=(
             "introspect/refined/hf_saved.py: per_layer",
-            "introspect/refined/saved.py: per_layer",
+            "introspect/refined/reference.py: per_layer",
         ),
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1082,7 +1085,7 @@ TERMS: tuple[Term, ...] = (
             "introspect/refined/hf_saved.py: _norm_terms",
             "introspect/refined/hf_saved.py: _post_norm_terms",
             "introspect/refined/lora.py: first_layer_saving",
-            "introspect/refined/saved.py: per_layer",
+            "introspect/refined/reference.py: per_layer",
         ),
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1179,7 +1182,7 @@ TERMS: tuple[Term, ...] = (
         source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
         computed_by=(
             "introspect/refined/hf_saved.py: logits_saved",
-            "introspect/refined/saved.py: logits_saved",
+            "introspect/refined/reference.py: logits_saved",
         ),
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1194,7 +1197,7 @@ TERMS: tuple[Term, ...] = (
         source="transformers/loss/loss_utils.py: ForCausalLMLoss (logits.float(), F.cross_entropy) (introspect/refined/execution.py, hf_saved.py)",
         computed_by=(
             "introspect/refined/hf_saved.py: logits_saved",
-            "introspect/refined/saved.py: logits_saved",
+            "introspect/refined/reference.py: logits_saved",
         ),
         tests=(
             "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",

@@ -6,8 +6,10 @@
   transformer. Holds on any framework.
 * :mod:`~introspect.refined.execution` — what a framework actually holds at its peak for
   the :class:`~introspect.setup.TrainingSetup`: which tensors autograd keeps
-  (:mod:`~introspect.refined.saved`), FP32 upcasts, the attention kernel, checkpointing,
-  the loss, precision, optimizer, sharding, and in which phase the peak falls.
+  (:mod:`~introspect.refined.saved`, asked of the implementation that runs the step:
+  :mod:`~introspect.refined.implementations`), FP32 upcasts, the attention kernel,
+  checkpointing, the loss, precision, optimizer, sharding, and in which phase the peak
+  falls.
 
 :func:`estimate` is the entry point; it returns a :class:`RefinedEstimate`.
 """

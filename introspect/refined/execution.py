@@ -18,6 +18,12 @@ full breakdown; the largest is the execution total and its name the peak phase:
 * ``optimizer_step`` — weights, full gradients, optimizer state and the update's
   temporaries (see :func:`optimizer_temporaries`), the loop's logits still held.
 
+What differs between the implementations that run the step (our reference model,
+transformers' classes) — each layer kind's saved set, the loss's and the softmax
+backward's dtypes, what the attention backward holds — is asked of the one
+:func:`~introspect.refined.implementations.implementation_of` chooses; the timeline
+itself is the same for all. Setup features compose over it as modules of their own:
+LoRA/QLoRA :mod:`~introspect.refined.lora`, offload :mod:`~introspect.refined.offload`.
 Sharding (DDP, ZeRO-1/2/3, FSDP2) is :mod:`introspect.refined.sharding`: the per-rank
 state, each moment's gathered weights and communication buffers, FSDP2's post-backward
 moments; B is the per-device micro-batch. Figures are per device, the largest rank's.
@@ -56,9 +62,10 @@ from introspect.refined import (
     saved_feed_forward,
     sharding,
 )
+from introspect.refined.implementations import implementation_of
 from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
-from introspect.refined.transformers_classes import facts
+from introspect.refined.reference import is_mlx
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 from introspect.terms import (
@@ -326,10 +333,8 @@ def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     (measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward); a chunked or
     fused loss holds one chunk's logits, log-softmax and gradient instead."""
     V = spec.vocab_size
-    if setup.cross_entropy == "standard" and saved.is_transformers(setup):
-        return 2 * setup.tokens * V * hf_saved.loss_bytes(setup)
     if setup.cross_entropy == "standard":
-        return 2 * setup.tokens * V * FP32
+        return 2 * setup.tokens * V * implementation_of(spec, setup).loss_bytes(setup)
     return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
 
 
@@ -339,19 +344,10 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     backward makes the gradients of Q, K and V. Either way the residual stream's gradient
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
-    stream = 2 * B * T * spec.hidden_size * s
-    if saved.is_transformers(setup, spec):
-        # The residual stream's gradient at the stream's dtype (FP32 under autocast) and
-        # V's gradient at the width the kernel kept V (repeated under eager GQA).
-        r = hf_saved.residual_bytes(setup)
-        v = hf_saved.kv_saved_width(spec, setup)
-        stream = B * T * (spec.hidden_size * r + v * s)
-        if facts(spec).parallel_block:
-            # The feed-forward's gradient of the shared norm output waits in the engine's
-            # input buffer for the attention's (Phi's parallel block).
-            stream += B * T * spec.hidden_size * s
-    if saved.keeps_t2_for(spec, setup):
-        probs = hf_saved.probs_bytes(spec, setup) if saved.is_transformers(setup, spec) else FP32
+    impl = implementation_of(spec, setup)
+    stream = impl.attention_stream(spec, setup)
+    if impl.keeps_t2(spec, setup):
+        probs = impl.probs_bytes(spec, setup)
         return 2 * B * spec.num_attention_heads * T * T * probs + stream
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
@@ -492,12 +488,13 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     Measured: Qwen3-0.6B, T=2048, amp, checkpointing, labels loop (dry run): peak in the
     forward at 11.723 GB — weights and Adam 7.152, the saved set 0.27, the cache 0.88 and
     lm_head's copy 0.31, logits 0.62, their upcast 1.25 and log-softmax 1.25."""
-    if not saved.is_transformers(setup) or setup.cross_entropy != "standard":
+    impl = implementation_of(spec, setup)
+    if not impl.loss_in_forward or setup.cross_entropy != "standard":
         return None
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
     BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
     terms[LOGITS_OUTPUT] = BTV * s
-    if hf_saved.loss_bytes(setup) > s:
+    if impl.loss_bytes(setup) > s:
         terms["activations/logits/upcast"] = BTV * FP32
     if hf_saved.is_amp(setup) and setup.activation_checkpointing:
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
@@ -564,7 +561,9 @@ def backward_moments(
     head = dict(saved_all)
     head.pop(LOG_SOFTMAX, None)
     head[LOGITS_GRAD] = (
-        BT * spec.vocab_size * logits_grad_bytes(setup) if setup.cross_entropy == "standard" else 0
+        BT * spec.vocab_size * logits_grad_bytes(spec, setup)
+        if setup.cross_entropy == "standard"
+        else 0
     ) + BT * d * s
     head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
     wb = working_weight_bytes(setup)
@@ -573,7 +572,7 @@ def backward_moments(
     layer = _layer_moments(spec, setup, state, saved_all)
     for i in candidate_layers(spec, setup) if layers is None else layers:
         out.extend(layer(i))
-    if not saved.is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
+    if not is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
         out.append(backward_end(spec, setup))
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
@@ -633,34 +632,14 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     d = spec.hidden_size
     full = layer_saved(spec, setup)
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
-    current = {k: v for k, v in full.items() if saved.is_attention_side(k)}
-    n = spec.norms_per_layer or 1
-    hf = saved.is_transformers(setup, spec)
-    if hf:
-        current.update(hf_saved.attention_norm(spec, setup))
-    else:
-        for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
-            if name in full:
-                current[name] = full[name] // n
-    if hf and not saved.keeps_t2_for(spec, setup):
-        # SDPA's backward reads its own output, which is the context o_proj kept.
-        current["attention/linear/context"] = full["attention/linear/context"]
-    if hf and saved.keeps_t2_for(spec, setup):
-        # probs·V's backward (and the dropout's) have run before the softmax backward
-        # makes its two T×T gradients: V, the 16-bit copy or the dropped probabilities
-        # and the mask, each saved by one of them alone, are freed.
-        for name in (
-            "attention/quadratic/probs_cast",
-            "attention/quadratic/dropped",  # read by probs·V's backward
-            "attention/quadratic/dropout_mask",  # read by the dropout's backward
-            "attention/linear/v",
-        ):
-            current.pop(name, None)
+    impl = implementation_of(spec, setup)
+    side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
+    current = impl.at_attention_backward(spec, setup, full, side)
     attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
-    if setup.activation_checkpointing and hf:
-        recomputed = hf_saved.recomputed_extra(spec, setup)
+    if setup.activation_checkpointing:
+        recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
     return {
@@ -790,13 +769,12 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return terms
 
 
-def logits_grad_bytes(setup: TrainingSetup) -> int:
+def logits_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes per value of the logits' gradient at lm_head's backward: FP32 for the
     reference model; the logits' own dtype for transformers' classes (the FP32 gradient
-    of ``.float()`` is cast back before lm_head sees it)."""
-    if saved.is_transformers(setup):
-        return setup.activation_bytes
-    return FP32
+    of ``.float()`` is cast back before lm_head sees it):
+    :meth:`~introspect.refined.implementations.Reference.logits_grad_bytes`."""
+    return implementation_of(spec, setup).logits_grad_bytes(setup)
 
 
 def candidate_layers(spec: ModelSpec, setup: TrainingSetup) -> list[int]:

@@ -1,230 +1,33 @@
-"""What autograd really keeps for backward: the saved activations of one training step.
-
-The seed counts every tensor the forward pass produces. A framework keeps only what each
-operation's backward needs, and shares a tensor between the operations that need it. For
-a pre-norm block run eagerly in torch (the reference model in
-``introspect/measure/torch_model.py``, Hugging Face's Llama/Qwen2 code has the same ops)
-a census with ``torch.autograd.graph.saved_tensors_hooks`` — unique storages, parameters
-excluded — finds, per layer:
-
-* the layer input (saved by the first norm; it is the previous layer's output, or the
-  embedding for layer 0) and the attention residual ``x + attn`` (saved by the second
-  norm) — the seed's "down" and "out" terms;
-* each norm's output (saved by the next matmul); LayerNorm's mean and rstd (FP32, one
-  each per token); RMSNorm (``nn.RMSNorm``, composite) its rstd and the normalized
-  ``x·rstd`` (saved by the weight multiply) — one more B·T·d tensor per norm;
-* Q, K, V as the attention matmuls see them (after RoPE; with GQA, eager attention
-  materialises K and V repeated to every query head; SDPA with ``enable_gqa`` does not);
-  the cos/sin tables of each RoPE multiply (T·head_dim, four per layer);
-* eager attention: ONE T×T tensor per layer, the softmax output in FP32 (softmax saves
-  its result; QKᵀ's backward needs Q and K, not the scores), plus its cast to the
-  activation dtype when that is 16-bit; memory-efficient attention: a log-sum-exp per
-  row (B·h·T FP32) instead;
-* the attention context (saved by the output projection);
-* the feed-forward's up (the activation's input), the activation's output (plain), or
-  gate, up, act, product (gated);
-* after the last layer: the final norm's output (saved by lm_head) and, with a standard
-  cross-entropy, the FP32 log-softmax over B·T·V (saved by the loss).
-
-Checked by ``/tmp`` census runs against the reference model (standard and Llama-style,
-eager and SDPA, T = 256 and 1024): the sum of these terms matched the census to the
-byte. With activation checkpointing only each layer's input is kept.
-
-MLX (``mlx``/``mlx_compiled``) keeps the same set except: ``mx.fast.rms_norm`` and
-``mx.fast.rope`` keep no normalized tensor and no cos/sin tables, and its fast attention
-keeps the T×T probabilities (:func:`keeps_t2`). MLX's own peak (what its one lazy graph
-holds, mlx-lm's CPU fallbacks included) is :mod:`introspect.refined.mlx`'s.
+"""What autograd really keeps for backward: the saved activations of one training step,
+asked of the implementation that runs it
+(:func:`introspect.refined.implementations.implementation_of`: our reference model,
+:mod:`introspect.refined.reference`; transformers' classes,
+:mod:`introspect.refined.hf_saved`), and what of a layer its attention backward still
+holds (:func:`attention_side`), which is the same for every implementation.
 
 Every function returns bytes for all L layers (per device: B is the per-device batch).
 """
 
 from __future__ import annotations
 
-import functools
-
 from introspect.layers import LayerKind
-from introspect.refined import hf_saved
+from introspect.refined.implementations import implementation_of
 from introspect.refined.memo import per_estimate
-from introspect.refined.saved_feed_forward import feed_forward
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
-from introspect.terms import EMBEDDING
-
-FP32 = 4
-
-
-def is_mlx(setup: TrainingSetup) -> bool:
-    return setup.framework in ("mlx", "mlx_compiled")
-
-
-def is_transformers(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
-    """transformers' own classes (:mod:`introspect.refined.hf_saved`) rather than our
-    reference model; with ``spec``, only where hf_saved models every layer kind
-    (:func:`_hf_kinds`; other stacks keep the reference model's saved set,
-    :func:`per_layer`)."""
-    if not (setup.implementation == "transformers" and setup.framework == "torch"):
-        return False
-    if spec is None:
-        return True
-    return _hf_kinds(spec.kinds)
-
-
-@functools.lru_cache(maxsize=64)
-def _hf_kinds(kinds: tuple) -> bool:
-    """Every kind is one :mod:`~introspect.refined.hf_saved` models (a heterogeneous
-    stack layer by layer, each kind through :meth:`ModelSpec.for_kind`): full, sliding or
-    chunked attention without sinks or an output gate, any q/k norm, a dense or
-    mixture-of-experts feed-forward (:func:`_plain_routing`). Cached: a pure function of
-    the (frozen) kinds, asked on every saved-set question."""
-    for kind, _ in kinds:
-        att, ff = kind.attention, kind.feed_forward
-        if att.kind not in ("full", "sliding", "chunked") or att.sinks or att.output_gate:
-            return False
-        if ff.num_experts and not _plain_routing(ff):
-            return False
-    return True
-
-
-def _plain_routing(ff) -> bool:
-    """A mixture-of-experts feed-forward :mod:`~introspect.refined.hf_saved` models with
-    its attention side: a softmax router over every expert, with or without shared
-    experts, or Llama 4's every expert on every token; no clamped GLU (Mixtral,
-    Qwen3-MoE, OLMoE, Qwen2-MoE, Llama 4; the others keep the reference set)."""
-    return (ff.router == "softmax" or ff.all_experts) and not ff.clamped_glu
 
 
 def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
-    """:func:`keeps_t2` with the model known (transformers' SDPA falls back to the math
-    kernel under dropout on CPU: :func:`introspect.refined.hf_saved.keeps_t2`; CPU SDPA
-    has no fused kernel for MLA's unequal head widths: :func:`math_sdpa`)."""
-    if is_transformers(setup, spec):
-        return hf_saved.keeps_t2(spec, setup)
-    return keeps_t2(setup) or any(math_sdpa(setup, kind) for kind, _ in spec.kinds)
+    """Whether the T×T probabilities are kept, the model known (eager attention, MLX,
+    and each implementation's math-kernel fallbacks: :meth:`Reference.keeps_t2
+    <introspect.refined.implementations.Reference.keeps_t2>`)."""
+    return implementation_of(spec, setup).keeps_t2(spec, setup)
 
 
 def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes kept before the first layer: the embedding output (layer 0's input) and, for
     transformers' classes, the embedding dropout's mask and the shared rotary tables."""
-    if is_transformers(setup):
-        return hf_saved.embedding(spec, setup)
-    return {EMBEDDING: setup.tokens * spec.hidden_size * setup.activation_bytes}
-
-
-def keeps_t2(setup: TrainingSetup) -> bool:
-    """Whether the T×T probabilities are kept: eager attention, and on MLX always —
-    ``mx.fast.scaled_dot_product_attention`` has no fused backward on the CPU backend;
-    its vjp runs the unfused composition (measured: 496.7 MB memory-efficient vs 493.5 MB
-    eager, L=4, d=256, h=8, V=8000, T=1024)."""
-    return setup.attention == "eager" or is_mlx(setup)
-
-
-def math_sdpa(setup: TrainingSetup, kind: LayerKind) -> bool:
-    """torch's CPU SDPA has no fused kernel for a V head width other than Q/K's (MLA:
-    ``qk_nope + qk_rope`` vs ``v_head_dim``) and runs the math composition, which keeps
-    the T×T probabilities like eager attention (measured: ``benchmarks/moe_window.py``,
-    DeepSeek-V3-style MLA, SDPA peak equal to eager's)."""
-    att = kind.attention
-    return (
-        setup.attention != "eager"
-        and setup.framework == "torch"
-        and setup.resolved_device == "cpu"
-        and att.kind == "mla"
-        and att.qk_head_dim != att.v_head_dim
-    )
-
-
-def kv_saved_width(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None) -> int:
-    """Width of the K and V tensors the attention keeps: eager attention repeats them to
-    every query head (``repeat_interleave``, as Hugging Face's ``repeat_kv``) before the
-    matmuls, which then save the repeated copies; SDPA with ``enable_gqa`` keeps
-    ``kv_dim``."""
-    att = (kind or spec.default_kind).attention
-    if keeps_t2(setup) and att.group_size > 1:
-        return att.num_attention_heads * att.head_dim
-    return att.k_dim
-
-
-def norm_statistics(spec: ModelSpec, tokens: int) -> int:
-    """Bytes of one norm's saved statistics over ``tokens`` rows: LayerNorm's mean and
-    rstd, RMSNorm's rstd — FP32, one value per row each."""
-    return (2 if spec.norm == "layernorm" else 1) * tokens * FP32
-
-
-def norm_extra(spec: ModelSpec, tokens: int, width: int, s: int) -> int:
-    """Bytes a composite RMSNorm keeps beyond its input and output: the normalized
-    ``x·rstd`` that the weight multiply saves (LayerNorm's fused kernel keeps none)."""
-    return tokens * width * s if spec.norm == "rmsnorm" else 0
-
-
-def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
-    """What one layer's attention keeps (see the module docstring), by term.
-
-    * MLA (``DeepseekV3Attention.forward``): Q and K are concatenations of their
-      non-rotary and rotary parts, kept at full width (``h·(nope+rope)``); V is a slice of
-      kv_b's output, which is kept whole (``h·(nope+v)``); the latents — q_a's output and
-      its RMSNorm (input, x·rstd, output: ``3·r_q``), kv_a's output (``r_kv + rope``) and
-      its norm (``2·r_kv``) — are ``latent``.
-    * Sliding-window and chunked layers run the same kernels as full ones in transformers:
-      eager builds ``QKᵀ`` over all T keys and adds the window mask
-      (``eager_attention_forward``: matmul, then ``+ attention_mask``), so the T×T
-      probabilities are kept as for full attention; SDPA gets the mask as a tensor and
-      keeps its log-sum-exp and, below T, its mask as a ``B×1×T×T`` additive tensor per
-      layer (census: ``where`` inside each call).
-    * Sinks (gpt-oss): the softmax runs over T + 1 columns.
-    * Linear attention (Gated DeltaNet): what transformers' ``Qwen3NextGatedDeltaNet``
-      and its torch fallbacks (``causal_conv1d_fn``, ``torch_chunk_gated_delta_rule``,
-      ``Qwen3NextRMSNormGated``) keep, tensor by tensor
-      (:func:`introspect.refined.deltanet.saved`; equal to a census of the real module,
-      ``tests/test_deltanet.py``), plus the layer's ``out`` as for the other kinds.
-    """
-    from introspect.refined import deltanet
-
-    B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
-    BT, att = B * T, kind.attention
-    h = att.num_attention_heads
-    if att.kind == "linear":
-        out = deltanet.saved(att, setup, spec.hidden_size)
-        out["attention/linear/out"] = BT * spec.hidden_size * s
-        return out
-    kv = kv_saved_width(spec, setup, kind)
-    out = {
-        "attention/linear/q": BT * att.q_dim * s,
-        "attention/linear/k": BT * (att.k_dim if att.kind == "mla" else kv) * s,
-        "attention/linear/v": BT * (att.v_dim if att.kind == "mla" else kv) * s,
-        "attention/linear/context": BT * att.context_dim * s,
-        "attention/linear/out": BT * spec.hidden_size * s,
-    }
-    if att.output_gate:
-        # Qwen3-Next: q_proj's gate half (its storage is kept whole by the q norm), the
-        # gate's sigmoid and the gated context (kept by o_proj).
-        out["attention/linear/output_gate"] = 3 * BT * att.q_dim * s
-    if att.kind == "mla":
-        q_latent = 3 * att.q_lora_rank if att.q_lora_rank else 0
-        widths = q_latent + att.kv_lora_rank + att.qk_rope_head_dim + 2 * att.kv_lora_rank
-        stats = (2 if att.q_lora_rank else 1) * BT * FP32  # each latent RMSNorm's rstd
-        out["attention/linear/latent"] = BT * widths * s + stats
-    if att.qk_norm == "head" and not keeps_t2(setup):
-        # Per-head q/k norms leave Q head-major, so SDPA's saved output is head-major too
-        # and the reshape for o_proj copies it: the context is kept twice (census).
-        out["attention/linear/context_copy"] = BT * att.q_dim * s
-    keys = T + (1 if att.sinks else 0)
-    if keeps_t2(setup) or math_sdpa(setup, kind):
-        out["attention/quadratic/probs"] = B * h * T * keys * FP32
-        if s < FP32:
-            out["attention/quadratic/probs_cast"] = B * h * T * keys * s
-        if spec.attn_logit_softcapping:
-            out["attention/quadratic/softcap"] = B * h * T * keys * s
-    else:
-        out["attention/logsumexp"] = B * h * T * FP32
-        if att.kind in ("sliding", "chunked") and att.keys_seen(T) < T:
-            # SDPA turns the boolean window mask into an additive one in the query's
-            # dtype (``convert_boolean_attn_mask``) inside each call, and keeps it.
-            out["attention/mask"] = B * T * T * s
-    if att.rope and spec.position_embedding == "rope" and not is_mlx(setup):
-        # cos and sin, for Q and for K, each T × (rotary) head_dim (not per batch row).
-        width = att.qk_rope_head_dim if att.kind == "mla" else att.head_dim
-        out["attention/rope"] = 4 * T * width * s
-    return out
+    return implementation_of(spec, setup).embedding(spec, setup)
 
 
 def largest_kind(spec: ModelSpec, setup: TrainingSetup) -> LayerKind:
@@ -242,65 +45,9 @@ def per_layer(
     """Bytes one layer of ``kind`` keeps for backward, by term (default: the kind that
     keeps the most; the layer input is the previous layer's ``feed_forward/down`` or the
     embedding, so it is not repeated here)."""
-    if is_transformers(setup, spec):
-        if kind is None:
-            kind = largest_kind(spec, setup)
-        out = hf_saved.per_layer(spec.for_kind(kind), setup)
-        if hf_saved.short_window(kind, setup) and setup.attention != "eager":
-            # SDPA gets this layer's window as an explicit mask, made additive in the
-            # query's dtype inside each call and kept (``convert_boolean_attn_mask``).
-            out["attention/mask"] = setup.batch_size * setup.seq_len**2 * setup.activation_bytes
-        return out
     if kind is None:
         kind = largest_kind(spec, setup)
-    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
-    n = kind.norms
-    att = kind.attention
-    out: dict[str, int] = {
-        "layernorm": n * BT * d * s,
-        "layernorm/statistics": n * norm_statistics(spec, BT),
-    }
-    if spec.norm == "rmsnorm" and not is_mlx(setup):
-        out["layernorm/normalized"] = n * norm_extra(spec, BT, d, s)
-    if att.qk_norm != "none":
-        # The norm keeps its input (the raw q/k projection) and, for RMSNorm, x·rstd.
-        widths = att.q_dim + att.k_dim
-        heads = att.num_attention_heads + att.num_key_value_heads
-        rows = BT * heads if att.qk_norm in ("head", "l2") else 2 * BT
-        stats = (2 if spec.norm == "layernorm" else 1) * rows * FP32
-        out["layernorm/qk_norm"] = BT * widths * s + stats
-        if spec.norm == "rmsnorm":
-            out["layernorm/qk_norm/normalized"] = BT * widths * s
-    out.update(_attention(spec, setup, kind))
-    out.update(feed_forward(spec, setup, kind))
-    if setup.implementation == "transformers" and hf_saved.is_amp(setup):
-        out["autocast_weights"] = autocast_weight_bytes(spec, kind)
-        # The residual stream stays FP32 under autocast (FP32 embedding, and each branch's
-        # output added to it), and the norms' x·rstd is FP32: what the next layer's norm
-        # and this layer's mid-block norm keep of it is FP32 (hf_saved.residual_bytes).
-        r = hf_saved.residual_bytes(setup)
-        for name in ("attention/linear/out", "feed_forward/down", "layernorm/normalized"):
-            if name in out:
-                out[name] = out[name] // s * r
-    return out
-
-
-def autocast_weight_bytes(spec: ModelSpec, kind: LayerKind) -> int:
-    """Under autocast each linear layer's matmul runs on a BF16 copy of its FP32 weight,
-    and autograd keeps that copy for the input's gradient until the layer's backward
-    (autocast caches the cast of a leaf that requires grad: ``cached_cast``,
-    ``aten/src/ATen/autocast_mode.cpp``): 2 bytes per weight of the block's linears — the
-    attention's projections, the router, the dense or shared MLP, and Llama 4's batched
-    experts; not the grouped-matmul experts, which are not autocast's. For the layer
-    kinds :mod:`~introspect.refined.hf_saved` does not model (MLA, sinks, output gates,
-    linear attention)."""
-    from introspect.params import layer_by_component
-
-    parts = layer_by_component(spec, kind)
-    experts = parts["experts"] if kind.feed_forward.all_experts else 0
-    # Gated DeltaNet's own copies are its kernel's terms (introspect.refined.deltanet).
-    attention = 0 if kind.attention.kind == "linear" else parts["attention"]
-    return 2 * (attention + parts["mlp"] + parts["router"] + experts)
+    return implementation_of(spec, setup).per_layer(spec, setup, kind)
 
 
 @per_estimate
@@ -362,36 +109,18 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes kept after the last layer: the final norm's output (saved by lm_head), its
     statistics and, for RMSNorm, its normalized input. The embedding output (layer 0's
     input) is the ``activations/embedding`` term."""
-    if is_transformers(setup):
-        return hf_saved.final(spec, setup)
-    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
-    out = {"final_norm": BT * d * s, "final_norm/statistics": norm_statistics(spec, BT)}
-    if spec.norm == "rmsnorm" and not is_mlx(setup):
-        out["final_norm/normalized"] = norm_extra(spec, BT, d, s)
-    return out
+    return implementation_of(spec, setup).final(spec, setup)
 
 
 def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Bytes the loss keeps. Standard cross-entropy (``F.cross_entropy`` = log-softmax +
-    NLL) saves the log-softmax output, computed in FP32 (Hugging Face upcasts the logits
-    with ``.float()`` first): ``B·T·V·4``. The logits themselves are not saved by any
-    backward, but the training loop holds them (``logits = model(x)``) until the step
-    ends: ``B·T·V·s``. A fused or chunked loss never materialises either; it keeps one
-    log-sum-exp per token."""
-    if is_transformers(setup):
-        return hf_saved.logits_saved(spec, setup)
-    BTV = setup.tokens * spec.vocab_size
-    if setup.cross_entropy == "standard":
-        return {"logits/log_softmax": BTV * FP32, "logits/output": BTV * setup.activation_bytes}
-    return {"logits/logsumexp": setup.tokens * FP32}
+    """Bytes the loss keeps (a standard cross-entropy's FP32 log-softmax and the loop's
+    logits; a fused or chunked loss's log-sum-exp per token)."""
+    return implementation_of(spec, setup).logits_saved(spec, setup)
 
 
 @per_estimate
 def checkpointed_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """With activation checkpointing (``torch.utils.checkpoint`` around each block) a
-    layer keeps only its input — the previous layer's output — so of the per-layer terms
-    only ``feed_forward/down`` (the layer output, B·T·d) stays; the rest is recomputed,
-    one layer at a time, during backward."""
-    if is_transformers(setup):
-        return hf_saved.checkpointed_layer(spec, setup)
-    return {"feed_forward/down": setup.tokens * spec.hidden_size * setup.activation_bytes}
+    """With activation checkpointing (``torch.utils.checkpoint`` around each block) what a
+    layer keeps: its input, the previous layer's output (the rest is recomputed, one
+    layer at a time, during backward)."""
+    return implementation_of(spec, setup).checkpointed_layer(spec, setup)
