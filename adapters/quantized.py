@@ -136,7 +136,7 @@ def read_quant_config(config: dict | None, config_path: Path | None, folder: Pat
         or not (folder / QUANTIZE_CONFIG).is_file()
     ):
         return quant
-    from .hf_config import load_config
+    from .config_file import load_config
 
     raw = load_config(folder / QUANTIZE_CONFIG)
     raw.setdefault("quant_method", "gptq")
