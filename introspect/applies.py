@@ -232,6 +232,13 @@ RULES = (
         "stores the frozen base; it needs --finetune lora or qlora",
     ),
     (
+        lambda s: f"--finetune qlora and --base-quant {_dash(s.base_quant)}",
+        lambda s: s.finetune == "qlora" and s.base_quant not in ("auto", "nf4"),
+        lambda s: False,
+        "contradict: QLoRA is LoRA over a 4-bit NF4 base (bitsandbytes' "
+        "bnb_4bit_quant_type='nf4'); drop --base-quant, or use --finetune lora with it",
+    ),
+    (
         lambda s: "--no-double-quant",
         lambda s: not s.double_quant,
         lambda s: s.resolved_base_quant == "nf4",
@@ -266,15 +273,19 @@ def contradictions(
     weights_dtype: str | None,
     zero_stage: int,
     devices: int,
+    sharding: str = "none",
 ) -> None:
     """Raise :class:`IntrospectError` when flags contradict that only the command line
-    tells apart (``weights_dtype`` is None when --weights-dtype was not given):
+    tells apart (``weights_dtype`` is None when --weights-dtype was not given;
+    ``sharding`` is ``ddp`` or ``fsdp`` when --ddp or --fsdp was given):
 
     * ``--precision mixed`` or ``bf16`` keeps 16-bit working weights; an explicit
       ``--weights-dtype fp32`` would be silently ignored. (``amp`` is autocast over FP32
       weights, so ``--weights-dtype fp32`` is what it means; a 16-bit one is refused by
       :data:`RULES`.)
-    * ``--zero`` shards over ``--devices``; on one device it changes nothing."""
+    * ``--zero``, ``--ddp`` and ``--fsdp`` spread the step over ``--devices``; on one
+      device there is nothing to shard or all-reduce. (Only the flags: a TrainingSetup
+      of one device with DDP's buckets stays valid for the estimators.)"""
     if precision in ("mixed", "bf16") and weights_dtype in _FP32_NAMES:
         raise IntrospectError(
             f"--precision {precision} uses 16-bit working weights but --weights-dtype "
@@ -285,6 +296,15 @@ def contradictions(
         raise IntrospectError(
             f"--zero {zero_stage} shards the training state over --devices, which is 1: "
             "nothing would be sharded; give --devices D (D > 1) or drop --zero"
+        )
+    if sharding in ("ddp", "fsdp") and devices == 1:
+        what = {
+            "ddp": "replicates the model and all-reduces its gradients",
+            "fsdp": "shards the training state",
+        }[sharding]
+        raise IntrospectError(
+            f"--{sharding} {what} over --devices, which is 1: there is no other device; "
+            f"give --devices D (D > 1) or drop --{sharding}"
         )
 
 

@@ -140,14 +140,63 @@ def units_choice(exact_bytes: bool) -> Callable[[str], str]:
     return parse
 
 
+class _JsonFlag(argparse.Action):
+    """--json, refused beside a typed --units (see :class:`_UnitsFlag`)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "units", None) is not None:
+            _units_with_json(parser, namespace.units)
+        setattr(namespace, self.dest, True)
+
+
+class _UnitsFlag(argparse.Action):
+    """--units, refused beside --json: JSON carries every size as exact integer bytes
+    (:func:`introspect.report.dumps`), so a unit would change nothing there."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "json", False):
+            _units_with_json(parser, values)
+        setattr(namespace, self.dest, values)
+
+
+def _units_with_json(parser: argparse.ArgumentParser, units: str) -> None:
+    parser.error(
+        f"--units {units} and --json contradict: JSON gives every size as exact bytes, so "
+        "--units would change nothing; drop --units, or drop --json for a table in that unit"
+    )
+
+
+def no_hub(command: str) -> Callable[[str], float]:
+    """--timeout of a command that reads nothing from the Hub: any value is refused
+    (argparse's one line names --timeout), as it would bound nothing."""
+
+    def parse(text: str) -> float:
+        raise argparse.ArgumentTypeError(
+            f"it bounds the Hugging Face Hub's reads, and {command} reads nothing "
+            "from the Hub (it prices the shapes it is given); drop --timeout"
+        )
+
+    parse.__name__ = "no_hub"
+    return parse
+
+
 def add_common(
-    parser: argparse.ArgumentParser, *, json_help: str | None = None, exact_bytes: bool = False
+    parser: argparse.ArgumentParser,
+    *,
+    json_help: str | None = None,
+    exact_bytes: bool = False,
+    hub: bool = True,
 ) -> None:
     """--json and --debug, which every sub-command takes (``exact_bytes``: --units bytes
-    means something, see :func:`units_choice`)."""
+    means something, see :func:`units_choice`; ``hub``: the command may read the Hub, so
+    --timeout applies; elsewhere --timeout is refused). --units beside --json is refused
+    (JSON is bytes); --units left out is None, which means gb."""
     parser.add_argument(
         "--json",
-        action="store_true",
+        action=_JsonFlag,
         help=json_help or "print JSON (bytes as integers) instead of tables",
     )
     parser.add_argument(
@@ -161,22 +210,27 @@ def add_common(
         action="store_true",
         help="accept values beyond the sanity bounds (10^6 layers, T over 10^8, …)",
     )
-    parser.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="the most to wait for the Hub, all requests and retries together "
-        f"(default 30, or $INTROSPECT_TIMEOUT; at most {bounds.MAX_TIMEOUT_S:,})",
-    )
+    if hub:
+        parser.add_argument(
+            "--timeout",
+            type=positive_seconds,
+            default=None,
+            metavar="SECONDS",
+            help="the most to wait for the Hub, all requests and retries together "
+            f"(default 30, or $INTROSPECT_TIMEOUT; at most {bounds.MAX_TIMEOUT_S:,})",
+        )
+    else:
+        command = parser.prog.split()[-1]
+        parser.add_argument("--timeout", type=no_hub(command), default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "--units",
         type=units_choice(exact_bytes),
-        default="gb",
+        action=_UnitsFlag,
+        default=None,
         help="GB (default: decimal, 1e9 bytes, as the seed) or GiB (2^30 bytes) for printed "
         "memory"
         + ("; bytes (exact integers in the text and CSV)" if exact_bytes else "")
-        + "; JSON stays in bytes",
+        + "; not with --json, which is in bytes",
     )
 
 
@@ -428,6 +482,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             weights_dtype=args.weights_dtype,
             zero_stage=args.zero,
             devices=args.devices,
+            sharding=next((f for f in ("ddp", "fsdp") if getattr(args, f, False)), "none"),
         )
         fields.update(
             precision=args.precision,
@@ -662,3 +717,25 @@ def check_plot(path: str | None) -> None:
             f"--plot {shown_path}: no folder {files.display(p.parent)}; create it or give another"
         )
     files.check_writable(p, flag="--plot")
+
+
+def check_revision(source: str | None, revision: str | None) -> None:
+    """--revision names a Hub branch, tag or commit; a SOURCE that is an existing local
+    path is read as it is on disk (``introspect.adapters.resolve`` tries a path first), so
+    a revision beside it would be ignored: one line naming both."""
+    if revision is None or not source:
+        return
+    from pathlib import Path
+
+    from introspect import files
+    from introspect.errors import IntrospectError
+
+    try:
+        local = Path(source).expanduser().exists()
+    except (OSError, ValueError, RuntimeError):  # a name too long, a NUL, no home folder
+        return  # resolve says what is wrong with it
+    if local:
+        raise IntrospectError(
+            f"--revision {shown(revision)} names a Hub branch, tag or commit, and "
+            f"{files.display(source)} is a local path, read as it is on disk; drop --revision"
+        )

@@ -57,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="parameter count N (default: 2·V·d + 12·L·d² for the shape)",
     )
     add_setup_flags(p, seq_default=None, execution=False)
-    add_common(p)
+    add_common(p, hub=False)
     p.set_defaults(run=run)
 
 
@@ -66,6 +66,18 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
         raise IntrospectError(
             f"--heads {args.heads} does not divide --d-emb {args.d_emb}; "
             "choose a head count that divides the embedding dimension"
+        )
+    fmt_big = bounds.fmt_big
+    # The seed's N = 2·V·d + 12·L·d² (introspect/spec.py standard_spec): an N under its
+    # embedding term would leave the blocks a negative count.
+    embeddings = 2 * args.vocab * args.d_emb
+    if args.params is not None and args.params < embeddings:
+        raise IntrospectError(
+            f"--params {fmt_big(args.params)} is below the {fmt_big(embeddings)} parameters "
+            f"the shape's embeddings alone hold (the seed's 2·V·d: --vocab "
+            f"{fmt_big(args.vocab)} × --d-emb {fmt_big(args.d_emb)}, input embedding and "
+            f"output head); give N of at least {fmt_big(embeddings)}, or drop --params for "
+            "the seed's 2·V·d + 12·L·d²"
         )
     return standard_spec(
         num_hidden_layers=args.layers,

@@ -12,6 +12,7 @@ from introspect.commands._args import (
     add_setup_flags,
     bounded_int,
     check_plot,
+    check_revision,
     setup_from_args,
 )
 from introspect.errors import IntrospectError
@@ -72,10 +73,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-devices",
         type=bounded_int(bounds.MAX_FIT_DEVICES, "devices"),
-        default=MAX_DEVICES,
+        default=None,
         metavar="D",
-        help=f"devices the ZeRO/FSDP changes spread the state over (default {MAX_DEVICES}, at "
-        f"most {bounds.MAX_FIT_DEVICES:,}; torch only)",
+        help="devices the ZeRO/FSDP changes spread the state over (default: "
+        f"{MAX_DEVICES}, or --devices if more; at least --devices, at most "
+        f"{bounds.MAX_FIT_DEVICES:,}; torch only)",
     )
     p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
     add_setup_flags(p, sweep=False)
@@ -177,15 +179,33 @@ def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_dev
     }
 
 
+def max_devices_for(args: argparse.Namespace, setup: TrainingSetup) -> int:
+    """The devices fit's ZeRO/FSDP changes spread the state over: --max-devices (torch
+    only, and at least --devices: a change never takes devices away), else
+    :data:`MAX_DEVICES` or --devices where that is more."""
+    given = args.max_devices
+    if given is None:
+        return max(MAX_DEVICES, setup.devices)
+    if setup.framework != "torch":
+        raise IntrospectError(
+            f"--max-devices {given} sizes fit's ZeRO/FSDP changes, which are "
+            "torch's: fit proposes none on MLX; drop --max-devices"
+        )
+    if given < setup.devices:
+        raise IntrospectError(
+            f"--max-devices {given} is below --devices {setup.devices}: fit's changes "
+            f"would spread the state over fewer devices than the setup has; give "
+            f"--max-devices {setup.devices} or more"
+        )
+    return given
+
+
 def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)
-    if setup.framework != "torch" and args.max_devices != MAX_DEVICES:
-        raise IntrospectError(
-            f"--max-devices {args.max_devices} sizes fit's ZeRO/FSDP changes, which are "
-            "torch's: fit proposes none on MLX; drop --max-devices"
-        )
+    max_devices = max_devices_for(args, setup)
+    check_revision(args.source, args.revision)
     if args.budget is None and args.gpu is None:
         raise IntrospectError("fit needs a budget: --budget MEM (80GB or 80GiB) or --gpu NAME")
     check_plot(args.plot)
@@ -197,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     check_closed_form(model.spec, setup)
     check_positions(model.spec, setup)
     applies.check_model(model.spec, setup)
-    result = analyse(model.spec, setup, budget, device, args.max_devices)
+    result = analyse(model.spec, setup, budget, device, max_devices)
     if args.plot:
         from introspect import plot
 

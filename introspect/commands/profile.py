@@ -12,6 +12,8 @@ from introspect.commands._args import (
     add_plot_flag,
     add_setup_flags,
     check_plot,
+    check_revision,
+    given_setup_flags,
     setup_from_args,
 )
 from introspect.errors import IntrospectError
@@ -74,6 +76,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list:
+        check_list(args)
         print(render_list(args.json))
         return 0
     if not args.source:
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
 
     setup = setup_from_args(args)  # check the flags before any file or network work
+    check_revision(args.source, args.revision)
     check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     if model.spec.unmodelled:
@@ -123,6 +127,29 @@ def run(args: argparse.Namespace) -> int:
         if notes:
             print("\n" + "\n".join(f"note: {n}" for n in notes))
     return 0
+
+
+def check_list(args: argparse.Namespace) -> None:
+    """--list lists the bundled models (and --json prints them as JSON): a SOURCE, or any
+    flag that prices or reads a model beside it, would be ignored, so it is refused."""
+    if args.source:
+        from introspect import files
+
+        raise IntrospectError(
+            f"--list lists the bundled models and takes no SOURCE (got "
+            f"{files.display(args.source)}); drop --list to profile it, or drop the SOURCE"
+        )
+    given = given_setup_flags(args)
+    given += [f for f, on in (("--revision", args.revision), ("--plot", args.plot)) if on]
+    given += ["--exact"] * bool(getattr(args, "exact", False))
+    given += [f"--units {args.units}"] * (args.units is not None)
+    if given:
+        raise IntrospectError(
+            f"--list lists the bundled models and prices nothing, so {', '.join(given)} "
+            "would be ignored; drop "
+            + ("it" if len(given) == 1 else "them")
+            + ", or drop --list and give a SOURCE"
+        )
 
 
 def run_unmodelled(args: argparse.Namespace, model, setup: TrainingSetup) -> int:

@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "its default device: CUDA, or the Mac's GPU for MLX), beside the seed's column; the "
         "refined figure prices the model as built (N with its norm weights)",
     )
-    add_common(p)
+    add_common(p, hub=False)
     p.set_defaults(run=run)
 
 
@@ -90,6 +90,10 @@ def rows(seqs: list[int], batch: int = 1, framework: str | None = None) -> list[
 
 
 def run(args: argparse.Namespace) -> int:
+    from introspect import bounds
+
+    for T in args.seq:  # the bounds profile applies (bounds.SETUP_LIMITS), before any work
+        bounds.check_setup(TrainingSetup(batch_size=args.batch, seq_len=T), force=args.force)
     table_rows = rows(args.seq, args.batch, args.framework)
     if args.json:
         print(report.dumps({"budgets_gb": list(BUDGETS_GB), "rows": table_rows}))

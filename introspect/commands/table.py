@@ -104,7 +104,12 @@ def default_sources() -> list[str]:
 
 
 def _fmt(args: argparse.Namespace) -> str:
+    """The one output format: --json, --markdown, --csv or text (two of them contradict;
+    argparse's group refuses --markdown with --csv, --json is add_common's)."""
     if args.json:
+        other = "--markdown" if args.markdown else "--csv" if args.csv else None
+        if other:
+            raise IntrospectError(f"{other} and --json are two output formats; give one of them")
         return "json"
     return "markdown" if args.markdown else "csv" if args.csv else "text"
 
@@ -164,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         out = {"setup": setup.to_dict(), "rows": rows, "notes": applies.notes(setup) + notes(good)}
         print(report.dumps(out))
     else:
-        print(render(rows, setup, fmt, args.units))
+        print(render(rows, setup, fmt, args.units or "gb"))
     failed = [r for r in rows if "error" in r]
     if failed:
         raise IntrospectError(
@@ -292,7 +297,8 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
         "holds at its peak, and when."
     )
-    tail = "\n".join(notes(rows) + [f"note: {n}" for n in applies.notes(setup)])
+    answered = [r for r in rows if "error" not in r]
+    tail = "\n".join(notes(answered) + [f"note: {n}" for n in applies.notes(setup)])
     return f"{head}\n\n{body}" + (f"\n\n{tail}" if tail else "")
 
 

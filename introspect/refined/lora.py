@@ -196,6 +196,16 @@ def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
 
 def _moe_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     lora_moe.check(spec, setup)
+    _check_moe_names(spec, setup)
+    chosen: list[str] = []
+    for kind, _ in _kinds(spec):
+        chosen += [t for t in _kind_targets(kind, setup) if t not in chosen]
+    return tuple(chosen)
+
+
+def _check_moe_names(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """A named target no layer kind has (nor the experts' names) is an IntrospectError,
+    as :func:`targets` says for a dense model."""
     names: dict[str, tuple[int, int]] = {}
     for kind, _ in _kinds(spec):
         names.update(module_shapes(kind))
@@ -207,13 +217,10 @@ def _moe_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
                 f"--lora-targets: this model has no {', '.join(missing)}; its block's "
                 f"linears are {', '.join(names)} (or all-linear)"
             )
-    chosen: list[str] = []
-    for kind, _ in _kinds(spec):
-        chosen += [t for t in _kind_targets(kind, setup) if t not in chosen]
-    return tuple(chosen)
 
 
 def _moe_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    _check_moe_names(spec, setup)  # else an unknown name adapts nothing, silently
     r = setup.lora_rank
     total = 0
     for kind, count in _kinds(spec):
