@@ -403,3 +403,103 @@ def unmeasured(setup: Any, what: str) -> None:
                 f"{flag}) would compare two different setups; drop {flag}, or {alone} for "
                 "the estimate alone"
             )
+
+
+# ---- measure's own flags ---------------------------------------------------------------
+
+
+def _sharded_step(a: Any) -> bool:
+    """Whether measure's flags ask for a sharded step (as ``commands._sharded``'s
+    ``wants_sharded``: more than one device, or a sharding named)."""
+    return getattr(a, "devices", 1) > 1 or bool(a.ddp or a.fsdp or a.zero)
+
+
+#: The shape ``--llama`` builds (``introspect.measure.shapes.llama_style``): what it sets,
+#: so a flag setting the same field otherwise would be overwritten without a word.
+_LLAMA = "--llama builds RMSNorm, a gated SiLU feed-forward (f ≈ 8d/3) and h/4 K/V heads"
+
+#: (flag as typed, the command line asks for it, it applies, why not) over measure's
+#: parsed flags (an argparse Namespace): what a TrainingSetup does not hold.
+MEASURE_RULES: tuple[
+    tuple[Callable[[Any], str], Callable[[Any], bool], Callable[[Any], bool], str], ...
+]
+MEASURE_RULES = (
+    (
+        lambda a: f"--repeats {a.repeats} and --framework {_dash(a.framework)}",
+        lambda a: a.repeats is not None,
+        lambda a: _mlx(a),
+        "contradict: --repeats measures several MLX steps (MLX's peak moves from step to "
+        "step); torch measures one step after a warm-up; drop --repeats or use --framework mlx",
+    ),
+    (
+        lambda a: f"--repeats {a.repeats} and --device fake",
+        lambda a: a.repeats is not None,
+        lambda a: a.device != "fake",
+        "contradict: the MLX dry run replays one traced step; drop --repeats or --device fake",
+    ),
+    (
+        lambda a: f"--step-timeout {a.step_timeout}",
+        lambda a: a.step_timeout is not None,
+        _sharded_step,
+        "ends the processes of a sharded step, and this step runs in one process; give "
+        "--devices D (D > 1) with --ddp, --zero 1 or --fsdp, or drop --step-timeout "
+        "(--timeout bounds reading the model)",
+    ),
+    (
+        lambda a: f"--llama and --norm {a.norm}",
+        lambda a: a.llama and a.norm not in (None, "rmsnorm"),
+        lambda a: False,
+        f"contradict: {_LLAMA}; drop --norm or --llama",
+    ),
+    (
+        lambda a: f"--llama and --ffn {a.ffn}",
+        lambda a: a.llama and a.ffn not in (None, "gated"),
+        lambda a: False,
+        f"contradict: {_LLAMA}; drop --ffn or --llama",
+    ),
+    (
+        lambda a: f"--llama and --act {a.hidden_act!r}",
+        lambda a: a.llama and a.hidden_act not in (None, "silu", "swish"),
+        lambda a: False,
+        f"contradict: {_LLAMA}; drop --act or --llama",
+    ),
+    (
+        lambda a: f"--llama and --kv-heads {a.num_key_value_heads}",
+        lambda a: a.llama and a.num_key_value_heads is not None,
+        lambda a: False,
+        f"contradict: {_LLAMA}; drop --kv-heads or --llama",
+    ),
+    (
+        lambda a: f"--llama and --intermediate {a.intermediate_size}",
+        lambda a: a.llama and a.intermediate_size is not None,
+        lambda a: False,
+        f"contradict: {_LLAMA}; drop --intermediate or --llama",
+    ),
+    (
+        lambda a: f"{_structure_flag(a)}: the step builds SOURCE's own {_dash(a.impl)} class",
+        lambda a: bool(a.source) and a.impl in ("transformers", "mlx_lm") and _structure_flag(a),
+        lambda a: False,
+        "from its config, which only the size flags (--layers, --d-emb, --heads, --kv-heads, "
+        "--head-dim, --intermediate, --vocab) change, so the estimate would price another "
+        "model than the step runs; drop the flag, or add --impl reference",
+    ),
+)
+
+
+#: measure's flags that change the reference model's structure (not a size): the config's
+#: own class (transformers', mlx-lm's) is built from its config with only the size flags
+#: set on it (``introspect.measure.hf_models.SHAPE_KEYS``).
+_STRUCTURE = (("--llama", "llama"), ("--tied", "tied"), ("--norm", "norm"), ("--ffn", "ffn"))
+_STRUCTURE += (("--act", "hidden_act"),)
+
+
+def _structure_flag(a: Any) -> str | None:
+    return next((flag for flag, dest in _STRUCTURE if getattr(a, dest) not in (None, False)), None)
+
+
+def check_measure(args: Any) -> None:
+    """Raise :class:`NotApplicable` for the first of measure's own flags (``args``, its
+    parsed command line) that does not apply to the step it asks for (:data:`MEASURE_RULES`)."""
+    for flag, uses, applies, why in MEASURE_RULES:
+        if uses(args) and not applies(args):
+            raise NotApplicable(f"{flag(args)} {why}")

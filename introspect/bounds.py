@@ -43,6 +43,9 @@ FORCE_HINT = "pass --force to accept it"
 MAX_TIMEOUT_S = 86_400
 #: The most devices ``fit --max-devices`` spreads the state over: ``--devices``' bound.
 MAX_FIT_DEVICES = SETUP_LIMITS["devices"][0]
+#: The most bytes ``--act-bytes`` gives one activation value: FP64's 8, the widest dtype
+#: a tensor holds (:data:`introspect.units.DTYPE_BYTES` tops out at FP32's 4).
+MAX_ACT_BYTES = 8
 #: The most measured MLX steps ``measure --repeats`` runs (each a full training step).
 MAX_REPEATS = 100
 
@@ -66,14 +69,7 @@ def check_spec(spec, where: str, *, force: bool = False, flags: dict[str, str] |
     if force:
         return spec
     flags = flags or {}
-    for name, (limit, what) in SPEC_LIMITS.items():
-        value = getattr(spec, name, None)
-        if isinstance(value, int) and value > limit:
-            origin = f"{flags[name]} " if name in flags else f"{where}: {name} = "
-            raise IntrospectError(
-                f"{origin}{fmt_big(value)} is implausible (over {limit:,} {what}); "
-                f"check the value, or {FORCE_HINT}"
-            )
+    check_fields(_fields(spec), where, flags=flags)
     n = spec.n_params
     if n > MAX_PARAMETERS:
         origin = flags.get("num_parameters", f"{where}: the parameter count =")
@@ -82,6 +78,26 @@ def check_spec(spec, where: str, *, force: bool = False, flags: dict[str, str] |
             f"check the shape, or {FORCE_HINT}"
         )
     return spec
+
+
+def _fields(spec) -> dict:
+    return {name: getattr(spec, name, None) for name in SPEC_LIMITS}
+
+
+def check_fields(values: dict, where: str, *, flags: dict[str, str] | None = None) -> None:
+    """Raise :class:`IntrospectError` on the first field of ``values`` (ModelSpec field →
+    value) over its :data:`SPEC_LIMITS`, as :func:`check_spec` (which calls it) words it:
+    also for values not yet in a spec (measure's shape flags, before ModelSpec checks
+    that they divide)."""
+    flags = flags or {}
+    for name, (limit, what) in SPEC_LIMITS.items():
+        value = values.get(name)
+        if isinstance(value, int) and value > limit:
+            origin = f"{flags[name]} " if name in flags else f"{where}: {name} = "
+            raise IntrospectError(
+                f"{origin}{fmt_big(value)} is implausible (over {limit:,} {what}); "
+                f"check the value, or {FORCE_HINT}"
+            )
 
 
 def check_setup(setup, *, force: bool = False) -> None:

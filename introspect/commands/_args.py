@@ -316,10 +316,11 @@ def _add_setup_flags(
     )
     act.add_argument(
         "--act-bytes",
-        type=positive_int,
+        type=bounded_int(bounds.MAX_ACT_BYTES, "bytes"),
         default=None,
         metavar="S",
-        help="bytes per saved activation s, given directly (overrides --act-dtype)",
+        help="bytes per saved activation s, given directly (overrides --act-dtype; "
+        f"1 to {bounds.MAX_ACT_BYTES})",
     )
     g.add_argument(
         "--weights-dtype",

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import argparse
 
-from introspect import report
-from introspect.commands._args import positive_int
+from introspect import bounds, report
+from introspect.commands._args import bounded_int
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+#: --step-timeout's default (seconds).
+STEP_TIMEOUT_S = 600
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -20,10 +23,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("sharded step (D processes, gloo on 127.0.0.1)")
     g.add_argument(
         "--step-timeout",
-        type=positive_int,
-        default=600,
+        type=bounded_int(bounds.MAX_TIMEOUT_S, "seconds"),
+        default=None,  # given or not: only a sharded step takes it (introspect.applies)
         metavar="S",
-        help="end every process of a sharded step after S seconds (default 600)",
+        help=f"end every process of a sharded step after S seconds (default {STEP_TIMEOUT_S}, "
+        f"at most {bounds.MAX_TIMEOUT_S:,})",
     )
 
 
@@ -185,6 +189,6 @@ def run(args: argparse.Namespace, spec: ModelSpec, config: dict | None = None) -
         applies.check_model(spec, s)
         applies.unmeasured(s, "measure")
         refuse_if_too_big(spec, s)
-    rows = [compare(spec, s, args.step_timeout, config) for s in chosen]
+    rows = [compare(spec, s, args.step_timeout or STEP_TIMEOUT_S, config) for s in chosen]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))
     return 0

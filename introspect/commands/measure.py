@@ -5,9 +5,10 @@ what was alive at the peak, what autograd saved, step time and tokens per second
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
-from introspect import report
+from introspect import bounds, report
 from introspect.bounds import MAX_REPEATS
 from introspect.commands._args import add_common, add_setup_flags, bounded_int, choice, positive_int
 from introspect.commands._memory import available_bytes
@@ -78,6 +79,7 @@ SHAPE_FLAGS = (
 )
 #: The flag that sets each spec field, for the sanity bounds' messages.
 FLAGS = {dest: flag for flag, dest, _, _ in SHAPE_FLAGS}
+FLAGS |= {"norm": "--norm", "ffn": "--ffn", "hidden_act": "--act"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -100,7 +102,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     run_g.add_argument(
         "--repeats",
         type=bounded_int(MAX_REPEATS, "steps"),
-        default=MLX_STEPS,
+        default=None,  # given or not: torch and the MLX dry run refuse it (introspect.applies)
         metavar="K",
         help="MLX: measure K steps after the warm-up, each with its own peak reset, and "
         "report the largest peak, as a run's peak is its largest step's (MLX's peak "
@@ -134,8 +136,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
-    from introspect.measure.shapes import known_nominals, llama_style, nominal_spec
-
+    """The model the flags describe: SOURCE's spec with the shape flags set on it, or the
+    shape flags alone; a shape ModelSpec refuses names the flags (:func:`flags_named`)."""
     fields = {
         k: getattr(args, k)
         for k in (
@@ -154,6 +156,32 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     }
     if args.tied:
         fields["tie_word_embeddings"] = True
+    # The flags' own values first: a 40-digit --d-emb is implausible before it fails to
+    # divide by --heads.
+    if not args.force:
+        bounds.check_fields(fields, "the flags", flags=FLAGS)
+    try:
+        return _spec(args, fields)
+    except ValueError as err:
+        raise IntrospectError(flags_named(str(err), fields)) from None
+
+
+def flags_named(message: str, given: dict) -> str:
+    """ModelSpec's refusal (``num_key_value_heads=3 must divide num_attention_heads=4``)
+    with each field the flags set written as its flag (``--kv-heads 3``); a field a
+    SOURCE set keeps its config name, where it came from."""
+
+    def named(match: re.Match) -> str:
+        field, value = match[1], match[2]
+        return f"{FLAGS[field]} {value}" if field in given and field in FLAGS else match[0]
+
+    message = re.sub(r"\b([a-z_]+)=(\S+)", named, message)
+    return message.replace("(or give head_dim)", "(or give --head-dim)")
+
+
+def _spec(args: argparse.Namespace, fields: dict) -> ModelSpec:
+    from introspect.measure.shapes import known_nominals, llama_style, nominal_spec
+
     if args.source:
         spec = nominal_spec(args.source)
         if spec is None:
@@ -245,6 +273,29 @@ def check_args(args: argparse.Namespace) -> None:
             ) from err
 
 
+def check_act(args: argparse.Namespace) -> None:
+    """``--act`` names an activation the reference model builds (its ``ACTIVATIONS``:
+    ``introspect/measure/torch_model.py``, ``mlx_model.py``), before any step runs; the
+    other implementations' classes read their config's own (or a Llama's SiLU)."""
+    name = args.hidden_act
+    if name is None or args.impl != "reference":
+        return
+    try:
+        if args.framework.startswith("mlx"):
+            from introspect.measure.mlx_model import ACTIVATIONS
+        else:
+            from introspect.measure.torch_model import ACTIVATIONS
+    except ImportError:  # the framework's own line comes from check_args
+        return
+    if name not in ACTIVATIONS:
+        from introspect.units import shown
+
+        raise IntrospectError(
+            f"--act {shown(name)} has no reference implementation; use one of "
+            f"{', '.join(ACTIVATIONS)}"
+        )
+
+
 def refuse_if_too_big(spec: ModelSpec, setup: TrainingSetup, device: str) -> None:
     from introspect import simplified
 
@@ -297,7 +348,7 @@ def default_impl(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from introspect import bounds
+    from introspect import applies
     from introspect.commands import _sharded
     from introspect.commands._args import check_plot
     from introspect.measure import runner
@@ -305,12 +356,14 @@ def run(args: argparse.Namespace) -> int:
 
     check_plot(args.plot)  # matplotlib and the path before the (possibly long) step
     args.impl = args.impl or default_impl(args)
+    applies.check_measure(args)
     if args.impl == "transformers":  # a remote-code or unknown config, before reading it
         from introspect.measure.hf_models import precheck
 
         precheck(args.source)
     spec = bounds.check_spec(spec_from_args(args), "the model", force=args.force, flags=FLAGS)
     bounds.check_rotary(spec, flags=FLAGS)
+    check_act(args)
     if _sharded.wants_sharded(args):
         if spec.unmodelled:  # the sharded step is laid beside a refined per-rank estimate
             from introspect.unmodelled import NotModelled, parts
@@ -324,8 +377,6 @@ def run(args: argparse.Namespace) -> int:
     check_args(args)
     setups = setups_from_args(args)
     device = measure_device(args)
-    from introspect import applies
-
     for s in setups:
         check_positions(spec, s)
         applies.check_model(spec, s)
@@ -345,7 +396,7 @@ def run(args: argparse.Namespace) -> int:
                 device=device,
                 impl=args.impl,
                 census=not args.no_census,
-                repeats=args.repeats,
+                repeats=args.repeats or MLX_STEPS,
                 config=config,
                 overrides=overrides,
             )

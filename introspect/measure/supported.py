@@ -62,7 +62,11 @@ def measured_dtype(setup: TrainingSetup, backend: str) -> str:
             "--impl transformers (or use --loop logits)"
         )
     if setup.cross_entropy != "standard":
-        raise IntrospectError("measured steps use the standard cross-entropy loss")
+        raise IntrospectError(
+            f"--cross-entropy {setup.cross_entropy}: measured steps use the standard "
+            "cross-entropy loss; drop --cross-entropy, or use `introspect profile` for the "
+            "estimate alone"
+        )
     if setup.precision in ("bf16", "mixed"):
         return "fp16" if setup.weights_dtype == "fp16" else "bf16"
     name = "fp32" if setup.precision == "amp" else setup.weights_dtype
