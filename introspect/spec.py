@@ -198,6 +198,18 @@ class ModelSpec:
 
     # ---- derived shapes -------------------------------------------------------------
     @property
+    def parallel_block(self) -> bool:
+        """Attention and feed-forward read one norm and add to one residual (Phi,
+        Cohere2): one block norm."""
+        return self.norms_per_layer == 1
+
+    @property
+    def sandwich_norms(self) -> bool:
+        """Norms on the branch inputs and on the branch outputs (Gemma 2 and 3): four
+        block norms."""
+        return self.norms_per_layer == 4
+
+    @property
     def kv_heads(self) -> int:
         """Heads of K and V (equal to the query heads without GQA)."""
         return self.num_key_value_heads or self.num_attention_heads

@@ -199,7 +199,7 @@ def attention_consumers(spec: ModelSpec) -> int:
     GPT-2's ``c_attn``, Phi-3's ``qkv_proj``), plus in a parallel block the feed-forward's
     (Phi's fc1; Cohere2's gate and up)."""
     qkv = 1 if fused(spec, "qkv") else 3
-    return qkv + (feed_forward_consumers(spec) if facts(spec).parallel_block else 0)
+    return qkv + (feed_forward_consumers(spec) if spec.parallel_block else 0)
 
 
 def feed_forward_consumers(spec: ModelSpec) -> int:
@@ -240,7 +240,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     :func:`norm_input_bytes`."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, d, h, f = B * T, spec.hidden_size, spec.num_attention_heads, spec.ffn_dim
-    parallel = facts(spec).parallel_block
+    parallel = spec.parallel_block
     gated = spec.ffn == "gated"
     out: dict[str, int] = {}
     post = facts(spec).post_norm
@@ -317,7 +317,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["feed_forward/product"] = BT * f * s
     if spec.hidden_dropout > 0:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
-    if facts(spec).sandwich_norm:
+    if spec.sandwich_norms:
         # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
         out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + BT * FP32)
         out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32

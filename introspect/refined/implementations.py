@@ -54,7 +54,6 @@ import functools
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved, reference
 from introspect.refined.stream import is_amp, residual_bytes
-from introspect.refined.transformers_classes import facts
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -174,7 +173,7 @@ class Transformers:
         r = residual_bytes(setup)
         v = hf_saved.kv_saved_width(spec, setup)
         stream = B * T * (spec.hidden_size * r + v * s)
-        if facts(spec).parallel_block:
+        if spec.parallel_block:
             # The feed-forward's gradient of the shared norm output waits in the engine's
             # input buffer for the attention's (Phi's parallel block).
             stream += B * T * spec.hidden_size * s

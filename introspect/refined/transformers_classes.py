@@ -6,7 +6,8 @@ Each fact is a line of the class's source (transformers 5.x), named beside its f
 A family whose class keeps what Llama's keeps needs no row; a new family's quirks are a
 row here (and a fixture in ``tests/small_configs.py``), not a branch in the estimators.
 Architecture facts every implementation shares — fused projections, biases, norm kind,
-soft-capping, windows — live in :class:`introspect.spec.ModelSpec` and its layer kinds.
+a parallel block and sandwich norms (the block's norm count), soft-capping, windows —
+live in :class:`introspect.spec.ModelSpec` and its layer kinds.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ class ClassFacts:
     #: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)``), so
     #: Q comes out head-major even at ``partial_rotary_factor`` 1.
     rotary_cat: bool = False
-    #: A parallel block: attention and feed-forward read one norm (``models/phi/
-    #: modeling_phi.py``: ``attn_outputs + feed_forward_hidden_states + residual``).
-    parallel_block: bool = False
     #: RMSNorm multiplies by its weight in FP32, so ``x·rstd`` is kept in FP32: Gemma's
     #: (2's, 3's) ``output * (1.0 + self.weight.float())``, OLMo2's ``(self.weight *
     #: hidden_states).to(input_dtype)``.
@@ -38,11 +36,6 @@ class ClassFacts:
     #: ``residual + post_attention_layernorm(attn)``, ``residual +
     #: post_feedforward_layernorm(mlp)``): the projections read the residual stream.
     post_norm: bool = False
-    #: The blocks norm both the branch inputs and the branch outputs (Gemma 2 and 3:
-    #: ``post_attention_layernorm(attn)``, ``pre_feedforward_layernorm``,
-    #: ``post_feedforward_layernorm(mlp)``, ``modeling_gemma2.py``): each output norm
-    #: keeps its FP32 input, its rstd and its FP32 normalized value.
-    sandwich_norm: bool = False
     #: The rotary tables stay FP32 (OLMo2's ``rotary_emb`` returns ``cos, sin`` uncast;
     #: Llama's casts them to the activations' dtype).
     rope_tables_fp32: bool = False
@@ -56,24 +49,24 @@ class ClassFacts:
 
 
 LLAMA = ClassFacts()
-_GEMMA2 = ClassFacts(fp32_normalized=True, sandwich_norm=True)
+_GEMMA2 = ClassFacts(fp32_normalized=True)
 
 #: The families whose class differs from Llama's, by ``model_type``.
 CLASSES: dict[str, ClassFacts] = {
     "gpt2": ClassFacts(softmax_in_input_dtype=True),
-    "phi": ClassFacts(parallel_block=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
     "gemma2": _GEMMA2,
     "gemma3_text": _GEMMA2,
     "olmo2": ClassFacts(fp32_normalized=True, post_norm=True, rope_tables_fp32=True),
-    # Cohere2DecoderLayer: ``residual + hidden_states_attention + hidden_states_mlp``.
-    # Its other quirks need no fact: ``logits * self.logit_scale`` (a multiply by a
-    # number saves nothing; the unscaled logits are freed), the interleaved rotary
-    # (``rotate_half`` by ``stack``/``flatten`` saves nothing; ``q.float()`` times the
-    # 16-bit tables saves only the tables) and NoPE on the full-attention layers (Q and K
-    # are the projections' views, the sizes the rotary's outputs have).
-    "cohere2": ClassFacts(parallel_block=True, layernorm_by_hand=True),
+    # Cohere2's parallel block (``residual + hidden_states_attention +
+    # hidden_states_mlp``) is the spec's (ModelSpec.parallel_block). Its other quirks
+    # need no fact: ``logits * self.logit_scale`` (a multiply by a number saves nothing;
+    # the unscaled logits are freed), the interleaved rotary (``rotate_half`` by
+    # ``stack``/``flatten`` saves nothing; ``q.float()`` times the 16-bit tables saves
+    # only the tables) and NoPE on the full-attention layers (Q and K are the
+    # projections' views, the sizes the rotary's outputs have).
+    "cohere2": ClassFacts(layernorm_by_hand=True),
 }
 
 #: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper
