@@ -427,6 +427,9 @@ def moe_note(spec: ModelSpec, setup: TrainingSetup) -> str:
 #: random build (``gemma3_text-untied``, which ``introspect measure`` runs); Phi-3 and
 #: OLMo 2 untied, StarCoder2 tied, as their ``tie_word_embeddings`` says.
 DENSE_STRUCTURES = ("gemma2", "gemma3_text", "phi3", "olmo2", "starcoder2")
+#: mlx-lm's classes with no ``lm_head`` whatever the config says (Gemma 2: its ``Model``
+#: reads the embedding's ``as_linear``), so one structure covers tied and untied configs.
+ALWAYS_TIED = ("gemma2",)
 
 
 def dense_structure(spec: ModelSpec) -> str | None:
@@ -445,8 +448,8 @@ def dense_structure(spec: ModelSpec) -> str | None:
     family = spec.model_type
     if family not in DENSE_STRUCTURES:
         return None
-    if family == "gemma2":
-        return "gemma2"
+    if family in ALWAYS_TIED:
+        return family
     for name in (family, f"{family}-untied"):
         if name in STRUCTURES and STRUCTURES[name][1] == spec.tie_word_embeddings:
             return name
