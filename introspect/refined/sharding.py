@@ -45,7 +45,6 @@ share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
 
 from __future__ import annotations
 
-import heapq
 import math
 
 from introspect.params import norm_params, trainable_parameter_count
@@ -180,6 +179,8 @@ def _zero_ranks(sizes: list[int], devices: int) -> list[list[int]]:
     """The tensors of each rank of :func:`zero_partition`, in the order each rank gets
     them. A heap of (total, rank) picks the first rank with the smallest total in
     O(log D), so the work follows the tensor count, not ``devices``."""
+    import heapq  # ZeRO-1 only: not on every closed-form command's start
+
     ranks: list[list[int]] = [[] for _ in range(max(1, min(devices, len(sizes))))]
     heap = [(0, r) for r in range(len(ranks))]
     for n in sorted(sizes, reverse=True):
