@@ -274,8 +274,10 @@ class TrainingSetup:
 
     @property
     def resolved_base_quant(self) -> str:
-        """How the frozen base is stored: ``nf4`` for qlora unless int8 is asked for; for
-        lora the working weights' dtype (bf16 under a 16-bit precision); none for full."""
+        """How the frozen base is stored: ``nf4`` for qlora (another ``--base-quant`` beside
+        it is refused, :mod:`introspect.applies`; an 8-bit base is ``--finetune lora
+        --base-quant int8``); for lora the working weights' dtype (bf16 under a 16-bit
+        precision) unless ``--base-quant`` says otherwise; none for full."""
         if self.finetune == "full":
             return "none"
         if self.base_quant != "auto":
