@@ -195,19 +195,48 @@ def test_switches_move_the_terms_they_name():
     ids=["std", "llama"],
 )
 def test_mlx_estimate_against_a_measured_mlx_step(spec):
-    """A real MLX CPU step of the reference model (its counts were derived from tiny
-    replays, not from this or any measured step) lands within 5% of the closed form:
-    the largest of the measured steps' peaks, as a run's peak is its largest step's."""
+    """A real MLX CPU step of the reference model against the closed form (its counts
+    were derived from tiny replays, not from this or any measured step).
+
+    Where the real peak lands depends on how far MLX's CPU worker thread runs behind the
+    main thread: on an idle machine it keeps up (the std row here measured 31.78 MB,
+    5.2% under the closed form), under load it falls behind (33.43 MB, the closed form to
+    the byte). So: the largest of the measured steps lies between the replay's two
+    schedules of the same step (``worker="caught_up"`` and ``"behind"``, within
+    :data:`REPLAY_SLACK`), the closed form is within 5% of the ``behind`` schedule it was
+    derived from, and never more than 5% under the measured peak."""
     pytest.importorskip("mlx.core")
+    import mlx.core as mx
+
+    from introspect.measure import mlx_replay as mr
+    from introspect.measure import mlx_step
+    from introspect.measure.mlx_model import build
+    from introspect.measure.mlx_replay_eval import replay
     from introspect.measure.mlx_step import measure_reference
 
     setup = TrainingSetup(
         seq_len=256, framework="mlx", implementation="reference", attention="eager"
     )
     measured = measure_reference(spec, setup, compiled=False)
-    est = refined.estimate(spec, setup)
     assert measured.peak_bytes == max(measured.peak_samples)
-    assert est.total == pytest.approx(measured.peak_bytes, rel=0.05), measured.peak_samples
+    model = build(spec, setup.attention, mlx_step.check_setup(setup))
+    optimizer = mlx_step.make_optimizer(setup)
+    optimizer.init(model.trainable_parameters())
+    ids = mx.zeros((setup.batch_size, setup.seq_len), dtype=mx.int32)
+    step = mr.make_step(model, optimizer, mlx_step.loss_fn, False)
+    graph = mr.graph_of(model, optimizer, step, (ids, ids), False)
+    caught_up, behind = replay(graph, worker="caught_up"), replay(graph)
+    peak = measured.peak_bytes
+    low, high = caught_up.peak_bytes * (1 - REPLAY_SLACK), behind.peak_bytes * (1 + REPLAY_SLACK)
+    assert low <= peak <= high, (measured.peak_samples, caught_up.peak_bytes, behind.peak_bytes)
+    est = refined.estimate(spec, setup)
+    assert est.total == pytest.approx(behind.peak_bytes, rel=0.05)
+    assert est.total >= 0.95 * peak, measured.peak_samples
+
+
+#: MLX's buffer cache rounds sizes up by less than a page per buffer
+#: (tests/test_mlx_replay.py's SLACK).
+REPLAY_SLACK = 0.02
 
 
 def test_torch_moments_carry_no_mlx_terms():
