@@ -58,13 +58,21 @@ def refusal(spec: ModelSpec) -> str:
     )
 
 
-def check_closed_form(spec: ModelSpec, setup: TrainingSetup | None = None) -> None:
-    """Raise :class:`NotModelled` when the closed form has no answer: an unmodelled stack,
-    or (with ``setup``) a setup transformers' class refuses."""
+def check_closed_form(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """Everything that must hold before the closed form prices ``spec`` trained as
+    ``setup``, one line for the first that does not: the stack is modelled
+    (:class:`NotModelled`), transformers' class takes the setup (:func:`check_setup`),
+    its positions reach T (:func:`introspect.positions.check_positions`), and the
+    parallel degrees and model-dependent flags fit it
+    (:func:`introspect.applies.check_model`). ``profile``, ``fit`` and ``table`` call it."""
+    from introspect import applies
+    from introspect.positions import check_positions
+
     if spec.unmodelled:
         raise NotModelled(refusal(spec))
-    if setup is not None:
-        check_setup(spec, setup)
+    check_setup(spec, setup)
+    check_positions(spec, setup)
+    applies.check_model(spec, setup)
 
 
 def check_setup(spec: ModelSpec, setup: TrainingSetup) -> None:

@@ -211,12 +211,9 @@ def run(args: argparse.Namespace) -> int:
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
-    from introspect.positions import check_positions
     from introspect.unmodelled import check_closed_form
 
     check_closed_form(model.spec, setup)
-    check_positions(model.spec, setup)
-    applies.check_model(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, max_devices)
     if args.plot:
         from introspect import plot

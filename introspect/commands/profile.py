@@ -91,12 +91,9 @@ def run(args: argparse.Namespace) -> int:
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     if model.spec.unmodelled:
         return run_unmodelled(args, model, setup)
-    from introspect.positions import check_positions
-    from introspect.unmodelled import check_setup
+    from introspect.unmodelled import check_closed_form
 
-    check_positions(model.spec, setup)
-    applies.check_model(model.spec, setup)
-    check_setup(model.spec, setup)  # a setup transformers' class refuses (Bloom + SDPA)
+    check_closed_form(model.spec, setup)
     results = estimates(model.spec, setup)
     if args.plot:
         from introspect import plot
@@ -174,6 +171,16 @@ def run_unmodelled(args: argparse.Namespace, model, setup: TrainingSetup) -> int
     return 0
 
 
+def _source_json(model) -> dict[str, Any]:
+    """Where the spec came from, as every profile JSON carries it."""
+    return {
+        "origin": model.origin,
+        "location": model.location,
+        "revision": model.revision,
+        "notes": list(model.notes),
+    }
+
+
 def to_json_unmodelled(model, setup: TrainingSetup, answer: dict[str, Any]) -> dict[str, Any]:
     """profile's JSON for an unmodelled stack: ``modelled`` false, the ``unmodelled``
     parts, ``answer`` "dry_run" and the ``dry_run`` itself; ``estimates`` null (none
@@ -181,12 +188,7 @@ def to_json_unmodelled(model, setup: TrainingSetup, answer: dict[str, Any]) -> d
     from introspect import unmodelled
 
     return {
-        "source": {
-            "origin": model.origin,
-            "location": model.location,
-            "revision": model.revision,
-            "notes": list(model.notes),
-        },
+        "source": _source_json(model),
         "spec": model.spec.to_dict(),
         "params": {"total": model.spec.n_params, "active_per_token": None, "by_component": None},
         **unmodelled.to_json(model.spec, answer),
@@ -239,12 +241,7 @@ def to_json(model, setup: TrainingSetup, results: dict[str, Breakdown]) -> dict[
     out_estimates: dict[str, Any] = {"setup": setup.to_dict()}
     out_estimates.update({name: b.to_json() for name, b in results.items()})
     return {
-        "source": {
-            "origin": model.origin,
-            "location": model.location,
-            "revision": model.revision,
-            "notes": list(model.notes),
-        },
+        "source": _source_json(model),
         "spec": model.spec.to_dict(),
         "params": {
             "total": model.spec.n_params,
