@@ -4,6 +4,7 @@ closed-form tests share."""
 
 from __future__ import annotations
 
+from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec, standard_spec
 
@@ -87,3 +88,26 @@ def mlx_lm_setup(
         loop="logits",
         device="cpu",
     )
+
+
+#: A small RMSNorm/gated model described as runs of layer kinds (tests/test_refined_stack.py,
+#: tests/test_implementations.py): :func:`stack` builds it from ``(kind, count)`` runs.
+STACK_BASE = dict(
+    hidden_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    vocab_size=100,
+    norm="rmsnorm",
+    norm_bias=False,
+    ffn="gated",
+    intermediate_size=96,
+)
+STACK_ATTENTION = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+STACK_DENSE = LayerKind(
+    attention=Attention(**STACK_ATTENTION), feed_forward=FeedForward(intermediate_size=96)
+)
+
+
+def stack(*runs: tuple[LayerKind, int]) -> ModelSpec:
+    """:data:`STACK_BASE` with the layer runs ``runs``."""
+    return ModelSpec(**STACK_BASE, layers=tuple(LayerRun(k, n) for k, n in runs))

@@ -5,7 +5,10 @@ not model a layer kind)."""
 
 from __future__ import annotations
 
-from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
+from specs import STACK_ATTENTION, STACK_DENSE
+from specs import stack as _spec
+
+from introspect.layers import Attention, FeedForward, LayerKind
 from introspect.refined import execution, hf_saved, reference, saved
 from introspect.refined.implementations import (
     REFERENCE,
@@ -14,30 +17,14 @@ from introspect.refined.implementations import (
     implementation_of,
 )
 from introspect.setup import TrainingSetup
-from introspect.spec import ModelSpec
 
-BASE = dict(
-    hidden_size=64,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    vocab_size=100,
-    norm="rmsnorm",
-    norm_bias=False,
-    ffn="gated",
-    intermediate_size=96,
-)
-ATT = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-DENSE = LayerKind(attention=Attention(**ATT), feed_forward=FeedForward(intermediate_size=96))
+ATT, DENSE = STACK_ATTENTION, STACK_DENSE
 #: gpt-oss's sinks: a kind hf_saved does not model (the reference model's layer).
 SINKS = LayerKind(
     attention=Attention(**ATT, sinks=True), feed_forward=FeedForward(intermediate_size=96)
 )
 HF = TrainingSetup(seq_len=64, batch_size=2, attention="eager")
 AMP = HF.replace(precision="amp")
-
-
-def _spec(*runs) -> ModelSpec:
-    return ModelSpec(**BASE, layers=tuple(LayerRun(k, n) for k, n in runs))
 
 
 def test_the_setup_and_the_stack_choose_the_implementation():

@@ -6,25 +6,15 @@ from __future__ import annotations
 
 import pytest
 from introspect.adapters import bundled
+from specs import STACK_ATTENTION, STACK_DENSE
+from specs import stack as _spec
 
 from introspect import refined, simplified
-from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
+from introspect.layers import Attention, FeedForward, LayerKind
 from introspect.refined import architecture, saved
 from introspect.setup import TrainingSetup
-from introspect.spec import ModelSpec
 
-BASE = dict(
-    hidden_size=64,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    vocab_size=100,
-    norm="rmsnorm",
-    norm_bias=False,
-    ffn="gated",
-    intermediate_size=96,
-)
-ATT = dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-DENSE = LayerKind(attention=Attention(**ATT), feed_forward=FeedForward(intermediate_size=96))
+ATT, DENSE = STACK_ATTENTION, STACK_DENSE
 MOE = LayerKind(
     attention=Attention(**ATT, kind="sliding", window=16),
     feed_forward=FeedForward(
@@ -40,10 +30,6 @@ MOE = LayerKind(
 SETUP = TrainingSetup(
     seq_len=64, batch_size=2, activation_dtype="bf16", implementation="reference", loop="logits"
 )
-
-
-def _spec(*runs):
-    return ModelSpec(**BASE, layers=tuple(LayerRun(k, n) for k, n in runs))
 
 
 def test_a_mixed_stack_is_the_count_weighted_sum_of_its_kinds():
