@@ -32,12 +32,12 @@ import io
 import json
 import os
 import re
-import signal
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from corpus.cases import CONFIG
+from corpus.runner import call_main
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as hs
 
@@ -225,35 +225,9 @@ def command_lines(draw, command: str) -> list[str]:
     return argv
 
 
-class Hang(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise Hang
-
-
 def call(argv: list[str]) -> tuple[int | str, str, str]:
-    """(exit code — or "traceback"/"hang" —, stdout, stderr) of main(argv) in process."""
-    from introspect.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, EXAMPLE_S)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code: int | str = main(argv)
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-            except Hang:
-                code = "hang"
-            except Exception as e:  # what the CLI let through
-                code = f"traceback: {type(e).__name__}: {str(e)[:160]}"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-    return code, out.getvalue(), err.getvalue()
+    """(exit code — or "traceback: …"/"hang" —, stdout, stderr) of main(argv) in process."""
+    return call_main(argv, EXAMPLE_S)
 
 
 def _without(argv: list[str], flag: str, command: str) -> list[str]:

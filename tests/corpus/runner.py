@@ -68,34 +68,47 @@ class Hang(Exception):
 
 
 def _alarm(signum, frame):
-    raise Hang(f"HANG: still running after {HANG_S} s")
+    raise Hang
 
 
-def run_in_process(case: Case, folder: Path) -> tuple[int | None, str, str]:
-    """(exit code, stdout, stderr) of :func:`introspect.cli.main` on the case's argv."""
+def call_main(argv: list[str], seconds: float) -> tuple[int | str, str, str]:
+    """(exit code, stdout, stderr) of :func:`introspect.cli.main` on ``argv`` in process,
+    for the corpus and ``tests/test_fuzz_cli.py``. The code is ``"hang"`` past
+    ``seconds``, and ``"traceback: Type: message"`` for what the CLI let through (the
+    traceback itself written to stderr, as a user would see it)."""
     from introspect.cli import main
 
-    argv = [fill(a, folder) for a in case.argv]
     out, err = io.StringIO(), io.StringIO()
     old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, HANG_S)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main(argv)
+                code: int | str = main(argv)
             except SystemExit as e:  # argparse, --help, --version
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-            except Hang as e:
-                code, _ = -1, print(str(e), file=sys.stderr)
-            except BaseException:  # what the CLI let through: the traceback a user sees
+            except Hang:
+                code = "hang"
+            except BaseException as e:  # what the CLI let through
                 import traceback
 
-                code = 1
                 traceback.print_exc()
+                code = f"traceback: {type(e).__name__}: {str(e)[:160]}"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     return code, out.getvalue(), err.getvalue()
+
+
+def run_in_process(case: Case, folder: Path) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr) of the case's argv in process: -1 for a hang (its
+    message on stderr), 1 for a traceback (on stderr)."""
+    code, out, err = call_main([fill(a, folder) for a in case.argv], HANG_S)
+    if code == "hang":
+        return -1, out, err + f"HANG: still running after {HANG_S} s\n"
+    if isinstance(code, str):
+        return 1, out, err
+    return code, out, err
 
 
 def _env(case: Case, folder: Path, home: Path, endpoint: str) -> dict[str, str]:
