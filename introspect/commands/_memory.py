@@ -20,14 +20,22 @@ def available_bytes(device: str) -> int | None:
     return min(found) if found else None
 
 
-def _mem_available() -> int | None:
+def _kib_field(path: str, key: str) -> int | None:
+    """Bytes of the ``key:  N kB`` line of a /proc file, or None."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def _mem_available() -> int | None:
+    found = _kib_field("/proc/meminfo", "MemAvailable")
+    if found is not None:
+        return found
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -75,11 +83,4 @@ def _read_int(path: str) -> int | None:
 
 def _address_space_bytes() -> int:
     """This process's virtual size (``VmSize`` in /proc/self/status), 0 if unknown."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+    return _kib_field("/proc/self/status", "VmSize") or 0
