@@ -264,16 +264,13 @@ def class_refusal(model_type: str, setup) -> str | None:
     (``tests/test_unmodelled.py`` holds the table to their classes)."""
     from introspect.adapters.families import ALIASES, REGISTRY
 
-    if model_type in REGISTRY or model_type in ALIASES:
-        if setup.implementation == "transformers" and setup.attention == "memory_efficient":
-            name = NO_SDPA.get(ALIASES.get(model_type, model_type))
-            if name:
-                return _no_sdpa(name)
-        return None
     sdpa = setup.attention == "memory_efficient"
     checkpointing = setup.activation_checkpointing
     if setup.implementation != "transformers" or not (sdpa or checkpointing):
         return None
+    if model_type in REGISTRY or model_type in ALIASES:
+        name = NO_SDPA.get(ALIASES.get(model_type, model_type))
+        return _no_sdpa(name) if sdpa and name else None
     if not available() or not knows(model_type):
         return None
     try:
