@@ -19,6 +19,8 @@ does not exist). Plain data: this module imports no estimator and nothing heavy.
 
 from __future__ import annotations
 
+from functools import cache
+
 from introspect._record import record
 
 #: Categories, in the order ``explain --list`` groups them.
@@ -1629,14 +1631,11 @@ def _records() -> tuple[Term, ...]:
     )
 
 
-_REGISTRY: list = []
-
-
+@cache
 def _registry() -> tuple[tuple[Term, ...], dict[str, Term]]:
-    if not _REGISTRY:
-        records = _records()
-        _REGISTRY.extend((records, {t.name: t for t in records}))
-    return _REGISTRY[0], _REGISTRY[1]
+    """The records, and the records by name."""
+    records = _records()
+    return records, {t.name: t for t in records}
 
 
 def __getattr__(name: str):
