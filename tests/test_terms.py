@@ -69,7 +69,7 @@ SETUPS = {
         precision="mixed", optimizer="sgd_momentum", cross_entropy="fused"
     ),
     "mixed chunked CE single-tensor": dict(
-        precision="mixed", cross_entropy="chunked", optimizer_impl="single_tensor"
+        precision="mixed", cross_entropy="fused", optimizer_impl="single_tensor"
     ),
     "fp32 bf16 weights adam8bit": dict(weights_dtype="bf16", optimizer="adam8bit"),
     "sgd, none": dict(optimizer="sgd"),
