@@ -99,9 +99,14 @@ def liger_chunk(spec: ModelSpec, setup: TrainingSetup) -> int:
     return min(N, 1 << max(0, (-(-N // inc) - 1).bit_length()))
 
 
+def trl_tokens(setup: TrainingSetup) -> int:
+    """Positions TRL's fused head scores: ``last_hidden_state[:, :-1]``, B·(T−1)."""
+    return setup.batch_size * (setup.seq_len - 1)
+
+
 def _trl_tile(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, int]:
     """TRL's tile: (tokens, vocabulary columns used); the buffer is always 32768 wide."""
-    return min(setup.tokens, TRL_TOKENS), min(spec.vocab_size, TRL_VOCAB)
+    return min(trl_tokens(setup), TRL_TOKENS), min(spec.vocab_size, TRL_VOCAB)
 
 
 def saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
@@ -148,6 +153,7 @@ def forward_transients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["logits/grad_weight_chunk"] = V * d * c + (V * d * FP32 if c < FP32 else 0)
         return out
     n, cols = _trl_tile(spec, setup)
+    N = trl_tokens(setup)
     out = {"logits/statistics": 5 * N * FP32, "logits/buffer": n * TRL_VOCAB * c}
     if not _on_cuda(setup):
         out["logits/tile_temporaries"] = TRL_FOLD_BYTES * n * cols
@@ -170,6 +176,7 @@ def backward_start(spec: ModelSpec, setup: TrainingSetup) -> int:
     if setup.cross_entropy == "liger":
         return 0
     n, cols = _trl_tile(spec, setup)
+    N = trl_tokens(setup)
     out = (N * d + V * d) * FP32 + n * TRL_VOCAB * c + N * FP32
     if not _on_cuda(setup):
         out += TRL_BACKWARD_TILE_BYTES * n * cols
@@ -191,4 +198,5 @@ def head(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> int:
         hidden = FP32 if setup.precision == "amp" else s
         return N * d * hidden  # the saved gradient, passed on to the final norm
     # trl: the FP32 accumulators and their casts, returned together
+    N = trl_tokens(setup)
     return (N * d + V * d) * FP32 + N * d * s
