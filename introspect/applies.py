@@ -349,6 +349,12 @@ def check_model(spec: Any, setup: Any) -> None:
             f"--freeze-tower freezes a multimodal model's vision/audio tower, and "
             f"{spec.source or spec.model_type} has none; drop it"
         )
+    if setup.cross_entropy in ("torchtune", "trl", "liger") and spec.final_logit_softcapping:
+        raise NotApplicable(
+            f"--cross-entropy {setup.cross_entropy}: {spec.source or spec.model_type} caps "
+            "its logits (final_logit_softcapping), which the library losses here are not "
+            "priced or run with; use --cross-entropy standard"
+        )
     check_parallel(spec, setup)
 
 

@@ -139,3 +139,14 @@ def test_liger_chunk_matches_its_source_formula():
     spec = ModelSpec(vocab_size=32000, hidden_size=4096, num_hidden_layers=1,
                      num_attention_heads=32, intermediate_size=11008)  # fmt: skip
     assert liger_chunk(spec, TrainingSetup(batch_size=4, seq_len=4096)) == 2048
+
+
+def test_soft_capped_logits_are_refused_with_a_library_loss():
+    """Gemma 2's final_logit_softcapping is not in the library losses' pricing or steps:
+    one line naming the flag, before anything is priced."""
+    from introspect import applies
+
+    spec = spec_from_config(dict(llama(8000), model_type="gemma2", final_logit_softcapping=30.0))
+    with pytest.raises(applies.NotApplicable, match="--cross-entropy liger: .*final_logit"):
+        applies.check_model(spec, TrainingSetup(cross_entropy="liger"))
+    applies.check_model(spec, TrainingSetup(cross_entropy="fused"))
