@@ -575,9 +575,9 @@ def backward_moments(
         if setup.cross_entropy == "standard"
         else 0
     ) + BT * d * s
+    head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
     if losses.is_library(setup):
         head[LOGITS_GRAD] = losses.head(spec, setup, head)
-    head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
     wb = working_weight_bytes(setup)
     head.update(sharding.moment_terms(spec, setup, "head", wb))
     out = [_add(state, head)]
