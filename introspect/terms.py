@@ -1163,14 +1163,17 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/logits/grad",
             category="transient",
-            equation="standard cross-entropy: 2·B·T·V·4, the FP32 gradients of the log-probabilities and of the logits alive together; chunked or fused: one chunk's logits, log-softmax and gradient",
+            equation="standard cross-entropy: 2·B·T·V·4, the FP32 gradients of the log-probabilities and of the logits alive together; fused: one chunk's logits, log-softmax and gradient; torchtune / trl / liger: introspect/refined/losses.py (backward_start, head)",
             source="source not recorded (introspect/refined/execution.py: logits_transient; measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward)",
             computed_by=(
                 "introspect/refined/execution.py: forward_end",
                 "introspect/refined/execution.py: backward_moments",
+                "introspect/refined/losses.py: backward_start",
+                "introspect/refined/losses.py: head",
             ),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
             ),
         ),

@@ -472,8 +472,9 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
     """The loss's forward, inside the model's forward (transformers' classes on torch):
     state, every saved activation, the logits and what the loss makes from them before
-    backward starts. None where no such moment can exceed :func:`forward_end` (a
-    chunked or fused loss, MLX, the reference model).
+    backward starts. None where no such moment can exceed :func:`forward_end` (the
+    fused loss, MLX, the reference model). A library's chunked loss (torchtune, TRL,
+    Liger) adds what its forward makes: :func:`introspect.refined.losses.forward_transients`.
 
     * the logits at the activation dtype: the loop's own (already saved) in the logits
       loop; in the labels loop the output object's, alive until the loss returns;
