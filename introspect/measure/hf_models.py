@@ -258,15 +258,10 @@ def measure(
 
     dtype = torch_step.check_setup(setup)
     lora = setup.finetune != "full"
-    if lora and setup.resolved_base_quant == "nf4" and device != "cpu":
+    if lora and setup.resolved_base_quant == "nf4" and device == "cuda":
         raise IntrospectError(
-            f"--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "
-            f"measured there; use --device cpu (not {device})"
-        )
-    if device == "fake" and setup.optimizer == "adam8bit":
-        raise IntrospectError(
-            "--optimizer adam8bit: bitsandbytes' update reads tensor values, which a dry "
-            "run does not have; use --device cpu or cuda"
+            "--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "
+            "measured there; use --device cpu, or --device fake for a dry run (not cuda)"
         )
     vocab = spec.vocab_size
     with fake_mode() if device == "fake" else contextlib.nullcontext(), unpacked_rows(device):
