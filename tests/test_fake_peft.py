@@ -81,6 +81,19 @@ def test_qlora_dry_run_is_the_real_step(family, fields):
     assert_same_step(real, fake)
 
 
+def test_matmul4bit_saves_no_input():
+    """bitsandbytes 0.50.2's MatMul4Bit saves ``(None, B)`` (the packed weight, a
+    parameter), not its input: with dropout before the adapters (so the adapters save
+    the dropped copy, not the input itself), a QLoRA step's census is that of the same
+    LoRA step over a BF16 base, term for term, while its parameters are smaller."""
+    pytest.importorskip("bitsandbytes")
+    fields = dict(precision="bf16", lora_dropout=0.1)
+    plain = measure(LLAMA, "fake", **fields)
+    nf4 = measure(LLAMA, "fake", finetune="qlora", **fields)
+    assert nf4.census == plain.census
+    assert nf4.categories["parameters"] < plain.categories["parameters"]
+
+
 def test_adam8bit_dry_run_is_the_real_step():
     """bitsandbytes' Adam8bit runs in a dry run: its update has fake kernels, and its
     quantization maps (built from values) are the real step's CPU constants."""

@@ -9,6 +9,14 @@ is moved to its device; the output head and the embeddings stay as they are. The
 state (absmax, codes) lives in plain tensors that are neither parameters nor buffers, so
 the tracker does not see them: :func:`quant_state_bytes` counts them and the
 measurement's ``other`` carries them.
+
+The same code builds the dry run's model: :func:`wrap` called inside FakeTensorMode on a
+model built there (``hf_models.measure`` with ``device="fake"``) runs peft and
+bitsandbytes over fake storage, equal to the real CPU step to the byte
+(``tests/test_fake_peft.py``). bitsandbytes 0.50.2's ``MatMul4Bit.forward``
+(``bitsandbytes/autograd/_functions.py``) saves ``ctx.tensors = (None, B)``: the packed
+weight, a parameter, and not its input, so a QLoRA step saves what the same LoRA step
+over a 16-bit base saves (its census is the LoRA step's, byte for byte).
 """
 
 from __future__ import annotations

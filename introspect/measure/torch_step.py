@@ -98,6 +98,11 @@ def _adam8bit(params) -> torch.optim.Optimizer:
     quantization maps (``fill_qmap``: ``create_dynamic_map`` reads values with
     ``.tolist()``) as the real step's CPU constants; its update has fake kernels
     (``bitsandbytes/_ops.py`` ``optimizer_update_8bit_blockwise``)."""
+    import logging
+
+    # Its CPU backend logs a warning at import when an optional kernels package is
+    # missing (as peft_step.wrap silences it): not the user's concern for a measured step.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
         import bitsandbytes as bnb
     except ImportError as err:
