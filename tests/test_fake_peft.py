@@ -66,8 +66,11 @@ def test_lora_dry_run_is_the_real_step(family, fields):
         (LLAMA, dict(precision="bf16")),
         (LLAMA, dict(precision="bf16", double_quant=False, lora_dropout=0.1)),
         (GEMMA, dict(lora_targets=("all-linear",))),
+        # Conv1D weights, transposed before quantizing; experts left at the working dtype.
+        ("gpt2", dict(precision="bf16")),
+        ("qwen3_moe", dict(precision="bf16")),
     ],
-    ids=["llama-bf16", "llama-bf16-single-quant-dropout", "gemma-fp32-all-linear"],
+    ids=["llama-bf16", "llama-bf16-single-quant-dropout", "gemma-fp32-all-linear", "gpt2", "moe"],
 )
 def test_qlora_dry_run_is_the_real_step(family, fields):
     """bitsandbytes' own Linear4bit, Params4bit and MatMul4Bit over fake storage: the
