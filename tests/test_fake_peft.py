@@ -81,6 +81,7 @@ def test_qlora_dry_run_is_the_real_step(family, fields):
     fields = dict(finetune="qlora", **fields)
     real, fake = measure(family, "cpu", **fields), measure(family, "fake", **fields)
     assert real.categories["other"] > 0  # the NF4 quant state
+    assert any("Params4bit" in n for n in fake.notes)
     assert_same_step(real, fake)
 
 

@@ -322,6 +322,13 @@ def measure(
         from introspect.refined.lora import targets
 
         notes.append(f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))}")
+        if device == "fake":
+            quant = setup.resolved_base_quant == "nf4"
+            notes.append(
+                "dry run: peft's get_peft_model"
+                + (" and bitsandbytes' Linear4bit/Params4bit/MatMul4Bit" if quant else "")
+                + " run as they are over fake tensors (introspect.measure.fake.module_surgery)"
+            )
         m = peft_step.with_quant_state(m, model)
     m = _record.replace(
         m, census=saved.terms if saved is not None else {}, notes=(*notes, *m.notes)
