@@ -690,6 +690,21 @@ def finetune_fields(args: argparse.Namespace) -> dict:
     )
 
 
+def add_config_flag(parser: argparse.ArgumentParser) -> None:
+    """--config FILE [FILE …]: a trainer's config read by content (issue 21,
+    :mod:`introspect.adapters.trainers`); flags given beside it win."""
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        default=None,
+        metavar="FILE",
+        help="the training config you have: TrainingArguments JSON/YAML, TRL SFT/DPO config, "
+        "axolotl, LLaMA-Factory, torchtune recipe, mlx-lm lora YAML, DeepSpeed JSON, "
+        "accelerate config (read by content; the model comes from it unless SOURCE is given; "
+        "flags override it)",
+    )
+
+
 def add_plot_flag(parser: argparse.ArgumentParser, what: str) -> None:
     """--plot FILE: a figure (PNG or SVG by the suffix; needs matplotlib)."""
     parser.add_argument(

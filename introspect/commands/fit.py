@@ -8,6 +8,7 @@ import argparse
 from introspect import applies, bounds, fit, report
 from introspect.commands._args import (
     add_common,
+    add_config_flag,
     add_plot_flag,
     add_setup_flags,
     bounded_int,
@@ -54,7 +55,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("source", metavar="SOURCE", help="a model: path, bundled name, Hub id or 40M")
+    p.add_argument(
+        "source",
+        nargs="?",
+        metavar="SOURCE",
+        help="a model: path, bundled name, Hub id or 40M (default: the --config's model)",
+    )
     # Not required by argparse: the setup flags are checked first (run), so a flag that
     # does not apply is the line a user sees whatever else is missing.
     where = p.add_mutually_exclusive_group()
@@ -81,6 +87,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--revision", default=None, metavar="REV", help="Hub branch, tag or commit")
     add_setup_flags(p, sweep=False)
+    add_config_flag(p)
     add_plot_flag(p, "memory vs T and vs B with the budget line and where T² takes over")
     add_common(p, json_help="print JSON: the budget, the verdict, largest T and B, the changes")
     p.set_defaults(run=run)
@@ -202,7 +209,13 @@ def max_devices_for(args: argparse.Namespace, setup: TrainingSetup) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from introspect.adapters import resolve
+    from introspect.commands import _config
 
+    config = _config.apply(args)  # a trainer's config: its values where the flags go
+    if not args.source:
+        raise IntrospectError(
+            "fit needs a SOURCE (a path, a bundled model or a Hub id) or --config"
+        )
     setup = setup_from_args(args)
     max_devices = max_devices_for(args, setup)
     check_revision(args.source, args.revision)
@@ -220,8 +233,13 @@ def run(args: argparse.Namespace) -> int:
 
         plot.fit_curves(model.spec, setup, budget, need_function(device, setup), args.plot)
     if args.json:
-        print(report.dumps(to_json(model, setup, budget, device, result)))
+        out = to_json(model, setup, budget, device, result)
+        if config is not None:
+            out["config"] = _config.to_json(config, setup)
+        print(report.dumps(out))
     else:
+        if config is not None:
+            print(_config.render(config, setup) + "\n")
         print(render(model, setup, budget, where, result))
     return 0
 

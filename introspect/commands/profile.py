@@ -9,6 +9,7 @@ from introspect import applies, divergence, refined, report, simplified
 from introspect.breakdown import Breakdown
 from introspect.commands._args import (
     add_common,
+    add_config_flag,
     add_plot_flag,
     add_setup_flags,
     check_plot,
@@ -63,6 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the bundled reference models and exit")
     add_setup_flags(p, sweep=False)
+    add_config_flag(p)
     add_plot_flag(p, "the seed's and the refined breakdown as stacked bars")
     from introspect.commands import _exact
 
@@ -79,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         check_list(args)
         print(render_list(args.json))
         return 0
+    from introspect.commands import _config
+
+    config = _config.apply(args)  # a trainer's config: its values where the flags go
     if not args.source:
         raise IntrospectError(
             "profile needs a SOURCE (a path, a bundled model or a Hub id), or --list"
@@ -114,8 +119,12 @@ def run(args: argparse.Namespace) -> int:
             out["exact"] = exact
         if notes:  # only then: the JSON contract's keys stay as they were
             out["notes"] = notes
+        if config is not None:
+            out["config"] = _config.to_json(config, setup)
         print(report.dumps(out))
     else:
+        if config is not None:
+            print(_config.render(config, setup) + "\n")
         print(render(model, setup, results))
         if exact is not None:
             from introspect.commands import _exact

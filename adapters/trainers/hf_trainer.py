@@ -1,0 +1,305 @@
+"""The HF Trainer's ``TrainingArguments`` (as ``to_dict()`` writes it, JSON or YAML), and
+TRL's ``SFTConfig`` / ``DPOConfig``, which subclass it with defaults of their own.
+
+Read from transformers 5.24.0 ``src/transformers/training_args.py`` and TRL 1.16.0
+``trl/trainer/{base,sft,dpo}_config.py`` and ``sft_trainer.py``:
+
+* ``per_device_train_batch_size`` → batch (default 8, training_args.py:777);
+* ``optim`` → optimizer (default ``adamw_torch_fused`` on torch ≥ 2.8, else
+  ``adamw_torch``: training_args.py:806-813); see :data:`OPTIM`;
+* ``bf16`` / ``fp16`` → ``amp`` (the Trainer autocasts over FP32 weights); TRL sets
+  ``bf16 = not fp16`` when unset (base_config.py:108);
+* ``gradient_checkpointing`` / ``activation_checkpointing`` → checkpointing (off,
+  training_args.py:908/926; on in TRL, base_config.py:62);
+* no sequence length in TrainingArguments; TRL's ``max_length`` (1024, sft_config.py:202,
+  dpo_config.py:195);
+* the loss: the model's own from ``labels=`` under the Trainer; ``use_liger_kernel`` →
+  Liger's; SFTTrainer always adds its fused LM head (sft_trainer.py:1144) → ``trl``;
+* attention: not a TrainingArguments key; transformers picks ``sdpa`` when the model does
+  not say (modeling_utils.py:1856) → memory-efficient, unless TRL's
+  ``model_init_kwargs.attn_implementation`` says otherwise.
+"""
+
+from __future__ import annotations
+
+from introspect.adapters.trainers import _keys
+from introspect.adapters.trainers._base import Keys, Resolved
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    pass
+
+TRANSFORMERS = "transformers 5.24.0"
+TRL = "TRL 1.16.0"
+_TA = "training_args.py"
+
+#: HF ``optim`` names the closed form prices → (optimizer, optimizer_impl, note or None).
+#: adamw_torch: ``torch.optim.AdamW`` with torch's own implementation choice;
+#: adamw_torch_fused: ``fused=True`` (trainer.py ``get_optimizer_cls_and_kwargs``).
+OPTIM: dict[str, tuple[str, str, str | None]] = {
+    "adamw_torch": ("adamw", "auto", None),
+    "adamw_torch_fused": ("adamw", "fused", None),
+    "adamw_hf": ("adamw", "auto", None),  # 4.x's own AdamW, the same two FP32 moments
+    "adamw_bnb_8bit": ("adam8bit", "auto", "bnb_embedding"),
+    "adamw_8bit": ("adam8bit", "auto", "bnb_embedding"),
+    "paged_adamw_8bit": ("adam8bit", "auto", "paged"),
+    "paged_adamw_32bit": ("adamw", "auto", "paged"),
+    "sgd": ("sgd", "auto", None),
+}
+#: Every other name of transformers 5.24.0 ``OptimizerNames`` (training_args.py:113-160):
+#: the Trainer takes them, the closed form has no state model for them.
+OTHER_OPTIM = frozenset(
+    "adamw_torch_xla adamw_torch_npu_fused adafactor adamw_anyprecision adamw_torch_4bit "
+    "adamw_torch_8bit ademamix adagrad ademamix_8bit lion_8bit lion_32bit paged_ademamix_32bit "
+    "paged_ademamix_8bit paged_lion_32bit paged_lion_8bit rmsprop rmsprop_bnb rmsprop_bnb_8bit "
+    "rmsprop_bnb_32bit galore_adamw galore_adamw_8bit galore_adafactor galore_adamw_layerwise "
+    "galore_adamw_8bit_layerwise galore_adafactor_layerwise lomo adalomo grokadamw "
+    "schedule_free_radam schedule_free_adamw schedule_free_sgd apollo_adamw "
+    "apollo_adamw_layerwise stable_adamw".split()
+)
+#: Keys that bear on memory and are not modelled, with their neutral value.
+NOT_MODELLED = {
+    "torch_compile": False,
+    "gradient_checkpointing_kwargs": None,
+    "activation_checkpointing_kwargs": None,
+    "torch_empty_cache_steps": None,
+    "auto_find_batch_size": False,
+    "neftune_noise_alpha": None,
+    "optim_target_modules": None,
+    "optim_args": None,
+    "ddp_bucket_cap_mb": None,
+    "liger_kernel_config": None,
+    "label_smoothing_factor": 0.0,
+    "half_precision_backend": "auto",
+    "fp16_opt_level": "O1",
+    "parallelism_config": None,
+    "eval_accumulation_steps": None,
+}
+
+
+def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
+    """Map one TrainingArguments-like file (``flavour``: ``hf``, ``sft`` or ``dpo``) onto
+    ``resolved``."""
+    trl = flavour in ("sft", "dpo")
+    trl_where = f"{TRL} default (trl/trainer/base_config.py"
+    batch = keys.positive("per_device_train_batch_size")
+    if batch is not None:
+        resolved.set("batch_size", batch, keys.origin("per_device_train_batch_size"))
+    else:
+        resolved.set("batch_size", 8, f"{TRANSFORMERS} default ({_TA}:777)")
+    keys.get("per_gpu_train_batch_size", (int,))
+    if flavour == "hf":
+        resolved.note(
+            "TrainingArguments has no sequence length: T is introspect's default unless "
+            "--seq says (the collator's max_length decides it)"
+        )
+    else:
+        length = keys.positive("max_length")
+        line = "sft_config.py:202" if flavour == "sft" else "dpo_config.py:195"
+        if length is not None:
+            resolved.set("seq_len", length, keys.origin("max_length"))
+        elif "max_length" not in keys.data:
+            resolved.set("seq_len", 1024, f"{TRL} default (trl/trainer/{line})")
+        else:  # max_length: null — no truncation, the longest example decides
+            resolved.note("`max_length: null` — no truncation; give --seq for the longest row")
+    _optimizer(keys, resolved)
+    _precision(keys, resolved, trl)
+    checkpointing = None
+    for key in ("activation_checkpointing", "gradient_checkpointing"):
+        value = keys.get(key, (bool,))
+        if value is not None and checkpointing is None:
+            checkpointing = value
+            resolved.set("activation_checkpointing", value, keys.origin(key))
+    if checkpointing is None:
+        if trl:
+            resolved.set("activation_checkpointing", True, f"{trl_where}:62)")
+        else:
+            resolved.set("activation_checkpointing", False, f"{TRANSFORMERS} default ({_TA}:926)")
+    from introspect.adapters.trainers._base import accumulation
+
+    steps = keys.positive("gradient_accumulation_steps")
+    if steps is not None:
+        accumulation(
+            resolved,
+            steps,
+            keys.origin("gradient_accumulation_steps"),
+            "gradient_accumulation_steps",
+        )
+    liger = keys.get("use_liger_kernel", (bool,), False)
+    if trl:
+        resolved.set(
+            "cross_entropy",
+            "trl",
+            f"{TRL} SFTTrainer's fused LM head (trl/trainer/sft_trainer.py:1144)",
+        )
+        if liger:
+            resolved.note(
+                "`use_liger_kernel: true` — under TRL only Liger's layer kernels apply (its fused "
+                "cross-entropy is turned off, sft_trainer.py:1140); those kernels are not modelled"
+            )
+    elif liger:
+        resolved.set("cross_entropy", "liger", keys.origin("use_liger_kernel"))
+    else:
+        resolved.set(
+            "cross_entropy", "standard", f"{TRANSFORMERS} Trainer: the model's loss from labels"
+        )
+    resolved.set(
+        "implementation", "transformers", f"{TRANSFORMERS} Trainer: transformers' own class"
+    )
+    _attention(keys, resolved, trl)
+    if keys.get("use_cpu", (bool,), False) or keys.get("no_cuda", (bool,), False):
+        resolved.set("device", "cpu", keys.origin("use_cpu" if keys.has("use_cpu") else "no_cuda"))
+    clip = keys.get("max_grad_norm", (float,))
+    if clip:
+        resolved.note(
+            f"`max_grad_norm: {clip:g}` ({keys.shown}) — gradient "
+            "clipping's temporaries not modelled"
+        )
+    for key, neutral in NOT_MODELLED.items():
+        keys.not_modelled(resolved, key, unless=neutral)
+    _fsdp(keys, resolved)
+    if flavour == "sft":
+        _sft(keys, resolved)
+    if flavour == "dpo":
+        _dpo(keys, resolved)
+    known = set(_keys.HF_TRAINING_ARGUMENTS)
+    if flavour == "sft":
+        known |= _keys.TRL_SFT
+    if flavour == "dpo":
+        known |= _keys.TRL_DPO
+    keys.taken.add("deepspeed")  # read by the caller (introspect.adapters.trainers.deepspeed)
+    keys.finish(known, resolved)
+
+
+def _optimizer(keys: Keys, resolved: Resolved) -> None:
+    name = keys.get("optim", (str,))
+    origin = keys.origin("optim")
+    if keys.get("adafactor", (bool,), False):  # 4.x's flag for optim="adafactor"
+        name, origin = "adafactor", keys.origin("adafactor")
+    if name is None:
+        name = "adamw_torch_fused"
+        origin = f"{TRANSFORMERS} default on torch >= 2.8 ({_TA}:806-813)"
+    if name in OPTIM:
+        optimizer, impl, extra = OPTIM[name]
+        resolved.set("optimizer", optimizer, origin)
+        resolved.set("optimizer_impl", impl, origin)
+        if extra == "bnb_embedding":
+            resolved.note(
+                f"`optim: {name}` — the Trainer keeps 32-bit state for every nn.Embedding "
+                "(bitsandbytes' GlobalOptimManager override): not modelled yet"
+            )
+        if extra == "paged":
+            resolved.note(
+                f"`optim: {name}` — paged (unified-memory) optimizer state: not modelled yet"
+            )
+        return
+    if name in OTHER_OPTIM:
+        resolved.refuse(
+            "optimizer",
+            f"{origin} is {name!r}, an optimizer the closed form has no state model for; "
+            "give --optimizer (adamw, adam8bit, sgd …) to price another",
+        )
+        return
+    raise keys.error(
+        "optim",
+        f"is {name!r}, not one of transformers' OptimizerNames (training_args.py:113)",
+        "the Trainer itself refuses it; use adamw_torch_fused, adamw_torch, adamw_bnb_8bit …",
+    )
+
+
+def _precision(keys: Keys, resolved: Resolved, trl: bool) -> None:
+    bf16 = keys.get("bf16", (bool,))
+    fp16 = keys.get("fp16", (bool,), False)
+    if bf16 and fp16:
+        raise keys.error("bf16", "and fp16 are both true", "the Trainer refuses both; keep one")
+    if bf16 is None and trl:
+        bf16 = not fp16
+        where = f"{TRL} default: bf16 = not fp16 (trl/trainer/base_config.py:108)"
+    else:
+        where = keys.origin("bf16")
+    if bf16:
+        resolved.set("precision", "amp", where)
+    elif fp16:
+        resolved.set("precision", "amp", keys.origin("fp16"))
+        resolved.note(
+            "`fp16: true` — priced as autocast (amp, 2-byte activations); GradScaler not modelled"
+        )
+    else:
+        resolved.set(
+            "precision",
+            "fp32",
+            where if bf16 is not None else f"{TRANSFORMERS} default ({_TA}:874)",
+        )
+    keys.get("tf32", (bool,))  # matmul precision only: no memory
+
+
+def _attention(keys: Keys, resolved: Resolved, trl: bool) -> None:
+    init = keys.get("model_init_kwargs", (dict,)) if trl else None
+    name = (init or {}).get("attn_implementation")
+    if name is not None:
+        from introspect.adapters.trainers.common import attention
+
+        resolved.set(
+            "attention",
+            attention(keys, "model_init_kwargs.attn_implementation", name),
+            keys.origin("model_init_kwargs.attn_implementation"),
+        )
+    else:
+        resolved.set(
+            "attention",
+            "memory_efficient",
+            f"{TRANSFORMERS} default attn_implementation sdpa (modeling_utils.py:1856)",
+        )
+    for key in init or {}:
+        if key in ("dtype", "torch_dtype"):
+            resolved.note(
+                f"`model_init_kwargs.{key}: {init[key]}` — the loaded weights' "
+                "dtype under autocast: not modelled (priced as amp)"
+            )
+        elif key == "quantization_config":
+            resolved.note(
+                "`model_init_kwargs.quantization_config` — a quantized base: give --finetune qlora"
+            )
+
+
+def _fsdp(keys: Keys, resolved: Resolved) -> None:
+    fsdp = keys.get("fsdp", (str, list, bool))
+    keys.get("fsdp_config", (dict, str))
+    if not fsdp:
+        return
+    words = (
+        fsdp.split()
+        if isinstance(fsdp, str)
+        else list(fsdp)
+        if isinstance(fsdp, list)
+        else ["full_shard"]
+    )
+    if "full_shard" in words or "shard_grad_op" in words or "hybrid_shard" in words:
+        resolved.set("sharding", "fsdp", keys.origin("fsdp"))
+        if "shard_grad_op" in words:
+            resolved.set("reshard_after_forward", False, keys.origin("fsdp"))
+    if "offload" in words:
+        resolved.set("offload", "parameters", keys.origin("fsdp"))
+
+
+def _sft(keys: Keys, resolved: Resolved) -> None:
+    keys.not_modelled(resolved, "packing", unless=False)
+    keys.not_modelled(resolved, "padding_free", unless=False)
+    keys.not_modelled(resolved, "activation_offloading", unless=False)
+    keys.not_modelled(resolved, "loss_type", unless="nll")
+
+
+def _dpo(keys: Keys, resolved: Resolved) -> None:
+    pre = keys.get("precompute_ref_log_probs", (bool,), False)
+    resolved.note(
+        "DPO: each step runs the chosen and the rejected completion (2 × batch rows) and "
+        + (
+            "precomputed reference log-probs"
+            if pre
+            else "a frozen reference model (or the adapter-free base under LoRA)"
+        )
+        + " — not modelled: the figure is one policy step at the batch given"
+    )
+    keys.not_modelled(resolved, "padding_free", unless=False)
+    keys.not_modelled(resolved, "activation_offloading", unless=False)
+    keys.not_modelled(resolved, "sync_ref_model", unless=False)

@@ -1,0 +1,122 @@
+"""mlx-lm's ``lora`` YAML (``mlx_lm.lora --config``; mlx-lm at d78bf58, ``mlx_lm/lora.py``
+``CONFIG_DEFAULTS`` lines 44-81): ``model`` (default Qwen/Qwen3-0.6b), ``fine_tune_type``
+(lora), ``batch_size`` (4), ``max_seq_length`` (2048), ``grad_checkpoint`` (off),
+``grad_accumulation_steps`` (1), ``optimizer`` (adam), ``lora_parameters`` (rank 8,
+dropout 0), ``num_layers`` (16: adapters on the last 16 blocks)."""
+
+from __future__ import annotations
+
+from introspect.adapters.trainers._base import Keys, Resolved, Value, accumulation
+
+MLX_LM = "mlx-lm d78bf58"
+_L = "mlx_lm/lora.py"
+
+#: CONFIG_DEFAULTS' keys and build_parser's other options (lora.py:44-200).
+KNOWN = frozenset(
+    "model train fine_tune_type optimizer optimizer_config data seed num_layers batch_size "
+    "iters val_batches learning_rate steps_per_report steps_per_eval resume_adapter_file "
+    "adapter_path save_every test test_batches max_seq_length config grad_checkpoint "
+    "grad_accumulation_steps clear_cache_threshold lr_schedule lora_parameters mask_prompt "
+    "report_to project_name trust_remote_code hf_dataset wandb epochs".split()
+)
+OPTIMIZERS = {"adam": "adam", "adamw": "adamw", "sgd": "sgd"}
+
+
+def looks_like(data: dict) -> bool:
+    own = ("fine_tune_type", "lora_parameters", "grad_checkpoint", "iters", "num_layers")
+    return any(k in data for k in own) and "_component_" not in str(data.get("model", ""))
+
+
+def read(keys: Keys, resolved: Resolved) -> None:
+    model = keys.get("model", (str,))
+    resolved.model = Value(
+        model or "Qwen/Qwen3-0.6B", keys.origin("model") if model else f"{MLX_LM} default ({_L}:45)"
+    )
+    resolved.set("framework", "mlx", f"{MLX_LM}: an MLX step")
+    resolved.set("implementation", "mlx_lm", f"{MLX_LM}: mlx-lm's own class")
+    batch = keys.positive("batch_size")
+    resolved.set(
+        "batch_size",
+        batch or 4,
+        keys.origin("batch_size") if batch else f"{MLX_LM} default ({_L}:59)",
+    )
+    seq = keys.positive("max_seq_length")
+    resolved.set(
+        "seq_len",
+        seq or 2048,
+        keys.origin("max_seq_length") if seq else f"{MLX_LM} default ({_L}:70)",
+    )
+    ckpt = keys.get("grad_checkpoint", (bool,))
+    resolved.set(
+        "activation_checkpointing",
+        bool(ckpt),
+        keys.origin("grad_checkpoint") if ckpt is not None else f"{MLX_LM} default ({_L}:72)",
+    )
+    accumulation(
+        resolved,
+        keys.positive("grad_accumulation_steps"),
+        keys.origin("grad_accumulation_steps"),
+        "grad_accumulation_steps",
+    )
+    name = keys.get("optimizer", (str,), "adam")
+    if name in OPTIMIZERS:
+        resolved.set(
+            "optimizer",
+            OPTIMIZERS[name],
+            keys.origin("optimizer") if keys.has("optimizer") else f"{MLX_LM} default ({_L}:48)",
+        )
+    elif name in ("muon", "adafactor"):
+        resolved.refuse(
+            "optimizer",
+            f"--config {keys.shown}: optimizer {name!r} has no state "
+            "model in the closed form; give --optimizer",
+        )
+    else:
+        raise keys.error(
+            "optimizer",
+            f"is {name!r}, not adam, adamw, muon, sgd or adafactor",
+            "mlx-lm refuses it",
+        )
+    kind = keys.get("fine_tune_type", (str,), "lora")
+    if kind not in ("lora", "dora", "full"):
+        raise keys.error(
+            "fine_tune_type", f"is {kind!r}, not lora, dora or full", "mlx-lm refuses it"
+        )
+    where = (
+        keys.origin("fine_tune_type")
+        if keys.has("fine_tune_type")
+        else f"{MLX_LM} default ({_L}:47)"
+    )
+    if kind == "dora":
+        resolved.refuse(
+            "finetune",
+            f"--config {keys.shown}: fine_tune_type 'dora' is not modelled; give --finetune",
+        )
+    else:
+        resolved.set("finetune", kind, where)
+    params = keys.get("lora_parameters", (dict,), {})
+    if kind != "full":
+        rank = params.get("rank", 8)
+        resolved.set(
+            "lora_rank",
+            rank,
+            keys.origin("lora_parameters.rank")
+            if "rank" in params
+            else f"{MLX_LM} default ({_L}:76)",
+        )
+        if params.get("dropout"):
+            resolved.set(
+                "lora_dropout", float(params["dropout"]), keys.origin("lora_parameters.dropout")
+            )
+        if "keys" in params:
+            resolved.note(
+                f"`lora_parameters.keys: {params['keys']}` — priced "
+                "as adapters on every block linear"
+            )
+        layers = keys.get("num_layers", (int,), 16)
+        resolved.note(
+            f"`num_layers: {layers}` — adapters on the last {layers} blocks "
+            "only: not modelled yet (priced on every block)"
+        )
+    keys.get("clear_cache_threshold", (int,))
+    keys.finish(KNOWN, resolved)

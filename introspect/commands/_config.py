@@ -1,0 +1,211 @@
+"""``--config FILE [FILE …]`` for profile and fit: a trainer's config read
+(:mod:`introspect.adapters.trainers`), its values put where the flags would put them —
+a flag given on the command line wins over the file — and the resolved setup printed
+first, every value with its origin."""
+
+from __future__ import annotations
+
+import argparse
+
+from introspect.errors import IntrospectError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from introspect.adapters.trainers._base import Resolved
+    from introspect.setup import TrainingSetup
+
+#: Setup field → the flags that set it (any one given overrides the file's value).
+FLAGS: dict[str, tuple[str, ...]] = {
+    "batch_size": ("--batch",),
+    "seq_len": ("--seq",),
+    "precision": ("--precision",),
+    "optimizer": ("--optimizer",),
+    "optimizer_impl": ("--optimizer-impl",),
+    "attention": ("--attention",),
+    "activation_checkpointing": ("--checkpointing",),
+    "cross_entropy": ("--cross-entropy",),
+    "devices": ("--devices",),
+    "zero_stage": ("--zero", "--ddp", "--fsdp"),
+    "sharding": ("--zero", "--ddp", "--fsdp"),
+    "reshard_after_forward": ("--no-reshard",),
+    "framework": ("--framework",),
+    "device": ("--device",),
+    "implementation": ("--impl",),
+    "finetune": ("--finetune", "--lora-rank", "--lora-targets"),
+    "lora_rank": ("--lora-rank",),
+    "lora_targets": ("--lora-targets",),
+    "lora_dropout": ("--lora-dropout",),
+    "base_quant": ("--base-quant",),
+    "double_quant": ("--no-double-quant",),
+    "offload": ("--offload",),
+    "optimizer_in_backward": ("--optimizer-in-backward",),
+    "grad_accum": ("--grad-accum",),
+    "offload_activations": ("--offload-activations",),
+}
+#: The fields the resolved setup prints, in order (LoRA's only under LoRA).
+SHOWN = (
+    "batch_size", "seq_len", "precision", "optimizer", "optimizer_impl", "attention",
+    "activation_checkpointing", "cross_entropy", "implementation", "framework", "device",
+    "devices", "sharding", "zero_stage", "offload", "optimizer_in_backward", "finetune",
+    "grad_accum", "offload_activations",
+)  # fmt: skip
+LORA = ("lora_rank", "lora_targets", "lora_dropout", "base_quant", "double_quant")
+
+
+def _set(args: argparse.Namespace, field: str, value: Any) -> None:
+    """Put a file's value where its flag would have put it."""
+    if field == "batch_size":
+        args.batch = [value] if isinstance(args.batch, list) else value
+    elif field == "seq_len":
+        args.seq = [value] if isinstance(args.seq, list) else value
+    elif field == "activation_checkpointing":
+        args.checkpointing = value
+    elif field == "zero_stage":
+        if not getattr(args, "fsdp", False):
+            args.zero = value
+    elif field == "sharding":
+        args.ddp = value == "ddp"
+        args.fsdp = value == "fsdp"
+        if value in ("ddp", "fsdp"):
+            args.zero = 0
+    elif field == "reshard_after_forward":
+        args.no_reshard = not value
+    elif field == "implementation":
+        args.impl = value
+    elif field == "double_quant":
+        args.no_double_quant = not value
+    elif field == "lora_targets":
+        args.lora_targets = list(value)
+    else:
+        setattr(args, field, value)
+
+
+def _dest(field: str) -> str:
+    return {"batch_size": "batch", "seq_len": "seq", "implementation": "impl"}.get(field, field)
+
+
+def apply(args: argparse.Namespace) -> Resolved | None:
+    """Read ``args.config`` (when given) into ``args``: each field the file sets and no
+    flag overrides; the model as SOURCE when none is given. Returns the resolved config
+    (None without --config)."""
+    paths = getattr(args, "config", None)
+    if not paths:
+        return None
+    from introspect.adapters import trainers
+    from introspect.commands._args import given_setup_flags
+
+    resolved = trainers.read(paths)
+    given = set(given_setup_flags(args))
+    resolved.overridden = {
+        field: f"flag {hit[0]}"
+        for field, flags in FLAGS.items()
+        if (hit := [f for f in flags if f in given])
+    }
+    for field, value in resolved.fields.items():
+        flags = FLAGS.get(field, ())
+        if any(f in given for f in flags):
+            continue
+        if field in ("sharding", "zero_stage", "reshard_after_forward") and not hasattr(
+            args, "ddp"
+        ):
+            continue
+        if not hasattr(args, _dest(field)) and field not in (
+            "activation_checkpointing", "zero_stage", "sharding", "reshard_after_forward",
+            "double_quant",
+        ):  # fmt: skip
+            resolved.note(
+                f"`{field}` from {value.origin} — no flag here to carry it: not modelled yet"
+            )
+            continue
+        _set(args, field, value.value)
+    for field, line in resolved.unsupported.items():
+        if not any(f in given for f in FLAGS.get(field, ())):
+            raise IntrospectError(line)
+    sharded = resolved.fields.get("sharding")
+    if (
+        sharded
+        and sharded.value != "none"
+        and "devices" not in resolved.fields
+        and "--devices" not in given
+    ):
+        raise IntrospectError(
+            f"--config: {sharded.origin} shards over devices the config does not count; "
+            "give --devices D (the processes the launcher starts)"
+        )
+    if not args.source:
+        if resolved.model is None:
+            raise IntrospectError(
+                f"--config {', '.join(resolved.files)} names no model ({resolved.trainer} "
+                "carries none); give the model as SOURCE"
+            )
+        args.source = resolved.model.value
+        resolved.model_used = resolved.model
+    else:
+        from introspect.adapters.trainers._base import Value
+
+        if resolved.model is not None:
+            resolved.note(
+                f"model {resolved.model.value} ({resolved.model.origin}) — SOURCE given instead"
+            )
+        resolved.model_used = Value(args.source, "SOURCE")
+    return resolved
+
+
+def origin_of(resolved: Resolved, field: str) -> str:
+    if field in resolved.overridden:
+        return resolved.overridden[field]
+    if field in resolved.fields:
+        return resolved.fields[field].origin
+    return "introspect default"
+
+
+def setup_fields(resolved: Resolved, setup: TrainingSetup) -> list[tuple[str, Any, str]]:
+    """(field, value, origin) for each field the resolved setup shows."""
+    from introspect import _record
+
+    names = set(_record.field_names(setup))
+    shown = list(SHOWN) + (list(LORA) if setup.finetune != "full" else [])
+    out = []
+    for field in shown:
+        if field not in names:
+            continue
+        value = getattr(setup, field)
+        if field == "optimizer_impl":
+            value = setup.resolved_optimizer_impl if value == "auto" else value
+        if field == "device":
+            value = setup.resolved_device
+        out.append((field, value, origin_of(resolved, field)))
+    return out
+
+
+def render(resolved: Resolved, setup: TrainingSetup) -> str:
+    """The resolved setup first: the trainer and files, the model, each value and its
+    origin, then the notes (memory-relevant keys not modelled)."""
+    lines = [f"config: {resolved.trainer} ({', '.join(resolved.files)})"]
+    lines.append(f"  {'model':<26} {resolved.model_used.value:<22} ← {resolved.model_used.origin}")
+    for field, value, origin in setup_fields(resolved, setup):
+        text = ",".join(value) if isinstance(value, tuple) else str(value)
+        lines.append(f"  {field:<26} {text:<22} ← {origin}")
+    if resolved.ignored:
+        lines.append(
+            f"  ({resolved.ignored} more keys read: paths, logging, schedules — no memory)"
+        )
+    lines += [f"  note: {n}" for n in resolved.notes]
+    return "\n".join(lines)
+
+
+def to_json(resolved: Resolved, setup: TrainingSetup) -> dict[str, Any]:
+    """``config``: the trainer, files, model and ``setup`` {field: {value, origin}}."""
+    return {
+        "trainer": resolved.trainer,
+        "files": list(resolved.files),
+        "model": resolved.model_used.to_json(),
+        "setup": {
+            field: {"value": list(v) if isinstance(v, tuple) else v, "origin": origin}
+            for field, v, origin in setup_fields(resolved, setup)
+        },
+        "notes": list(resolved.notes),
+        "keys_without_memory": resolved.ignored,
+    }
