@@ -63,6 +63,8 @@ def detect(data: dict[str, Any]) -> str | None:
         return "dpo"
     if sft_own and not dpo_own:
         return "sft"
+    if "model_name_or_path" in keys and keys & (_keys.TRL_SCRIPT | _keys.TRL_MODEL_CONFIG):
+        return "sft"  # TRL's CLI config (`trl sft --config`): ModelConfig + SFTConfig
     if mlx_lm.looks_like(data):
         return "mlx_lm"
     if len(keys & hf) >= max(1, len(keys) // 2) or "output_dir" in keys:

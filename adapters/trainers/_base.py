@@ -233,5 +233,5 @@ def accumulation(resolved: Resolved, steps: int | None, origin: str, key: str) -
         return
     if setup_has("grad_accum"):
         resolved.set("grad_accum", steps, origin)
-    elif steps > 1:
+    elif steps > 1 and not any(n.startswith(f"`{key}: {steps}`") for n in resolved.notes):
         resolved.note(f"`{key}: {steps}` ({origin.split(':')[0]}) — not modelled yet")

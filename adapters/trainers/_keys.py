@@ -1007,3 +1007,16 @@ LLAMA_FACTORY = frozenset(
         "vllm_maxlen",
     )
 )
+
+#: TRL 1.16.0's CLI (``trl sft --config``): ``ModelConfig`` (trl/trainer/model_config.py)
+#: and ``ScriptArguments`` / ``DatasetMixtureConfig`` (trl/scripts/utils.py) fields.
+TRL_MODEL_CONFIG = frozenset(
+    "model_name_or_path model_revision dtype attn_implementation use_peft lora_r lora_alpha "
+    "lora_dropout lora_target_modules lora_target_parameters lora_modules_to_save "
+    "lora_task_type use_rslora use_dora load_in_8bit load_in_4bit bnb_4bit_quant_type "
+    "use_bnb_nested_quant bnb_4bit_quant_storage".split()
+)
+TRL_SCRIPT = frozenset(
+    "dataset_name dataset_config dataset_train_split dataset_test_split dataset_streaming "
+    "ignore_bias_buffers datasets streaming test_split_size env".split()
+)

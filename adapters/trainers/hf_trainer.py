@@ -163,12 +163,69 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
     if flavour == "dpo":
         _dpo(keys, resolved)
     known = set(_keys.HF_TRAINING_ARGUMENTS)
+    if trl and "model_name_or_path" in keys.data:
+        _model_config(keys, resolved)
+        known |= _keys.TRL_SCRIPT
     if flavour == "sft":
         known |= _keys.TRL_SFT
     if flavour == "dpo":
         known |= _keys.TRL_DPO
     keys.taken.add("deepspeed")  # read by the caller (introspect.adapters.trainers.deepspeed)
     keys.finish(known, resolved)
+
+
+def _model_config(keys: Keys, resolved: Resolved) -> None:
+    """TRL's CLI config also carries ``ModelConfig`` (trl/trainer/model_config.py): the
+    model, its dtype (float32 by default, :90), attention and the peft/bitsandbytes
+    settings (``use_peft``, ``lora_r`` 16, ``lora_dropout`` 0.05, ``load_in_4bit``)."""
+    from introspect.adapters.trainers._base import Value
+    from introspect.adapters.trainers.common import attention, lora_targets
+
+    model = keys.get("model_name_or_path", (str,))
+    resolved.model = Value(model, keys.origin("model_name_or_path"))
+    resolved.note(
+        "a TRL CLI config: read as `trl sft --config` (SFTConfig's defaults); DPO keys would "
+        "make it `trl dpo`"
+    )
+    dtype = keys.get("dtype", (str,))
+    if dtype in ("bfloat16", "bf16"):
+        resolved.set("precision", "bf16", keys.origin("dtype") + " (BF16 weights under autocast)")
+    impl = keys.get("attn_implementation", (str,))
+    if impl:
+        name = attention(keys, "attn_implementation", impl)
+        resolved.set("attention", name, keys.origin("attn_implementation"))
+    if not keys.get("use_peft", (bool,), False):
+        resolved.set("finetune", "full", f"{TRL} default use_peft: false (model_config.py:103)")
+        return
+    four, eight = keys.get("load_in_4bit", (bool,), False), keys.get("load_in_8bit", (bool,), False)
+    resolved.set("finetune", "qlora" if four else "lora", keys.origin("use_peft"))
+    if eight and not four:
+        resolved.set("base_quant", "int8", keys.origin("load_in_8bit"))
+    nested = keys.get("use_bnb_nested_quant", (bool,), False)
+    if four:
+        resolved.set("double_quant", nested, keys.origin("use_bnb_nested_quant"))
+    rank = keys.positive("lora_r")
+    resolved.set(
+        "lora_rank",
+        rank or 16,
+        keys.origin("lora_r") if rank else f"{TRL} default (model_config.py:107)",
+    )
+    dropout = keys.get("lora_dropout", (float,))
+    where = (
+        keys.origin("lora_dropout")
+        if dropout is not None
+        else f"{TRL} default (model_config.py:115)"
+    )
+    resolved.set("lora_dropout", 0.05 if dropout is None else float(dropout), where)
+    targets = keys.get("lora_target_modules", (list, str))
+    if targets:
+        names, other = lora_targets(keys, "lora_target_modules", targets)
+        resolved.set("lora_targets", names, keys.origin("lora_target_modules"))
+        if other:
+            resolved.note(f"`lora_target_modules: {', '.join(other)}` — not modelled")
+    for key in ("use_dora", "use_rslora", "lora_modules_to_save"):
+        keys.not_modelled(resolved, key, unless=False)
+    keys.taken.update(_keys.TRL_MODEL_CONFIG & set(keys.data))
 
 
 def _optimizer(keys: Keys, resolved: Resolved) -> None:

@@ -77,7 +77,8 @@ HUB = {
     ("gemma", "7b"): "google/gemma-7b",
     ("mistral", "7b"): "mistralai/Mistral-7B-v0.1",
 }
-_BUILDER = re.compile(r"^torchtune\.models\.(\w+)\.(lora_|qlora_)?(\w+?)_(\d+(?:_\d+)?b)(_\w+)?$")
+_BUILDER = re.compile(r"^torchtune\.models\.(\w+)\.(lora_|qlora_)?(\w+)$")
+_SIZE = re.compile(r"^(\d+(?:_\d+)?b)(?:_\w+)?$")
 #: ``optimizer._component_`` → (optimizer, implementation or None for the ``fused`` key).
 OPTIMIZERS = {
     "torch.optim.AdamW": "adamw",
@@ -99,9 +100,12 @@ def looks_like(data: dict) -> bool:
 def hub_id(component: str) -> tuple[str, bool] | None:
     """(Hub id, qlora) for a torchtune model builder path, or None."""
     m = _BUILDER.match(component)
-    if not m or (m.group(1), m.group(4)) not in HUB:
+    if not m or not m.group(3).startswith(m.group(1) + "_"):
         return None
-    return HUB[(m.group(1), m.group(4))], m.group(2) == "qlora_"
+    size = _SIZE.match(m.group(3)[len(m.group(1)) + 1 :])
+    if not size or (m.group(1), size.group(1)) not in HUB:
+        return None
+    return HUB[(m.group(1), size.group(1))], m.group(2) == "qlora_"
 
 
 def read(keys: Keys, resolved: Resolved) -> None:
@@ -174,6 +178,11 @@ def read(keys: Keys, resolved: Resolved) -> None:
         resolved.set("device", "cpu", keys.origin("device"))
     resolved.set(
         "implementation", "reference", f"{TORCHTUNE}: its own model (not transformers' class)"
+    )
+    resolved.set(
+        "attention",
+        "memory_efficient",
+        f"{TORCHTUNE}: scaled_dot_product_attention (torchtune/modules/attention.py:140)",
     )
     resolved.note(
         "torchtune's own model class is priced with introspect's reference model (the same blocks)"

@@ -167,6 +167,8 @@ def setup_fields(resolved: Resolved, setup: TrainingSetup) -> list[tuple[str, An
 
     names = set(_record.field_names(setup))
     shown = list(SHOWN) + (list(LORA) if setup.finetune != "full" else [])
+    if setup.finetune != "qlora":
+        shown = [f for f in shown if f != "double_quant"]
     out = []
     for field in shown:
         if field not in names:
@@ -184,10 +186,10 @@ def render(resolved: Resolved, setup: TrainingSetup) -> str:
     """The resolved setup first: the trainer and files, the model, each value and its
     origin, then the notes (memory-relevant keys not modelled)."""
     lines = [f"config: {resolved.trainer} ({', '.join(resolved.files)})"]
-    lines.append(f"  {'model':<26} {resolved.model_used.value:<22} ← {resolved.model_used.origin}")
+    lines.append(f"  {'model':<26} {resolved.model_used.value:<24} ← {resolved.model_used.origin}")
     for field, value, origin in setup_fields(resolved, setup):
         text = ",".join(value) if isinstance(value, tuple) else str(value)
-        lines.append(f"  {field:<26} {text:<22} ← {origin}")
+        lines.append(f"  {field:<26} {text:<24} ← {origin}")
     if resolved.ignored:
         lines.append(
             f"  ({resolved.ignored} more keys read: paths, logging, schedules — no memory)"
