@@ -79,9 +79,18 @@ def load(path: str) -> tuple[dict[str, Any], str]:
     """The file's top-level mapping and its format (``json`` or ``yaml``), read by
     content: a first non-blank character ``{`` is JSON, anything else YAML (PyYAML's
     ``safe_load``, imported only then)."""
+    import os
+    import stat
+
     from introspect import files
 
     shown = files.display(path)
+    try:  # a FIFO or a device would block or never end: only a regular file is read
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise ConfigFileError(f"--config {shown} is not a regular file; give the config file")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read(4_000_001)

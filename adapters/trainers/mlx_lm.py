@@ -33,6 +33,14 @@ def read(keys: Keys, resolved: Resolved) -> None:
         model or "Qwen/Qwen3-0.6B", keys.origin("model") if model else f"{MLX_LM} default ({_L}:45)"
     )
     resolved.set("framework", "mlx", f"{MLX_LM}: an MLX step")
+    # mlx-lm trains in the checkpoint's own dtype (mlx_lm/utils.py load_model: the weights
+    # as stored); mlx-community names its BF16 conversions "-bf16".
+    if (model or "").lower().endswith("-bf16"):
+        resolved.set("precision", "bf16", keys.origin("model") + " (a -bf16 checkpoint: pure BF16)")
+    else:
+        resolved.note(
+            "mlx-lm trains in the checkpoint's own dtype: give --precision bf16 for a BF16 one"
+        )
     resolved.set("implementation", "mlx_lm", f"{MLX_LM}: mlx-lm's own class")
     batch = keys.positive("batch_size")
     resolved.set(
@@ -109,10 +117,14 @@ def read(keys: Keys, resolved: Resolved) -> None:
                 "lora_dropout", float(params["dropout"]), keys.origin("lora_parameters.dropout")
             )
         if "keys" in params:
-            resolved.note(
-                f"`lora_parameters.keys: {params['keys']}` — priced "
-                "as adapters on every block linear"
-            )
+            from introspect.adapters.trainers.common import lora_targets
+
+            names = params["keys"]
+            short = [n.rsplit(".", 1)[-1] for n in names] if isinstance(names, list) else names
+            targets, other = lora_targets(keys, "lora_parameters.keys", short)
+            resolved.set("lora_targets", targets, keys.origin("lora_parameters.keys"))
+            if other:
+                resolved.note(f"`lora_parameters.keys: {', '.join(other)}` — not modelled")
         layers = keys.get("num_layers", (int,), 16)
         resolved.note(
             f"`num_layers: {layers}` — adapters on the last {layers} blocks "

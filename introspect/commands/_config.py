@@ -122,7 +122,7 @@ def apply(args: argparse.Namespace) -> Resolved | None:
         _set(args, field, value.value)
     for field, line in resolved.unsupported.items():
         if not any(f in given for f in FLAGS.get(field, ())):
-            raise IntrospectError(line)
+            raise IntrospectError(line if line.startswith("--config") else f"--config {line}")
     sharded = resolved.fields.get("sharding")
     if (
         sharded

@@ -680,6 +680,7 @@ def hub_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     from .files import file_cases
     from .flags import flag_cases
+    from .trainer_configs import trainer_config_cases
 
     return [
         *config_cases(),
@@ -690,4 +691,5 @@ def all_cases() -> list[Case]:
         *hub_cases(),
         *flag_cases(),
         *file_cases(),
+        *trainer_config_cases(),
     ]
