@@ -103,26 +103,23 @@ def read(keys: Keys, resolved: Resolved) -> None:
     else:
         resolved.set("finetune", kind, where)
     params = keys.get("lora_parameters", (dict,), {})
+    sub = Keys(keys.path, params, "mlx-lm lora_parameters", "lora_parameters.")
     if kind != "full":
-        rank = params.get("rank", 8)
-        resolved.set(
-            "lora_rank",
-            rank,
-            keys.origin("lora_parameters.rank")
-            if "rank" in params
-            else f"{MLX_LM} default ({_L}:76)",
-        )
-        if params.get("dropout"):
-            resolved.set(
-                "lora_dropout", float(params["dropout"]), keys.origin("lora_parameters.dropout")
-            )
-        if "keys" in params:
+        rank = sub.positive("rank")
+        where = sub.origin("rank") if rank else f"{MLX_LM} default ({_L}:76)"
+        resolved.set("lora_rank", rank or 8, where)
+        dropout = sub.get("dropout", (float,))
+        if dropout:
+            resolved.set("lora_dropout", float(dropout), sub.origin("dropout"))
+        names = sub.get("keys", (list,))
+        if names is not None:
             from introspect.adapters.trainers.common import lora_targets
 
-            names = params["keys"]
-            short = [n.rsplit(".", 1)[-1] for n in names] if isinstance(names, list) else names
-            targets, other = lora_targets(keys, "lora_parameters.keys", short)
-            resolved.set("lora_targets", targets, keys.origin("lora_parameters.keys"))
+            if not all(isinstance(n, str) for n in names):
+                raise sub.error("keys", f"is {names!r}, not a list of module names")
+            short = [n.rsplit(".", 1)[-1] for n in names]
+            targets, other = lora_targets(sub, "keys", short)
+            resolved.set("lora_targets", targets, sub.origin("keys"))
             if other:
                 resolved.note(f"`lora_parameters.keys: {', '.join(other)}` — not modelled")
         layers = keys.get("num_layers", (int,), 16)

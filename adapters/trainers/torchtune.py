@@ -132,7 +132,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
         raise keys.error("batch_size", "is missing", "torchtune's recipes need it; set batch_size")
     resolved.set("batch_size", batch, keys.origin("batch_size"))
     tok = keys.get("tokenizer", (dict,), {})
-    seq = tok.get("max_seq_len")
+    seq = Keys(keys.path, tok, "a torchtune tokenizer", "tokenizer.").positive("max_seq_len")
     if isinstance(seq, int) and not isinstance(seq, bool) and seq > 0:
         resolved.set("seq_len", seq, keys.origin("tokenizer.max_seq_len"))
     else:
@@ -221,7 +221,8 @@ def _lora(mk: Keys, resolved: Resolved) -> None:
 
 def _optimizer(keys: Keys, resolved: Resolved) -> None:
     opt = keys.get("optimizer", (dict,), {})
-    component = opt.get("_component_", "torch.optim.AdamW")
+    sub = Keys(keys.path, opt, "a torchtune optimizer", "optimizer.")
+    component = sub.get("_component_", (str,), "torch.optim.AdamW")
     if component not in OPTIMIZERS:
         resolved.refuse(
             "optimizer",
@@ -230,12 +231,12 @@ def _optimizer(keys: Keys, resolved: Resolved) -> None:
         )
         return
     name = OPTIMIZERS[component]
-    if name == "sgd" and opt.get("momentum"):
+    if name == "sgd" and sub.get("momentum", (float,)):
         name = "sgd_momentum"
     resolved.set("optimizer", name, keys.origin("optimizer._component_"))
-    if opt.get("fused"):
+    if sub.get("fused", (bool,)):
         resolved.set("optimizer_impl", "fused", keys.origin("optimizer.fused"))
-    elif opt.get("foreach"):
+    elif sub.get("foreach", (bool,)):
         resolved.set("optimizer_impl", "foreach", keys.origin("optimizer.foreach"))
     if "Paged" in component:
         resolved.note(f"`optimizer._component_: {component}` — paged state not modelled yet")
@@ -243,7 +244,8 @@ def _optimizer(keys: Keys, resolved: Resolved) -> None:
 
 def _loss(keys: Keys, resolved: Resolved) -> None:
     loss = keys.get("loss", (dict,), {})
-    component = loss.get("_component_", "torch.nn.CrossEntropyLoss")
+    sub = Keys(keys.path, loss, "a torchtune loss", "loss.")
+    component = sub.get("_component_", (str,), "torch.nn.CrossEntropyLoss")
     if component.endswith("CEWithChunkedOutputLoss"):
         resolved.set("cross_entropy", "torchtune", keys.origin("loss._component_"))
     elif component.endswith("LinearCrossEntropyLoss"):
