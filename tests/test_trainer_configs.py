@@ -193,3 +193,37 @@ def test_config_reading_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "LOADED []" in out.stdout, out.stderr[-500:]
+
+
+EXAMPLE_FILES = sorted(
+    p for p in EXAMPLES.rglob("*") if p.suffix in (".yml", ".yaml", ".json") and p.is_file()
+)
+
+
+@pytest.mark.parametrize("path", EXAMPLE_FILES, ids=lambda p: str(p.relative_to(EXAMPLES)))
+def test_a_wrong_value_anywhere_is_one_line_not_a_traceback(tmp_path, path):
+    """Every key of every example (and one level down), given a value of the wrong kind:
+    the reader answers or refuses with the tool's own error, never another exception."""
+    import yaml
+
+    from introspect.errors import IntrospectError
+
+    data = yaml.safe_load(path.read_text())
+    trainer = EXAMPLES / "llama-factory" / "qwen3_full_sft.yaml"
+    spots = [(k,) for k in data] + [
+        (k, j) for k, v in data.items() if isinstance(v, dict) for j in v
+    ]
+    for spot in spots:
+        for wrong in ("x", -1, [1], {"a": 1}, None):
+            changed = json.loads(json.dumps(data))
+            where = changed
+            for key in spot[:-1]:
+                where = where[key]
+            where[spot[-1]] = wrong
+            target = tmp_path / "c.json"
+            target.write_text(json.dumps(changed))
+            files = [str(target)] + ([str(trainer)] if "ds_z3" in path.name else [])
+            try:
+                trainers.read(files)
+            except (IntrospectError, ValueError) as err:
+                assert "\n" not in str(err), (spot, wrong)
