@@ -40,6 +40,7 @@ examples:
   introspect fit Qwen/Qwen2.5-7B --gpu h100-80gb --seq 4096 --lora-rank 16
   introspect fit 40M --gpu m2-8gb --framework mlx-compiled
   introspect fit meta-llama/Llama-3.1-8B --budget 24GB --precision bf16 --json
+  introspect fit --config examples/torchtune/1B_lora_single_device.yaml --gpu rtx-4090
 """
 
 

@@ -37,6 +37,7 @@ examples:
   introspect profile --list
   introspect profile Qwen/Qwen2.5-0.5B --seq 1024 --act-dtype bf16
   introspect profile ./my-model/ --json
+  introspect profile --config examples/trl/example_config.yaml --seq 512
 """
 
 
@@ -149,6 +150,7 @@ def check_list(args: argparse.Namespace) -> None:
     given += [f for f, on in (("--revision", args.revision), ("--plot", args.plot)) if on]
     given += ["--exact"] * bool(getattr(args, "exact", False))
     given += [f"--units {args.units}"] * (args.units is not None)
+    given += ["--config"] * bool(getattr(args, "config", None))
     if given:
         raise IntrospectError(
             f"--list lists the bundled models and prices nothing, so {', '.join(given)} "

@@ -127,6 +127,12 @@ def trainer_config_cases() -> list[Case]:
             {J: _ta(), F: SFT},
             names=(F, J),
         ),
+        _c(
+            "tcfg/list-with-config",
+            ("profile", "--list", "--config", f"{{dir}}/{F}"),
+            {F: SFT},
+            names=("--config",),
+        ),
         _c("tcfg/config-without-files", ("profile", BUNDLED, "--config"), names=("--config",)),
     ]
     return out
