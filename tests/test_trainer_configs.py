@@ -154,6 +154,8 @@ def test_deepspeed_auto_resolved_from_the_trainer(tmp_path, capsys):
          {"finetune": "lora", "lora_rank": 64, "precision": "bf16", "batch_size": 4}),
         (["mlx-lm/lora_config.yaml"], "meta-llama/Llama-3.2-1B",
          {"framework": "mlx", "lora_rank": 8, "lora_targets": ["q_proj", "v_proj"]}),
+        (["llama-factory/qwen3_lora_sft.yaml", "llama-factory/fsdp2_config.yaml"],
+         "Qwen/Qwen3-0.6B", {"sharding": "fsdp", "devices": 2, "precision": "mixed"}),
         (["trl/example_config.yaml", "trl/deepspeed_zero3.yaml"], None,
          {"devices": 8, "zero_stage": 3, "cross_entropy": "trl", "seq_len": 1024}),
     ],

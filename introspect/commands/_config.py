@@ -158,6 +158,8 @@ def origin_of(resolved: Resolved, field: str) -> str:
         return resolved.overridden[field]
     if field in resolved.fields:
         return resolved.fields[field].origin
+    if field == "zero_stage" and "sharding" in resolved.fields:
+        return f"with the sharding ({resolved.fields['sharding'].origin})"
     return "introspect default"
 
 
