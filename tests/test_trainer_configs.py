@@ -96,6 +96,15 @@ def test_trl_defaults(tmp_path):
     assert any("packing: true" in n for n in r.notes)  # memory-relevant, not modelled: named
 
 
+def test_trl_before_0_16_names_the_length_max_seq_length(tmp_path):
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps({"output_dir": "o", "max_seq_length": 512, "packing": False}))
+    r = trainers.read([str(path)])
+    assert r.trainer == "TRL SFTConfig"
+    assert r.fields["seq_len"].value == 512
+    assert r.fields["seq_len"].origin.endswith("max_seq_length")
+
+
 def test_dpo_says_what_is_not_modelled(tmp_path):
     path = tmp_path / "dpo.yaml"
     path.write_text("output_dir: o\nbeta: 0.1\nprecompute_ref_log_probs: true\n")

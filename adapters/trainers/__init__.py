@@ -58,7 +58,7 @@ def detect(data: dict[str, Any]) -> str | None:
     keys = set(data)
     hf = _keys.HF_TRAINING_ARGUMENTS
     dpo_own = keys & (_keys.TRL_DPO - _keys.TRL_SFT - hf)
-    sft_own = keys & (_keys.TRL_SFT - _keys.TRL_DPO - hf)
+    sft_own = keys & ((_keys.TRL_SFT | _keys.TRL_SFT_LEGACY) - _keys.TRL_DPO - hf)
     if dpo_own and not sft_own:
         return "dpo"
     if sft_own and not dpo_own:

@@ -1020,3 +1020,10 @@ TRL_SCRIPT = frozenset(
     "dataset_name dataset_config dataset_train_split dataset_test_split dataset_streaming "
     "ignore_bias_buffers datasets streaming test_split_size env".split()
 )
+
+#: SFTConfig names of earlier TRL releases that ``to_dict()`` wrote (``max_seq_length``
+#: became ``max_length`` in TRL 0.16; the others were removed).
+TRL_SFT_LEGACY = frozenset(
+    "max_seq_length dataset_batch_size num_of_sequences chars_per_token use_liger "
+    "dataset_text_field_name model_init_kwargs".split()
+)

@@ -95,9 +95,12 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
         )
     else:
         length = keys.positive("max_length")
+        old = keys.positive("max_seq_length") if flavour == "sft" else None
         line = "sft_config.py:202" if flavour == "sft" else "dpo_config.py:195"
         if length is not None:
             resolved.set("seq_len", length, keys.origin("max_length"))
+        elif old is not None:  # TRL < 0.16's name for max_length
+            resolved.set("seq_len", old, keys.origin("max_seq_length"))
         elif "max_length" not in keys.data:
             resolved.set("seq_len", 1024, f"{TRL} default (trl/trainer/{line})")
         else:  # max_length: null — no truncation, the longest example decides
@@ -167,7 +170,7 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
         _model_config(keys, resolved)
         known |= _keys.TRL_SCRIPT
     if flavour == "sft":
-        known |= _keys.TRL_SFT
+        known |= _keys.TRL_SFT | _keys.TRL_SFT_LEGACY
     if flavour == "dpo":
         known |= _keys.TRL_DPO
     keys.taken.add("deepspeed")  # read by the caller (introspect.adapters.trainers.deepspeed)
