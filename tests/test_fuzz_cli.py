@@ -70,6 +70,8 @@ VALUES: dict[str, list[str]] = {
     "--plot": ["{dir}/out.png", "{dir}/out.svg", "{dir}/out.txt", "{dir}/no/out.png", ""]
     + ["{dir}/file.txt/out.png"],
     "--reported": ["qwen-7b", "gpt-5", ""],
+    # a trainer's config (issue 21): a TRL one, a model config.json, broken and missing
+    "--config": ["{dir}/sft.yaml", "{dir}/config.json", "{dir}/bad.json", "{dir}/nope.yaml"],
     "--zero": ["0", "1", "2", "3", "4", "-1", "x"],
     "--lora-dropout": PROBABILITY,
 }
@@ -320,6 +322,7 @@ def test_fuzz_command(command, tmp_path, offline):
     (tmp_path / "config.json").write_text(json.dumps(CONFIG))
     (tmp_path / "bad.json").write_text("{")
     (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "sft.yaml").write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: d\n")
     failures: dict[str, str] = {}
 
     @BUDGET
