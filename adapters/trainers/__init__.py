@@ -55,6 +55,8 @@ def detect(data: dict[str, Any]) -> str | None:
         return "llama_factory"
     if axolotl.looks_like(data):
         return "axolotl"
+    if mlx_lm.looks_like(data):
+        return "mlx_lm"
     keys = set(data)
     hf = _keys.HF_TRAINING_ARGUMENTS
     dpo_own = keys & (_keys.TRL_DPO - _keys.TRL_SFT - hf)
@@ -65,8 +67,6 @@ def detect(data: dict[str, Any]) -> str | None:
         return "sft"
     if "model_name_or_path" in keys and keys & (_keys.TRL_SCRIPT | _keys.TRL_MODEL_CONFIG):
         return "sft"  # TRL's CLI config (`trl sft --config`): ModelConfig + SFTConfig
-    if mlx_lm.looks_like(data):
-        return "mlx_lm"
     if len(keys & hf) >= max(1, len(keys) // 2) or "output_dir" in keys:
         return "hf"
     return None

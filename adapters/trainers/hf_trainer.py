@@ -231,7 +231,7 @@ def _model_config(keys: Keys, resolved: Resolved) -> None:
     keys.taken.update(_keys.TRL_MODEL_CONFIG & set(keys.data))
 
 
-def _optimizer(keys: Keys, resolved: Resolved) -> None:
+def _optimizer(keys: Keys, resolved: Resolved, shown_key: str = "optim") -> None:
     name = keys.get("optim", (str,))
     origin = keys.origin("optim")
     if keys.get("adafactor", (bool,), False):  # 4.x's flag for optim="adafactor"
@@ -245,12 +245,12 @@ def _optimizer(keys: Keys, resolved: Resolved) -> None:
         resolved.set("optimizer_impl", impl, origin)
         if extra == "bnb_embedding":
             resolved.note(
-                f"`optim: {name}` — the Trainer keeps 32-bit state for every nn.Embedding "
+                f"`{shown_key}: {name}` — the Trainer keeps 32-bit state for every nn.Embedding "
                 "(bitsandbytes' GlobalOptimManager override): not modelled yet"
             )
         if extra == "paged":
             resolved.note(
-                f"`optim: {name}` — paged (unified-memory) optimizer state: not modelled yet"
+                f"`{shown_key}: {name}` — paged (unified-memory) optimizer state: not modelled yet"
             )
         return
     if name in OTHER_OPTIM:
