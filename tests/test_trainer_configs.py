@@ -238,3 +238,13 @@ def test_a_wrong_value_anywhere_is_one_line_not_a_traceback(tmp_path, path):
                 trainers.read(files)
             except (IntrospectError, ValueError) as err:
                 assert "\n" not in str(err), (spot, wrong)
+
+
+def test_a_refusal_of_a_value_the_config_set_names_its_key(capsys):
+    """The flag named in the refusal was set by the file: the line says which key."""
+    cfg = str(EXAMPLES / "torchtune" / "1B_lora_single_device.yaml")
+    assert main(["profile", "--config", cfg, "--framework", "mlx"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("introspect profile: error: --optimizer-impl fused")
+    assert err.endswith("optimizer.fused)")

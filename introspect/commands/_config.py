@@ -213,3 +213,17 @@ def to_json(resolved: Resolved, setup: TrainingSetup) -> dict[str, Any]:
         "notes": list(resolved.notes),
         "keys_without_memory": resolved.ignored,
     }
+
+
+def explain(message: str, resolved: Resolved | None) -> str:
+    """A refusal of the setup that names a flag the user did not type but the config set:
+    the line says which key of which file set it."""
+    if resolved is None:
+        return message
+    for field, flags in FLAGS.items():
+        if field not in resolved.fields or field in resolved.overridden:
+            continue
+        if any(f" {flag} " in f" {message} " for flag in flags):
+            value = resolved.fields[field]
+            return f"{message} (set by --config {value.origin})"
+    return message
