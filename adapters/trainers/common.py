@@ -44,7 +44,10 @@ TARGET_ALIASES = {
 def lora_targets(keys: Keys, key: str, value: object) -> tuple[tuple[str, ...], list[str]]:
     """A list (or comma-separated string) of module names as the setup's LoRA targets,
     and the names introspect's LoRA model has no linear for (the caller notes them)."""
-    from introspect.setup import LORA_MODULES
+    from introspect import setup
+
+    # The head and the embedding where the setup models LoRA on them (HEAD_LORA_MODULES).
+    LORA_MODULES = setup.LORA_MODULES + getattr(setup, "HEAD_LORA_MODULES", ())
 
     names = value.split(",") if isinstance(value, str) else value
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names) or not names:

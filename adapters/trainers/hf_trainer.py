@@ -46,6 +46,10 @@ OPTIM: dict[str, tuple[str, str, str | None]] = {
     "paged_adamw_32bit": ("adamw", "auto", "paged"),
     "sgd": ("sgd", "auto", None),
 }
+#: Trainer names the setup models under the same name once ``setup.OPTIMIZERS`` has them
+#: (transformers' Adafactor; bitsandbytes' paged AdamW, whose state lives outside torch's
+#: allocator); until then the entries of :data:`OPTIM` (or a refusal) stand.
+OWN_STATE_MODEL = ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
 #: Every other name of transformers 5.24.0 ``OptimizerNames`` (training_args.py:113-160):
 #: the Trainer takes them, the closed form has no state model for them.
 OTHER_OPTIM = frozenset(
@@ -239,6 +243,11 @@ def _optimizer(keys: Keys, resolved: Resolved, shown_key: str = "optim") -> None
     if name is None:
         name = "adamw_torch_fused"
         origin = f"{TRANSFORMERS} default on torch >= 2.8 ({_TA}:806-813)"
+    from introspect.setup import OPTIMIZERS
+
+    if name in OWN_STATE_MODEL and name in OPTIMIZERS:  # modelled under the Trainer's name
+        resolved.set("optimizer", name, origin)
+        return
     if name in OPTIM:
         optimizer, impl, extra = OPTIM[name]
         resolved.set("optimizer", optimizer, origin)
@@ -253,7 +262,7 @@ def _optimizer(keys: Keys, resolved: Resolved, shown_key: str = "optim") -> None
                 f"`{shown_key}: {name}` — paged (unified-memory) optimizer state: not modelled yet"
             )
         return
-    if name in OTHER_OPTIM:
+    if name in OTHER_OPTIM or name in OWN_STATE_MODEL:
         resolved.refuse(
             "optimizer",
             f"{origin} is {name!r}, an optimizer the closed form has no state model for; "

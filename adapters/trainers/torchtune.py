@@ -150,6 +150,11 @@ def read(keys: Keys, resolved: Resolved) -> None:
         "bf16" if dtype == "bf16" else "fp32",
         keys.origin("dtype") if keys.has("dtype") else f"{TORCHTUNE} default fp32",
     )
+    lora = resolved.fields["finetune"].value != "full"
+    if lora and dtype == "bf16" and setup_has("adapter_dtype"):
+        # torchtune builds the adapters in the model's dtype (model.to(dtype)): BF16
+        where = keys.origin("dtype") + " (adapters in the model dtype)"
+        resolved.set("adapter_dtype", "bf16", where)
     ckpt = keys.get("enable_activation_checkpointing", (bool,), False)
     resolved.set("activation_checkpointing", ckpt, keys.origin("enable_activation_checkpointing"))
     offload = keys.get("enable_activation_offloading", (bool,), False)

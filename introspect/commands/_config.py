@@ -43,6 +43,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "optimizer_in_backward": ("--optimizer-in-backward",),
     "grad_accum": ("--grad-accum",),
     "offload_activations": ("--offload-activations",),
+    "adapter_dtype": ("--adapter-dtype",),
 }
 #: The fields the resolved setup prints, in order (LoRA's only under LoRA).
 SHOWN = (
@@ -51,7 +52,7 @@ SHOWN = (
     "devices", "sharding", "zero_stage", "offload", "optimizer_in_backward", "finetune",
     "grad_accum", "offload_activations",
 )  # fmt: skip
-LORA = ("lora_rank", "lora_targets", "lora_dropout", "base_quant", "double_quant")
+LORA = ("lora_rank", "lora_targets", "lora_dropout", "base_quant", "double_quant", "adapter_dtype")
 
 
 def _set(args: argparse.Namespace, field: str, value: Any) -> None:
@@ -129,11 +130,38 @@ def apply(args: argparse.Namespace) -> Resolved | None:
         and sharded.value != "none"
         and "devices" not in resolved.fields
         and "--devices" not in given
+        and not any(f in given for f in FLAGS["sharding"])
     ):
+        stage = resolved.fields.get("zero_stage")
+        if sharded.value == "zero" and stage and _one_device_deepspeed(stage.value):
+            resolved.note(
+                f"{sharded.origin}: the config does not count the processes; priced on one "
+                "device, as DeepSpeed runs it (give --devices D for D)"
+            )
+            return _model(args, resolved)
         raise IntrospectError(
             f"--config: {sharded.origin} shards over devices the config does not count; "
             "give --devices D (the processes the launcher starts)"
         )
+    return _model(args, resolved)
+
+
+def _one_device_deepspeed(stage: int) -> bool:
+    """Whether the setup prices DeepSpeed ZeRO ``stage`` on one device (its flags allow
+    ``--zero 2``/``3`` with ``--devices 1``)."""
+    from introspect import applies
+
+    try:
+        applies.contradictions(
+            precision="fp32", weights_dtype=None, zero_stage=stage, devices=1, sharding="none"
+        )
+    except (ValueError, IntrospectError):
+        return False
+    return True
+
+
+def _model(args: argparse.Namespace, resolved: Resolved) -> Resolved:
+    """SOURCE, or the model the config names."""
     if not args.source:
         if resolved.model is None:
             raise IntrospectError(

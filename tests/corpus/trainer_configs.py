@@ -111,14 +111,10 @@ def trainer_config_cases() -> list[Case]:
             },
             names=("train_micro_batch_size_per_gpu",),
         ),
-        _c(
-            "tcfg/deepspeed-without-devices",
-            ("profile", BUNDLED, "--config", f"{{dir}}/{J}", f"{{dir}}/{DS}"),
-            {
-                J: _ta(),
-                DS: b'{"train_micro_batch_size_per_gpu": "auto", '
-                b'"zero_optimization": {"stage": 2}}',
-            },
+        _c(  # ZeRO-2/3 may be priced on one device; FSDP needs the count
+            "tcfg/fsdp-without-devices",
+            ("profile", BUNDLED, "--config", f"{{dir}}/{J}"),
+            {J: _ta(fsdp="full_shard auto_wrap")},
             names=("--devices",),
         ),
         _c(
