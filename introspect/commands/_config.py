@@ -243,15 +243,56 @@ def to_json(resolved: Resolved, setup: TrainingSetup) -> dict[str, Any]:
     }
 
 
-def explain(message: str, resolved: Resolved | None) -> str:
-    """A refusal of the setup that names a flag the user did not type but the config set:
-    the line says which key of which file set it."""
-    if resolved is None:
-        return message
+#: Fields a config may set that the rest of its setup can make inapplicable (accumulation
+#: under a sharding, …): the file's value becomes a note and the setup is priced without
+#: it, rather than the whole config refused for a key the user did not type. Their
+#: neutral values.
+SOFT = {
+    "grad_accum": 1,
+    "offload_activations": False,
+    "lora_dropout": 0.0,
+    "adapter_dtype": "fp32",
+    "optimizer_in_backward": False,
+}
+
+
+def build(args: argparse.Namespace, resolved: Resolved | None, make):
+    """``make(args)`` (the command's setup); under --config a refusal of a :data:`SOFT`
+    field the file set becomes a note and that field its neutral value; any other
+    refusal names the key that set it (:func:`explain`)."""
+    for _ in range(len(SOFT) + 1):
+        try:
+            return make(args)
+        except (ValueError, IntrospectError) as err:
+            if resolved is None:
+                raise
+            field = _field_named(str(err), resolved)
+            if field not in SOFT or field in resolved.overridden:
+                raise IntrospectError(explain(str(err), resolved)) from None
+            value = resolved.fields[field]
+            resolved.note(
+                f"{value.origin} = {value.value} is not modelled with the rest of this setup, "
+                f"so it is priced without it (as the flag would be refused: {err})"
+            )
+            resolved.overridden[field] = f"neutral: {value.origin} not modelled here (note)"
+            _set(args, field, SOFT[field])
+    raise AssertionError("unreachable: each SOFT field is dropped at most once")
+
+
+def _field_named(message: str, resolved: Resolved) -> str | None:
+    """The field the config set whose flag a refusal names first."""
     for field, flags in FLAGS.items():
         if field not in resolved.fields or field in resolved.overridden:
             continue
         if any(f" {flag} " in f" {message} " for flag in flags):
-            value = resolved.fields[field]
-            return f"{message} (set by --config {value.origin})"
-    return message
+            return field
+    return None
+
+
+def explain(message: str, resolved: Resolved | None) -> str:
+    """A refusal of the setup that names a flag the user did not type but the config set:
+    the line says which key of which file set it."""
+    field = _field_named(message, resolved) if resolved is not None else None
+    if field is None:
+        return message
+    return f"{message} (set by --config {resolved.fields[field].origin})"

@@ -217,12 +217,8 @@ def run(args: argparse.Namespace) -> int:
         raise IntrospectError(
             "fit needs a SOURCE (a path, a bundled model or a Hub id) or --config"
         )
-    try:
-        setup = setup_from_args(args)  # check the flags before any file or network work
-    except (ValueError, IntrospectError) as err:
-        if config is None:
-            raise
-        raise IntrospectError(_config.explain(str(err), config)) from None
+    # check the flags before any file or network work
+    setup = _config.build(args, config, setup_from_args)
     max_devices = max_devices_for(args, setup)
     check_revision(args.source, args.revision)
     if args.budget is None and args.gpu is None:

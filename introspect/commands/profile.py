@@ -91,12 +91,8 @@ def run(args: argparse.Namespace) -> int:
         )
     from introspect.adapters import resolve
 
-    try:
-        setup = setup_from_args(args)  # check the flags before any file or network work
-    except (ValueError, IntrospectError) as err:
-        if config is None:
-            raise
-        raise IntrospectError(_config.explain(str(err), config)) from None
+    # check the flags before any file or network work
+    setup = _config.build(args, config, setup_from_args)
     check_revision(args.source, args.revision)
     check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
