@@ -85,7 +85,7 @@ def trainer_config_cases() -> list[Case]:
         _c(
             "tcfg/unmodelled-optim",
             ("profile", BUNDLED, "--config", f"{{dir}}/{J}"),
-            {J: _ta(optim="adafactor")},
+            {J: _ta(optim="lion_32bit")},
             names=("optim",),
         ),
         _c(
