@@ -208,7 +208,10 @@ def setup_fields(resolved: Resolved, setup: TrainingSetup) -> list[tuple[str, An
             value = setup.resolved_optimizer_impl if value == "auto" else value
         if field == "device":
             value = setup.resolved_device
-        out.append((field, value, origin_of(resolved, field)))
+        origin = origin_of(resolved, field)
+        if origin == "introspect default" and getattr(setup, f"{field}_origin", ""):
+            origin = f"introspect default: {getattr(setup, f'{field}_origin')}"
+        out.append((field, value, origin))
     return out
 
 
