@@ -397,12 +397,10 @@ def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 def adapter_x_bytes(setup: TrainingSetup) -> int:
     """Bytes per element of ``x`` as the adapter branch sees it: peft's ``Linear.forward``
-    casts it to the FP32 adapter dtype, except on bitsandbytes' 4-bit layers under
-    ``torch.autocast`` (precision ``amp``), whose peft forward skips the cast
-    (``peft/tuners/lora/bnb.py``)."""
-    s = setup.activation_bytes
-    if setup.precision == "amp" and setup.resolved_base_quant == "nf4":
-        return s
+    casts it to the FP32 adapter dtype. On bitsandbytes' 4-bit layers under
+    ``torch.autocast`` (precision ``amp``) peft's forward skips that cast
+    (``peft/tuners/lora/bnb.py``), but there ``x`` is FP32 already: the residual stream
+    and the norms' outputs stay FP32 under autocast."""
     return adapter_bytes(setup)
 
 
@@ -417,12 +415,57 @@ def dropout_mask_bytes(setup: TrainingSetup) -> int:
 def adapter_input_bytes(setup: TrainingSetup) -> int:
     """Bytes per input element each adapter keeps of its own (0: it shares the input the
     block already keeps): ``lora_A`` keeps its input — the cast (or dropped) ``x``, or
-    under autocast its 16-bit re-cast — and dropout its mask."""
+    under autocast its 16-bit re-cast — and dropout its mask. Under autocast every
+    adapter makes that re-cast, over a 4-bit base too: autocast's cast in ``lora_A``'s
+    ``F.linear`` is a new tensor per call whatever peft did before it (saved-tensor
+    census of a QLoRA step under CPU autocast: one B·T·d_in BF16 copy per adapter)."""
     s, x = setup.activation_bytes, adapter_x_bytes(setup)
-    kept = s if setup.precision == "amp" else x
-    if setup.lora_dropout == 0 and x == s:
-        kept = 0
+    if setup.precision == "amp":
+        kept = s
+    else:
+        kept = 0 if setup.lora_dropout == 0 and x == s else x
     return kept + dropout_mask_bytes(setup)
+
+
+def a_output_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of ``lora_A``'s output, kept by ``lora_B``: FP32 as the adapters
+    compute, the activations' dtype under autocast (its ``mm`` output)."""
+    return setup.activation_bytes if setup.precision == "amp" else adapter_bytes(setup)
+
+
+def autocast_weight_bytes(spec: ModelSpec, setup: TrainingSetup, full: int) -> int:
+    """One layer's autocast weight copies under LoRA, from full training's ``full``
+    (every block linear's BF16 copy, kept by its ``mm`` for the input's gradient):
+    bitsandbytes' 4-bit matmul is a custom autograd Function that autocast does not
+    cast (``bitsandbytes/autograd/_functions.py`` ``MatMul4Bit``: it keeps only the
+    packed weight), so an NF4 base has no copies; every adapter's ``lora_A`` and
+    ``lora_B`` weights get one each (census: r·(d_in + d_out) BF16 per adapter)."""
+    if not full:
+        return 0
+    moe = peft_moe(spec, setup)
+    shapes = module_shapes(spec) if moe else linear_shapes(spec)
+    order = _kind_targets(spec, setup) if moe else targets(spec, setup)
+    adapters = sum(setup.lora_rank * sum(shapes[t]) for t in order)
+    base = full
+    if setup.resolved_base_quant == "nf4":
+        base -= 2 * sum(i * o for i, o in shapes.values())
+    return max(0, base) + 2 * adapters
+
+
+#: Outputs of a dense feed-forward's base linears (and the activation of one).
+_FFN_OUTPUTS = ("feed_forward/gate", "feed_forward/up", "feed_forward/act")
+
+
+def nf4_under_autocast(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether a dense layer's base linears return FP32 under autocast: bitsandbytes'
+    ``Linear4bit.forward`` (``nn/modules.py``) returns ``matmul_4bit(...).to(inp_dtype)``,
+    the input's dtype, FP32 under autocast, and peft adds the BF16 adapter output to it
+    (FP32 by type promotion). Census: gate, up and the activation's output FP32."""
+    return (
+        setup.precision == "amp"
+        and setup.resolved_base_quant == "nf4"
+        and not spec.kinds[0][0].feed_forward.is_moe
+    )
 
 
 def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> dict[str, int]:
@@ -435,7 +478,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     shapes = module_shapes(spec) if moe else linear_shapes(spec)
     experts = moe and lora_moe.experts_targeted(spec, setup)
     BT = setup.tokens
-    a = adapter_bytes(setup)
+    a = a_output_bytes(setup)
     own = adapter_input_bytes(setup)
     plain_input = own == 0
     out = dict(full)
@@ -465,6 +508,12 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
         out[last] = 0
     elif not (plain_input and "down_proj" in chosen or experts) and last in out:
         out[last] = 0
+    if "autocast_weights" in out:
+        out["autocast_weights"] = autocast_weight_bytes(spec, setup, out["autocast_weights"])
+    if nf4_under_autocast(spec, setup):
+        for name in _FFN_OUTPUTS:
+            if name in out:
+                out[name] = out[name] * FP32 // setup.activation_bytes
     if experts:
         out["lora/experts/effective_weights"] = lora_moe.effective_weights(
             spec, setup, working_weight_bytes(setup)
@@ -501,10 +550,13 @@ def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
 def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) -> dict[str, int]:
     """After the last layer: a frozen head keeps no final-norm output, frozen norm
-    weights no normalized input; the statistics stay (the gradient passes through)."""
+    weights no normalized input; the statistics stay (the gradient passes through), and
+    so does autocast's BF16 copy of the frozen head's weight, which its ``mm`` keeps for
+    the input's gradient (census of a LoRA step under CPU autocast: V·d BF16)."""
     if setup.train_embeddings:
         return dict(final)
-    return {k: v for k, v in final.items() if k == "final_norm/statistics"}
+    kept = ("final_norm/statistics", "logits/autocast_weight")
+    return {k: v for k, v in final.items() if k in kept}
 
 
 #: Why each LoRA term has its size (merged into :mod:`introspect.refined.causes`).

@@ -552,13 +552,17 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
         out[DDP_BUCKETS] = (
             f"DDP reducer's flat gradient buckets (bucket_cap_mb=25, the first 1 MB): "
             f"N·{working} bytes for the whole step{view}"
+            if setup.finetune == "full"
+            else "DDP reducer's flat gradient buckets for the parameters that require a "
+            f"gradient only (the FP32 adapters; _build_params_for_reducer){view}"
         )
+        trained = "parameters" if setup.finetune == "full" else "trainable parameters"
         shard = (
             "the full model"
             if how == "ddp"
             else (
                 f"this rank's ZeroRedundancyOptimizer partition (whole tensors, greedy: "
-                f"{local_parameters(spec, setup):,} of {spec.n_params:,} parameters)"
+                f"{local_parameters(spec, setup):,} of {_trainable(spec, setup):,} {trained})"
             )
         )
     elif how == "zero":
@@ -603,9 +607,23 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
     return out
 
 
+def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters an optimizer could update: all, or under LoRA the trainable ones."""
+    if setup.finetune == "full":
+        return spec.n_params
+    from introspect.refined import lora_sharded
+
+    return lora_sharded.optimizer_share(spec, setup)[1]
+
+
 def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Parameters the largest rank's optimizer updates."""
+    """Parameters the largest rank's optimizer updates (under LoRA the trainable ones':
+    :func:`introspect.refined.lora_sharded.optimizer_share`)."""
     how, D = strategy(setup), setup.devices
+    if setup.finetune != "full":
+        from introspect.refined import lora_sharded
+
+        return lora_sharded.optimizer_share(spec, setup)[0]
     if how == "zero" and setup.zero_stage == 1:
         return zero1_largest_rank(spec, D)
     if how == "zero":
