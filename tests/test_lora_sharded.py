@@ -132,20 +132,21 @@ def _state(setup: TrainingSetup) -> dict[str, int]:
         return execution.state_terms(LLAMA, setup)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_lora_weights_per_rank_are_fsdp2_shards_of_every_parameter(fake_group, precision):
+@pytest.mark.parametrize("precision, rank", [("fp32", 8), ("bf16", 8), ("fp32", 4)])
+def test_lora_weights_per_rank_are_fsdp2_shards_of_every_parameter(fake_group, precision, rank):
     """A peft model (on meta) under torch's ``fully_shard``: rank 0's shards of the frozen
     base and of the adapters, to the byte, are the estimate's weights per rank — the
-    frozen base is sharded like the rest (about 1/D of it, not all of it)."""
+    frozen base is sharded like the rest (about 1/D of it, not all of it); a rank below D
+    pads each ``lora_A``'s dim 0 to D rows."""
     D = fake_group
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     model = peft.get_peft_model(
-        _llama(dtype, "meta"), peft.LoraConfig(r=8, target_modules="all-linear")
+        _llama(dtype, "meta"), peft.LoraConfig(r=rank, target_modules="all-linear")
     )
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
     measured = _local_bytes(_fully_sharded(model, D))
     s = TrainingSetup(
-        seq_len=64, finetune="lora", lora_rank=8, sharding="fsdp", zero_stage=3, devices=D
+        seq_len=64, finetune="lora", lora_rank=rank, sharding="fsdp", zero_stage=3, devices=D
     ).replace(precision=precision, weights_dtype="bf16" if precision == "bf16" else "fp32")
     state = _state(s)
     assert {k: state[k] for k in BASE_TERMS} == measured

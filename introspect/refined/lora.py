@@ -21,6 +21,13 @@ From peft's source (``peft/tuners/lora/layer.py``, ``Linear.forward``, peft 0.21
   the final norm's output; a frozen embedding drops the embedding output. Everything the
   gradient must pass through (norm statistics, attention, the activation function's
   input, the loss's log-softmax) is kept as in full training.
+* Under ``torch.autocast`` (census of real steps, CPU): each ``lora_A`` keeps autocast's
+  BF16 cast of its FP32 input, over a 4-bit base too; ``lora_A``'s output is BF16; every
+  adapter weight and each 16-bit base linear's weight get a kept BF16 copy. Over an
+  NF4 base, bitsandbytes' ``MatMul4Bit`` (``autograd/_functions.py``, 0.50) keeps only
+  the packed weight — not its input: ``ctx.tensors = (None, B)`` — and is no autocast
+  op (no copies), and ``Linear4bit`` returns the input's dtype, so the feed-forward's
+  gate, up and activation outputs are FP32.
 * The frozen base, as bitsandbytes stores it (``bitsandbytes/functional.py``,
   ``quantize_4bit``, 0.50): NF4 packs two weights per byte, with one FP32 absmax per
   64-weight block; double quantization (``compress_statistics``) stores those absmax in

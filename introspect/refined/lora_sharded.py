@@ -69,7 +69,6 @@ class Unit:
     frozen_padded: int  # D · padded shard, gathered dtypes (the all-gather output)
     trainable: int  # elements
     trainable_shard: int  # one rank's padded shard, elements
-    trainable_stored: int  # bytes per trainable element
     trainable_gathered: int  # bytes per trainable element gathered (param dtype)
     trainable_reduce: int  # bytes per element of its reduce-scatter and sharded gradient
 
@@ -174,7 +173,6 @@ def block_unit(kind: ModelSpec, setup: TrainingSetup) -> Unit:
         frozen_padded=padded + D * other_shard * gw,
         trainable=sum(math.prod(s) for s in adapters),
         trainable_shard=_shard(adapters, D),
-        trainable_stored=FP32,
         trainable_gathered=gathered_bytes(setup, FP32),
         trainable_reduce=FP32,
     )
@@ -199,7 +197,6 @@ def root_unit(spec: ModelSpec, setup: TrainingSetup) -> Unit:
         frozen_padded=D * shard * gw,
         trainable=sum(math.prod(s) for s in copies),
         trainable_shard=_shard(copies, D),
-        trainable_stored=wb,
         trainable_gathered=gw,
         trainable_reduce=FP32 if setup.precision == "mixed" else wb,
     )

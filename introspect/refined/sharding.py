@@ -39,6 +39,9 @@ share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
   FP32 shard is the only master copy (no separate one), gathered weights and unsharded
   gradients BF16, sharded gradients and reduce-scatter buffers FP32.
   Measured (gloo, 2 and 4 processes, ``benchmarks/sharded_accuracy.py``).
+* **LoRA/QLoRA** sharded: the frozen base is sharded, gathered and partitioned like
+  any parameter, but has no gradient and no optimizer state
+  (:mod:`introspect.refined.lora_sharded`; FSDP2's moments through :class:`Units`).
 * **Tensor and pipeline parallel** (Megatron): :mod:`introspect.refined.model_parallel`;
   not measured.
 """
