@@ -100,15 +100,19 @@ def _quant_state_bytes(model) -> int:
     return sum(seen.values())
 
 
-def _fully_sharded(model, D: int):
-    """FSDP2 as the estimate models it: one unit per block, the root last."""
+def _fully_sharded(model, D: int, mixed: bool = False):
+    """FSDP2 as the estimate models it: one unit per block, the root last; under mixed
+    precision ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh("cpu", (D,))
+    mp = MixedPrecisionPolicy()
+    if mixed:
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model.base_model.model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
     return model
 
 
@@ -314,13 +318,16 @@ def test_step_under_autocast(finetune):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp32", "mixed"])
 @pytest.mark.parametrize("finetune", ["lora", "qlora"])
-def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune):
+def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision):
     """A real CPU training step of a peft model under FSDP2 at D=8 in one process (torch's
     fake process group: each collective allocates its real output, nothing is sent),
     rank 0's peak from torch's FSDPMemTracker as the gloo workers take it
     (``introspect.measure.distributed_worker``) plus the NF4 quant state it cannot see:
-    the estimate within 0.5% (before the frozen base was sharded: 26% and 18% over)."""
+    the estimate within 0.5% (FP32 before the frozen base was sharded: 26% and 18% over).
+    Mixed: a BF16 base, FP32 adapters (peft's autocast_adapter_dtype), gathered and
+    computed in BF16 by the policy."""
     if finetune == "qlora":
         pytest.importorskip("bitsandbytes")
     from introspect.adapters.hf_config import spec_from_config
@@ -340,15 +347,17 @@ def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune):
         sharding="fsdp",
         zero_stage=3,
         devices=D,
+        precision=precision,
     )
+    dtype = torch.bfloat16 if precision == "mixed" else torch.float32
     torch.manual_seed(0)
-    model = hf_models.build(LLAMA_CONFIG, "test", attention=s.attention, dtype=torch.float32)
+    model = hf_models.build(LLAMA_CONFIG, "test", attention=s.attention, dtype=dtype)
     if finetune == "qlora":
         _nf4_blocks(model)
     model = peft.get_peft_model(model, peft_step.lora_config(spec, s))
     model.train()
     quant_state = _quant_state_bytes(model) if finetune == "qlora" else 0
-    _fully_sharded(model, D)
+    _fully_sharded(model, D, mixed=precision == "mixed")
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids, _ = batch(spec.vocab_size, s, "cpu")
 

@@ -402,13 +402,25 @@ def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     return largest
 
 
+def adapter_compute_bytes(setup: TrainingSetup) -> int:
+    """Bytes per adapter value in the forward: FP32 (:func:`adapter_bytes`), except
+    under FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (precision ``mixed`` with
+    ``--fsdp``), which gathers every parameter of a unit, the FP32 adapters too, as BF16
+    for the forward and backward (``_fsdp_param.py``: the all-gather input is cast to
+    ``param_dtype``). Measured: a real FSDP2 LoRA step on a fake process group
+    (``tests/test_lora_sharded.py``)."""
+    if setup.precision == "mixed" and setup.resolved_sharding == "fsdp":
+        return 2
+    return adapter_bytes(setup)
+
+
 def adapter_x_bytes(setup: TrainingSetup) -> int:
     """Bytes per element of ``x`` as the adapter branch sees it: peft's ``Linear.forward``
-    casts it to the FP32 adapter dtype. On bitsandbytes' 4-bit layers under
-    ``torch.autocast`` (precision ``amp``) peft's forward skips that cast
-    (``peft/tuners/lora/bnb.py``), but there ``x`` is FP32 already: the residual stream
-    and the norms' outputs stay FP32 under autocast."""
-    return adapter_bytes(setup)
+    casts it to the adapter's dtype (:func:`adapter_compute_bytes`). On bitsandbytes'
+    4-bit layers under ``torch.autocast`` (precision ``amp``) peft's forward skips that
+    cast (``peft/tuners/lora/bnb.py``), but there ``x`` is FP32 already: the residual
+    stream and the norms' outputs stay FP32 under autocast."""
+    return adapter_compute_bytes(setup)
 
 
 def dropout_mask_bytes(setup: TrainingSetup) -> int:
@@ -435,9 +447,10 @@ def adapter_input_bytes(setup: TrainingSetup) -> int:
 
 
 def a_output_bytes(setup: TrainingSetup) -> int:
-    """Bytes per element of ``lora_A``'s output, kept by ``lora_B``: FP32 as the adapters
-    compute, the activations' dtype under autocast (its ``mm`` output)."""
-    return setup.activation_bytes if setup.precision == "amp" else adapter_bytes(setup)
+    """Bytes per element of ``lora_A``'s output, kept by ``lora_B``: the adapters' compute
+    dtype (:func:`adapter_compute_bytes`), the activations' dtype under autocast (its
+    ``mm`` output)."""
+    return setup.activation_bytes if setup.precision == "amp" else adapter_compute_bytes(setup)
 
 
 def autocast_weight_bytes(spec: ModelSpec, setup: TrainingSetup, full: int) -> int:
