@@ -318,16 +318,25 @@ def test_step_under_autocast(finetune):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["fp32", "mixed"])
-@pytest.mark.parametrize("finetune", ["lora", "qlora"])
-def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision):
+@pytest.mark.parametrize(
+    "finetune, precision, base",
+    [
+        ("lora", "fp32", "auto"),
+        ("qlora", "fp32", "auto"),
+        ("lora", "mixed", "auto"),
+        ("qlora", "mixed", "auto"),
+        ("lora", "mixed", "fp32"),
+    ],
+)
+def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision, base):
     """A real CPU training step of a peft model under FSDP2 at D=8 in one process (torch's
     fake process group: each collective allocates its real output, nothing is sent),
     rank 0's peak from torch's FSDPMemTracker as the gloo workers take it
     (``introspect.measure.distributed_worker``) plus the NF4 quant state it cannot see:
     the estimate within 0.5% (FP32 before the frozen base was sharded: 26% and 18% over).
     Mixed: a BF16 base, FP32 adapters (peft's autocast_adapter_dtype), gathered and
-    computed in BF16 by the policy."""
+    computed in BF16 by the policy; with ``--base-quant fp32`` the whole model loaded in
+    FP32 (embeddings and norms too), gathered in BF16."""
     if finetune == "qlora":
         pytest.importorskip("bitsandbytes")
     from introspect.adapters.hf_config import spec_from_config
@@ -348,8 +357,9 @@ def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision):
         zero_stage=3,
         devices=D,
         precision=precision,
+        base_quant=base,
     )
-    dtype = torch.bfloat16 if precision == "mixed" else torch.float32
+    dtype = torch.bfloat16 if precision == "mixed" and base == "auto" else torch.float32
     torch.manual_seed(0)
     model = hf_models.build(LLAMA_CONFIG, "test", attention=s.attention, dtype=dtype)
     if finetune == "qlora":

@@ -323,6 +323,19 @@ def quantized_bytes(
     return block_linear_parameters(spec, setup) * dtype_bytes(quant)
 
 
+def frozen_other_bytes(setup: TrainingSetup, wb: int) -> int:
+    """Bytes per frozen parameter outside the block linears (embeddings, head, norms,
+    transformers' expert tensors): the model's load dtype — a 16/32-bit base's own
+    (``--base-quant fp32`` loads the whole model in FP32), else (a quantized base, whose
+    quantization touches the block linears only) the working dtype ``wb``."""
+    quant = setup.resolved_base_quant
+    if quant in ("fp32", "bf16", "fp16"):
+        from introspect.units import dtype_bytes
+
+        return dtype_bytes(quant)
+    return wb
+
+
 def adapter_bytes(setup: TrainingSetup) -> int:
     """Bytes per adapter value: FP32 — ``get_peft_model``'s ``autocast_adapter_dtype``
     (default True) casts 16-bit adapters to FP32 whatever the base's dtype."""
@@ -359,7 +372,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     adapters = adapter_parameters(spec, setup)
     terms = {
         "weights/base_linears": quantized_bytes(spec, quant, setup.double_quant, setup),
-        "weights/base_other": rest * wb,
+        "weights/base_other": rest * frozen_other_bytes(setup, wb),
         "weights/lora_adapters": adapters * adapter_bytes(setup),
     }
     if setup.train_embeddings:
@@ -583,7 +596,7 @@ def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) ->
 CAUSES: dict[str, str] = {
     "weights/base_linears": "the frozen base's block linears, stored as {quant}",
     "weights/base_other": "embeddings, head and norms (and transformers' MoE expert "
-    "parameters, which bitsandbytes does not quantize), frozen, at the working dtype",
+    "parameters, which bitsandbytes does not quantize), frozen, at the model's dtype",
     "activations/layer/lora/experts/effective_weights": "peft's parametrized copy of each "
     "adapted layer's experts and router weight, kept for the backward",
     "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",

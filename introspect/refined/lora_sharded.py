@@ -160,15 +160,16 @@ def block_unit(kind: ModelSpec, setup: TrainingSetup) -> Unit:
     """One block of the homogeneous ``kind`` as an FSDP2 unit: its base linears as
     stored (:func:`_base_linear_bytes`), its other parameters (norms, biases,
     transformers' expert tensors) at the working dtype, its adapters FP32."""
-    D, wb = setup.devices, working_weight_bytes(setup)
-    gw = gathered_bytes(setup, wb)
+    D = setup.devices
+    ob = lora.frozen_other_bytes(setup, working_weight_bytes(setup))
+    gw = gathered_bytes(setup, ob)
     mine, gathered, padded = _base_linear_bytes(kind, setup, D)
     others = _other_tensors(kind, setup)
     other = sum(math.prod(s) for s in others)
     other_shard = _shard(others, D)
     adapters = _adapter_shapes(kind, setup)
     return Unit(
-        frozen_bytes=mine + other_shard * wb,
+        frozen_bytes=mine + other_shard * ob,
         frozen_gathered=gathered + other * gw,
         frozen_padded=padded + D * other_shard * gw,
         trainable=sum(math.prod(s) for s in adapters),
@@ -180,24 +181,24 @@ def block_unit(kind: ModelSpec, setup: TrainingSetup) -> Unit:
 
 @per_estimate
 def root_unit(spec: ModelSpec, setup: TrainingSetup) -> Unit:
-    """FSDP2's root unit of a LoRA model: the frozen embedding, final norm and head at
-    the working dtype, and under ``train_embeddings`` peft's trained copies of the
-    embedding and head (``modules_to_save``), also at the working dtype."""
+    """FSDP2's root unit of a LoRA model: the frozen embedding, final norm and head (at
+    :func:`lora.frozen_other_bytes`), and under ``train_embeddings`` peft's trained
+    copies of the embedding and head (``modules_to_save``) at the working dtype."""
     from introspect.refined import sharding
 
     D, wb = setup.devices, working_weight_bytes(setup)
-    gw = gathered_bytes(setup, wb)
+    ob = lora.frozen_other_bytes(setup, wb)
     frozen = sharding.root_tensors(spec)
     n = sum(math.prod(s) for s in frozen)
     shard = _shard(frozen, D)
     copies = [(spec.vocab_size, spec.hidden_size)] * _copies(spec, setup)
     return Unit(
-        frozen_bytes=shard * wb,
-        frozen_gathered=n * gw,
-        frozen_padded=D * shard * gw,
+        frozen_bytes=shard * ob,
+        frozen_gathered=n * gathered_bytes(setup, ob),
+        frozen_padded=D * shard * gathered_bytes(setup, ob),
         trainable=sum(math.prod(s) for s in copies),
         trainable_shard=_shard(copies, D),
-        trainable_gathered=gw,
+        trainable_gathered=gathered_bytes(setup, wb),
         trainable_reduce=FP32 if setup.precision == "mixed" else wb,
     )
 
@@ -250,14 +251,14 @@ def _zero3_weights(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             parted += count * p
             elements += count * i * o
         others = _other_tensors(k, setup)
-        mine, p = _zero3_bytes(others, wb, D)
+        mine, p = _zero3_bytes(others, lora.frozen_other_bytes(setup, wb), D)
         other += count * mine
         ad_mine, ad_p = _zero3_bytes(_adapter_shapes(k, setup), FP32, D)
         adapters += count * ad_mine
         parted += count * (p + ad_p)
         elements += count * sum(math.prod(s) for s in others + _adapter_shapes(k, setup))
     root = sharding.root_tensors(spec)
-    root_mine, root_p = _zero3_bytes(root, wb, D)
+    root_mine, root_p = _zero3_bytes(root, lora.frozen_other_bytes(setup, wb), D)
     copies = [(spec.vocab_size, spec.hidden_size)] * _copies(spec, setup)
     copies_mine, copies_p = _zero3_bytes(copies, wb, D)
     parted += root_p + copies_p
@@ -419,7 +420,7 @@ def causes(setup: TrainingSetup) -> dict[str, str]:
         "weights/base_linears": f"this rank's {how} (÷{D}) of the frozen base's block "
         f"linears, {stored}{kept}",
         "weights/base_other": f"this rank's {how} (÷{D}) of the frozen embeddings, head "
-        "and norms, at the working dtype",
+        "and norms, at the model's dtype",
         "weights/lora_adapters": f"this rank's {how} (÷{D}) of the FP32 adapters",
         "comm/reduce_scatter": "FSDP2 reduce-scatter input of the block below: its "
         "adapters' gradients only (the frozen base has none), FP32",
