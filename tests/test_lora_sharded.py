@@ -325,7 +325,7 @@ def test_step_under_autocast(finetune):
         ("qlora", "fp32", "auto"),
         ("lora", "mixed", "auto"),
         ("qlora", "mixed", "auto"),
-        ("lora", "mixed", "fp32"),
+        ("lora", "mixed", "bf16"),
     ],
 )
 def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision, base):
@@ -335,8 +335,9 @@ def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision, base):
     (``introspect.measure.distributed_worker``) plus the NF4 quant state it cannot see:
     the estimate within 0.5% (FP32 before the frozen base was sharded: 26% and 18% over).
     Mixed: a BF16 base, FP32 adapters (peft's autocast_adapter_dtype), gathered and
-    computed in BF16 by the policy; with ``--base-quant fp32`` the whole model loaded in
-    FP32 (embeddings and norms too), gathered in BF16."""
+    computed in BF16 by the policy: the model kept as FP32 parameters (frozen base,
+    embeddings and norms too), as full training's shards are; with ``--base-quant bf16``
+    the whole model loaded in BF16 instead."""
     if finetune == "qlora":
         pytest.importorskip("bitsandbytes")
     from introspect.adapters.hf_config import spec_from_config
@@ -359,7 +360,7 @@ def test_fsdp2_lora_step_on_a_fake_group(fake_group, finetune, precision, base):
         precision=precision,
         base_quant=base,
     )
-    dtype = torch.bfloat16 if precision == "mixed" and base == "auto" else torch.float32
+    dtype = torch.bfloat16 if base == "bf16" else torch.float32
     torch.manual_seed(0)
     model = hf_models.build(LLAMA_CONFIG, "test", attention=s.attention, dtype=dtype)
     if finetune == "qlora":

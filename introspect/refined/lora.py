@@ -327,12 +327,15 @@ def frozen_other_bytes(setup: TrainingSetup, wb: int) -> int:
     """Bytes per frozen parameter outside the block linears (embeddings, head, norms,
     transformers' expert tensors): the model's load dtype — a 16/32-bit base's own
     (``--base-quant fp32`` loads the whole model in FP32), else (a quantized base, whose
-    quantization touches the block linears only) the working dtype ``wb``."""
+    quantization touches the block linears only) the working dtype ``wb``, FP32 under
+    FSDP2's mixed precision (the model kept as FP32 parameters, cast per unit)."""
     quant = setup.resolved_base_quant
     if quant in ("fp32", "bf16", "fp16"):
         from introspect.units import dtype_bytes
 
         return dtype_bytes(quant)
+    if setup.precision == "mixed" and setup.resolved_sharding == "fsdp":
+        return FP32
     return wb
 
 

@@ -183,7 +183,7 @@ def block_unit(kind: ModelSpec, setup: TrainingSetup) -> Unit:
 def root_unit(spec: ModelSpec, setup: TrainingSetup) -> Unit:
     """FSDP2's root unit of a LoRA model: the frozen embedding, final norm and head (at
     :func:`lora.frozen_other_bytes`), and under ``train_embeddings`` peft's trained
-    copies of the embedding and head (``modules_to_save``) at the working dtype."""
+    copies of the embedding and head (``modules_to_save``: deep copies, the same dtype)."""
     from introspect.refined import sharding
 
     D, wb = setup.devices, working_weight_bytes(setup)
@@ -198,8 +198,8 @@ def root_unit(spec: ModelSpec, setup: TrainingSetup) -> Unit:
         frozen_padded=D * shard * gathered_bytes(setup, ob),
         trainable=sum(math.prod(s) for s in copies),
         trainable_shard=_shard(copies, D),
-        trainable_gathered=gathered_bytes(setup, wb),
-        trainable_reduce=FP32 if setup.precision == "mixed" else wb,
+        trainable_gathered=gathered_bytes(setup, ob),
+        trainable_reduce=FP32 if setup.precision == "mixed" else ob,
     )
 
 
@@ -298,7 +298,8 @@ def _fsdp_weights(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         "weights/base_linears": linears,
         "weights/base_other": other + root.frozen_bytes,
         "weights/lora_adapters": adapters,
-        "weights/trainable_embedding_copies": root.trainable_shard * wb,
+        "weights/trainable_embedding_copies": root.trainable_shard
+        * lora.frozen_other_bytes(setup, wb),
     }
 
 
