@@ -41,8 +41,8 @@ Every figure is per rank, for the largest rank, in bytes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from introspect._record import record
 from introspect.refined import lora, lora_moe
 from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
@@ -60,7 +60,7 @@ def gathered_bytes(setup: TrainingSetup, stored: int) -> int:
     return 2 if setup.precision == "mixed" else stored
 
 
-@dataclass(frozen=True)
+@record
 class Unit:
     """One FSDP2 unit of a LoRA model: its frozen parameters and its trainable ones."""
 

@@ -49,8 +49,8 @@ share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+from introspect._record import record
 from introspect.params import norm_params, trainable_parameter_count
 from introspect.refined.memo import per_estimate
 from introspect.refined.model_parallel import model_parallel_parameters
@@ -326,7 +326,7 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: in
     return param_b * (head + partial) + reduce_b * done * shard
 
 
-@dataclass(frozen=True)
+@record
 class Units:
     """Bytes of FSDP2's units on one rank, as each moment holds them: the root and one
     block unsharded, one block's all-gather output (D·padded shard), its reduce-scatter
