@@ -281,13 +281,18 @@ class TrainingSetup:
         """How the frozen base is stored: ``nf4`` for qlora (another ``--base-quant`` beside
         it is refused, :mod:`introspect.applies`; an 8-bit base is ``--finetune lora
         --base-quant int8``); for lora the working weights' dtype (bf16 under a 16-bit
-        precision) unless ``--base-quant`` says otherwise; none for full."""
+        precision) unless ``--base-quant`` says otherwise; none for full. Under FSDP2's
+        mixed precision the model is kept as FP32 parameters and cast per unit by the
+        policy, frozen ones too (as full training's shards are the FP32 master), so a
+        LoRA base is FP32 there (:mod:`introspect.refined.lora_sharded`)."""
         if self.finetune == "full":
             return "none"
         if self.base_quant != "auto":
             return self.base_quant
         if self.finetune == "qlora":
             return "nf4"
+        if self.precision == "mixed" and self.resolved_sharding == "fsdp":
+            return "fp32"
         if self.precision in ("bf16", "mixed"):
             return "bf16"
         return {4: "fp32", 2: "bf16", 1: "int8"}[self.weight_bytes]

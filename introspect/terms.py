@@ -1683,11 +1683,15 @@ def _records() -> tuple[Term, ...]:
             category="weights",
             equation="quantized_bytes(spec, quant, setup.double_quant, setup)  (state_terms)",
             source="peft/tuners/lora/layer.py: Linear.forward; bitsandbytes/functional.py: quantize_4bit (NF4, absmax per 64-weight block) (introspect/refined/lora.py)",
-            computed_by=("introspect/refined/lora.py: state_terms",),
+            computed_by=(
+                "introspect/refined/lora.py: state_terms",
+                "introspect/refined/lora_sharded.py: state",
+            ),
             tests=(
                 "tests/test_lora.py::test_lora_step_peak",
                 "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
                 "tests/test_lora.py::test_qlora_saves_what_nf4_saves",
+                "tests/test_lora_sharded.py::test_lora_weights_per_rank_are_fsdp2_shards_of_every_parameter",
             ),
         ),
         Term(
@@ -1695,10 +1699,14 @@ def _records() -> tuple[Term, ...]:
             category="weights",
             equation="rest * wb  (state_terms)",
             source="peft/tuners/lora/layer.py: Linear.forward; bitsandbytes/functional.py: quantize_4bit (NF4, absmax per 64-weight block) (introspect/refined/lora.py)",
-            computed_by=("introspect/refined/lora.py: state_terms",),
+            computed_by=(
+                "introspect/refined/lora.py: state_terms",
+                "introspect/refined/lora_sharded.py: state",
+            ),
             tests=(
                 "tests/test_lora.py::test_lora_step_peak",
                 "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
+                "tests/test_lora_sharded.py::test_lora_weights_per_rank_are_fsdp2_shards_of_every_parameter",
             ),
         ),
         Term(
@@ -1725,12 +1733,14 @@ def _records() -> tuple[Term, ...]:
             source="peft/tuners/lora/layer.py: lora_A (d_in × r), lora_B (r × d_out), FP32 over a 16-bit base (autocast_adapter_dtype=True); mlx_lm/tuner/lora.py: LoRALinear (introspect/refined/lora.py, mlx.py)",
             computed_by=(
                 "introspect/refined/lora.py: state_terms",
+                "introspect/refined/lora_sharded.py: state",
                 "introspect/refined/mlx.py: lora_state_terms",
             ),
             tests=(
                 "tests/test_lora.py::test_lora_step_peak",
                 "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
                 "tests/test_mlx_lora.py::test_lora_closed_form_within_5_percent_of_the_replay",
+                "tests/test_lora_sharded.py::test_lora_weights_per_rank_are_fsdp2_shards_of_every_parameter",
             ),
         ),
         Term(

@@ -202,7 +202,8 @@ def _measured_step(model, optimizer, step, setup, buckets) -> dict[str, Any]:
 def _classify_unsharded_grads(model, tracker) -> list:
     """FSDPMemTracker names an unsharded gradient only in the unit's post-backward; until
     then autograd's fresh gradient counts as a backward temporary. A post-accumulate hook
-    on every unsharded parameter names it a gradient as soon as it exists."""
+    on every unsharded parameter that requires one (a frozen LoRA base has none) names
+    it a gradient as soon as it exists."""
     from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
     from torch.distributed.fsdp import FSDPModule
 
@@ -216,7 +217,8 @@ def _classify_unsharded_grads(model, tracker) -> list:
             continue
         group = module._get_fsdp_state()._fsdp_param_group
         for fsdp_param in group.fsdp_params if group else ():
-            handles.append(fsdp_param.unsharded_param.register_post_accumulate_grad_hook(hook))
+            if fsdp_param.unsharded_param.requires_grad:
+                handles.append(fsdp_param.unsharded_param.register_post_accumulate_grad_hook(hook))
     return handles
 
 

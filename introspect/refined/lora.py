@@ -21,6 +21,13 @@ From peft's source (``peft/tuners/lora/layer.py``, ``Linear.forward``, peft 0.21
   the final norm's output; a frozen embedding drops the embedding output. Everything the
   gradient must pass through (norm statistics, attention, the activation function's
   input, the loss's log-softmax) is kept as in full training.
+* Under ``torch.autocast`` (census of real steps, CPU): each ``lora_A`` keeps autocast's
+  BF16 cast of its FP32 input, over a 4-bit base too; ``lora_A``'s output is BF16; every
+  adapter weight and each 16-bit base linear's weight get a kept BF16 copy. Over an
+  NF4 base, bitsandbytes' ``MatMul4Bit`` (``autograd/_functions.py``, 0.50) keeps only
+  the packed weight — not its input: ``ctx.tensors = (None, B)`` — and is no autocast
+  op (no copies), and ``Linear4bit`` returns the input's dtype, so the feed-forward's
+  gate, up and activation outputs are FP32.
 * The frozen base, as bitsandbytes stores it (``bitsandbytes/functional.py``,
   ``quantize_4bit``, 0.50): NF4 packs two weights per byte, with one FP32 absmax per
   64-weight block; double quantization (``compress_statistics``) stores those absmax in
@@ -316,6 +323,22 @@ def quantized_bytes(
     return block_linear_parameters(spec, setup) * dtype_bytes(quant)
 
 
+def frozen_other_bytes(setup: TrainingSetup, wb: int) -> int:
+    """Bytes per frozen parameter outside the block linears (embeddings, head, norms,
+    transformers' expert tensors): the model's load dtype — a 16/32-bit base's own
+    (``--base-quant fp32`` loads the whole model in FP32), else (a quantized base, whose
+    quantization touches the block linears only) the working dtype ``wb``, FP32 under
+    FSDP2's mixed precision (the model kept as FP32 parameters, cast per unit)."""
+    quant = setup.resolved_base_quant
+    if quant in ("fp32", "bf16", "fp16"):
+        from introspect.units import dtype_bytes
+
+        return dtype_bytes(quant)
+    if setup.precision == "mixed" and setup.resolved_sharding == "fsdp":
+        return FP32
+    return wb
+
+
 def adapter_bytes(setup: TrainingSetup) -> int:
     """Bytes per adapter value: FP32 — ``get_peft_model``'s ``autocast_adapter_dtype``
     (default True) casts 16-bit adapters to FP32 whatever the base's dtype."""
@@ -352,7 +375,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     adapters = adapter_parameters(spec, setup)
     terms = {
         "weights/base_linears": quantized_bytes(spec, quant, setup.double_quant, setup),
-        "weights/base_other": rest * wb,
+        "weights/base_other": rest * frozen_other_bytes(setup, wb),
         "weights/lora_adapters": adapters * adapter_bytes(setup),
     }
     if setup.train_embeddings:
@@ -360,17 +383,22 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     embeddings = trainable_parameters(spec, setup) - adapters
     for name, per in opt.items():
         terms[name] = adapters * full_state[name] + embeddings * per
-    return terms
+    from introspect.refined import lora_sharded  # it reads this module's shapes
+
+    return lora_sharded.state(spec, setup, terms)
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, wb: int) -> int:
     """Gradients made once backward has passed ``n_params`` of the model's parameters
     (head first): the head's and embedding's under ``train_embeddings`` (at ``wb``),
     then each layer's adapters in proportion to the layers done."""
+    from introspect.refined import lora_sharded  # it reads this module's shapes
+
     head = embedding_parameters(spec) if setup.train_embeddings else 0
     adapters = adapter_parameters(spec, setup)
     frac = min(1.0, n_params / spec.n_params) if spec.n_params else 1.0
-    return head * wb + round(frac * adapters) * adapter_bytes(setup)
+    value = head * wb + round(frac * adapters) * adapter_bytes(setup)
+    return lora_sharded.grad_bytes(spec, setup, n_params, value)
 
 
 @per_estimate
@@ -390,15 +418,25 @@ def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     return largest
 
 
+def adapter_compute_bytes(setup: TrainingSetup) -> int:
+    """Bytes per adapter value in the forward: FP32 (:func:`adapter_bytes`), except
+    under FSDP2's ``MixedPrecisionPolicy(param_dtype=bf16)`` (precision ``mixed`` with
+    ``--fsdp``), which gathers every parameter of a unit, the FP32 adapters too, as BF16
+    for the forward and backward (``_fsdp_param.py``: the all-gather input is cast to
+    ``param_dtype``). Measured: a real FSDP2 LoRA step on a fake process group
+    (``tests/test_lora_sharded.py``)."""
+    if setup.precision == "mixed" and setup.resolved_sharding == "fsdp":
+        return 2
+    return adapter_bytes(setup)
+
+
 def adapter_x_bytes(setup: TrainingSetup) -> int:
     """Bytes per element of ``x`` as the adapter branch sees it: peft's ``Linear.forward``
-    casts it to the FP32 adapter dtype, except on bitsandbytes' 4-bit layers under
-    ``torch.autocast`` (precision ``amp``), whose peft forward skips the cast
-    (``peft/tuners/lora/bnb.py``)."""
-    s = setup.activation_bytes
-    if setup.precision == "amp" and setup.resolved_base_quant == "nf4":
-        return s
-    return adapter_bytes(setup)
+    casts it to the adapter's dtype (:func:`adapter_compute_bytes`). On bitsandbytes'
+    4-bit layers under ``torch.autocast`` (precision ``amp``) peft's forward skips that
+    cast (``peft/tuners/lora/bnb.py``), but there ``x`` is FP32 already: the residual
+    stream and the norms' outputs stay FP32 under autocast."""
+    return adapter_compute_bytes(setup)
 
 
 def dropout_mask_bytes(setup: TrainingSetup) -> int:
@@ -412,12 +450,58 @@ def dropout_mask_bytes(setup: TrainingSetup) -> int:
 def adapter_input_bytes(setup: TrainingSetup) -> int:
     """Bytes per input element each adapter keeps of its own (0: it shares the input the
     block already keeps): ``lora_A`` keeps its input — the cast (or dropped) ``x``, or
-    under autocast its 16-bit re-cast — and dropout its mask."""
+    under autocast its 16-bit re-cast — and dropout its mask. Under autocast every
+    adapter makes that re-cast, over a 4-bit base too: autocast's cast in ``lora_A``'s
+    ``F.linear`` is a new tensor per call whatever peft did before it (saved-tensor
+    census of a QLoRA step under CPU autocast: one B·T·d_in BF16 copy per adapter)."""
     s, x = setup.activation_bytes, adapter_x_bytes(setup)
-    kept = s if setup.precision == "amp" else x
-    if setup.lora_dropout == 0 and x == s:
-        kept = 0
+    if setup.precision == "amp":
+        kept = s
+    else:
+        kept = 0 if setup.lora_dropout == 0 and x == s else x
     return kept + dropout_mask_bytes(setup)
+
+
+def a_output_bytes(setup: TrainingSetup) -> int:
+    """Bytes per element of ``lora_A``'s output, kept by ``lora_B``: the adapters' compute
+    dtype (:func:`adapter_compute_bytes`), the activations' dtype under autocast (its
+    ``mm`` output)."""
+    return setup.activation_bytes if setup.precision == "amp" else adapter_compute_bytes(setup)
+
+
+def autocast_weight_bytes(spec: ModelSpec, setup: TrainingSetup, full: int) -> int:
+    """One layer's autocast weight copies under LoRA, from full training's ``full``
+    (every block linear's BF16 copy, kept by its ``mm`` for the input's gradient):
+    bitsandbytes' 4-bit matmul is a custom autograd Function that autocast does not
+    cast (``bitsandbytes/autograd/_functions.py`` ``MatMul4Bit``: it keeps only the
+    packed weight), so an NF4 base has no copies; every adapter's ``lora_A`` and
+    ``lora_B`` weights get one each (census: r·(d_in + d_out) BF16 per adapter)."""
+    if not full:
+        return 0
+    moe = peft_moe(spec, setup)
+    shapes = module_shapes(spec) if moe else linear_shapes(spec)
+    order = _kind_targets(spec, setup) if moe else targets(spec, setup)
+    adapters = sum(setup.lora_rank * sum(shapes[t]) for t in order)
+    base = full
+    if setup.resolved_base_quant == "nf4":
+        base -= 2 * sum(i * o for i, o in shapes.values())
+    return max(0, base) + 2 * adapters
+
+
+#: Outputs of a dense feed-forward's base linears (and the activation of one).
+_FFN_OUTPUTS = ("feed_forward/gate", "feed_forward/up", "feed_forward/act")
+
+
+def nf4_under_autocast(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether a dense layer's base linears return FP32 under autocast: bitsandbytes'
+    ``Linear4bit.forward`` (``nn/modules.py``) returns ``matmul_4bit(...).to(inp_dtype)``,
+    the input's dtype, FP32 under autocast, and peft adds the BF16 adapter output to it
+    (FP32 by type promotion). Census: gate, up and the activation's output FP32."""
+    return (
+        setup.precision == "amp"
+        and setup.resolved_base_quant == "nf4"
+        and not spec.kinds[0][0].feed_forward.is_moe
+    )
 
 
 def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> dict[str, int]:
@@ -430,7 +514,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     shapes = module_shapes(spec) if moe else linear_shapes(spec)
     experts = moe and lora_moe.experts_targeted(spec, setup)
     BT = setup.tokens
-    a = adapter_bytes(setup)
+    a = a_output_bytes(setup)
     own = adapter_input_bytes(setup)
     plain_input = own == 0
     out = dict(full)
@@ -460,6 +544,12 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
         out[last] = 0
     elif not (plain_input and "down_proj" in chosen or experts) and last in out:
         out[last] = 0
+    if "autocast_weights" in out:
+        out["autocast_weights"] = autocast_weight_bytes(spec, setup, out["autocast_weights"])
+    if nf4_under_autocast(spec, setup):
+        for name in _FFN_OUTPUTS:
+            if name in out:
+                out[name] = out[name] * FP32 // setup.activation_bytes
     if experts:
         out["lora/experts/effective_weights"] = lora_moe.effective_weights(
             spec, setup, working_weight_bytes(setup)
@@ -496,17 +586,20 @@ def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
 def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) -> dict[str, int]:
     """After the last layer: a frozen head keeps no final-norm output, frozen norm
-    weights no normalized input; the statistics stay (the gradient passes through)."""
+    weights no normalized input; the statistics stay (the gradient passes through), and
+    so does autocast's BF16 copy of the frozen head's weight, which its ``mm`` keeps for
+    the input's gradient (census of a LoRA step under CPU autocast: V·d BF16)."""
     if setup.train_embeddings:
         return dict(final)
-    return {k: v for k, v in final.items() if k == "final_norm/statistics"}
+    kept = ("final_norm/statistics", "logits/autocast_weight")
+    return {k: v for k, v in final.items() if k in kept}
 
 
 #: Why each LoRA term has its size (merged into :mod:`introspect.refined.causes`).
 CAUSES: dict[str, str] = {
     "weights/base_linears": "the frozen base's block linears, stored as {quant}",
     "weights/base_other": "embeddings, head and norms (and transformers' MoE expert "
-    "parameters, which bitsandbytes does not quantize), frozen, at the working dtype",
+    "parameters, which bitsandbytes does not quantize), frozen, at the model's dtype",
     "activations/layer/lora/experts/effective_weights": "peft's parametrized copy of each "
     "adapted layer's experts and router weight, kept for the backward",
     "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",

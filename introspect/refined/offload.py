@@ -30,18 +30,34 @@ from introspect.terms import GATHERED_WEIGHTS
 
 def state(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int], unit: int) -> dict:
     """``terms`` (per-device state) with what offload moves to the host taken out;
-    ``unit`` is the bytes of one gathered unit of working weights."""
+    ``unit`` is the bytes of one gathered unit of working weights. Under FSDP2 the
+    gathered units are its own moments' (:func:`introspect.refined.sharding.moment_terms`),
+    not two units here."""
     if setup.offload == "none":
         return terms
     out = {k: v for k, v in terms.items() if not k.startswith("optimizer/")}
     if setup.offload == "parameters":
         out = {k: v for k, v in out.items() if not k.startswith("weights")}
-        out[GATHERED_WEIGHTS] = 2 * unit
+        if setup.resolved_sharding != "fsdp":
+            out[GATHERED_WEIGHTS] = 2 * unit
     return out
 
 
+def grads_on_host(setup: TrainingSetup) -> bool:
+    """FSDP2 with ``CPUOffloadPolicy`` (``--offload parameters``): the sharded parameters
+    live on the host, and ``foreach_reduce`` copies each reduce-scattered gradient shard
+    to the host as it is made (``_fsdp_collectives.py``: ``new_sharded_grad.to("cpu")``
+    when ``fsdp_param.offload_to_cpu``), where the optimizer steps; only the unsharded
+    (gathered) parameters, their unsharded gradients and the collectives' buffers are on
+    the device."""
+    return setup.offload == "parameters" and setup.resolved_sharding == "fsdp"
+
+
 def caps_grads(setup: TrainingSetup) -> bool:
-    """Whether :func:`grads` caps the gradients on the device (else they are as made)."""
+    """Whether :func:`grads` caps the gradients on the device (else they are as made):
+    not under FSDP2's offload, whose moments place each gradient (:func:`grads_on_host`)."""
+    if grads_on_host(setup) and not setup.optimizer_in_backward:
+        return False
     return setup.optimizer_in_backward or setup.offload == "parameters"
 
 

@@ -39,6 +39,9 @@ share. Sources (torch 2.13; DeepSpeed's ``runtime/zero``):
   FP32 shard is the only master copy (no separate one), gathered weights and unsharded
   gradients BF16, sharded gradients and reduce-scatter buffers FP32.
   Measured (gloo, 2 and 4 processes, ``benchmarks/sharded_accuracy.py``).
+* **LoRA/QLoRA** sharded: the frozen base is sharded, gathered and partitioned like
+  any parameter, but has no gradient and no optimizer state
+  (:mod:`introspect.refined.lora_sharded`; FSDP2's moments through :class:`Units`).
 * **Tensor and pipeline parallel** (Megatron): :mod:`introspect.refined.model_parallel`;
   not measured.
 """
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import math
 
+from introspect._record import record
 from introspect.params import norm_params, trainable_parameter_count
 from introspect.refined.memo import per_estimate
 from introspect.refined.model_parallel import model_parallel_parameters
@@ -307,7 +311,10 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: in
         return math.ceil(working * n_params / D)
     if how != "fsdp":
         return working * n_params
-    reduce_b = _fsdp_reduce_bytes(setup)
+    from introspect.refined import offload
+
+    # CPUOffloadPolicy copies each reduce-scattered shard to the host (offload.py).
+    reduce_b = 0 if offload.grads_on_host(setup) else _fsdp_reduce_bytes(setup)
     if n_params >= N:
         return reduce_b * model_shard(spec, D)
     param_b = _fsdp_param_bytes(setup, working)
@@ -319,6 +326,76 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: in
     return param_b * (head + partial) + reduce_b * done * shard
 
 
+@record
+class Units:
+    """Bytes of FSDP2's units on one rank, as each moment holds them: the root and one
+    block unsharded, one block's all-gather output (D·padded shard), its reduce-scatter
+    input (D·padded shard of what has gradients, reduce dtype), its unsharded gradients
+    (param dtype) and their upcast to reduce dtype, one block's sharded gradients (none
+    on the device when offloaded), the root's unsharded gradients alive from the head's
+    backward (``head_grads``) and all of them at its reduce-scatter (``root_grads``),
+    with that reduce-scatter's input."""
+
+    root_gathered: int
+    block_gathered: int
+    block_all_gather: int
+    block_reduce: int
+    block_grads: int
+    block_upcast: int
+    block_shard_grads: int
+    head_grads: int
+    root_grads: int
+    root_reduce: int
+
+
+@per_estimate
+def fsdp_units(spec: ModelSpec, setup: TrainingSetup, working: int) -> Units:
+    """:class:`Units` of full training (every parameter trained, ``working`` bytes) or,
+    under LoRA/QLoRA, of the frozen base and its adapters
+    (:mod:`introspect.refined.lora_sharded`: the whole unit gathered, the adapters'
+    gradients alone reduced)."""
+    from introspect.refined import offload
+
+    D = setup.devices
+    keep_shards = not offload.grads_on_host(setup)
+    if setup.finetune != "full":
+        from introspect.refined import lora_sharded
+
+        block = lora_sharded.largest_block(spec, setup)
+        root = lora_sharded.root_unit(spec, setup)
+        rb = block.trainable_reduce
+        root_grads = root.trainable * root.trainable_gathered
+        return Units(
+            root_gathered=root.frozen_gathered + root.trainable * root.trainable_gathered,
+            block_gathered=block.frozen_gathered + block.trainable * block.trainable_gathered,
+            block_all_gather=block.frozen_padded
+            + D * block.trainable_shard * block.trainable_gathered,
+            block_reduce=D * block.trainable_shard * rb,
+            block_grads=block.trainable * block.trainable_gathered,
+            block_upcast=block.trainable * rb if rb != block.trainable_gathered else 0,
+            block_shard_grads=block.trainable_shard * rb * keep_shards,
+            head_grads=root_grads,
+            root_grads=root_grads,
+            root_reduce=D * root.trainable_shard * root.trainable_reduce,
+        )
+    param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
+    block, shard = block_elements(spec), block_shard(spec, D)
+    root = root_tensors(spec)
+    head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
+    return Units(
+        root_gathered=param_b * root_elements(spec),
+        block_gathered=param_b * block,
+        block_all_gather=param_b * D * shard,
+        block_reduce=reduce_b * D * shard,
+        block_grads=param_b * block,
+        block_upcast=reduce_b * block if reduce_b != param_b else 0,
+        block_shard_grads=reduce_b * shard * keep_shards,
+        head_grads=param_b * head,
+        root_grads=param_b * root_elements(spec),
+        root_reduce=reduce_b * D * fsdp_shard(root, D),
+    )
+
+
 def moment_terms(
     spec: ModelSpec, setup: TrainingSetup, moment: str, working: int, layer: int | None = None
 ) -> dict[str, int]:
@@ -326,28 +403,25 @@ def moment_terms(
     ``forward_end``, ``head`` (the output projection's backward), ``layer`` (block
     ``layer``'s backward) or ``optimizer_step``. Only FSDP2 and DeepSpeed ZeRO-3 have
     any; DDP's buckets are persistent state."""
-    how, D = strategy(setup), setup.devices
+    how = strategy(setup)
     if how == "zero" and setup.zero_stage >= 2:
         buckets = 2 if setup.zero_stage == 3 else 1  # overlap_comm's default
         terms = {}
         if moment != "forward_end" and moment != "optimizer_step":
-            terms[ZERO_REDUCE_BUCKET] = buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)
+            terms[ZERO_REDUCE_BUCKET] = _reduce_bucket(spec, setup, working, buckets)
         if setup.zero_stage == 3 and moment != "optimizer_step":
             terms[ZERO_ALL_GATHER] = working * min(DS_PREFETCH_BUCKET, spec.n_params)
         return terms
     if how != "fsdp" or moment == "optimizer_step":
         return {}
-    param_b = _fsdp_param_bytes(setup, working)
-    block = block_elements(spec)
-    block_padded = D * block_shard(spec, D)
-    root = root_elements(spec)
+    u = fsdp_units(spec, setup, working)
     L = spec.num_hidden_layers
     blocks = L if not setup.reshard_after_forward else 0
     if moment == "layer":
         # Resharding: this block gathered again (the next one below is prefetched into its
         # all-gather buffer). Without: the blocks above are resharded after their backward.
         blocks = 1 if setup.reshard_after_forward else (layer or 0) + 1
-    terms = {GATHERED_WEIGHTS: param_b * (root + blocks * block)}
+    terms = {GATHERED_WEIGHTS: u.root_gathered + blocks * u.block_gathered}
     # Named even when empty, so the figure shows that no buffer is alive at this moment.
     terms[FSDP_ALL_GATHER] = terms[REDUCE_SCATTER] = 0
     if moment == "forward_end" and setup.reshard_after_forward and _loss_in_root(setup):
@@ -355,12 +429,26 @@ def moment_terms(
         # pre-backward hook, which prefetches the last block's all-gather before the
         # loss's own backward runs (FSDP2 ``FSDPState._pre_backward``; measured with
         # transformers' labels loop: one block's all-gather output at the peak).
-        terms[FSDP_ALL_GATHER] = param_b * block_padded
+        terms[FSDP_ALL_GATHER] = u.block_all_gather
     if moment == "layer":
-        terms[FSDP_ALL_GATHER] = param_b * block_padded if setup.reshard_after_forward else 0
+        terms[FSDP_ALL_GATHER] = u.block_all_gather if setup.reshard_after_forward else 0
         if layer is not None and layer < L - 1:
-            terms[REDUCE_SCATTER] = _fsdp_reduce_bytes(setup) * block_padded
+            terms[REDUCE_SCATTER] = u.block_reduce
     return terms
+
+
+def _reduce_bucket(spec: ModelSpec, setup: TrainingSetup, working: int, buckets: int) -> int:
+    """DeepSpeed's reduce bucket(s), at most the gradients they collect: every
+    parameter's (``working`` bytes each) in full training; under LoRA the trainable
+    parameters' alone (FP32 adapters: :mod:`introspect.refined.lora_sharded`)."""
+    if setup.finetune != "full":
+        from introspect.refined import lora_sharded
+
+        _, trainable = lora_sharded.optimizer_share(spec, setup)
+        grads = lora_sharded.trainable_grad_bytes(spec, setup)
+        per = grads // trainable if trainable else 0
+        return buckets * per * min(DS_REDUCE_BUCKET, trainable)
+    return buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)
 
 
 def _loss_in_root(setup: TrainingSetup) -> bool:
@@ -385,26 +473,22 @@ def post_backward(
     sharded ones. Empty for other strategies."""
     if strategy(setup) != "fsdp" or setup.optimizer == "none":
         return []
-    D, L = setup.devices, spec.num_hidden_layers
-    param_b, reduce_b = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
-    block = block_elements(spec)
-    shard = block_shard(spec, D)
-    root = root_elements(spec)
-    head = spec.vocab_size * spec.hidden_size + norm_params(spec, spec.hidden_size)
+    L = spec.num_hidden_layers
+    u = fsdp_units(spec, setup, working)
     gathered = 0 if setup.reshard_after_forward else layer
-    above = (L - 1 - layer) * shard
+    above = (L - 1 - layer) * u.block_shard_grads
     common = {
-        GATHERED_WEIGHTS: param_b * (root + gathered * block),
-        FSDP_ALL_GATHER: param_b * D * shard if setup.reshard_after_forward and layer else 0,
-        REDUCE_SCATTER: reduce_b * D * shard,
+        GATHERED_WEIGHTS: u.root_gathered + gathered * u.block_gathered,
+        FSDP_ALL_GATHER: u.block_all_gather if setup.reshard_after_forward and layer else 0,
+        REDUCE_SCATTER: u.block_reduce,
     }
     copy_in = common | {
-        GRADS: param_b * (head + block) + reduce_b * above,
-        "activations/grad_upcast": reduce_b * block if reduce_b != param_b else 0,
+        GRADS: u.head_grads + u.block_grads + above,
+        "activations/grad_upcast": u.block_upcast,
     }
     reduce = common | {
-        GRADS: param_b * head + reduce_b * (above + shard),
-        GLOO_COPY: reduce_b * D * shard if setup.resolved_device == "cpu" else 0,
+        GRADS: u.head_grads + above + u.block_shard_grads,
+        GLOO_COPY: u.block_reduce if setup.resolved_device == "cpu" else 0,
     }
     return [copy_in, reduce]
 
@@ -415,15 +499,11 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[st
     (reduce dtype) alive together. None for other strategies."""
     if strategy(setup) != "fsdp" or setup.optimizer == "none":
         return None
-    D = setup.devices
-    root = root_tensors(spec)
-    root_n = sum(numel(s) for s in root)
-    reduce_b = _fsdp_reduce_bytes(setup)
-    blocks = spec.num_hidden_layers * block_shard(spec, D)
+    u = fsdp_units(spec, setup, working)
     return {
-        GATHERED_WEIGHTS: _fsdp_param_bytes(setup, working) * root_n,
-        GRADS: reduce_b * blocks + _fsdp_param_bytes(setup, working) * root_n,
-        REDUCE_SCATTER: reduce_b * D * fsdp_shard(root, D),
+        GATHERED_WEIGHTS: u.root_gathered,
+        GRADS: spec.num_hidden_layers * u.block_shard_grads + u.root_grads,
+        REDUCE_SCATTER: u.root_reduce,
     }
 
 
@@ -435,7 +515,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
     out: dict[str, str] = {}
     if how == "fsdp":
         pb, rb = _fsdp_param_bytes(setup, working), _fsdp_reduce_bytes(setup)
-        block_padded = D * block_shard(spec, D)
+        u = fsdp_units(spec, setup, working)
         kept = "" if setup.reshard_after_forward else " and every block (no reshard after forward)"
         out[WEIGHTS] = f"this rank's FSDP2 shards (dim 0 padded to a multiple of D={D}), " + (
             "FP32: the only master copy under MixedPrecisionPolicy"
@@ -448,7 +528,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             "backward that block and the next (prefetched)"
         )
         out[FSDP_ALL_GATHER] = (
-            f"FSDP2 all-gather output of one block ({gb(pb * block_padded)}), alive during "
+            f"FSDP2 all-gather output of one block ({gb(u.block_all_gather)}), alive during "
             "its copy-out in backward; none at the forward end or the optimizer step"
         )
         out[GLOO_COPY] = (
@@ -461,23 +541,31 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
         )
         out[REDUCE_SCATTER] = (
             f"FSDP2 reduce-scatter input of the block below ({rb} bytes, "
-            f"{gb(rb * block_padded)}), kept until the next reduce-scatter; the root's "
+            f"{gb(u.block_reduce)}), kept until the next reduce-scatter; the root's "
             "at the end of backward; none at the forward end"
         )
         shard = "this rank's FSDP2 shard"
+        if setup.finetune != "full":
+            from introspect.refined import lora_sharded
+
+            out.update(lora_sharded.causes(setup))
     elif how == "ddp" or (how == "zero" and setup.zero_stage == 1):
         view = "; the gradients are views into them" if setup.gradient_as_bucket_view else ""
         out[WEIGHTS] = f"working weights ({working} bytes each), a full copy on every rank"
         out[DDP_BUCKETS] = (
             f"DDP reducer's flat gradient buckets (bucket_cap_mb=25, the first 1 MB): "
             f"N·{working} bytes for the whole step{view}"
+            if setup.finetune == "full"
+            else "DDP reducer's flat gradient buckets for the parameters that require a "
+            f"gradient only (the FP32 adapters; _build_params_for_reducer){view}"
         )
+        trained = "parameters" if setup.finetune == "full" else "trainable parameters"
         shard = (
             "the full model"
             if how == "ddp"
             else (
                 f"this rank's ZeroRedundancyOptimizer partition (whole tensors, greedy: "
-                f"{local_parameters(spec, setup):,} of {spec.n_params:,} parameters)"
+                f"{local_parameters(spec, setup):,} of {_trainable(spec, setup):,} {trained})"
             )
         )
     elif how == "zero":
@@ -491,6 +579,10 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
             "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
         )
         shard = f"this rank's ÷{D} DeepSpeed partition"
+        if setup.finetune != "full" and setup.zero_stage == 3:
+            from introspect.refined import lora_sharded
+
+            out.update(lora_sharded.causes(setup))
         out[WEIGHTS] = (
             f"DeepSpeed ZeRO-3: this rank's ÷{D} partition of the {working}-byte weights, "
             "plus the tensors under stage3_param_persistence_threshold=1e5 kept whole; "
@@ -518,9 +610,23 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
     return out
 
 
+def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters an optimizer could update: all, or under LoRA the trainable ones."""
+    if setup.finetune == "full":
+        return spec.n_params
+    from introspect.refined import lora_sharded
+
+    return lora_sharded.optimizer_share(spec, setup)[1]
+
+
 def local_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """Parameters the largest rank's optimizer updates."""
+    """Parameters the largest rank's optimizer updates (under LoRA the trainable ones':
+    :func:`introspect.refined.lora_sharded.optimizer_share`)."""
     how, D = strategy(setup), setup.devices
+    if setup.finetune != "full":
+        from introspect.refined import lora_sharded
+
+        return lora_sharded.optimizer_share(spec, setup)[0]
     if how == "zero" and setup.zero_stage == 1:
         return zero1_largest_rank(spec, D)
     if how == "zero":
