@@ -47,8 +47,19 @@ def _worker(job_path: str, rank: int) -> None:
 
 
 def _one_job(
-    spec: ModelSpec, setup: TrainingSetup, rank: int, config: dict | None = None
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    rank: int,
+    config: dict | None = None,
+    *,
+    wrap_kwargs: dict[str, Any] | None = None,
+    prepare: Any = None,
+    wrapped: Any = None,
 ) -> dict[str, Any]:
+    """One rank's step and its peak. The dry run (:mod:`introspect.measure.fake_sharded`)
+    calls it too: ``wrap_kwargs`` go to every ``fully_shard`` call (or to DDP), and ``prepare``
+    (model → model, e.g. peft's wrap) runs on the built model before it is wrapped, and
+    ``wrapped`` (model → None) on the wrapped model before the optimizer is made."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -66,11 +77,15 @@ def _one_job(
         model = hf_models.build(
             config, "sharded job", attention=setup.attention, dtype=torch.float32
         )
+    if prepare is not None:
+        model = prepare(model)
     buckets: dict[int, Any] = {}
     if setup.resolved_sharding == "fsdp":
-        model = _fully_shard(model, setup)
+        model = _fully_shard(model, setup, **(wrap_kwargs or {}))
     else:
-        model = _ddp(model, setup, buckets)
+        model = _ddp(model, setup, buckets, **(wrap_kwargs or {}))
+    if wrapped is not None:
+        wrapped(model)
     optimizer = _optimizer(model, setup)
     input_ids, targets = batch(spec.vocab_size, setup, "cpu")
     # Each rank its own micro-batch, as a data loader's sampler gives it.
@@ -105,7 +120,9 @@ def _one_job(
     return result
 
 
-def _fully_shard(model, setup: TrainingSetup):
+def _fully_shard(model, setup: TrainingSetup, **shard_kwargs):
+    """FSDP2 as users write it: ``fully_shard`` on every decoder block, then the root;
+    ``shard_kwargs`` (the dry run's ``mesh``, ``offload_policy``) go to every call."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -118,17 +135,19 @@ def _fully_shard(model, setup: TrainingSetup):
     base = model if hasattr(model, "layers") else model.base_model
     blocks = base.layers if hasattr(base, "layers") else base.h
     for layer in blocks:
-        fully_shard(layer, reshard_after_forward=reshard, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)  # root: default None = kept gathered
+        fully_shard(layer, reshard_after_forward=reshard, mp_policy=mp, **shard_kwargs)
+    fully_shard(model, mp_policy=mp, **shard_kwargs)  # root: default None = kept gathered
     return model
 
 
-def _ddp(model, setup: TrainingSetup, bucket_tensors: dict[int, Any]):
+def _ddp(model, setup: TrainingSetup, bucket_tensors: dict[int, Any], **ddp_kwargs):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils._python_dispatch import _disable_current_modes
 
-    ddp = DistributedDataParallel(model, gradient_as_bucket_view=setup.gradient_as_bucket_view)
+    ddp = DistributedDataParallel(
+        model, gradient_as_bucket_view=setup.gradient_as_bucket_view, **ddp_kwargs
+    )
 
     def allreduce_hook(state, bucket):
         # torch's default_hooks.allreduce_hook, keeping each bucket's buffer; its ops run
@@ -138,7 +157,9 @@ def _ddp(model, setup: TrainingSetup, bucket_tensors: dict[int, Any]):
         with _disable_current_modes():
             tensor.div_(dist.get_world_size())
             fut = dist.all_reduce(tensor, async_op=True).get_future()
-        return fut.then(lambda f: f.value()[0])
+        # torch's ``fut.value()[0]``; a fake process group (the dry run) completes its
+        # work with no value, and the reduction is in place: the bucket itself.
+        return fut.then(lambda f: (f.value() or [tensor])[0])
 
     ddp.register_comm_hook(None, allreduce_hook)
     return ddp
