@@ -30,6 +30,11 @@ SETUPS = {
     "zero1": TrainingSetup(**HF, devices=2, sharding="zero", zero_stage=1),
     "fsdp": TrainingSetup(**HF, devices=2, sharding="fsdp"),
     "fsdp no-reshard": TrainingSetup(**HF, devices=2, sharding="fsdp", reshard_after_forward=False),
+    "fsdp lora": TrainingSetup(**HF, devices=2, sharding="fsdp", finetune="lora", lora_rank=8),
+    "ddp lora": TrainingSetup(**HF, devices=2, sharding="ddp", finetune="lora", lora_rank=8),
+    "zero1 lora": TrainingSetup(
+        **HF, devices=2, sharding="zero", zero_stage=1, finetune="lora", lora_rank=8
+    ),
 }
 #: Set apart: its real peak falls inside gloo's reduce-scatter (see below).
 MIXED = TrainingSetup(**HF, devices=2, sharding="fsdp", precision="mixed")
@@ -141,6 +146,10 @@ def test_fsdp_at_eight_ranks_holds_the_padded_eighth_of_every_parameter():
 
 def test_a_setup_torch_does_not_shard_is_one_line():
     from introspect.measure.fake_sharded import dry_run
+
+    qlora = TrainingSetup(**HF, devices=2, sharding="fsdp", finetune="qlora", lora_rank=8)
+    with pytest.raises(IntrospectError, match="--finetune qlora"):
+        dry_run(CONFIG, "t", _spec(), qlora)
 
     with pytest.raises(IntrospectError, match="--zero 2"):
         dry_run(CONFIG, "t", _spec(), TrainingSetup(**HF, devices=2, sharding="zero", zero_stage=2))

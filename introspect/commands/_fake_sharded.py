@@ -51,10 +51,10 @@ def setups(args: argparse.Namespace) -> list[TrainingSetup]:
         )
     if args.precision == "mixed" and not args.fsdp:
         raise IntrospectError("--precision mixed is FSDP2's MixedPrecisionPolicy here; add --fsdp")
-    if getattr(args, "finetune", None) in ("lora", "qlora") or getattr(args, "lora_rank", None):
+    if getattr(args, "finetune", None) in ("lora", "qlora") and args.impl != "transformers":
         raise IntrospectError(
-            "--finetune lora: the sharded dry run trains every weight; measure LoRA on one "
-            "device (drop --devices) or estimate it with `introspect profile`"
+            f"--finetune {args.finetune}: peft's adapters go on transformers' class; add "
+            "--impl transformers"
         )
     loop = "logits" if args.impl == "reference" else loop_for(args)
     sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
@@ -100,8 +100,15 @@ def compare(spec: ModelSpec, setup: TrainingSetup, config: tuple[dict, str] | No
     }
 
 
+def label(setup: TrainingSetup) -> str:
+    """The real sharded step's label, with peft's LoRA when it is on."""
+    from introspect.commands._sharded import label as sharded_label
+
+    how = sharded_label(setup)
+    return how if setup.finetune == "full" else f"{how} LoRA r={setup.lora_rank}"
+
+
 def render(spec: ModelSpec, rows: list[dict]) -> str:
-    from introspect.commands._sharded import label
 
     first = rows[0]["measurement"]
     lines = [

@@ -53,13 +53,15 @@ def _one_job(
     config: dict | None = None,
     *,
     wrap_kwargs: dict[str, Any] | None = None,
-    prepare: Any = None,
     wrapped: Any = None,
 ) -> dict[str, Any]:
     """One rank's step and its peak. The dry run (:mod:`introspect.measure.fake_sharded`)
-    calls it too: ``wrap_kwargs`` go to every ``fully_shard`` call (or to DDP), and ``prepare``
-    (model → model, e.g. peft's wrap) runs on the built model before it is wrapped, and
-    ``wrapped`` (model → None) on the wrapped model before the optimizer is made."""
+    calls it too: ``wrap_kwargs`` go to every ``fully_shard`` call (or to DDP), and
+    ``wrapped`` (model → None) runs on the wrapped model before the optimizer is made.
+
+    ``--finetune lora``: peft's ``get_peft_model`` (:func:`introspect.measure.peft_step.wrap`)
+    on the built FP32 class before DDP or ``fully_shard``, as torchtune's LoRA recipes
+    and accelerate's FSDP plugin order them (adapters first, then the sharding wrapper)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -77,8 +79,10 @@ def _one_job(
         model = hf_models.build(
             config, "sharded job", attention=setup.attention, dtype=torch.float32
         )
-    if prepare is not None:
-        model = prepare(model)
+    if setup.finetune != "full":
+        from introspect.measure import peft_step
+
+        model = peft_step.wrap(model, spec, setup, torch.float32)
     buckets: dict[int, Any] = {}
     if setup.resolved_sharding == "fsdp":
         model = _fully_shard(model, setup, **(wrap_kwargs or {}))
@@ -132,7 +136,9 @@ def _fully_shard(model, setup: TrainingSetup, **shard_kwargs):
     reshard = setup.reshard_after_forward
     # Every decoder block its own unit: our model's ``layers``; a transformers class keeps
     # them in its base model (``model.model.layers``, GPT-2's ``transformer.h``).
-    base = model if hasattr(model, "layers") else model.base_model
+    # Under peft the class is inside its PeftModel (get_base_model).
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = inner if hasattr(inner, "layers") else inner.base_model
     blocks = base.layers if hasattr(base, "layers") else base.h
     for layer in blocks:
         fully_shard(layer, reshard_after_forward=reshard, mp_policy=mp, **shard_kwargs)
@@ -237,7 +243,9 @@ def _classify_unsharded_grads(model, tracker) -> list:
             continue
         group = module._get_fsdp_state()._fsdp_param_group
         for fsdp_param in group.fsdp_params if group else ():
-            handles.append(fsdp_param.unsharded_param.register_post_accumulate_grad_hook(hook))
+            if fsdp_param.sharded_param.requires_grad:  # not LoRA's frozen base
+                unsharded = fsdp_param.unsharded_param
+                handles.append(unsharded.register_post_accumulate_grad_hook(hook))
     return handles
 
 

@@ -104,6 +104,19 @@ def check(setup: TrainingSetup) -> None:
         )
     if setup.optimizer not in ("adam", "adamw"):
         raise IntrospectError("a sharded step runs --optimizer adam or adamw")
+    if setup.finetune == "qlora":
+        raise IntrospectError(
+            "--finetune qlora: a sharded dry run adapts an FP32 base (--finetune lora): "
+            "bitsandbytes' 4-bit Params4bit cannot wrap a fake tensor, and FSDP2 needs one "
+            "storage dtype per unit (bnb_4bit_quant_storage); estimate QLoRA with "
+            "`introspect profile`"
+        )
+    if setup.finetune == "lora" and setup.base_quant not in ("auto", "fp32"):
+        raise IntrospectError(
+            f"--base-quant {setup.base_quant}: a sharded step keeps LoRA's base in FP32 "
+            "(under --precision mixed FSDP2 casts it to BF16 per unit, as accelerate's FSDP "
+            "mixed precision does); drop --base-quant"
+        )
     if setup.activation_checkpointing or setup.cross_entropy != "standard":
         raise IntrospectError(
             "a sharded step runs without --checkpointing and with the standard cross-entropy"
@@ -153,6 +166,14 @@ def dry_run(
         )
     if setup.resolved_sharding in ("ddp", "zero"):
         notes.append("DDP's gradient buckets counted from its comm hook's bucket buffers")
+    if setup.finetune == "lora":
+        from introspect.refined.lora import targets
+
+        notes.append(
+            f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))} before "
+            "the sharding wrapper; the frozen base in FP32"
+            + (" (BF16 per unit under MixedPrecisionPolicy)" if setup.precision == "mixed" else "")
+        )
     return DryRunSharded(
         peaks,
         setup.resolved_sharding,
