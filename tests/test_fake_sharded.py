@@ -99,9 +99,11 @@ def test_mixed_differs_only_by_the_gloo_reduce_scatter_copy(real):
     fake = dry_run(CONFIG, "tiny qwen2", _spec(), MIXED, ranks=(0, 1))
     for measured, dry in zip(real["mixed"].ranks, fake.ranks, strict=True):
         assert dry.phase_peaks["forward"] == measured.phase_peaks["forward"]
-        assert dry.phase_peaks["optimizer"] == measured.phase_peaks["optimizer"]
         copy = measured.categories["comm"]
         assert dry.peak_bytes <= measured.peak_bytes <= dry.peak_bytes + copy
+        for phase in ("backward", "optimizer"):  # freed by gloo's thread, at times late
+            gap = measured.phase_peaks[phase] - dry.phase_peaks[phase]
+            assert 0 <= gap <= _root_reduce_scatter_bytes()
 
 
 def test_only_zero1_runs_every_rank_by_default():

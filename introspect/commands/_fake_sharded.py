@@ -181,8 +181,8 @@ def run(args: argparse.Namespace, spec: ModelSpec, config: tuple[dict, str] | No
     chosen = setups(args)
     for s in chosen:
         applies.check_model(spec, s)
+        check(s)  # before unmeasured: its own line for --offload
         applies.unmeasured(s, "measure")
-        check(s)
     rows = [compare(spec, s, config) for s in chosen]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))
     return 0

@@ -54,10 +54,12 @@ def _one_job(
     *,
     wrap_kwargs: dict[str, Any] | None = None,
     wrapped: Any = None,
+    warmups: int = 2,
 ) -> dict[str, Any]:
     """One rank's step and its peak. The dry run (:mod:`introspect.measure.fake_sharded`)
     calls it too: ``wrap_kwargs`` go to every ``fully_shard`` call (or to DDP), and
-    ``wrapped`` (model → None) runs on the wrapped model before the optimizer is made.
+    ``wrapped`` (model → None) runs on the wrapped model before the optimizer is made,
+    and ``warmups`` steps run before the tracked one.
 
     ``--finetune lora``: peft's ``get_peft_model`` (:func:`introspect.measure.peft_step.wrap`)
     on the built FP32 class before DDP or ``fully_shard``, as torchtune's LoRA recipes
@@ -110,10 +112,11 @@ def _one_job(
         optimizer.step()
 
     # Two warm-up steps: Adam's state exists after the first, and DDP rebuilds its
-    # buckets in gradient-ready order at the start of the second forward.
-    step()
-    buckets.clear()
-    step()
+    # buckets in gradient-ready order at the start of the second forward (the dry run,
+    # which declines the rebuild, needs one). The last warm-up's buckets are the step's.
+    for _ in range(warmups):
+        buckets.clear()
+        step()
     dist.barrier()
     result = _measured_step(model, optimizer, step, setup, list(buckets.values()))
     if setup.resolved_sharding == "zero":

@@ -29,7 +29,8 @@ which allocates inside the measured step:
   declined: it broadcasts rank 0's bucket order through an int tensor it fills through
   its data pointer. The rebuild re-orders the same parameters into buckets of the same
   total size (``Reducer::initialize_buckets``: one flat buffer per bucket, no padding),
-  allocated before the measured step, so the tracked step holds the same bytes.
+  allocated before the measured step, so the tracked step holds the same bytes; and the
+  second warm-up step, there for the rebuild, is skipped (one warm-up makes Adam's state).
 
 ``tests/test_fake_sharded.py`` holds the dry run to a real 2-process gloo step, rank for
 rank, to the byte (peak, phase, categories) for DDP, ZeRO-1 and FSDP2 (FP32, resharding
@@ -104,6 +105,13 @@ def check(setup: TrainingSetup) -> None:
         )
     if setup.optimizer not in ("adam", "adamw"):
         raise IntrospectError("a sharded step runs --optimizer adam or adamw")
+    if setup.offload != "none":
+        raise IntrospectError(
+            f"--offload {setup.offload}: FSDP2's CPUOffloadPolicy splits host from device "
+            "memory, and the dry run's mesh is the CPU (FSDP2 on a fake CUDA device needs "
+            "CUDA streams): the shards, their copies to the device and the step would share "
+            "one memory; estimate offload with `introspect profile`"
+        )
     if setup.finetune == "qlora":
         raise IntrospectError(
             "--finetune qlora: a sharded dry run adapts an FP32 base (--finetune lora): "
@@ -213,6 +221,7 @@ def _one_rank(
                     raw_config,
                     wrap_kwargs=kwargs,
                     wrapped=None if fsdp else _decline_rebuild,
+                    warmups=1,  # the second is for DDP's bucket rebuild, declined here
                 )
     except IntrospectError:
         raise

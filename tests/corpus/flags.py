@@ -331,6 +331,12 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ),
     ("fake-ddp-bf16", (*BASE["measure"], "--ddp", "--devices", "2", "--precision", "bf16"))
     + ("refused", ("--precision",)),
+    (
+        "fake-fsdp-offload",
+        (*BASE["measure"], "--fsdp", "--devices", "2", "--offload", "parameters"),
+        "refused",
+        ("--offload",),
+    ),
     ("freeze-tower-text-model", (*BASE["measure"], "--freeze-tower"), "refused")
     + (("--freeze-tower",),),
     ("no-double-quant-without-qlora", (*BASE["measure"], "--no-double-quant"), "refused")
