@@ -35,6 +35,8 @@ SETUPS = {
     "zero1 lora": TrainingSetup(
         **HF, devices=2, sharding="zero", zero_stage=1, finetune="lora", lora_rank=8
     ),
+    "fsdp qlora": TrainingSetup(**HF, devices=2, sharding="fsdp", finetune="qlora", lora_rank=8),
+    "ddp qlora": TrainingSetup(**HF, devices=2, sharding="ddp", finetune="qlora", lora_rank=8),
 }
 #: Set apart: its real peak falls inside gloo's reduce-scatter (see below).
 MIXED = TrainingSetup(**HF, devices=2, sharding="fsdp", precision="mixed")
@@ -149,8 +151,10 @@ def test_fsdp_at_eight_ranks_holds_the_padded_eighth_of_every_parameter():
 def test_a_setup_torch_does_not_shard_is_one_line():
     from introspect.measure.fake_sharded import dry_run
 
-    qlora = TrainingSetup(**HF, devices=2, sharding="fsdp", finetune="qlora", lora_rank=8)
-    with pytest.raises(IntrospectError, match="--finetune qlora"):
+    qlora = TrainingSetup(
+        **HF, devices=2, sharding="zero", zero_stage=1, finetune="qlora", lora_rank=8
+    )
+    with pytest.raises(IntrospectError, match="ZeroRedundancyOptimizer"):
         dry_run(CONFIG, "t", _spec(), qlora)
 
     with pytest.raises(IntrospectError, match="--zero 2"):

@@ -24,6 +24,7 @@ KINDS = {
     "temporary": "Temp",
     "comm": "All Gather, Reduce Scatter",
     "optimizer_state": "OptState",
+    "other": "NF4 quant state (no tracker sees it)",
 }
 #: The same for DDP and ZeRO-1 (MemTracker's kinds; the buckets from the comm hook).
 DDP_KINDS = {
@@ -33,6 +34,7 @@ DDP_KINDS = {
     "temporary": "Temp",
     "comm": "DDP gradient buckets",
     "optimizer_state": "Optstate",
+    "other": "NF4 quant state (no tracker sees it)",
 }
 
 
@@ -105,7 +107,9 @@ def label(setup: TrainingSetup) -> str:
     from introspect.commands._sharded import label as sharded_label
 
     how = sharded_label(setup)
-    return how if setup.finetune == "full" else f"{how} LoRA r={setup.lora_rank}"
+    if setup.finetune == "full":
+        return how
+    return f"{how} {'QLoRA' if setup.finetune == 'qlora' else 'LoRA'} r={setup.lora_rank}"
 
 
 def render(spec: ModelSpec, rows: list[dict]) -> str:

@@ -81,10 +81,14 @@ def _one_job(
         model = hf_models.build(
             config, "sharded job", attention=setup.attention, dtype=torch.float32
         )
+    quant_state = 0
     if setup.finetune != "full":
         from introspect.measure import peft_step
 
         model = peft_step.wrap(model, spec, setup, torch.float32)
+        # QLoRA's NF4 quant state: plain tensors on each Linear4bit, neither parameters
+        # nor buffers, so no tracker sees them and fully_shard leaves them whole.
+        quant_state = peft_step.quant_state_bytes(model)
     buckets: dict[int, Any] = {}
     if setup.resolved_sharding == "fsdp":
         model = _fully_shard(model, setup, **(wrap_kwargs or {}))
@@ -119,6 +123,10 @@ def _one_job(
         step()
     dist.barrier()
     result = _measured_step(model, optimizer, step, setup, list(buckets.values()))
+    if quant_state:  # alive at every moment of the step
+        result["peak_bytes"] += quant_state
+        result["categories"]["other"] = result["categories"].get("other", 0) + quant_state
+        result["phase_peaks"] = {k: v + quant_state for k, v in result["phase_peaks"].items()}
     if setup.resolved_sharding == "zero":
         result["partition"] = [
             sum(p.numel() for group in groups for p in group["params"])

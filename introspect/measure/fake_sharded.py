@@ -40,6 +40,21 @@ on and off). One difference is the backend's: gloo's CPU reduce-scatter
 peak falls inside a reduce-scatter (FSDP2 under MixedPrecisionPolicy: the root's, at the
 end of backward) the dry run's peak is lower by at most that input.
 
+LoRA and QLoRA: peft's ``get_peft_model`` (and, for QLoRA, bitsandbytes' NF4
+``Linear4bit``: :func:`introspect.measure.peft_step.wrap`) before DDP or ``fully_shard``,
+in the worker, so the real step runs it too. For QLoRA under FSDP2 this follows
+bitsandbytes' own FSDP support rather than transformers' ``bnb_4bit_quant_storage``
+(which gives FSDP1's flat parameters one float dtype): FSDP2 shards each uint8
+``Params4bit`` like any parameter (it all-gathers mixed dtypes, and its
+MixedPrecisionPolicy casts floating-point parameters only, ``FSDPParam.init_dtype_attrs``)
+and ``Linear4bit.forward`` puts the module's quant state back on the gathered weight
+(``bitsandbytes/nn/modules.py`` ``fix_4bit_weight_quant_state_from_module``: "the quant
+state got lost when the parameter got converted. This happens for example for fsdp"),
+re-making a ``Params4bit`` over it — inside the dry run through
+:func:`introspect.measure.fake.module_surgery`. The quant state (absmax, codes) stays whole
+on every rank, outside every tracker: the worker adds its bytes as ``other``. ZeRO-1 with
+QLoRA is refused: ZeroRedundancyOptimizer takes one dense type.
+
 Ranks: DDP's and FSDP2's ranks hold the same bytes (every rank a full replica, or FSDP2's
 dim-0 shards padded to one size, ``FSDPParam._init_sharded_param``), so rank 0 alone is
 run; ZeroRedundancyOptimizer's partition is greedy by size and differs per rank, so
@@ -112,12 +127,11 @@ def check(setup: TrainingSetup) -> None:
             "CUDA streams): the shards, their copies to the device and the step would share "
             "one memory; estimate offload with `introspect profile`"
         )
-    if setup.finetune == "qlora":
+    if setup.finetune == "qlora" and how == "zero":
         raise IntrospectError(
-            "--finetune qlora: a sharded dry run adapts an FP32 base (--finetune lora): "
-            "bitsandbytes' 4-bit Params4bit cannot wrap a fake tensor, and FSDP2 needs one "
-            "storage dtype per unit (bnb_4bit_quant_storage); estimate QLoRA with "
-            "`introspect profile`"
+            "--finetune qlora --zero 1: torch's ZeroRedundancyOptimizer takes parameters of "
+            "one dense type, and QLoRA's NF4 base is uint8 beside FP32 adapters; use --ddp "
+            "or --fsdp"
         )
     if setup.finetune == "lora" and setup.base_quant not in ("auto", "fp32"):
         raise IntrospectError(
@@ -174,13 +188,19 @@ def dry_run(
         )
     if setup.resolved_sharding in ("ddp", "zero"):
         notes.append("DDP's gradient buckets counted from its comm hook's bucket buffers")
-    if setup.finetune == "lora":
+    if setup.finetune != "full":
         from introspect.refined.lora import targets
 
+        base = (
+            "the frozen base NF4 (bitsandbytes Linear4bit, uint8 storage sharded as any "
+            "parameter; its quant state whole on every rank, added as other)"
+            if setup.finetune == "qlora"
+            else "the frozen base in FP32"
+            + (" (BF16 per unit under MixedPrecisionPolicy)" if setup.precision == "mixed" else "")
+        )
         notes.append(
             f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))} before "
-            "the sharding wrapper; the frozen base in FP32"
-            + (" (BF16 per unit under MixedPrecisionPolicy)" if setup.precision == "mixed" else "")
+            f"the sharding wrapper; {base}"
         )
     return DryRunSharded(
         peaks,
@@ -203,7 +223,7 @@ def _one_rank(
     import logging
 
     from introspect.measure.distributed_worker import _one_job
-    from introspect.measure.fake import fake_mode
+    from introspect.measure.fake import fake_mode, module_surgery
     from introspect.measure.hf_models import unpacked_rows
 
     log = logging.getLogger("torch._subclasses.fake_tensor")
@@ -213,7 +233,9 @@ def _one_rank(
     try:
         with fake_group(rank, setup.devices) as mesh:
             kwargs = {"mesh": mesh} if fsdp else {"init_sync": False}
-            with fake_mode(), unpacked_rows("fake"):
+            # module_surgery: bitsandbytes re-makes a 4-bit Params4bit over the gathered
+            # weight in every forward (Linear4bit: fix_4bit_weight_quant_state_from_module).
+            with fake_mode(), unpacked_rows("fake"), module_surgery():
                 result = _one_job(
                     spec,
                     setup,
