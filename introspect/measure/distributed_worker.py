@@ -278,7 +278,9 @@ class _PhaseWatch:
                 now = "backward"
             else:
                 now = "forward"
-            total = sum(s.get("Total", 0) for s in tracker.get_tracker_snapshot().values())
+            # The tracker's own current snapshot, read in place: get_tracker_snapshot()
+            # deep-copies it, on every operation.
+            total = sum(s.get("Total", 0) for s in tracker._curr_mem_snap.values())
             self.phase_peaks[now] = max(self.phase_peaks.get(now, 0), total)
             if tracker._peak_mem != before:
                 self.phase = now
