@@ -470,6 +470,14 @@ MEASURE_RULES = (
         "(--timeout bounds reading the model)",
     ),
     (
+        lambda a: f"--step-timeout {a.step_timeout} and --device fake",
+        lambda a: a.step_timeout is not None,
+        lambda a: a.device != "fake",
+        "contradict: --step-timeout ends the processes of a real sharded step, and the "
+        "sharded dry run (--device fake) runs every rank in this one process; drop "
+        "--step-timeout or --device fake",
+    ),
+    (
         lambda a: f"--llama and --norm {a.norm}",
         lambda a: a.llama and a.norm not in (None, "rmsnorm"),
         lambda a: False,

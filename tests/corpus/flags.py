@@ -326,11 +326,26 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "refused")
     + (("--optimizer-in-backward",),),
     ("fake-debug", (*BASE["measure"], "--debug"), "ok", ()),
-    ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "refused", ("--device", "--ddp")),
+    # The sharded step as a dry run in one process (introspect.measure.fake_sharded).
+    ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "ok", ()),
     ("fake-fsdp-no-reshard", (*BASE["measure"], "--fsdp", "--devices", "2", "--no-reshard"))
-    + ("refused", ("--device", "--fsdp")),
+    + ("ok", ()),
     ("fake-ddp-bucket-view", (*BASE["measure"], "--ddp", "--devices", "2", "--bucket-view"))
-    + ("refused", ("--device", "--ddp")),
+    + ("ok", ()),
+    (
+        "fake-fsdp-step-timeout",
+        (*BASE["measure"], "--fsdp", "--devices", "2", "--step-timeout", "30"),
+        "refused",
+        ("--step-timeout", "--device"),
+    ),
+    ("fake-ddp-bf16", (*BASE["measure"], "--ddp", "--devices", "2", "--precision", "bf16"))
+    + ("refused", ("--precision",)),
+    (
+        "fake-fsdp-offload",
+        (*BASE["measure"], "--fsdp", "--devices", "2", "--offload", "parameters"),
+        "refused",
+        ("--offload",),
+    ),
     ("freeze-tower-text-model", (*BASE["measure"], "--freeze-tower"), "refused")
     + (("--freeze-tower",),),
     ("no-double-quant-without-qlora", (*BASE["measure"], "--no-double-quant"), "refused")
