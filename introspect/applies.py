@@ -140,6 +140,14 @@ RULES = (
         "with MLX: the MLX estimate is one Mac's step (MLX's distributed data parallel is "
         "not modelled); drop --devices or use --framework torch",
     ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum}",
+        lambda s: s.grad_accum > 1,
+        lambda s: not _mlx(s),
+        "on MLX is not modelled: the MLX estimate is one step of mlx-lm's trainer without "
+        "its grad_accumulation_steps (mlx_lm/tuner/trainer.py sums the gradient trees "
+        "itself); drop --grad-accum or use --framework torch",
+    ),
     # ---- who runs the step -------------------------------------------------------------
     (
         lambda s: "--loop labels",
@@ -182,6 +190,44 @@ RULES = (
         lambda s: s.optimizer != "none",
         "moves the optimizer state to the host, and --optimizer none has none; drop one of "
         "them (--offload parameters moves the weights)",
+    ),
+    # ---- gradient accumulation (introspect.refined.accumulation) ---------------------------
+    (
+        lambda s: f"--grad-accum {s.grad_accum}",
+        lambda s: s.grad_accum > 1,
+        lambda s: s.optimizer != "none",
+        "accumulates gradients between optimizer steps, and --optimizer none makes none; "
+        "drop one of them",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum} and --optimizer-in-backward",
+        lambda s: s.grad_accum > 1 and s.optimizer_in_backward,
+        lambda s: False,
+        "contradict: the optimizer in backward steps each parameter as its gradient is made, "
+        "so no gradient is left to accumulate (torchtune refuses the pair too); drop one",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum}",
+        lambda s: s.grad_accum > 1,
+        lambda s: s.resolved_sharding == "none" and s.tensor_parallel == s.pipeline_parallel == 1,
+        "is modelled on one unsharded device only: DDP's no_sync, ZeRO's and FSDP2's "
+        "accumulation buffers and a pipeline's micro-batches are not; drop --grad-accum, or "
+        "the sharding (--ddp, --zero, --fsdp, --tp, --pp)",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum} and --offload {s.offload}",
+        lambda s: s.grad_accum > 1 and s.offload != "none",
+        lambda s: False,
+        "is not modelled: the offloaded gradients' host buffers between micro-batches "
+        "(DeepSpeed's) are not; drop one of them",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum} and --precision mixed",
+        lambda s: s.grad_accum > 1 and s.precision == "mixed",
+        lambda s: False,
+        "is not modelled: mixed precision accumulates into the FP32 master's gradients "
+        "after each micro-batch (DeepSpeed's BF16_Optimizer), which the estimate does not "
+        "price; use --precision bf16 or amp, or drop --grad-accum",
     ),
     # ---- sharding and model parallelism --------------------------------------------------
     (

@@ -1431,11 +1431,36 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="grads/embedding_sum",
             category="grads",
-            equation="tied: 2·V·d at the gradients' dtype beyond the N gradients — lm_head's and the embedding's V·d gradients and their out-of-place sum alive at once",
-            source="torch/csrc/autograd/input_buffer.cpp: the AccumulateGrad input buffer sums a weight's two gradients out of place (introspect/refined/execution.py: backward_end)",
-            computed_by=("introspect/refined/execution.py: backward_end",),
+            equation="tied: 2·V·d at the gradients' dtype beyond the N gradients — lm_head's and the embedding's V·d gradients and their out-of-place sum alive at once; from the second micro-batch of --grad-accum, 3·V·d (the sum is added into the existing .grad, not stolen)",
+            source="torch/csrc/autograd/input_buffer.cpp: the AccumulateGrad input buffer sums a weight's two gradients out of place; torch/csrc/autograd/functions/accumulate_grad.h: accumulateGrad adds into a defined .grad in place (introspect/refined/execution.py: backward_end; introspect/refined/accumulation.py)",
+            computed_by=(
+                "introspect/refined/execution.py: backward_end",
+                "introspect/refined/accumulation.py: later_micro_batch",
+            ),
             tests=(
                 "tests/test_refined_transformers.py::test_optimizer_step_and_tied_embedding_sum",
+                "tests/test_accumulation.py::test_grad_accum_real_step_equals_dry_run_and_closed_form",
+            ),
+        ),
+        Term(
+            name="grads/accumulating",
+            category="grads",
+            equation="(V·d + V if lm_head has a bias)·wb at lm_head's backward (tied: through every layer's backward, waiting in the input buffer); untied: V·d·wb at the embedding's backward; only from the second micro-batch of --grad-accum, with a trained head",
+            source="torch/csrc/autograd/functions/accumulate_grad.h: accumulateGrad (variable_grad += new_grad once .grad is defined); torch/csrc/autograd/input_buffer.cpp; transformers/trainer.py: training_step (introspect/refined/accumulation.py)",
+            computed_by=("introspect/refined/accumulation.py: later_micro_batch",),
+            tests=(
+                "tests/test_accumulation.py::test_grad_accum_real_step_equals_dry_run_and_closed_form",
+                "tests/test_accumulation.py::test_lora_accumulates_the_adapters_gradients",
+            ),
+        ),
+        Term(
+            name="activations/logits/previous_micro_batch",
+            category="activations",
+            equation="B·T·V·s in the logits loop's loss forward (transformers' classes), from the second micro-batch of --grad-accum",
+            source="a plain Python loop: `loss, logits = ...` rebinds the previous micro-batch's logits only when the new loss returns (introspect/measure/torch_step.py: TorchStep; introspect/refined/accumulation.py)",
+            computed_by=("introspect/refined/accumulation.py: later_micro_batch",),
+            tests=(
+                "tests/test_accumulation.py::test_grad_accum_real_step_equals_dry_run_and_closed_form",
             ),
         ),
         Term(

@@ -330,6 +330,15 @@ def _add_setup_flags(
         help="dtype of the working weights and their gradients (default fp32); a 16-bit "
         "dtype adds the FP32 master copy of mixed precision",
     )
+    g.add_argument(
+        "--grad-accum",
+        type=bounded_int(bounds.MAX_GRAD_ACCUM, "micro-batches"),
+        default=1,
+        metavar="M",
+        help="gradient accumulation: M micro-batches of B per optimizer step (default 1; the "
+        "HF Trainer's and torchtune's gradient_accumulation_steps); from the second on, "
+        "every gradient is alive through forward and backward",
+    )
     if not execution:
         return
     e = parser.add_argument_group("execution (refined estimate)")
@@ -476,6 +485,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
         activation_dtype=activation_dtype_for(args),
         activation_bytes_override=args.act_bytes,
         weights_dtype=args.weights_dtype or "fp32",
+        grad_accum=getattr(args, "grad_accum", 1),
     )
     if hasattr(args, "precision"):
         applies.contradictions(

@@ -175,6 +175,10 @@ class TorchStep:
       (DeepSpeed's ``BF16_Optimizer``: ``update_hp_grads`` then ``clear_lp_grads``; FSDP2's
       ``MixedPrecisionPolicy(param_dtype=bfloat16)`` keeps the FP32 sharded parameters as
       the master, with FP32 gradients for the update).
+
+    With ``grad_accum`` M > 1 the step runs M forward/backward passes of the micro-batch,
+    each loss divided by M, before the update (the HF Trainer's ``training_step``);
+    the gradients of the first stay alive and the later add into them.
     """
 
     def __init__(
@@ -182,6 +186,7 @@ class TorchStep:
     ) -> None:
         self.model, self.loss, self.device_type = model, loss, device_type
         self.precision = setup.precision
+        self.grad_accum = setup.grad_accum
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.master: list[torch.Tensor] = []
         if setup.precision == "mixed":
@@ -192,12 +197,18 @@ class TorchStep:
         self.optimizer.zero_grad(set_to_none=True)
         if self.master:
             self.model.zero_grad(set_to_none=True)
-        if self.precision == "amp":
-            with torch.autocast(self.device_type, dtype=torch.bfloat16):
+        held = None
+        for _ in range(self.grad_accum):
+            # A plain loop: ``held`` binds the previous micro-batch's until the new loss
+            # returns (introspect.refined.accumulation's previous logits).
+            if self.precision == "amp":
+                with torch.autocast(self.device_type, dtype=torch.bfloat16):
+                    loss, held = self.loss(self.model, input_ids, targets)
+            else:
                 loss, held = self.loss(self.model, input_ids, targets)
-        else:
-            loss, held = self.loss(self.model, input_ids, targets)
-        loss.backward()
+            if self.grad_accum > 1:  # the HF Trainer's training_step: loss / M
+                loss = loss / self.grad_accum
+            loss.backward()  # later micro-batches add into the .grad the earlier made
         if self.master:
             for work, master in zip(self.params, self.master, strict=True):
                 if work.grad is not None:
@@ -329,7 +340,7 @@ def measure_step(
         active_bytes=active,
         cache_bytes=cache,
         step_seconds=None if device == "fake" else seconds,
-        tokens_per_second=None if device == "fake" else setup.tokens / seconds,
+        tokens_per_second=None if device == "fake" else setup.tokens * setup.grad_accum / seconds,
         peak_phase=tracker.peak_phase,
         backend="torch",
         device=device,

@@ -54,6 +54,7 @@ from collections.abc import Iterable
 
 from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import (
+    accumulation,
     hf_saved,
     lora,
     lora_moe,
@@ -446,7 +447,9 @@ def moments(
     if forward is not None:
         out.append(("forward", forward))
     out.append(("forward_end", forward_end(spec, setup)))
+    layers = candidate_layers(spec, setup) if layers is None else list(layers)
     out += [("backward", m) for m in backward_moments(spec, setup, layers)]
+    out += accumulation.later_micro_batch(spec, setup, layers)  # --grad-accum M > 1
     master = master_gradients(spec, setup)
     if master is not None:
         out.append(("master_grads", master))

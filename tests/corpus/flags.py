@@ -73,15 +73,16 @@ BAD_BUDGETS = {
 #: (a bound, the model's heads or layers, a rank over d) except where listed in OK_1E9.
 COUNTS = {
     "estimate": ("--layers", "--d-emb", "--heads", "--vocab", "--params", "--batch", "--seq")
-    + ("--act-bytes",),
+    + ("--act-bytes", "--grad-accum"),
     "sizes": ("--seq", "--batch"),
     "profile": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp")
-    + ("--micro-batches", "--lora-rank"),
+    + ("--micro-batches", "--lora-rank", "--grad-accum"),
     "fit": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp", "--micro-batches")
-    + ("--lora-rank", "--max-devices"),
+    + ("--lora-rank", "--max-devices", "--grad-accum"),
     "measure": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp")
     + ("--micro-batches", "--lora-rank", "--repeats", "--layers", "--d-emb", "--heads")
-    + ("--vocab", "--kv-heads", "--head-dim", "--intermediate", "--step-timeout"),
+    + ("--vocab", "--kv-heads", "--head-dim", "--intermediate", "--step-timeout")
+    + ("--grad-accum",),
 }
 COUNTS["table"] = COUNTS["profile"]
 #: (command, flag) where 10^9 is a plausible value: a 10^9 vocabulary or parameter count.
@@ -182,6 +183,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("offload-optimizer", ("--offload", "optimizer")),
     ("offload-parameters", ("--offload", "parameters")),
     ("optimizer-in-backward", ("--optimizer-in-backward",)),
+    ("grad-accum-4", ("--grad-accum", "4")),
     ("json", ("--json",)),
     ("units-gib", ("--units", "gib")),
     ("force", ("--force",)),
@@ -212,6 +214,7 @@ MEASURE_OK = (
     "attention-memory-efficient",
     "impl-reference",
     "loop-logits",
+    "grad-accum-4",
     "json",
     "units-gib",
 )
@@ -265,6 +268,16 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("act-bytes-and-act-dtype", ("--act-bytes", "2", "--act-dtype", "bf16"))
     + (("--act-bytes", "--act-dtype"),),
     ("zero-on-one-device", ("--zero", "1"), ("--zero",)),
+    ("grad-accum-ddp", ("--grad-accum", "2", "--ddp", "--devices", "2"), ("--grad-accum",)),
+    ("grad-accum-fsdp", ("--grad-accum", "2", "--fsdp", "--devices", "2"), ("--grad-accum",)),
+    ("grad-accum-pp", ("--grad-accum", "2", "--pp", "2"), ("--grad-accum",)),
+    ("grad-accum-in-backward", ("--grad-accum", "2", "--optimizer-in-backward"))
+    + (("--grad-accum", "--optimizer-in-backward"),),
+    ("grad-accum-optimizer-none", ("--grad-accum", "2", "--optimizer", "none"))
+    + (("--grad-accum", "--optimizer"),),
+    ("grad-accum-mixed", ("--grad-accum", "2", "--precision", "mixed"), ("--grad-accum",)),
+    ("grad-accum-offload", ("--grad-accum", "2", "--offload", "optimizer"), ("--grad-accum",)),
+    ("mlx-grad-accum", ("--framework", "mlx", "--grad-accum", "2"), ("--grad-accum",)),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
