@@ -432,7 +432,6 @@ UNMEASURED: tuple[tuple[Callable[[Any], bool], Callable[[Any], str]], ...] = (
     (lambda s: s.tensor_parallel > 1, lambda s: f"--tp {s.tensor_parallel}"),
     (lambda s: s.pipeline_parallel > 1, lambda s: f"--pp {s.pipeline_parallel}"),
     (lambda s: s.offload != "none", lambda s: f"--offload {s.offload}"),
-    (lambda s: s.optimizer_in_backward, lambda s: "--optimizer-in-backward"),
     (lambda s: s.freeze_tower, lambda s: "--freeze-tower"),
 )
 

@@ -1561,12 +1561,16 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="optimizer/temporaries",
             category="optimizer",
-            equation="optimizer_temporaries(spec, setup, local)  (optimizer_step)",
-            source="torch/optim/adam.py: single-tensor, foreach and fused update temporaries (introspect/refined/execution.py: optimizer_temporaries)",
-            computed_by=("introspect/refined/execution.py: optimizer_step",),
+            equation="optimizer_temporaries(spec, setup, local)  (optimizer_step); with the optimizer in backward, one tensor's own step: 2·n (single-tensor Adam) or n (foreach) at the state's dtype, for lm_head's and the embedding's V·d  (in_backward_step_temporaries)",
+            source="torch/optim/adam.py: single-tensor, foreach and fused update temporaries (introspect/refined/execution.py: optimizer_temporaries; introspect/refined/offload.py: in_backward_step_temporaries)",
+            computed_by=(
+                "introspect/refined/execution.py: optimizer_step",
+                "introspect/refined/execution.py: _in_backward_steps",
+            ),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_optimizer_state.py::test_measure_step_peak_matches_the_warm_up_form",
+                "tests/test_accumulation.py::test_optimizer_in_backward_real_equals_dry_run_and_closed_form",
             ),
         ),
         Term(

@@ -141,3 +141,99 @@ def test_unmodelled_pairs_are_refused(fields, flag):
     with pytest.raises(applies.NotApplicable, match="--grad-accum 2") as err:
         TrainingSetup(grad_accum=2, **fields)
     assert flag in str(err.value) and "\n" not in str(err.value)
+
+
+# ---- the optimizer in backward -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(seq_len=4),  # the head's and the embedding's own updates hold the peak
+        dict(seq_len=4, precision="amp"),
+        dict(seq_len=4, optimizer_impl="foreach"),
+        dict(seq_len=4, precision="bf16", loop="logits"),
+        dict(seq_len=64),  # the end of forward holds it
+    ],
+    ids=["T4", "T4-amp", "T4-foreach", "T4-bf16-logits", "T64"],
+)
+def test_optimizer_in_backward_real_equals_dry_run_and_closed_form(tied, fields):
+    """``--optimizer-in-backward`` on transformers' Qwen2: one optimizer per parameter in
+    its post-accumulate-grad hook (``introspect/measure/in_backward.py``). Real CPU step
+    == dry run to the byte; the closed form within 1%; no gradient is left at the peak
+    beyond the one tensor being stepped; and at T=4, where the update dominates, the peak
+    is below the same step's with the optimizer after backward."""
+    raw = dict(QWEN2, tie_word_embeddings=tied)
+    fields = dict(fields)
+    seq = fields.pop("seq_len")
+    spec = spec_from_config(raw, source="qwen2-small")
+    s = TrainingSetup(
+        batch_size=2, seq_len=seq, implementation="transformers", device="cpu",
+        optimizer_in_backward=True, **fields,
+    )  # fmt: skip
+    real, fake = (
+        hf_models.measure(raw, "qwen2-small", spec, s, device=d, census=False)[0]
+        for d in ("cpu", "fake")
+    )
+    assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
+    assert execution_estimate(spec, s).total == pytest.approx(real.peak_bytes, rel=0.01)
+    V, d = spec.vocab_size, spec.hidden_size
+    assert real.categories["gradients"] <= V * d * 4
+    if seq == 4:
+        plain = s.replace(optimizer_in_backward=False)
+        after = hf_models.measure(raw, "qwen2-small", spec, plain, device="fake", census=False)
+        assert real.peak_bytes < after[0].peak_bytes
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd_momentum"])
+def test_optimizer_in_backward_updates_as_the_step_after_backward(optimizer):
+    """The hooks run the update: from the same weights, one step with the optimizer in
+    backward leaves the weights one ordinary step leaves, and the same optimizer state."""
+    from introspect.measure import torch_step
+
+    spec = VARIANTS["rmsnorm-gqa-gated"]
+    after = {}
+    for in_backward in (False, True):
+        s = TrainingSetup(
+            seq_len=16, implementation="reference", device="cpu", optimizer=optimizer,
+            optimizer_in_backward=in_backward,
+        )  # fmt: skip
+        model = torch_step.build_reference(spec, s, "cpu")
+        step = torch_step.make_step(model, s, device="cpu")
+        x, y = torch_step.batch(spec.vocab_size, s, "cpu")
+        step(x, y)
+        step(x, y)
+        assert all(p.grad is None for p in model.parameters()) == in_backward
+        states = [step.optimizer.state[p] for p in model.parameters()]
+        after[in_backward] = ([p.detach().clone() for p in model.parameters()], states)
+    for a, b in zip(after[False][0], after[True][0], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(after[False][1], after[True][1], strict=True):
+        assert a.keys() == b.keys()
+
+
+@pytest.mark.parametrize("name", ["standard", "rmsnorm-gqa-gated"])
+def test_reference_model_with_the_optimizer_in_backward(name):
+    """Our reference model (untied or tied head, logits loop) with the optimizer in
+    backward at T=4: real == dry run, the closed form within 1%."""
+    spec = VARIANTS[name]
+    s = TrainingSetup(
+        batch_size=2, seq_len=4, implementation="reference", device="cpu",
+        optimizer_in_backward=True,
+    )  # fmt: skip
+    real, fake = measure_reference(spec, s, "cpu"), dry_run(spec, s)
+    assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
+    assert execution_estimate(spec, s).total == pytest.approx(real.peak_bytes, rel=0.01)
+
+
+def test_optimizer_in_backward_with_mixed_precision_is_one_line():
+    """The measured step does not write the master copy's update inside the hook."""
+    from introspect.errors import IntrospectError
+    from introspect.measure import torch_step
+
+    spec = VARIANTS["standard"]
+    s = TrainingSetup(seq_len=8, implementation="reference", precision="mixed",
+                      optimizer_in_backward=True, device="cpu")  # fmt: skip
+    with pytest.raises(IntrospectError, match="--optimizer-in-backward with --precision mixed"):
+        torch_step.measure_reference(spec, s, "cpu")

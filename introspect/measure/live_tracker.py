@@ -178,8 +178,11 @@ class LiveStorageTracker(TorchDispatchMode):
         for p in self.model.parameters():
             if p.requires_grad:
                 self._handles.append(p.register_hook(on_grad))
+                # An optimizer in backward may have stepped and freed the gradient.
                 self._handles.append(
-                    p.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad))
+                    p.register_post_accumulate_grad_hook(
+                        lambda p: None if p.grad is None else on_grad(p.grad)
+                    )
                 )
         if self.optimizer is not None:
 

@@ -109,6 +109,8 @@ def optimizer_impl_note(setup: TrainingSetup, device: str) -> str:
     if setup.optimizer == "adam8bit":
         return "optimizer: bitsandbytes Adam8bit (8-bit block-wise m and v)"
     impl = setup.optimizer_impl
+    if setup.optimizer_in_backward:
+        name = {k: f"{v} per parameter in its post-accumulate-grad hook" for k, v in name.items()}
     if impl == "auto":
         impl = "foreach" if device == "cuda" else "single_tensor"
         why = f" (torch's default for {'CUDA' if device == 'cuda' else 'CPU/fake'} tensors)"
@@ -191,7 +193,10 @@ class TorchStep:
         self.master: list[torch.Tensor] = []
         if setup.precision == "mixed":
             self.master = [p.detach().float().requires_grad_() for p in self.params]
-        self.optimizer = make_optimizer(model, setup, self.master or None)
+        if setup.optimizer_in_backward:
+            self.optimizer = _in_backward(model, setup, self.params)
+        else:
+            self.optimizer = make_optimizer(model, setup, self.master or None)
 
     def __call__(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
@@ -221,6 +226,20 @@ class TorchStep:
                     work.copy_(master)
         del held  # the training code's own references end with the step
         return loss.detach()
+
+
+def _in_backward(model: nn.Module, setup: TrainingSetup, params: list):
+    """``--optimizer-in-backward``: one optimizer per parameter, stepped by its
+    post-accumulate-grad hook (:mod:`introspect.measure.in_backward`)."""
+    from introspect.measure.in_backward import InBackward
+
+    if setup.precision == "mixed":
+        raise IntrospectError(
+            "--optimizer-in-backward with --precision mixed: the measured step hooks the "
+            "working BF16 weights, and the FP32 master's update in the hook is not written; "
+            "use --precision bf16 or amp, or `introspect profile` for the estimate alone"
+        )
+    return InBackward(params, lambda one: make_optimizer(model, setup, one))
 
 
 def make_step(

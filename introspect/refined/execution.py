@@ -577,11 +577,43 @@ def backward_moments(
         out.extend(layer(i))
     if not is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
         out.append(backward_end(spec, setup))
+    if setup.optimizer_in_backward:
+        _in_backward_steps(spec, setup, out, state, saved_all)
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
         loop_logits = {k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT}
         out.append(_add(_add(state, {EMBEDDING: 0} | loop_logits), end))
     return out
+
+
+def _in_backward_steps(
+    spec: ModelSpec, setup: TrainingSetup, out: list[dict[str, int]], state, saved_all
+) -> None:
+    """The optimizer in backward: the head's and the embedding's own updates, inside
+    backward (:func:`offload.in_backward_step_temporaries`). Untied, lm_head's weight is
+    stepped once its AccumulateGrad has run, after lm_head's backward node released what
+    it held (the logits' gradient, autocast's BF16 copy of the weight): every saved
+    activation, the gradient flowing into the final norm, lm_head's gradient and the
+    step's temporaries (measured within 0.01%, ``tests/test_accumulation.py``). The
+    embedding (tied: the summed weight) is stepped last: its V·d gradient and
+    temporaries, the loop's logits. A block's own tensors are stepped inside its
+    backward; their temporaries (at most a few d·f) are not placed."""
+    if _lora(setup) and not setup.train_embeddings:
+        return
+    Vd = spec.vocab_size * spec.hidden_size
+    temporaries = offload.in_backward_step_temporaries(setup, Vd, state_value_bytes(setup))
+    if not temporaries:
+        return
+    if not spec.tie_word_embeddings:
+        head = {k: v for k, v in out[0].items() if k != "activations/logits/autocast_weight"}
+        head[LOGITS_GRAD] = setup.tokens * spec.hidden_size * setup.activation_bytes
+        head[OPTIMIZER_TEMPORARIES] = temporaries
+        out.insert(1, head)
+    step = dict(state)
+    step.update({k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT})
+    step[GRADS] = Vd * working_weight_bytes(setup)
+    step[OPTIMIZER_TEMPORARIES] = temporaries
+    out.append(step)
 
 
 def _after_down_projection(

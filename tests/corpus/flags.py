@@ -215,6 +215,7 @@ MEASURE_OK = (
     "impl-reference",
     "loop-logits",
     "grad-accum-4",
+    "optimizer-in-backward",
     "json",
     "units-gib",
 )
@@ -327,8 +328,13 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ("shape-without-vocab", ("measure", *SHAPE[:6], "--seq", "8", "--device", "fake"))
     + ("refused", ("--vocab",)),
     ("nominal-unknown", ("measure", "12M", "--device", "fake"), "refused", ("12M",)),
-    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "refused")
-    + (("--optimizer-in-backward",),),
+    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "ok", ()),
+    (
+        "fake-optimizer-in-backward-mixed",
+        (*BASE["measure"], "--optimizer-in-backward", "--precision", "mixed"),
+        "refused",
+        ("--optimizer-in-backward",),
+    ),
     ("fake-debug", (*BASE["measure"], "--debug"), "ok", ()),
     ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "refused", ("--device", "--ddp")),
     ("fake-fsdp-no-reshard", (*BASE["measure"], "--fsdp", "--devices", "2", "--no-reshard"))
