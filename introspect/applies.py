@@ -89,6 +89,13 @@ RULES = (
         "returns every gradient before the update runs; drop it or use --framework torch",
     ),
     (
+        lambda s: "--offload-activations",
+        lambda s: s.offload_activations,
+        lambda s: not _mlx(s),
+        f"is torch's save_on_cpu (saved tensors to host memory): {_UNIFIED}, so there is "
+        "no separate host memory to move them to; drop it or use --framework torch",
+    ),
+    (
         lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
         lambda s: s.optimizer_impl != "auto",
         lambda s: not _mlx(s),
@@ -358,6 +365,14 @@ def notes(setup: Any) -> list[str]:
     """Lines a command prints once under its output where a flag's meaning changed
     (CHANGELOG.md says the same)."""
     out = []
+    if setup.offload_activations:
+        out.append(
+            "--offload-activations is torch's save_on_cpu(pin_memory=True): every saved "
+            "tensor on the host; the closed form is approximate (within ±17% of measured "
+            "steps, introspect/refined/activation_offload.py); torchtune's "
+            "OffloadActivations keeps tensors under 1 KiB, parameters and the output "
+            "head's saved tensors on the device, which it does not model"
+        )
     if setup.resolved_sharding == "zero" and setup.zero_stage == 3:
         out.append(
             "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "

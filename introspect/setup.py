@@ -99,6 +99,7 @@ FLAGS = {
     "base_quant": "--base-quant",
     "offload": "--offload",
     "grad_accum": "--grad-accum",
+    "offload_activations": "--offload-activations",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -202,6 +203,10 @@ class TrainingSetup:
     #: ``gradient_accumulation_steps``): from the second on, every gradient exists
     #: during forward and backward.
     grad_accum: int = 1
+    #: Every saved activation goes to host memory as autograd saves it and comes back
+    #: when its backward node runs (torch's ``save_on_cpu(pin_memory=True)``):
+    #: :mod:`introspect.refined.activation_offload`.
+    offload_activations: bool = False
 
     def __post_init__(self) -> None:
         for name in (

@@ -1454,6 +1454,22 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/offload/unpacked_weight",
+            category="activations",
+            equation="V·d·wb (under autocast lm_head's saved BF16 copy, V·d·2) at lm_head's backward with --offload-activations",
+            source="torch/autograd/graph.py: save_on_cpu packs every saved tensor, a matmul's t() view of its weight too, and unpacks a device copy when the node runs (introspect/refined/activation_offload.py: at_head)",
+            computed_by=("introspect/refined/activation_offload.py: at_head",),
+            tests=("tests/test_accumulation.py::test_offloaded_activations_real_equals_dry_run",),
+        ),
+        Term(
+            name="activations/layer/attention/forward",
+            category="activations",
+            equation="attention_transient(spec, setup) beside one layer's saved set, with --offload-activations (layer_forward): an approximation of the forward's working set",
+            source="torch/autograd/graph.py: save_on_cpu (the saved set leaves the device as it is saved; a layer's forward working set stays) (introspect/refined/activation_offload.py: layer_forward)",
+            computed_by=("introspect/refined/activation_offload.py: layer_forward",),
+            tests=("tests/test_accumulation.py::test_offloaded_activations_real_equals_dry_run",),
+        ),
+        Term(
             name="activations/logits/previous_micro_batch",
             category="activations",
             equation="B·T·V·s in the logits loop's loss forward (transformers' classes), from the second micro-batch of --grad-accum",

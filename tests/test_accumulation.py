@@ -32,9 +32,8 @@ QWEN2 = dict(BASE, model_type="qwen2", intermediate_size=128, num_key_value_head
 
 def hf_step(raw: dict, device: str, **fields):
     spec = spec_from_config(raw, source="qwen2-small")
-    s = TrainingSetup(
-        batch_size=2, seq_len=64, implementation="transformers", device="cpu", **fields
-    )
+    fields = {"seq_len": 64, **fields}
+    s = TrainingSetup(batch_size=2, implementation="transformers", device="cpu", **fields)
     return spec, s, hf_models.measure(raw, "qwen2-small", spec, s, device=device, census=False)[0]
 
 
@@ -237,3 +236,46 @@ def test_optimizer_in_backward_with_mixed_precision_is_one_line():
                       optimizer_in_backward=True, device="cpu")  # fmt: skip
     with pytest.raises(IntrospectError, match="--optimizer-in-backward with --precision mixed"):
         torch_step.measure_reference(spec, s, "cpu")
+
+
+# ---- activation offload ------------------------------------------------------------------
+
+
+def _saved_bytes(raw: dict, s: TrainingSetup) -> int:
+    """Bytes of every tensor autograd saves in one forward and loss of the model, each
+    save counted (what save_on_cpu packs), by hooks of this test's own."""
+    from introspect.measure import torch_step
+
+    model = hf_models.build(raw, "qwen2-small", attention="eager", dtype=torch.float32)
+    x, y = torch_step.batch(raw["vocab_size"], s, "cpu")
+    total = []
+
+    def pack(t):
+        total.append(t.numel() * t.element_size())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        torch_step.labels_loss(model, x, y)[0].backward()
+    return sum(total)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+@pytest.mark.parametrize("seq_len", [64, 256])
+def test_offloaded_activations_real_equals_dry_run(tied, seq_len):
+    """``--offload-activations`` (torch's save_on_cpu(pin_memory=True)): the real CPU
+    step and its dry run to the byte, device and host; the host holds every saved tensor
+    (each save a copy, counted by hooks of this test's own); the device peak is below the
+    same step's without offload; the closed form is approximate (its docstring gives the
+    measured band) and must stay within it."""
+    raw = dict(QWEN2, tie_word_embeddings=tied)
+    spec, s, real = hf_step(raw, "cpu", seq_len=seq_len, offload_activations=True)
+    _, _, fake = hf_step(raw, "fake", seq_len=seq_len, offload_activations=True)
+    assert (fake.peak_bytes, fake.categories, fake.host_peak_bytes) == (
+        real.peak_bytes,
+        real.categories,
+        real.host_peak_bytes,
+    )
+    assert real.host_peak_bytes == _saved_bytes(raw, s)
+    _, _, kept = hf_step(raw, "fake", seq_len=seq_len)
+    assert real.peak_bytes < kept.peak_bytes and kept.host_peak_bytes is None
+    assert execution_estimate(spec, s).total == pytest.approx(real.peak_bytes, rel=0.2)

@@ -100,6 +100,7 @@ SETUPS = {
     "frozen tower": dict(freeze_tower=True),
     "grad accum logits loop": dict(grad_accum=4, loop="logits"),
     "grad accum lora embeddings": dict(grad_accum=2, finetune="lora", train_embeddings=True),
+    "offload activations amp": dict(offload_activations=True, precision="amp"),
 }  # fmt: skip
 
 

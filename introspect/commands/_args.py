@@ -665,6 +665,12 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="step each parameter as its gradient is made (gradients never all exist)",
     )
+    g.add_argument(
+        "--offload-activations",
+        action="store_true",
+        help="saved activations to host memory as they are saved, back for their backward "
+        "(torch's save_on_cpu(pin_memory=True)); host bytes are reported apart",
+    )
 
 
 def finetune_fields(args: argparse.Namespace) -> dict:
@@ -689,6 +695,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         train_embeddings=args.train_embeddings,
         offload=args.offload,
         optimizer_in_backward=args.optimizer_in_backward,
+        offload_activations=args.offload_activations,
         freeze_tower=args.freeze_tower,
     )
 

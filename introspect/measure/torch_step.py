@@ -189,6 +189,9 @@ class TorchStep:
         self.model, self.loss, self.device_type = model, loss, device_type
         self.precision = setup.precision
         self.grad_accum = setup.grad_accum
+        self.offload_activations = setup.offload_activations
+        #: Told of each saved tensor packed to the host (the tracker's ``to_host``).
+        self.on_host: Callable[[torch.Tensor], None] | None = None
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.master: list[torch.Tensor] = []
         if setup.precision == "mixed":
@@ -206,11 +209,12 @@ class TorchStep:
         for _ in range(self.grad_accum):
             # A plain loop: ``held`` binds the previous micro-batch's until the new loss
             # returns (introspect.refined.accumulation's previous logits).
-            if self.precision == "amp":
-                with torch.autocast(self.device_type, dtype=torch.bfloat16):
+            with self._saved_tensors():
+                if self.precision == "amp":
+                    with torch.autocast(self.device_type, dtype=torch.bfloat16):
+                        loss, held = self.loss(self.model, input_ids, targets)
+                else:
                     loss, held = self.loss(self.model, input_ids, targets)
-            else:
-                loss, held = self.loss(self.model, input_ids, targets)
             if self.grad_accum > 1:  # the HF Trainer's training_step: loss / M
                 loss = loss / self.grad_accum
             loss.backward()  # later micro-batches add into the .grad the earlier made
@@ -226,6 +230,15 @@ class TorchStep:
                     work.copy_(master)
         del held  # the training code's own references end with the step
         return loss.detach()
+
+    def _saved_tensors(self):
+        """Where forward's saved tensors live: the device, or the host with
+        ``--offload-activations`` (:mod:`introspect.measure.activation_offload`)."""
+        if not self.offload_activations:
+            return contextlib.nullcontext()
+        from introspect.measure.activation_offload import save_on_host
+
+        return save_on_host(self.device_type, self.on_host)
 
 
 def _in_backward(model: nn.Module, setup: TrainingSetup, params: list):
@@ -322,9 +335,11 @@ def measure_step(
         torch.cuda.reset_peak_memory_stats()
     tracker = live_tracker.LiveStorageTracker(model, optimizer, external=step.master)
     outer = witness(model, optimizer, step.master) if witness else contextlib.nullcontext()
+    step.on_host = tracker.to_host
     start = time.perf_counter()
     with outer, tracker:
         step(input_ids, targets)
+    step.on_host = None
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -334,6 +349,12 @@ def measure_step(
     )
     peak = tracker.peak_bytes
     notes = [optimizer_impl_note(setup, device), *step_notes(setup, loop)]
+    if setup.offload_activations:
+        notes.append(
+            "activations offloaded (torch's save_on_cpu(pin_memory=True)): host memory "
+            f"{tracker.host_peak_bytes / 1e9:.3f} GB at most ({tracker.host_peak_bytes:,} "
+            "bytes of packed saved tensors), not in the device peak"
+        )
     active = cache = None
     if cuda:
         tracked = peak
@@ -370,6 +391,7 @@ def measure_step(
         | {"torch_threads": str(torch.get_num_threads())},
         setup=setup.to_dict(),
         notes=tuple(notes),
+        host_peak_bytes=tracker.host_peak_bytes if setup.offload_activations else None,
     )
 
 

@@ -108,6 +108,10 @@ CAUSES: dict[str, str] = {
     "earlier micro-batches made (lm_head's; tied, waiting for the embedding's)",
     "activations/logits/previous_micro_batch": "--grad-accum: the loop's variable still holds "
     "the previous micro-batch's logits until the new loss returns",
+    "activations/offload/unpacked_weight": "--offload-activations: lm_head's saved weight, "
+    "unpacked back from the host for its backward",
+    "activations/layer/attention/forward": "--offload-activations: the attention forward's "
+    "T×T tensors beside one layer's saved set, before they are packed to the host",
 }
 
 

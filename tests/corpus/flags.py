@@ -184,6 +184,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("offload-parameters", ("--offload", "parameters")),
     ("optimizer-in-backward", ("--optimizer-in-backward",)),
     ("grad-accum-4", ("--grad-accum", "4")),
+    ("offload-activations", ("--offload-activations",)),
     ("json", ("--json",)),
     ("units-gib", ("--units", "gib")),
     ("force", ("--force",)),
@@ -216,6 +217,7 @@ MEASURE_OK = (
     "loop-logits",
     "grad-accum-4",
     "optimizer-in-backward",
+    "offload-activations",
     "json",
     "units-gib",
 )
@@ -279,6 +281,8 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("grad-accum-mixed", ("--grad-accum", "2", "--precision", "mixed"), ("--grad-accum",)),
     ("grad-accum-offload", ("--grad-accum", "2", "--offload", "optimizer"), ("--grad-accum",)),
     ("mlx-grad-accum", ("--framework", "mlx", "--grad-accum", "2"), ("--grad-accum",)),
+    ("mlx-offload-activations", ("--framework", "mlx", "--offload-activations"))
+    + (("--offload-activations",),),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
