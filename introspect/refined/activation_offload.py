@@ -21,7 +21,8 @@ gradients made so far and the moment's transients as before, and of the saved se
 Host memory (not on the device, not in the peak) holds every saved tensor and every
 weight a matmul saved; ``measure`` reports it apart (``Measurement.host_peak_bytes``), the
 closed form does not price it. torchtune's ``OffloadActivations`` keeps small tensors,
-parameters and the output head's saved tensors on the device (:func:`introspect.applies.notes` says so).
+parameters and the output head's saved tensors on the device
+(:func:`introspect.applies.notes` says so).
 
 Approximate, not exact: against the measured step (real CPU == dry run to the byte),
 transformers' Qwen2 at width 64, T = 64 and 256, FP32/BF16/autocast, eager and SDPA,
