@@ -301,3 +301,19 @@ def test_lora_grad_accum_dry_run_is_the_real_step(fields):
     )
     assert (fake.peak_bytes, fake.categories) == (real.peak_bytes, real.categories)
     assert execution_estimate(spec, s).total == pytest.approx(real.peak_bytes, rel=0.01)
+
+
+def test_seed_estimate_is_the_later_micro_batch_and_says_so(capsys):
+    """The seed's sum already holds every gradient beside every activation (micro-batch
+    2..M's end of forward): ``estimate --grad-accum 4`` prints the same figures and one
+    note saying so."""
+    from introspect.cli import main
+
+    shape = ["estimate", "--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "100"]
+    shape += ["--seq", "8"]
+    outputs = []
+    for extra in ([], ["--grad-accum", "4"]):
+        assert main([*shape, *extra]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1].startswith(outputs[0].rstrip("\n"))
+    assert outputs[1].count("note: --grad-accum 4") == 1
