@@ -89,6 +89,13 @@ RULES = (
         "returns every gradient before the update runs; drop it or use --framework torch",
     ),
     (
+        lambda s: "--offload-activations",
+        lambda s: s.offload_activations,
+        lambda s: not _mlx(s),
+        f"is torch's save_on_cpu (saved tensors to host memory): {_UNIFIED}, so there is "
+        "no separate host memory to move them to; drop it or use --framework torch",
+    ),
+    (
         lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
         lambda s: s.optimizer_impl != "auto",
         lambda s: not _mlx(s),
@@ -158,6 +165,14 @@ RULES = (
         "with MLX: the MLX estimate is one Mac's step (MLX's distributed data parallel is "
         "not modelled); drop --devices or use --framework torch",
     ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum}",
+        lambda s: s.grad_accum > 1,
+        lambda s: not _mlx(s),
+        "on MLX is not modelled: the MLX estimate is one step of mlx-lm's trainer without "
+        "its grad_accumulation_steps (mlx_lm/tuner/trainer.py sums the gradient trees "
+        "itself); drop --grad-accum or use --framework torch",
+    ),
     # ---- who runs the step -------------------------------------------------------------
     (
         lambda s: "--loop labels",
@@ -200,6 +215,44 @@ RULES = (
         lambda s: s.optimizer != "none",
         "moves the optimizer state to the host, and --optimizer none has none; drop one of "
         "them (--offload parameters moves the weights)",
+    ),
+    # ---- gradient accumulation (introspect.refined.accumulation) ---------------------------
+    (
+        lambda s: f"--grad-accum {s.grad_accum}",
+        lambda s: s.grad_accum > 1,
+        lambda s: s.optimizer != "none",
+        "accumulates gradients between optimizer steps, and --optimizer none makes none; "
+        "drop one of them",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum} and --optimizer-in-backward",
+        lambda s: s.grad_accum > 1 and s.optimizer_in_backward,
+        lambda s: False,
+        "contradict: the optimizer in backward steps each parameter as its gradient is made, "
+        "so no gradient is left to accumulate (torchtune refuses the pair too); drop one",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum}",
+        lambda s: s.grad_accum > 1,
+        lambda s: s.resolved_sharding == "none" and s.tensor_parallel == s.pipeline_parallel == 1,
+        "is modelled on one unsharded device only: DDP's no_sync, ZeRO's and FSDP2's "
+        "accumulation buffers and a pipeline's micro-batches are not; drop --grad-accum, or "
+        "the sharding (--ddp, --zero, --fsdp, --tp, --pp)",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum} and --offload {s.offload}",
+        lambda s: s.grad_accum > 1 and s.offload != "none",
+        lambda s: False,
+        "is not modelled: the offloaded gradients' host buffers between micro-batches "
+        "(DeepSpeed's) are not; drop one of them",
+    ),
+    (
+        lambda s: f"--grad-accum {s.grad_accum} and --precision mixed",
+        lambda s: s.grad_accum > 1 and s.precision == "mixed",
+        lambda s: False,
+        "is not modelled: mixed precision accumulates into the FP32 master's gradients "
+        "after each micro-batch (DeepSpeed's BF16_Optimizer), which the estimate does not "
+        "price; use --precision bf16 or amp, or drop --grad-accum",
     ),
     # ---- sharding and model parallelism --------------------------------------------------
     (
@@ -330,6 +383,14 @@ def notes(setup: Any) -> list[str]:
     """Lines a command prints once under its output where a flag's meaning changed
     (CHANGELOG.md says the same)."""
     out = []
+    if setup.offload_activations:
+        out.append(
+            "--offload-activations is torch's save_on_cpu(pin_memory=True): every saved "
+            "tensor on the host; the closed form is approximate (within ±17% of measured "
+            "steps, introspect/refined/activation_offload.py); torchtune's "
+            "OffloadActivations keeps tensors under 1 KiB, parameters and the output "
+            "head's saved tensors on the device, which it does not model"
+        )
     if setup.resolved_sharding == "zero" and setup.zero_stage == 3:
         out.append(
             "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "
@@ -410,7 +471,6 @@ UNMEASURED: tuple[tuple[Callable[[Any], bool], Callable[[Any], str]], ...] = (
     (lambda s: s.tensor_parallel > 1, lambda s: f"--tp {s.tensor_parallel}"),
     (lambda s: s.pipeline_parallel > 1, lambda s: f"--pp {s.pipeline_parallel}"),
     (lambda s: s.offload != "none", lambda s: f"--offload {s.offload}"),
-    (lambda s: s.optimizer_in_backward, lambda s: "--optimizer-in-backward"),
     (lambda s: s.freeze_tower, lambda s: "--freeze-tower"),
 )
 
@@ -468,6 +528,14 @@ MEASURE_RULES = (
         "ends the processes of a sharded step, and this step runs in one process; give "
         "--devices D (D > 1) with --ddp, --zero 1 or --fsdp, or drop --step-timeout "
         "(--timeout bounds reading the model)",
+    ),
+    (
+        lambda a: f"--step-timeout {a.step_timeout} and --device fake",
+        lambda a: a.step_timeout is not None,
+        lambda a: a.device != "fake",
+        "contradict: --step-timeout ends the processes of a real sharded step, and the "
+        "sharded dry run (--device fake) runs every rank in this one process; drop "
+        "--step-timeout or --device fake",
     ),
     (
         lambda a: f"--llama and --norm {a.norm}",

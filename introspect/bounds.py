@@ -46,6 +46,9 @@ MAX_FIT_DEVICES = SETUP_LIMITS["devices"][0]
 #: The most bytes ``--act-bytes`` gives one activation value: FP64's 8, the widest dtype
 #: a tensor holds (:data:`introspect.units.DTYPE_BYTES` tops out at FP32's 4).
 MAX_ACT_BYTES = 8
+#: The most micro-batches ``--grad-accum`` accumulates per optimizer step: every one
+#: from the second on holds the same memory, and a measured step runs each of them.
+MAX_GRAD_ACCUM = 1024
 #: The most measured MLX steps ``measure --repeats`` runs (each a full training step).
 MAX_REPEATS = 100
 

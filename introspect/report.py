@@ -90,6 +90,7 @@ def setup_line(setup: Any) -> str:
     parts = [
         f"B={setup.batch_size}",
         f"T={setup.seq_len}",
+        *([f"{setup.grad_accum} micro-batches per step"] if setup.grad_accum > 1 else []),
         f"s={setup.activation_bytes} bytes ({setup.activation_dtype} activations)",
         f"weights {setup.weights_dtype}",
         f"precision {setup.precision}",

@@ -102,6 +102,8 @@ FLAGS = {
     "finetune": "--finetune",
     "base_quant": "--base-quant",
     "offload": "--offload",
+    "grad_accum": "--grad-accum",
+    "offload_activations": "--offload-activations",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -200,9 +202,21 @@ class TrainingSetup:
     #: Step each parameter as soon as its gradient is made (a post-accumulate-grad hook),
     #: so gradients never all exist at once.
     optimizer_in_backward: bool = False
+    # --- gradient accumulation (introspect.refined.accumulation) ----------------------
+    #: Micro-batches of ``batch_size`` per optimizer step (the HF Trainer's and torchtune's
+    #: ``gradient_accumulation_steps``): from the second on, every gradient exists
+    #: during forward and backward.
+    grad_accum: int = 1
+    #: Every saved activation goes to host memory as autograd saves it and comes back
+    #: when its backward node runs (torch's ``save_on_cpu(pin_memory=True)``):
+    #: :mod:`introspect.refined.activation_offload`.
+    offload_activations: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "seq_len", "devices", "tensor_parallel", "pipeline_parallel"):
+        for name in (
+            *("batch_size", "seq_len", "devices", "tensor_parallel", "pipeline_parallel"),
+            "grad_accum",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{FLAGS[name]} must be a positive integer, got {value!r}")

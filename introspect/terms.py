@@ -1544,11 +1544,52 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="grads/embedding_sum",
             category="grads",
-            equation="tied: 2·V·d at the gradients' dtype beyond the N gradients — lm_head's and the embedding's V·d gradients and their out-of-place sum alive at once",
-            source="torch/csrc/autograd/input_buffer.cpp: the AccumulateGrad input buffer sums a weight's two gradients out of place (introspect/refined/execution.py: backward_end)",
-            computed_by=("introspect/refined/execution.py: backward_end",),
+            equation="tied: 2·V·d at the gradients' dtype beyond the N gradients — lm_head's and the embedding's V·d gradients and their out-of-place sum alive at once; from the second micro-batch of --grad-accum, 3·V·d (the sum is added into the existing .grad, not stolen)",
+            source="torch/csrc/autograd/input_buffer.cpp: the AccumulateGrad input buffer sums a weight's two gradients out of place; torch/csrc/autograd/functions/accumulate_grad.h: accumulateGrad adds into a defined .grad in place (introspect/refined/execution.py: backward_end; introspect/refined/accumulation.py)",
+            computed_by=(
+                "introspect/refined/execution.py: backward_end",
+                "introspect/refined/accumulation.py: later_micro_batch",
+            ),
             tests=(
                 "tests/test_refined_transformers.py::test_optimizer_step_and_tied_embedding_sum",
+                "tests/test_accumulation.py::test_grad_accum_real_step_equals_dry_run_and_closed_form",
+            ),
+        ),
+        Term(
+            name="grads/accumulating",
+            category="grads",
+            equation="(V·d + V if lm_head has a bias)·wb at lm_head's backward (tied: through every layer's backward, waiting in the input buffer); untied: V·d·wb at the embedding's backward; only from the second micro-batch of --grad-accum, with a trained head",
+            source="torch/csrc/autograd/functions/accumulate_grad.h: accumulateGrad (variable_grad += new_grad once .grad is defined); torch/csrc/autograd/input_buffer.cpp; transformers/trainer.py: training_step (introspect/refined/accumulation.py)",
+            computed_by=("introspect/refined/accumulation.py: later_micro_batch",),
+            tests=(
+                "tests/test_accumulation.py::test_grad_accum_real_step_equals_dry_run_and_closed_form",
+                "tests/test_accumulation.py::test_lora_accumulates_the_adapters_gradients",
+            ),
+        ),
+        Term(
+            name="activations/offload/unpacked_weight",
+            category="activations",
+            equation="V·d·wb (under autocast lm_head's saved BF16 copy, V·d·2) at lm_head's backward with --offload-activations",
+            source="torch/autograd/graph.py: save_on_cpu packs every saved tensor, a matmul's t() view of its weight too, and unpacks a device copy when the node runs (introspect/refined/activation_offload.py: at_head)",
+            computed_by=("introspect/refined/activation_offload.py: at_head",),
+            tests=("tests/test_accumulation.py::test_offloaded_activations_real_equals_dry_run",),
+        ),
+        Term(
+            name="activations/layer/attention/forward",
+            category="activations",
+            equation="attention_transient(spec, setup) beside one layer's saved set, with --offload-activations (layer_forward): an approximation of the forward's working set",
+            source="torch/autograd/graph.py: save_on_cpu (the saved set leaves the device as it is saved; a layer's forward working set stays) (introspect/refined/activation_offload.py: layer_forward)",
+            computed_by=("introspect/refined/activation_offload.py: layer_forward",),
+            tests=("tests/test_accumulation.py::test_offloaded_activations_real_equals_dry_run",),
+        ),
+        Term(
+            name="activations/logits/previous_micro_batch",
+            category="activations",
+            equation="B·T·V·s in the logits loop's loss forward (transformers' classes), from the second micro-batch of --grad-accum",
+            source="a plain Python loop: `loss, logits = ...` rebinds the previous micro-batch's logits only when the new loss returns (introspect/measure/torch_step.py: TorchStep; introspect/refined/accumulation.py)",
+            computed_by=("introspect/refined/accumulation.py: later_micro_batch",),
+            tests=(
+                "tests/test_accumulation.py::test_grad_accum_real_step_equals_dry_run_and_closed_form",
             ),
         ),
         Term(
@@ -1649,12 +1690,16 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="optimizer/temporaries",
             category="optimizer",
-            equation="optimizer_temporaries(spec, setup, local)  (optimizer_step)",
-            source="torch/optim/adam.py: single-tensor, foreach and fused update temporaries (introspect/refined/execution.py: optimizer_temporaries)",
-            computed_by=("introspect/refined/execution.py: optimizer_step",),
+            equation="optimizer_temporaries(spec, setup, local)  (optimizer_step); with the optimizer in backward, one tensor's own step: 2·n (single-tensor Adam) or n (foreach) at the state's dtype, for lm_head's and the embedding's V·d  (in_backward_step_temporaries)",
+            source="torch/optim/adam.py: single-tensor, foreach and fused update temporaries (introspect/refined/execution.py: optimizer_temporaries; introspect/refined/offload.py: in_backward_step_temporaries)",
+            computed_by=(
+                "introspect/refined/execution.py: optimizer_step",
+                "introspect/refined/execution.py: _in_backward_steps",
+            ),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_optimizer_state.py::test_measure_step_peak_matches_the_warm_up_form",
+                "tests/test_accumulation.py::test_optimizer_in_backward_real_equals_dry_run_and_closed_form",
             ),
         ),
         Term(

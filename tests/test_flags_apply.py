@@ -148,12 +148,12 @@ def test_table_rows_refuse_a_degree_their_model_cannot_take():
     [
         ["profile", QWEN, "--exact", "--tp", "2"],
         ["profile", QWEN, "--exact", "--offload", "optimizer"],
-        ["measure", "10M", "--device", "fake", "--seq", "32", "--optimizer-in-backward"],
+        ["measure", "10M", "--device", "fake", "--seq", "32", "--offload", "parameters"],
         ["measure", "10M", "--devices", "2", "--ddp", "--seq", "32", "--pp", "2"],
     ],
 )
 def test_a_step_is_never_set_beside_an_estimate_of_another_setup(argv):
-    flag = next(a for a in argv if a in ("--tp", "--offload", "--optimizer-in-backward", "--pp"))
+    flag = next(a for a in argv if a in ("--tp", "--offload", "--pp"))
     line = refused(*argv)
     assert flag in line and "two different setups" in line
 

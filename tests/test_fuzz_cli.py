@@ -92,6 +92,7 @@ MEASURE_VALUES: dict[str, list[str]] = {
     "--framework": ["torch", "nonesuch"],
     "--devices": ["1", "0", "x"],
     "--lora-rank": ["4", "0", "1e9"],
+    "--grad-accum": ["1", "2", "4", "0", "1e9", "x"],  # each micro-batch is a real pass
 }
 #: Values drawn one time in four (the rest from the good ones), so that most examples get
 #: past the parser to the checks between flags; a weighting only, not a rule.

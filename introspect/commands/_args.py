@@ -332,6 +332,15 @@ def _add_setup_flags(
         help="dtype of the working weights and their gradients (default fp32); a 16-bit "
         "dtype adds the FP32 master copy of mixed precision",
     )
+    g.add_argument(
+        "--grad-accum",
+        type=bounded_int(bounds.MAX_GRAD_ACCUM, "micro-batches"),
+        default=1,
+        metavar="M",
+        help="gradient accumulation: M micro-batches of B per optimizer step (default 1; the "
+        "HF Trainer's and torchtune's gradient_accumulation_steps); from the second on, "
+        "every gradient is alive through forward and backward",
+    )
     if not execution:
         return
     e = parser.add_argument_group("execution (refined estimate)")
@@ -483,6 +492,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
         activation_dtype=activation_dtype_for(args),
         activation_bytes_override=args.act_bytes,
         weights_dtype=args.weights_dtype or "fp32",
+        grad_accum=getattr(args, "grad_accum", 1),
     )
     if hasattr(args, "precision"):
         applies.contradictions(
@@ -662,6 +672,12 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="step each parameter as its gradient is made (gradients never all exist)",
     )
+    g.add_argument(
+        "--offload-activations",
+        action="store_true",
+        help="saved activations to host memory as they are saved, back for their backward "
+        "(torch's save_on_cpu(pin_memory=True)); host bytes are reported apart",
+    )
 
 
 def finetune_fields(args: argparse.Namespace) -> dict:
@@ -686,6 +702,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         train_embeddings=args.train_embeddings,
         offload=args.offload,
         optimizer_in_backward=args.optimizer_in_backward,
+        offload_activations=args.offload_activations,
         freeze_tower=args.freeze_tower,
     )
 

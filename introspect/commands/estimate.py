@@ -146,7 +146,19 @@ def render_one(spec: ModelSpec, setup: TrainingSetup, b: Breakdown) -> str:
     )
     rows.append(("total (eq:training_memory)", "", report.gb(sm["total_bytes"])))
     body = report.table(rows, ["term", "per layer GB", "GB"], colalign=("left", "right", "right"))
-    return f"{head}\n\n{body}"
+    return f"{head}\n\n{body}" + accumulation_note(setup)
+
+
+def accumulation_note(setup: TrainingSetup) -> str:
+    """``--grad-accum M``: the seed's sum already holds every gradient beside every
+    saved activation, which is micro-batch 2..M's end of forward, so it is unchanged."""
+    if setup.grad_accum <= 1:
+        return ""
+    return (
+        f"\nnote: --grad-accum {setup.grad_accum}: the seed's sum already counts every "
+        "gradient beside every activation (micro-batches 2..M), so it is the same figure; "
+        "`introspect profile` prices the micro-batches' moments"
+    )
 
 
 def render_sweep(spec: ModelSpec, results: list[tuple[TrainingSetup, Breakdown]]) -> str:
@@ -170,4 +182,4 @@ def render_sweep(spec: ModelSpec, results: list[tuple[TrainingSetup, Breakdown]]
         ["B", "T", "weights GB", "activations GB", "of which T² GB", "backward GB", "total GB"],
         colalign=("right",) * 7,
     )
-    return f"{head}\n\n{body}"
+    return f"{head}\n\n{body}" + accumulation_note(results[0][0])

@@ -66,6 +66,9 @@ examples:
   introspect measure meta-llama/Llama-2-7b-hf --framework mlx --device fake --seq 2048
   introspect measure benchmarks/configs/qwen2-7m --devices 2 --fsdp --seq 256
                       (a sharded step: the config's transformers class in 2 gloo processes)
+  introspect measure meta-llama/Llama-3.1-8B --impl transformers --device fake --fsdp \\
+      --devices 8 --seq 2048 --precision mixed
+                      (the same sharded step as a dry run: one process, any --devices)
   introspect measure --layers 4 --d-emb 256 --heads 4 --vocab 8192 --framework mlx --json
 """
 
@@ -375,6 +378,10 @@ def run(args: argparse.Namespace) -> int:
                 "per-rank estimate, which does not apply: measure one device"
             )
         config = implementation_config(args, spec) if args.impl == "transformers" else None
+        if args.device == "fake":  # the sharded step as a dry run, in this process, any D
+            from introspect.commands import _fake_sharded
+
+            return _fake_sharded.run(args, spec, config)
         return _sharded.run(args, spec, config[0] if config else None)
     check_args(args)
     setups = setups_from_args(args)

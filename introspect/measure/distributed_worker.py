@@ -47,8 +47,23 @@ def _worker(job_path: str, rank: int) -> None:
 
 
 def _one_job(
-    spec: ModelSpec, setup: TrainingSetup, rank: int, config: dict | None = None
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    rank: int,
+    config: dict | None = None,
+    *,
+    wrap_kwargs: dict[str, Any] | None = None,
+    wrapped: Any = None,
+    warmups: int = 2,
 ) -> dict[str, Any]:
+    """One rank's step and its peak. The dry run (:mod:`introspect.measure.fake_sharded`)
+    calls it too: ``wrap_kwargs`` go to every ``fully_shard`` call (or to DDP), and
+    ``wrapped`` (model → None) runs on the wrapped model before the optimizer is made,
+    and ``warmups`` steps run before the tracked one.
+
+    ``--finetune lora``: peft's ``get_peft_model`` (:func:`introspect.measure.peft_step.wrap`)
+    on the built FP32 class before DDP or ``fully_shard``, as torchtune's LoRA recipes
+    and accelerate's FSDP plugin order them (adapters first, then the sharding wrapper)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -66,11 +81,21 @@ def _one_job(
         model = hf_models.build(
             config, "sharded job", attention=setup.attention, dtype=torch.float32
         )
+    quant_state = 0
+    if setup.finetune != "full":
+        from introspect.measure import peft_step
+
+        model = peft_step.wrap(model, spec, setup, torch.float32)
+        # QLoRA's NF4 quant state: plain tensors on each Linear4bit, neither parameters
+        # nor buffers, so no tracker sees them and fully_shard leaves them whole.
+        quant_state = peft_step.quant_state_bytes(model)
     buckets: dict[int, Any] = {}
     if setup.resolved_sharding == "fsdp":
-        model = _fully_shard(model, setup)
+        model = _fully_shard(model, setup, **(wrap_kwargs or {}))
     else:
-        model = _ddp(model, setup, buckets)
+        model = _ddp(model, setup, buckets, **(wrap_kwargs or {}))
+    if wrapped is not None:
+        wrapped(model)
     optimizer = _optimizer(model, setup)
     input_ids, targets = batch(spec.vocab_size, setup, "cpu")
     # Each rank its own micro-batch, as a data loader's sampler gives it.
@@ -91,12 +116,17 @@ def _one_job(
         optimizer.step()
 
     # Two warm-up steps: Adam's state exists after the first, and DDP rebuilds its
-    # buckets in gradient-ready order at the start of the second forward.
-    step()
-    buckets.clear()
-    step()
+    # buckets in gradient-ready order at the start of the second forward (the dry run,
+    # which declines the rebuild, needs one). The last warm-up's buckets are the step's.
+    for _ in range(warmups):
+        buckets.clear()
+        step()
     dist.barrier()
     result = _measured_step(model, optimizer, step, setup, list(buckets.values()))
+    if quant_state:  # alive at every moment of the step
+        result["peak_bytes"] += quant_state
+        result["categories"]["other"] = result["categories"].get("other", 0) + quant_state
+        result["phase_peaks"] = {k: v + quant_state for k, v in result["phase_peaks"].items()}
     if setup.resolved_sharding == "zero":
         result["partition"] = [
             sum(p.numel() for group in groups for p in group["params"])
@@ -105,7 +135,9 @@ def _one_job(
     return result
 
 
-def _fully_shard(model, setup: TrainingSetup):
+def _fully_shard(model, setup: TrainingSetup, **shard_kwargs):
+    """FSDP2 as users write it: ``fully_shard`` on every decoder block, then the root;
+    ``shard_kwargs`` (the dry run's ``mesh``, ``offload_policy``) go to every call."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -115,20 +147,24 @@ def _fully_shard(model, setup: TrainingSetup):
     reshard = setup.reshard_after_forward
     # Every decoder block its own unit: our model's ``layers``; a transformers class keeps
     # them in its base model (``model.model.layers``, GPT-2's ``transformer.h``).
-    base = model if hasattr(model, "layers") else model.base_model
+    # Under peft the class is inside its PeftModel (get_base_model).
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = inner if hasattr(inner, "layers") else inner.base_model
     blocks = base.layers if hasattr(base, "layers") else base.h
     for layer in blocks:
-        fully_shard(layer, reshard_after_forward=reshard, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)  # root: default None = kept gathered
+        fully_shard(layer, reshard_after_forward=reshard, mp_policy=mp, **shard_kwargs)
+    fully_shard(model, mp_policy=mp, **shard_kwargs)  # root: default None = kept gathered
     return model
 
 
-def _ddp(model, setup: TrainingSetup, bucket_tensors: dict[int, Any]):
+def _ddp(model, setup: TrainingSetup, bucket_tensors: dict[int, Any], **ddp_kwargs):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils._python_dispatch import _disable_current_modes
 
-    ddp = DistributedDataParallel(model, gradient_as_bucket_view=setup.gradient_as_bucket_view)
+    ddp = DistributedDataParallel(
+        model, gradient_as_bucket_view=setup.gradient_as_bucket_view, **ddp_kwargs
+    )
 
     def allreduce_hook(state, bucket):
         # torch's default_hooks.allreduce_hook, keeping each bucket's buffer; its ops run
@@ -138,7 +174,9 @@ def _ddp(model, setup: TrainingSetup, bucket_tensors: dict[int, Any]):
         with _disable_current_modes():
             tensor.div_(dist.get_world_size())
             fut = dist.all_reduce(tensor, async_op=True).get_future()
-        return fut.then(lambda f: f.value()[0])
+        # torch's ``fut.value()[0]``; a fake process group (the dry run) completes its
+        # work with no value, and the reduction is in place: the bucket itself.
+        return fut.then(lambda f: (f.value() or [tensor])[0])
 
     ddp.register_comm_hook(None, allreduce_hook)
     return ddp
@@ -217,8 +255,9 @@ def _classify_unsharded_grads(model, tracker) -> list:
             continue
         group = module._get_fsdp_state()._fsdp_param_group
         for fsdp_param in group.fsdp_params if group else ():
-            if fsdp_param.unsharded_param.requires_grad:
-                handles.append(fsdp_param.unsharded_param.register_post_accumulate_grad_hook(hook))
+            if fsdp_param.sharded_param.requires_grad:  # not LoRA's frozen base
+                unsharded = fsdp_param.unsharded_param
+                handles.append(unsharded.register_post_accumulate_grad_hook(hook))
     return handles
 
 
@@ -240,7 +279,9 @@ class _PhaseWatch:
                 now = "backward"
             else:
                 now = "forward"
-            total = sum(s.get("Total", 0) for s in tracker.get_tracker_snapshot().values())
+            # The tracker's own current snapshot, read in place: get_tracker_snapshot()
+            # deep-copies it, on every operation.
+            total = sum(s.get("Total", 0) for s in tracker._curr_mem_snap.values())
             self.phase_peaks[now] = max(self.phase_peaks.get(now, 0), total)
             if tracker._peak_mem != before:
                 self.phase = now

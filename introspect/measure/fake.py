@@ -121,6 +121,7 @@ def module_surgery() -> Iterator[None]:
         yield
         return
     converter = mode.fake_tensor_converter
+    nested = "set_tensor_memo" in converter.__dict__  # inside another module_surgery
     converter.set_tensor_memo = lambda tensor, fake: None
     own_copy = FakeTensor.__dict__.get("__deepcopy__")
     FakeTensor.__deepcopy__ = _deepcopy_fake
@@ -134,7 +135,8 @@ def module_surgery() -> Iterator[None]:
     try:
         yield
     finally:
-        del converter.set_tensor_memo
+        if not nested:
+            del converter.set_tensor_memo
         _restore(FakeTensor, "__deepcopy__", own_copy)
         _restore(torch.Tensor, "_make_subclass", own_subclass)
 

@@ -108,6 +108,9 @@ class LiveStorageTracker(TorchDispatchMode):
         self._in_optimizer = False
         self._recomputing = 0
         self._handles: list[Any] = []
+        # Storages moved to host memory (:meth:`to_host`): id -> [bytes, weakref].
+        self._host: dict[int, list] = {}
+        self.host_bytes = self.host_peak_bytes = 0
         self._register_state()
 
     # -- what is alive -------------------------------------------------------------------
@@ -149,6 +152,29 @@ class LiveStorageTracker(TorchDispatchMode):
             snap[entry[1]] -= entry[0]
             snap["Total"] -= entry[0]
 
+    def to_host(self, t: torch.Tensor) -> None:
+        """``t`` now lives in host memory (activation offload's packed copy of a saved
+        tensor): it leaves its device's count and is counted in :attr:`host_bytes` (and
+        :attr:`host_peak_bytes`) until it is freed."""
+        for st in _storages(t):
+            key = id(st)
+            entry = self._live.pop(key, None)
+            if entry is not None:
+                snap = self._current[entry[2]]
+                snap[entry[1]] -= entry[0]
+                snap["Total"] -= entry[0]
+            if key in self._host:
+                continue
+            nbytes = st.nbytes()
+            self._host[key] = [nbytes, weakref.ref(st, lambda _, key=key: self._host_free(key))]
+            self.host_bytes += nbytes
+            self.host_peak_bytes = max(self.host_peak_bytes, self.host_bytes)
+
+    def _host_free(self, key: int) -> None:
+        entry = self._host.pop(key, None)
+        if entry is not None:
+            self.host_bytes -= entry[0]
+
     def _register_state(self) -> None:
         """What exists before the step, as MemTracker's ``track_external(model, optimizer)``."""
         for p in self.model.parameters():
@@ -178,8 +204,11 @@ class LiveStorageTracker(TorchDispatchMode):
         for p in self.model.parameters():
             if p.requires_grad:
                 self._handles.append(p.register_hook(on_grad))
+                # An optimizer in backward may have stepped and freed the gradient.
                 self._handles.append(
-                    p.register_post_accumulate_grad_hook(lambda p: on_grad(p.grad))
+                    p.register_post_accumulate_grad_hook(
+                        lambda p: None if p.grad is None else on_grad(p.grad)
+                    )
                 )
         if self.optimizer is not None:
 

@@ -65,6 +65,9 @@ class Measurement:
     #: step), which place the peak where no tracker can.
     phase_peaks: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: Host memory the step's offloaded activations held at most (``--offload-activations``:
+    #: the packed saved tensors), apart from the device's ``peak_bytes``; None without.
+    host_peak_bytes: int | None = None
 
     @property
     def framework(self) -> str:

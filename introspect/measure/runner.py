@@ -185,7 +185,7 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
         f"{first.framework} on {first.device}"
         + f" ({_versions(first.versions)})"
         + f"; {first.setup.get('precision')}, {first.setup.get('optimizer')}, "
-        f"{first.setup.get('attention')} attention"
+        f"{first.setup.get('attention')} attention" + _grad_accum(first.setup)
     )
     table_rows = []
     for r in rows:
@@ -304,3 +304,9 @@ def _census(r: Row) -> str:
         ["term", "census", "simplified", "refined saved set"],
         colalign=("left", "right", "right", "right"),
     )
+
+
+def _grad_accum(setup: dict) -> str:
+    """The header's words for gradient accumulation (none without it)."""
+    m = setup.get("grad_accum", 1)
+    return f", {m} micro-batches per optimizer step (--grad-accum)" if m > 1 else ""

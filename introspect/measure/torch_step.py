@@ -122,6 +122,8 @@ def optimizer_impl_note(setup: TrainingSetup, device: str) -> str:
     if setup.optimizer == "adam8bit":
         return "optimizer: bitsandbytes Adam8bit (8-bit block-wise m and v)"
     impl = setup.optimizer_impl
+    if setup.optimizer_in_backward:
+        name = {k: f"{v} per parameter in its post-accumulate-grad hook" for k, v in name.items()}
     if impl == "auto":
         impl = "foreach" if device == "cuda" else "single_tensor"
         why = f" (torch's default for {'CUDA' if device == 'cuda' else 'CPU/fake'} tensors)"
@@ -188,6 +190,10 @@ class TorchStep:
       (DeepSpeed's ``BF16_Optimizer``: ``update_hp_grads`` then ``clear_lp_grads``; FSDP2's
       ``MixedPrecisionPolicy(param_dtype=bfloat16)`` keeps the FP32 sharded parameters as
       the master, with FP32 gradients for the update).
+
+    With ``grad_accum`` M > 1 the step runs M forward/backward passes of the micro-batch,
+    each loss divided by M, before the update (the HF Trainer's ``training_step``);
+    the gradients of the first stay alive and the later add into them.
     """
 
     def __init__(
@@ -195,22 +201,36 @@ class TorchStep:
     ) -> None:
         self.model, self.loss, self.device_type = model, loss, device_type
         self.precision = setup.precision
+        self.grad_accum = setup.grad_accum
+        self.offload_activations = setup.offload_activations
+        #: Told of each saved tensor packed to the host (the tracker's ``to_host``).
+        self.on_host: Callable[[torch.Tensor], None] | None = None
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.master: list[torch.Tensor] = []
         if setup.precision == "mixed":
             self.master = [p.detach().float().requires_grad_() for p in self.params]
-        self.optimizer = make_optimizer(model, setup, self.master or None)
+        if setup.optimizer_in_backward:
+            self.optimizer = _in_backward(model, setup, self.params)
+        else:
+            self.optimizer = make_optimizer(model, setup, self.master or None)
 
     def __call__(self, input_ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         self.optimizer.zero_grad(set_to_none=True)
         if self.master:
             self.model.zero_grad(set_to_none=True)
-        if self.precision == "amp":
-            with torch.autocast(self.device_type, dtype=torch.bfloat16):
-                loss, held = self.loss(self.model, input_ids, targets)
-        else:
-            loss, held = self.loss(self.model, input_ids, targets)
-        loss.backward()
+        held = None
+        for _ in range(self.grad_accum):
+            # A plain loop: ``held`` binds the previous micro-batch's until the new loss
+            # returns (introspect.refined.accumulation's previous logits).
+            with self._saved_tensors():
+                if self.precision == "amp":
+                    with torch.autocast(self.device_type, dtype=torch.bfloat16):
+                        loss, held = self.loss(self.model, input_ids, targets)
+                else:
+                    loss, held = self.loss(self.model, input_ids, targets)
+            if self.grad_accum > 1:  # the HF Trainer's training_step: loss / M
+                loss = loss / self.grad_accum
+            loss.backward()  # later micro-batches add into the .grad the earlier made
         if self.master:
             for work, master in zip(self.params, self.master, strict=True):
                 if work.grad is not None:
@@ -223,6 +243,29 @@ class TorchStep:
                     work.copy_(master)
         del held  # the training code's own references end with the step
         return loss.detach()
+
+    def _saved_tensors(self):
+        """Where forward's saved tensors live: the device, or the host with
+        ``--offload-activations`` (:mod:`introspect.measure.activation_offload`)."""
+        if not self.offload_activations:
+            return contextlib.nullcontext()
+        from introspect.measure.activation_offload import save_on_host
+
+        return save_on_host(self.device_type, self.on_host)
+
+
+def _in_backward(model: nn.Module, setup: TrainingSetup, params: list):
+    """``--optimizer-in-backward``: one optimizer per parameter, stepped by its
+    post-accumulate-grad hook (:mod:`introspect.measure.in_backward`)."""
+    from introspect.measure.in_backward import InBackward
+
+    if setup.precision == "mixed":
+        raise IntrospectError(
+            "--optimizer-in-backward with --precision mixed: the measured step hooks the "
+            "working BF16 weights, and the FP32 master's update in the hook is not written; "
+            "use --precision bf16 or amp, or `introspect profile` for the estimate alone"
+        )
+    return InBackward(params, lambda one: make_optimizer(model, setup, one))
 
 
 def make_step(
@@ -315,9 +358,11 @@ def measure_step(
         torch.cuda.reset_peak_memory_stats()
     tracker = live_tracker.LiveStorageTracker(model, optimizer, external=step.master)
     outer = witness(model, optimizer, step.master) if witness else contextlib.nullcontext()
+    step.on_host = tracker.to_host
     start = time.perf_counter()
     with outer, tracker:
         step(input_ids, targets)
+    step.on_host = None
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -327,6 +372,12 @@ def measure_step(
     )
     peak = tracker.peak_bytes
     notes = [optimizer_impl_note(setup, device), *step_notes(setup, loop)]
+    if setup.offload_activations:
+        notes.append(
+            "activations offloaded (torch's save_on_cpu(pin_memory=True)): host memory "
+            f"{tracker.host_peak_bytes / 1e9:.3f} GB at most ({tracker.host_peak_bytes:,} "
+            "bytes of packed saved tensors), not in the device peak"
+        )
     active = cache = None
     if cuda:
         tracked = peak
@@ -352,7 +403,7 @@ def measure_step(
         active_bytes=active,
         cache_bytes=cache,
         step_seconds=None if device == "fake" else seconds,
-        tokens_per_second=None if device == "fake" else setup.tokens / seconds,
+        tokens_per_second=None if device == "fake" else setup.tokens * setup.grad_accum / seconds,
         peak_phase=tracker.peak_phase,
         backend="torch",
         device=device,
@@ -363,6 +414,7 @@ def measure_step(
         | {"torch_threads": str(torch.get_num_threads())},
         setup=setup.to_dict(),
         notes=tuple(notes),
+        host_peak_bytes=tracker.host_peak_bytes if setup.offload_activations else None,
     )
 
 

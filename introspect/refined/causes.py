@@ -104,6 +104,14 @@ CAUSES: dict[str, str] = {
     "their out-of-place sum, alive at once",
     "activations/logits/logsumexp": "{ce} cross-entropy: one log-sum-exp per token, never "
     "all logits",
+    "grads/accumulating": "--grad-accum: a gradient made and not yet added into the .grad the "
+    "earlier micro-batches made (lm_head's; tied, waiting for the embedding's)",
+    "activations/logits/previous_micro_batch": "--grad-accum: the loop's variable still holds "
+    "the previous micro-batch's logits until the new loss returns",
+    "activations/offload/unpacked_weight": "--offload-activations: lm_head's saved weight, "
+    "unpacked back from the host for its backward",
+    "activations/layer/attention/forward": "--offload-activations: the attention forward's "
+    "T×T tensors beside one layer's saved set, before they are packed to the host",
 }
 
 
@@ -134,6 +142,8 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
         else "the logits in the model's output object, alive until the loss returns",
         "act": spec.hidden_act,
     }
+    if setup.grad_accum > 1 and terms.get("grads", 0):
+        fill["phase_grads"] = "allocated; from the second micro-batch on, all of them"
     from introspect.refined import lora
 
     fill["quant"] = setup.resolved_base_quant

@@ -54,6 +54,8 @@ from collections.abc import Iterable
 
 from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import (
+    accumulation,
+    activation_offload,
     hf_saved,
     lora,
     lora_moe,
@@ -448,8 +450,13 @@ def moments(
     forward = loss_forward(spec, setup)
     if forward is not None:
         out.append(("forward", forward))
+    if setup.offload_activations:
+        state = state_terms(spec, setup)
+        out.append(("forward", activation_offload.layer_forward(spec, setup, state)))
     out.append(("forward_end", forward_end(spec, setup)))
+    layers = candidate_layers(spec, setup) if layers is None else list(layers)
     out += [("backward", m) for m in backward_moments(spec, setup, layers)]
+    out += accumulation.later_micro_batch(spec, setup, layers)  # --grad-accum M > 1
     master = master_gradients(spec, setup)
     if master is not None:
         out.append(("master_grads", master))
@@ -461,8 +468,12 @@ def moments(
 
 def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """End of forward / start of backward: state, every saved activation, the loop's
-    logits and the loss backward's transient; no gradients yet."""
-    terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
+    logits and the loss backward's transient; no gradients yet (with the activations
+    offloaded, :func:`activation_offload.at_forward_end` of the saved set)."""
+    saved_all = saved_terms(spec, setup)
+    if setup.offload_activations:
+        saved_all = activation_offload.at_forward_end(saved_all)
+    terms = _add(state_terms(spec, setup), saved_all)
     terms[LOGITS_GRAD] = logits_transient(spec, setup)
     terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
@@ -502,12 +513,16 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
         return terms
     if not impl.loss_in_forward or setup.cross_entropy != "standard":
         return None
-    terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
+    saved_all = saved_terms(spec, setup)
+    if setup.offload_activations:  # what the loss just made; the saved set on the host
+        saved_all = {k: v for k, v in saved_all.items() if k == LOG_SOFTMAX}
+    terms = _add(state_terms(spec, setup), saved_all)
     BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
     terms[LOGITS_OUTPUT] = BTV * s
     if impl.loss_bytes(setup) > s:
         terms["activations/logits/upcast"] = BTV * FP32
-    if hf_saved.is_amp(setup) and setup.activation_checkpointing:
+    cached = setup.activation_checkpointing or setup.offload_activations  # not saved here
+    if hf_saved.is_amp(setup) and cached:
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
         terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
     terms[GRADS] = 0
@@ -571,6 +586,8 @@ def backward_moments(
     saved_all = saved_terms(spec, setup)
     head = dict(saved_all)
     head.pop(LOG_SOFTMAX, None)
+    if setup.offload_activations:
+        head = activation_offload.at_head(spec, setup, saved_all, working_weight_bytes(setup))
     head[LOGITS_GRAD] = (
         BT * spec.vocab_size * logits_grad_bytes(spec, setup)
         if setup.cross_entropy == "standard"
@@ -587,11 +604,43 @@ def backward_moments(
         out.extend(layer(i))
     if not is_mlx(setup):  # torch's autograd engine; MLX sums inside its graph
         out.append(backward_end(spec, setup))
+    if setup.optimizer_in_backward:
+        _in_backward_steps(spec, setup, out, state, saved_all)
     end = sharding.backward_end(spec, setup, wb)
     if end is not None:
         loop_logits = {k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT}
         out.append(_add(_add(state, {EMBEDDING: 0} | loop_logits), end))
     return out
+
+
+def _in_backward_steps(
+    spec: ModelSpec, setup: TrainingSetup, out: list[dict[str, int]], state, saved_all
+) -> None:
+    """The optimizer in backward: the head's and the embedding's own updates, inside
+    backward (:func:`offload.in_backward_step_temporaries`). Untied, lm_head's weight is
+    stepped once its AccumulateGrad has run, after lm_head's backward node released what
+    it held (the logits' gradient, autocast's BF16 copy of the weight): every saved
+    activation, the gradient flowing into the final norm, lm_head's gradient and the
+    step's temporaries (measured within 0.01%, ``tests/test_accumulation.py``). The
+    embedding (tied: the summed weight) is stepped last: its V·d gradient and
+    temporaries, the loop's logits. A block's own tensors are stepped inside its
+    backward; their temporaries (at most a few d·f) are not placed."""
+    if _lora(setup) and not setup.train_embeddings:
+        return
+    Vd = spec.vocab_size * spec.hidden_size
+    temporaries = offload.in_backward_step_temporaries(setup, Vd, state_value_bytes(setup))
+    if not temporaries:
+        return
+    if not spec.tie_word_embeddings:
+        head = {k: v for k, v in out[0].items() if k != "activations/logits/autocast_weight"}
+        head[LOGITS_GRAD] = setup.tokens * spec.hidden_size * setup.activation_bytes
+        head[OPTIMIZER_TEMPORARIES] = temporaries
+        out.insert(1, head)
+    step = dict(state)
+    step.update({k: v for k, v in saved_all.items() if k == LOGITS_OUTPUT})
+    step[GRADS] = Vd * working_weight_bytes(setup)
+    step[OPTIMIZER_TEMPORARIES] = temporaries
+    out.append(step)
 
 
 def _after_down_projection(
@@ -657,7 +706,9 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     whole, down_params = _after_down_projection(spec, setup, whole)
     return {
         # Prefixed once: a moment differs from the next only by the layers below.
-        "below": _prefixed({f"layer/{k}": v for k, v in below.items()}),
+        "below": {}  # offloaded: the layers below are on the host
+        if setup.offload_activations
+        else _prefixed({f"layer/{k}": v for k, v in below.items()}),
         "whole": _prefixed({f"layer/{k}": v for k, v in whole.items()}),
         "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
         "ffn_grad": ffn_transient(spec, setup),
@@ -683,7 +734,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     parts = [_kind_parts(spec.for_kind(kind), setup) for kind in kinds]
     index = {kind: n for n, kind in enumerate(kinds)}
     runs = [(index[run.kind], run.count) for run in spec.runs]
-    before = embedding_saved(spec, setup)
+    before = {} if setup.offload_activations else embedding_saved(spec, setup)
     head_params = head_parameters(spec)
     wb = working_weight_bytes(setup)
     base = _add(state, before)  # every moment starts from it (each gets a copy)

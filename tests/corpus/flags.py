@@ -73,15 +73,16 @@ BAD_BUDGETS = {
 #: (a bound, the model's heads or layers, a rank over d) except where listed in OK_1E9.
 COUNTS = {
     "estimate": ("--layers", "--d-emb", "--heads", "--vocab", "--params", "--batch", "--seq")
-    + ("--act-bytes",),
+    + ("--act-bytes", "--grad-accum"),
     "sizes": ("--seq", "--batch"),
     "profile": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp")
-    + ("--micro-batches", "--lora-rank"),
+    + ("--micro-batches", "--lora-rank", "--grad-accum"),
     "fit": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp", "--micro-batches")
-    + ("--lora-rank", "--max-devices"),
+    + ("--lora-rank", "--max-devices", "--grad-accum"),
     "measure": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp")
     + ("--micro-batches", "--lora-rank", "--repeats", "--layers", "--d-emb", "--heads")
-    + ("--vocab", "--kv-heads", "--head-dim", "--intermediate", "--step-timeout"),
+    + ("--vocab", "--kv-heads", "--head-dim", "--intermediate", "--step-timeout")
+    + ("--grad-accum",),
 }
 COUNTS["table"] = COUNTS["profile"]
 #: (command, flag) where 10^9 is a plausible value: a 10^9 vocabulary or parameter count.
@@ -185,6 +186,8 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("offload-optimizer", ("--offload", "optimizer")),
     ("offload-parameters", ("--offload", "parameters")),
     ("optimizer-in-backward", ("--optimizer-in-backward",)),
+    ("grad-accum-4", ("--grad-accum", "4")),
+    ("offload-activations", ("--offload-activations",)),
     ("json", ("--json",)),
     ("units-gib", ("--units", "gib")),
     ("force", ("--force",)),
@@ -215,6 +218,9 @@ MEASURE_OK = (
     "attention-memory-efficient",
     "impl-reference",
     "loop-logits",
+    "grad-accum-4",
+    "optimizer-in-backward",
+    "offload-activations",
     "json",
     "units-gib",
 )
@@ -268,6 +274,18 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("act-bytes-and-act-dtype", ("--act-bytes", "2", "--act-dtype", "bf16"))
     + (("--act-bytes", "--act-dtype"),),
     ("zero-on-one-device", ("--zero", "1"), ("--zero",)),
+    ("grad-accum-ddp", ("--grad-accum", "2", "--ddp", "--devices", "2"), ("--grad-accum",)),
+    ("grad-accum-fsdp", ("--grad-accum", "2", "--fsdp", "--devices", "2"), ("--grad-accum",)),
+    ("grad-accum-pp", ("--grad-accum", "2", "--pp", "2"), ("--grad-accum",)),
+    ("grad-accum-in-backward", ("--grad-accum", "2", "--optimizer-in-backward"))
+    + (("--grad-accum", "--optimizer-in-backward"),),
+    ("grad-accum-optimizer-none", ("--grad-accum", "2", "--optimizer", "none"))
+    + (("--grad-accum", "--optimizer"),),
+    ("grad-accum-mixed", ("--grad-accum", "2", "--precision", "mixed"), ("--grad-accum",)),
+    ("grad-accum-offload", ("--grad-accum", "2", "--offload", "optimizer"), ("--grad-accum",)),
+    ("mlx-grad-accum", ("--framework", "mlx", "--grad-accum", "2"), ("--grad-accum",)),
+    ("mlx-offload-activations", ("--framework", "mlx", "--offload-activations"))
+    + (("--offload-activations",),),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -323,14 +341,34 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ("shape-without-vocab", ("measure", *SHAPE[:6], "--seq", "8", "--device", "fake"))
     + ("refused", ("--vocab",)),
     ("nominal-unknown", ("measure", "12M", "--device", "fake"), "refused", ("12M",)),
-    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "refused")
-    + (("--optimizer-in-backward",),),
+    ("fake-optimizer-in-backward", (*BASE["measure"], "--optimizer-in-backward"), "ok", ()),
+    (
+        "fake-optimizer-in-backward-mixed",
+        (*BASE["measure"], "--optimizer-in-backward", "--precision", "mixed"),
+        "refused",
+        ("--optimizer-in-backward",),
+    ),
     ("fake-debug", (*BASE["measure"], "--debug"), "ok", ()),
-    ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "refused", ("--device", "--ddp")),
+    # The sharded step as a dry run in one process (introspect.measure.fake_sharded).
+    ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "ok", ()),
     ("fake-fsdp-no-reshard", (*BASE["measure"], "--fsdp", "--devices", "2", "--no-reshard"))
-    + ("refused", ("--device", "--fsdp")),
+    + ("ok", ()),
     ("fake-ddp-bucket-view", (*BASE["measure"], "--ddp", "--devices", "2", "--bucket-view"))
-    + ("refused", ("--device", "--ddp")),
+    + ("ok", ()),
+    (
+        "fake-fsdp-step-timeout",
+        (*BASE["measure"], "--fsdp", "--devices", "2", "--step-timeout", "30"),
+        "refused",
+        ("--step-timeout", "--device"),
+    ),
+    ("fake-ddp-bf16", (*BASE["measure"], "--ddp", "--devices", "2", "--precision", "bf16"))
+    + ("refused", ("--precision",)),
+    (
+        "fake-fsdp-offload",
+        (*BASE["measure"], "--fsdp", "--devices", "2", "--offload", "parameters"),
+        "refused",
+        ("--offload",),
+    ),
     ("freeze-tower-text-model", (*BASE["measure"], "--freeze-tower"), "refused")
     + (("--freeze-tower",),),
     ("no-double-quant-without-qlora", (*BASE["measure"], "--no-double-quant"), "refused")
