@@ -183,6 +183,37 @@ RULES = (
         "moves the optimizer state to the host, and --optimizer none has none; drop one of "
         "them (--offload parameters moves the weights)",
     ),
+    (
+        lambda s: f"--optimizer {_dash(s.optimizer)}",
+        lambda s: s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit"),
+        lambda s: not _mlx(s),
+        "is torch's (transformers' Adafactor, bitsandbytes' paged AdamW): the MLX estimate "
+        "has Adam, AdamW and SGD; use one of them or --framework torch",
+    ),
+    (
+        lambda s: f"--optimizer {_dash(s.optimizer)} and --offload {s.offload}",
+        lambda s: s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit"),
+        lambda s: s.offload == "none",
+        "contradict: the offload runs DeepSpeed's CPU Adam on the host, not this optimizer; "
+        "drop --offload or use --optimizer adam",
+    ),
+    (
+        lambda s: "--optimizer adafactor",
+        lambda s: s.optimizer == "adafactor",
+        lambda s: s.resolved_sharding in ("none", "ddp"),
+        "keeps factored state per whole tensor, which the sharded estimate (ZeRO, FSDP2 "
+        "shards) does not model; drop the sharding or use --optimizer adam",
+    ),
+    (
+        lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
+        lambda s: (
+            s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
+            and s.optimizer_impl != "auto"
+        ),
+        lambda s: False,
+        "chooses torch.optim's kernel (single-tensor, foreach, fused); transformers' "
+        "Adafactor and bitsandbytes' optimizers have one update each; drop --optimizer-impl",
+    ),
     # ---- sharding and model parallelism --------------------------------------------------
     (
         lambda s: f"--zero {s.zero_stage} and --{s.sharding}",
@@ -317,6 +348,10 @@ def notes(setup: Any) -> list[str]:
             "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "
             "versions priced it as FSDP full sharding, which is --fsdp now (CHANGELOG.md)"
         )
+    if str(setup.optimizer).startswith("paged_"):
+        from introspect.refined.optimizers import PAGED_NOTE
+
+        out.append(PAGED_NOTE)
     return out
 
 

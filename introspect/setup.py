@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
     Precision = Literal["fp32", "bf16", "amp", "mixed"]
-    Optimizer = Literal["adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none"]
+    Optimizer = Literal[
+        "adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none",
+        "adafactor", "paged_adamw_8bit", "paged_adamw_32bit",
+    ]  # fmt: skip
     Attention = Literal["eager", "memory_efficient"]
     CrossEntropy = Literal["standard", "fused", "chunked"]
     Framework = Literal["torch", "mlx", "mlx_compiled"]
@@ -41,6 +44,13 @@ if TYPE_CHECKING:
 #: FP32 master copy (DeepSpeed, Megatron, FSDP2's ``MixedPrecisionPolicy``).
 PRECISIONS = ("fp32", "bf16", "amp", "mixed")
 OPTIMIZERS = ("adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none")
+#: transformers' Adafactor (the HF Trainer's ``optim="adafactor"``) and bitsandbytes'
+#: paged AdamW (the Trainer's names): state not a fixed width per parameter, or outside
+#: torch's allocator (:mod:`introspect.refined.optimizers`).
+OPTIMIZERS += ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
+#: Adapter dtype under LoRA: ``fp32`` (peft's default, ``autocast_adapter_dtype=True``)
+#: or ``bf16`` (``autocast_adapter_dtype=False`` on a BF16 base; LitGPT, torchtune).
+ADAPTER_DTYPES = ("fp32", "bf16")
 ATTENTIONS = ("eager", "memory_efficient")
 CROSS_ENTROPIES = ("standard", "fused", "chunked")
 FRAMEWORKS = ("torch", "mlx", "mlx_compiled")
@@ -98,6 +108,7 @@ FLAGS = {
     "finetune": "--finetune",
     "base_quant": "--base-quant",
     "offload": "--offload",
+    "adapter_dtype": "--adapter-dtype",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -108,6 +119,10 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {
     "sgd_momentum": 4,  # one momentum buffer, FP32
     "sgd": 0,
     "none": 0,
+    # Per tensor, not per parameter: introspect.refined.optimizers.
+    "adafactor": 0,
+    "paged_adamw_8bit": 0,
+    "paged_adamw_32bit": 0,
 }
 
 
@@ -196,6 +211,8 @@ class TrainingSetup:
     #: Step each parameter as soon as its gradient is made (a post-accumulate-grad hook),
     #: so gradients never all exist at once.
     optimizer_in_backward: bool = False
+    #: LoRA adapters' dtype (:data:`ADAPTER_DTYPES`).
+    adapter_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "seq_len", "devices", "tensor_parallel", "pipeline_parallel"):
@@ -233,6 +250,7 @@ class TrainingSetup:
             ("finetune", FINETUNES),
             ("base_quant", BASE_QUANTS),
             ("offload", OFFLOADS),
+            ("adapter_dtype", ADAPTER_DTYPES),
         ):
             if getattr(self, name) not in choices:
                 allowed = ", ".join(str(c).replace("_", "-") for c in choices)
@@ -312,6 +330,12 @@ class TrainingSetup:
         in ``torch/optim/optimizer.py``). MLX: ``mlx`` (one update in the step's graph)."""
         if self.framework.startswith("mlx"):
             return "mlx"
+        # transformers' Adafactor is a loop over tensors; bitsandbytes updates each
+        # parameter in place in one kernel.
+        if self.optimizer == "adafactor":
+            return "single_tensor"
+        if self.optimizer.startswith("paged_"):
+            return "fused"
         if self.optimizer_impl != "auto":
             return self.optimizer_impl
         return "foreach" if self.resolved_device == "cuda" else "single_tensor"

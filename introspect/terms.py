@@ -1545,6 +1545,46 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="optimizer/adafactor_factored",
+            category="optimizer",
+            equation="4 · Σ over ≥2-D trainable tensors (..., R, C) of prod(s[:-1]) + prod(s[:-2])·C: FP32 exp_avg_sq_row and exp_avg_sq_col",
+            source="transformers/optimization.py: Adafactor.step state initialisation (factored = len(shape) >= 2; state follows grad.float()); transformers/trainer_optimizer.py: _get_adafactor (introspect/refined/optimizers.py: adafactor_state)",
+            computed_by=("introspect/refined/optimizers.py: state_terms",),
+            tests=(
+                "tests/test_optimizers.py::test_adafactor_state_is_what_a_real_step_makes",
+                "tests/test_optimizers.py::test_adafactor_real_and_dry_run_steps_are_byte_identical_and_match_the_closed_form",
+            ),
+        ),
+        Term(
+            name="optimizer/adafactor_second_moment",
+            category="optimizer",
+            equation="4 · Σ over 1-D trainable tensors of n: FP32 exp_avg_sq (no first moment: beta1=None)",
+            source="transformers/optimization.py: Adafactor.step (introspect/refined/optimizers.py: adafactor_state)",
+            computed_by=("introspect/refined/optimizers.py: state_terms",),
+            tests=(
+                "tests/test_optimizers.py::test_adafactor_state_is_what_a_real_step_makes",
+                "tests/test_optimizers.py::test_adafactor_real_and_dry_run_steps_are_byte_identical_and_match_the_closed_form",
+            ),
+        ),
+        Term(
+            name="optimizer/adafactor_rms",
+            category="optimizer",
+            equation="4 · (trainable tensors): the 0-d FP32 state['RMS'] = _rms(p) of each",
+            source="transformers/optimization.py: Adafactor.step, state['RMS'] = self._rms(p_data_fp32) (introspect/refined/optimizers.py: adafactor_state)",
+            computed_by=("introspect/refined/optimizers.py: state_terms",),
+            tests=("tests/test_optimizers.py::test_adafactor_state_is_what_a_real_step_makes",),
+        ),
+        Term(
+            name="optimizer/paged_state",
+            category="optimizer",
+            equation="Σ over trainable tensors of ≥ 1e5 values of 2n (PagedAdamW8bit; 8n under 4096 values) or 8n (PagedAdamW32bit): m and v in CUDA unified memory, outside torch's allocator",
+            source="bitsandbytes/optim/optimizer.py: get_state_buffer (paged from 1e5 values), Optimizer2State.init_state (min_8bit_size 4096); bitsandbytes/functional.py: get_paged (cudaMallocManaged) (introspect/refined/optimizers.py: paged_state)",
+            computed_by=("introspect/refined/optimizers.py: state_terms",),
+            tests=(
+                "tests/test_optimizers.py::test_paged_state_split_follows_bitsandbytes_thresholds",
+            ),
+        ),
+        Term(
             name="weights",
             category="weights",
             equation="w·N: working weights (w = 4 in FP32, 2 in BF16; ÷D at ZeRO-3/FSDP)",

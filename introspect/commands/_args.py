@@ -348,7 +348,11 @@ def _add_setup_flags(
         type=choice(OPTIMIZERS),
         default="adam",
         help="adam (default, FP32 m and v: 8 bytes/param), adamw, adam8bit (2 bytes/param), "
-        "sgd-momentum (4), sgd (0), none (frozen weights: no grads, no state)",
+        "sgd-momentum (4), sgd (0), none (frozen weights: no grads, no state); "
+        "adafactor (transformers' Adafactor as the HF Trainer's optim='adafactor' builds it: "
+        "FP32 row and column vectors per matrix, no first moment); paged-adamw-8bit, "
+        "paged-adamw-32bit (bitsandbytes' paged AdamW: its state in CUDA unified memory, "
+        "which torch's allocator does not count)",
     )
     e.add_argument(
         "--optimizer-impl",

@@ -19,6 +19,12 @@ CAUSES: dict[str, str] = {
     "optimizer/adam_v": "Adam second moment",
     "optimizer/momentum": "SGD momentum buffer",
     "optimizer/temporaries": "the update's temporaries ({framework}, {optimizer_impl} {optimizer})",
+    "optimizer/adafactor_factored": "Adafactor's FP32 row and column second-moment "
+    "vectors of each matrix (transformers' Adafactor)",
+    "optimizer/adafactor_second_moment": "Adafactor's full FP32 second moment of 1-D parameters",
+    "optimizer/adafactor_rms": "Adafactor's 0-d RMS per parameter",
+    "optimizer/paged_state": "bitsandbytes' paged m and v (cudaMallocManaged): torch's "
+    "allocator does not count it, nvidia-smi does while resident",
     "activations/embedding": "layer 0's input, saved by its first norm",
     "activations/layer/layernorm": "norm outputs, saved by the next matmul",
     "activations/layer/layernorm/statistics": "{norm} statistics, FP32 per token "

@@ -58,6 +58,7 @@ from introspect.refined import (
     lora,
     lora_moe,
     offload,
+    optimizers,
     saved,
     saved_feed_forward,
     sharding,
@@ -144,8 +145,11 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
       parameter, one at a time: ``4·N_local``.
     * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
     * MLX: the update is part of the step's graph; see :mod:`introspect.refined.mlx`.
-    SGD (with or without momentum) and 8-bit Adam update in place.
+    SGD (with or without momentum) and 8-bit Adam update in place. Adafactor:
+    :func:`optimizers.temporaries`.
     """
+    if optimizers.is_adafactor(setup):
+        return optimizers.temporaries(spec, setup)
     if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
     impl = setup.resolved_optimizer_impl
@@ -201,6 +205,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms = sharding.state_terms(
             spec, setup, working=wb, master=master_bytes(setup), state=optimizer_state(setup)
         )
+    terms.update(optimizers.state_terms(spec, setup))  # Adafactor, paged AdamW
     return offload.state(spec, setup, terms, _unit_bytes(spec, setup))
 
 

@@ -144,6 +144,9 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optimizer-sgd-momentum", ("--optimizer", "sgd-momentum")),
     ("optimizer-sgd", ("--optimizer", "sgd")),
     ("optimizer-none", ("--optimizer", "none")),
+    ("optimizer-adafactor", ("--optimizer", "adafactor")),
+    ("optimizer-paged-adamw-8bit", ("--optimizer", "paged-adamw-8bit")),
+    ("optimizer-paged-adamw-32bit", ("--optimizer", "paged-adamw-32bit")),
     ("optimizer-impl-foreach", ("--optimizer-impl", "foreach")),
     ("optimizer-impl-fused", ("--optimizer-impl", "fused")),
     ("optimizer-impl-single-tensor", ("--optimizer-impl", "single-tensor")),
@@ -194,6 +197,8 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: the forward or backward pass where it was: fit and table print only peaks).
 SAME_ANSWER = {"device-cuda", "force", "debug", "optimizer-impl-foreach"}
 AFTER_PEAK = {"optimizer-impl-fused", "optimizer-impl-single-tensor", "optimizer-in-backward"}
+#: Paged AdamW-32bit holds Adam's 8 bytes per parameter (paged) and updates in place.
+AFTER_PEAK |= {"optimizer-paged-adamw-32bit"}
 SAME_BY_COMMAND = {
     "profile": SAME_ANSWER,
     "fit": SAME_ANSWER | AFTER_PEAK,
@@ -208,6 +213,7 @@ MEASURE_OK = (
     "precision-mixed",
     "optimizer-adamw",
     "optimizer-sgd",
+    "optimizer-adafactor",
     "optimizer-impl-foreach",
     "attention-memory-efficient",
     "impl-reference",
@@ -265,6 +271,13 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("act-bytes-and-act-dtype", ("--act-bytes", "2", "--act-dtype", "bf16"))
     + (("--act-bytes", "--act-dtype"),),
     ("zero-on-one-device", ("--zero", "1"), ("--zero",)),
+    ("mlx-adafactor", ("--framework", "mlx", "--optimizer", "adafactor"), ("--optimizer",)),
+    ("mlx-paged", ("--framework", "mlx", "--optimizer", "paged-adamw-8bit"), ("--optimizer",)),
+    ("adafactor-offload", ("--optimizer", "adafactor", "--offload", "optimizer"))
+    + (("--optimizer", "--offload"),),
+    ("adafactor-fsdp", ("--optimizer", "adafactor", "--fsdp", "--devices", "2"), ("--optimizer",)),
+    ("adafactor-optimizer-impl", ("--optimizer", "adafactor", "--optimizer-impl", "fused"))
+    + (("--optimizer-impl",),),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -328,6 +341,8 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     + (("--no-double-quant",),),
     ("train-embeddings-full", (*BASE["measure"], "--train-embeddings"), "refused")
     + (("--train-embeddings",),),
+    ("fake-paged-adamw", (*BASE["measure"], "--optimizer", "paged-adamw-8bit"), "refused")
+    + (("--optimizer",),),
 )
 
 
