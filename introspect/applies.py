@@ -257,6 +257,27 @@ RULES = (
         "them already: add --finetune lora or qlora, or drop it",
     ),
     (
+        lambda s: "--adapter-dtype bf16",
+        lambda s: s.adapter_dtype == "bf16",
+        lambda s: s.finetune != "full",
+        "is the LoRA adapters' dtype; it needs --finetune lora or qlora",
+    ),
+    (
+        lambda s: f"--adapter-dtype bf16 and --precision {s.precision}",
+        lambda s: s.adapter_dtype == "bf16",
+        lambda s: s.precision == "bf16" or _mlx(s),  # MLX: the next rule
+        "contradict: peft's autocast_adapter_dtype=False leaves the adapters at the base "
+        "layer's dtype, FP32 under fp32 and amp, and mixed precision would keep an FP32 "
+        "master of them; use --precision bf16 (LitGPT's and torchtune's bf16-true)",
+    ),
+    (
+        lambda s: "--adapter-dtype bf16",
+        lambda s: s.adapter_dtype == "bf16",
+        lambda s: not _mlx(s),
+        "is peft's autocast_adapter_dtype=False: the MLX estimate follows mlx-lm's "
+        "LoRALinear, whose adapters are FP32; drop it or use --framework torch",
+    ),
+    (
         lambda s: f"--base-quant {_dash(s.base_quant)}",
         lambda s: s.base_quant != "auto",
         lambda s: s.finetune != "full",

@@ -1649,7 +1649,7 @@ def _records() -> tuple[Term, ...]:
             name="weights/lora_adapters",
             category="weights",
             equation="adapters * adapter_bytes(setup)  (state_terms); 4 * a  (lora_state_terms)",
-            source="peft/tuners/lora/layer.py: lora_A (d_in × r), lora_B (r × d_out), FP32 over a 16-bit base (autocast_adapter_dtype=True); mlx_lm/tuner/lora.py: LoRALinear (introspect/refined/lora.py, mlx.py)",
+            source="peft/tuners/lora/layer.py: lora_A (d_in × r), lora_B (r × d_out), FP32 over a 16-bit base (autocast_adapter_dtype=True), the base's 16-bit dtype with --adapter-dtype bf16 (autocast_adapter_dtype=False); mlx_lm/tuner/lora.py: LoRALinear (introspect/refined/lora.py, mlx.py)",
             computed_by=(
                 "introspect/refined/lora.py: state_terms",
                 "introspect/refined/mlx.py: lora_state_terms",
@@ -1658,6 +1658,7 @@ def _records() -> tuple[Term, ...]:
                 "tests/test_lora.py::test_lora_step_peak",
                 "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
                 "tests/test_mlx_lora.py::test_lora_closed_form_within_5_percent_of_the_replay",
+                "tests/test_adapter_dtype.py::test_bf16_adapter_step_peak",
             ),
         ),
         Term(

@@ -592,7 +592,7 @@ def sharding_fields(args: argparse.Namespace) -> dict:
 
 def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
     """LoRA / QLoRA, CPU offload and the optimizer in backward (issue 11)."""
-    from introspect.setup import BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
+    from introspect.setup import ADAPTER_DTYPES, BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
 
     g = parser.add_argument_group("fine-tuning and offload (refined estimate)")
     g.add_argument(
@@ -623,6 +623,14 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="P",
         help="peft's lora_dropout (default 0); above 0 each adapter keeps its dropped input",
+    )
+    g.add_argument(
+        "--adapter-dtype",
+        type=choice(ADAPTER_DTYPES),
+        default="fp32",
+        help="the LoRA adapters' dtype: fp32 (default: peft's autocast_adapter_dtype=True "
+        "upcasts them) or bf16 (autocast_adapter_dtype=False: the base's 16-bit dtype, as "
+        "LitGPT and torchtune keep them; needs --precision bf16)",
     )
     g.add_argument(
         "--base-quant",
@@ -678,6 +686,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         lora_rank=args.lora_rank or 16,
         lora_targets=targets or ("all-linear",),
         lora_dropout=args.lora_dropout,
+        adapter_dtype=args.adapter_dtype,
         base_quant=args.base_quant,
         double_quant=not args.no_double_quant,
         train_embeddings=args.train_embeddings,

@@ -131,7 +131,10 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
             # a parameter (not a module) name, and then warns that no module matched.
             warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys")
             conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
-            model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
+            config = lora_config(spec, setup, fan_in_fan_out=conv1d)
+            # --adapter-dtype bf16: the adapters stay at the base layer's dtype.
+            autocast = setup.adapter_dtype == "fp32"
+            model = get_peft_model(model, config, autocast_adapter_dtype=autocast)
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise IntrospectError(
             f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "

@@ -143,6 +143,9 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     from introspect.refined import lora
 
     fill["quant"] = setup.resolved_base_quant
+    fill["adapter_dtype"] = (
+        "BF16 (--adapter-dtype bf16)" if setup.adapter_dtype == "bf16" else "FP32"
+    )
     table = {**CAUSES, **lora.CAUSES} if setup.finetune != "full" else CAUSES
     out: dict[str, str] = {}
     for name in terms:

@@ -318,8 +318,12 @@ def quantized_bytes(
 
 def adapter_bytes(setup: TrainingSetup) -> int:
     """Bytes per adapter value: FP32 — ``get_peft_model``'s ``autocast_adapter_dtype``
-    (default True) casts 16-bit adapters to FP32 whatever the base's dtype."""
-    return FP32
+    (default True) casts 16-bit adapters to FP32 whatever the base's dtype; with
+    ``--adapter-dtype bf16`` (``autocast_adapter_dtype=False``) they keep the base layer's
+    dtype (``peft/tuners/tuners_utils.py`` ``_move_adapter_to_device_of_base_layer``:
+    the weight's dtype, a 4-bit layer's ``compute_dtype``), 16-bit under ``--precision
+    bf16`` — as LitGPT's and torchtune's ``bf16-true`` LoRA keep them."""
+    return 2 if setup.adapter_dtype == "bf16" else FP32
 
 
 def embedding_copy_bytes(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
@@ -345,7 +349,10 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     ``wb``), the adapters, and optimizer state over the trainable parameters only
     (``opt`` is bytes per trainable parameter by term at the working precision; the
     adapters, FP32, keep FP32 state)."""
-    full_state = optimizer_state(setup.replace(precision="fp32"))
+    # FP32 adapters keep FP32 state; 16-bit ones (--adapter-dtype bf16) 16-bit state.
+    full_state = optimizer_state(setup)  # FP32 state, whatever the precision
+    if adapter_bytes(setup) == 2:
+        full_state = {k: v // 2 for k, v in full_state.items()}
     quant = setup.resolved_base_quant
     linear = block_linear_parameters(spec, setup)
     rest = spec.n_params - linear
@@ -509,7 +516,8 @@ CAUSES: dict[str, str] = {
     "parameters, which bitsandbytes does not quantize), frozen, at the working dtype",
     "activations/layer/lora/experts/effective_weights": "peft's parametrized copy of each "
     "adapted layer's experts and router weight, kept for the backward",
-    "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",
+    "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, "
+    "{adapter_dtype}",
     "weights/trainable_embedding_copies": "peft's modules_to_save: a trained copy of the "
     "embedding and head beside the frozen originals",
     "activations/layer/lora": "lora_A's output (B·T·r), kept by lora_B",

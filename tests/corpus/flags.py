@@ -115,6 +115,7 @@ _REFINED_CHOICES = (
     "--finetune",
     "--base-quant",
     "--offload",
+    "--adapter-dtype",
     "--units",
     "--lora-targets",
 )
@@ -181,6 +182,10 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base-quant-int8", ("--finetune", "lora", "--base-quant", "int8")),
     ("base-quant-nf4", ("--finetune", "lora", "--base-quant", "nf4")),
     ("qlora-no-double-quant", ("--finetune", "qlora", "--no-double-quant")),
+    (
+        "adapter-dtype-bf16",
+        ("--finetune", "lora", "--precision", "bf16", "--adapter-dtype", "bf16"),
+    ),
     ("lora-train-embeddings", ("--lora-rank", "8", "--train-embeddings")),
     ("offload-optimizer", ("--offload", "optimizer")),
     ("offload-parameters", ("--offload", "parameters")),
@@ -271,6 +276,9 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("act-bytes-and-act-dtype", ("--act-bytes", "2", "--act-dtype", "bf16"))
     + (("--act-bytes", "--act-dtype"),),
     ("zero-on-one-device", ("--zero", "1"), ("--zero",)),
+    ("adapter-dtype-full", ("--adapter-dtype", "bf16"), ("--adapter-dtype",)),
+    ("adapter-dtype-amp", ("--finetune", "lora", "--precision", "amp", "--adapter-dtype", "bf16"))
+    + (("--adapter-dtype", "--precision"),),
     ("mlx-adafactor", ("--framework", "mlx", "--optimizer", "adafactor"), ("--optimizer",)),
     ("mlx-paged", ("--framework", "mlx", "--optimizer", "paged-adamw-8bit"), ("--optimizer",)),
     ("adafactor-offload", ("--optimizer", "adafactor", "--offload", "optimizer"))
@@ -341,6 +349,8 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     + (("--no-double-quant",),),
     ("train-embeddings-full", (*BASE["measure"], "--train-embeddings"), "refused")
     + (("--train-embeddings",),),
+    ("adapter-dtype-full", (*BASE["measure"], "--adapter-dtype", "bf16"), "refused")
+    + (("--adapter-dtype",),),
     ("fake-paged-adamw", (*BASE["measure"], "--optimizer", "paged-adamw-8bit"), "refused")
     + (("--optimizer",),),
 )
