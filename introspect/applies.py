@@ -335,8 +335,9 @@ def contradictions(
       ``--weights-dtype fp32`` would be silently ignored. (``amp`` is autocast over FP32
       weights, so ``--weights-dtype fp32`` is what it means; a 16-bit one is refused by
       :data:`RULES`.)
-    * ``--zero``, ``--ddp`` and ``--fsdp`` spread the step over ``--devices``; on one
-      device there is nothing to shard or all-reduce. (Only the flags: a TrainingSetup
+    * ``--zero 1``, ``--ddp`` and ``--fsdp`` spread the step over ``--devices``; on one
+      device there is nothing to shard or all-reduce. (``--zero 2``/``3`` are DeepSpeed,
+      which runs on one device too: Qwen's fine-tuning scripts do.) (Only the flags: a TrainingSetup
       of one device with DDP's buckets stays valid for the estimators.)"""
     if precision in ("mixed", "bf16") and weights_dtype in _FP32_NAMES:
         raise IntrospectError(
@@ -344,10 +345,13 @@ def contradictions(
             f"{weights_dtype} asks for 32-bit ones; drop --weights-dtype, or use "
             "--precision fp32 or amp"
         )
-    if zero_stage and devices == 1:
+    if zero_stage == 1 and devices == 1:
+        # --zero 2 and 3 are DeepSpeed's, whose buffers and FP32 partition exist on one
+        # rank too (introspect.refined.deepspeed); --zero 1 is torch's optimizer sharding.
         raise IntrospectError(
-            f"--zero {zero_stage} shards the training state over --devices, which is 1: "
-            "nothing would be sharded; give --devices D (D > 1) or drop --zero"
+            "--zero 1 (torch's ZeroRedundancyOptimizer) shards the optimizer state over "
+            "--devices, which is 1: nothing would be sharded; give --devices D (D > 1), "
+            "--zero 2 or 3 for DeepSpeed on one device, or drop --zero"
         )
     if sharding in ("ddp", "fsdp") and devices == 1:
         what = {
@@ -369,6 +373,10 @@ def notes(setup: Any) -> list[str]:
             "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "
             "versions priced it as FSDP full sharding, which is --fsdp now (CHANGELOG.md)"
         )
+    from introspect.refined.deepspeed import one_device_note
+
+    if one_device_note(setup):
+        out.append(one_device_note(setup))
     if str(setup.optimizer).startswith("paged_"):
         from introspect.refined.optimizers import PAGED_NOTE
 

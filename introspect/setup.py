@@ -338,6 +338,10 @@ class TrainingSetup:
             return "fused"
         if self.optimizer_impl != "auto":
             return self.optimizer_impl
+        if self.resolved_sharding == "zero" and self.zero_stage >= 2:
+            # DeepSpeed builds FusedAdam for its config's Adam/AdamW section
+            # (deepspeed/runtime/engine.py _configure_basic_optimizer).
+            return "fused"
         return "foreach" if self.resolved_device == "cuda" else "single_tensor"
 
     @property

@@ -1545,6 +1545,22 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="grads/deepspeed_flat_partition",
+            category="grads",
+            equation="w · ceil(N/D): the flat copy of this rank's gradients DeepSpeed ZeRO-2's step makes (beside the gradients themselves)",
+            source="deepspeed/runtime/zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.step, flatten_dense_tensors_aligned(averaged_gradients[i], partition_size) (introspect/refined/deepspeed.py: grad_partition_moment)",
+            computed_by=("introspect/refined/deepspeed.py: grad_partition_moment",),
+            unchecked="DeepSpeed is not a dependency and its ZeRO kernels need an accelerator: from the source (tests/test_deepspeed_one_device.py checks the closed form's mechanism)",
+        ),
+        Term(
+            name="grads/deepspeed_fp32_partition",
+            category="grads",
+            equation="4 · ceil(N/D) under 16-bit weights (0 under FP32: .to() returns the flat copy): single_grad_partition = flat_grad_partition.to(fp32)",
+            source="deepspeed/runtime/zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.step (introspect/refined/deepspeed.py: grad_partition_moment)",
+            computed_by=("introspect/refined/deepspeed.py: grad_partition_moment",),
+            unchecked="DeepSpeed is not a dependency and its ZeRO kernels need an accelerator: from the source (tests/test_deepspeed_one_device.py checks the closed form's mechanism)",
+        ),
+        Term(
             name="optimizer/adafactor_factored",
             category="optimizer",
             equation="4 · Σ over ≥2-D trainable tensors (..., R, C) of prod(s[:-1]) + prod(s[:-2])·C: FP32 exp_avg_sq_row and exp_avg_sq_col",

@@ -23,6 +23,10 @@ CAUSES: dict[str, str] = {
     "vectors of each matrix (transformers' Adafactor)",
     "optimizer/adafactor_second_moment": "Adafactor's full FP32 second moment of 1-D parameters",
     "optimizer/adafactor_rms": "Adafactor's 0-d RMS per parameter",
+    "grads/deepspeed_flat_partition": "DeepSpeed ZeRO-2's step: the flat copy of this "
+    "rank's gradients (flatten_dense_tensors_aligned), beside them",
+    "grads/deepspeed_fp32_partition": "DeepSpeed ZeRO-2's step: the flat copy converted to "
+    "FP32, the FP32 partition's gradient (freed after the step)",
     "optimizer/paged_state": "bitsandbytes' paged m and v (cudaMallocManaged): torch's "
     "allocator does not count it, nvidia-smi does while resident",
     "activations/embedding": "layer 0's input, saved by its first norm",

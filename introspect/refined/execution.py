@@ -54,6 +54,7 @@ from collections.abc import Iterable
 
 from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import (
+    deepspeed,
     hf_saved,
     lora,
     lora_moe,
@@ -94,6 +95,9 @@ def master_bytes(setup: TrainingSetup) -> int:
     plain FP32 do not; a frozen model has no optimizer to keep it for."""
     if setup.optimizer == "none":
         return 0
+    ds = deepspeed.master_bytes(setup)  # DeepSpeed ZeRO-2 clones its FP32 partition
+    if ds is not None:
+        return ds
     if setup.precision == "mixed" or (setup.precision == "fp32" and setup.weight_bytes < FP32):
         return FP32
     return 0
@@ -239,6 +243,8 @@ def step_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     sharded strategies hold theirs as :func:`sharding.grad_bytes` says (FSDP2's
     ``reduce_dtype`` is FP32 already); LoRA's adapters are FP32 throughout; an offloaded
     optimizer updates its master on the host."""
+    if deepspeed.applies(setup):  # ZeRO-2 steps on its FP32 partition's gradient
+        return deepspeed.step_grad_bytes(spec, setup)
     n = _trainable(spec, setup)
     return FP32 * n if copies_to_master_grads(setup) else grad_bytes(spec, setup, n)
 
@@ -455,6 +461,12 @@ def moments(
     master = master_gradients(spec, setup)
     if master is not None:
         out.append(("master_grads", master))
+    flat = deepspeed.grad_partition_moment(spec, setup, state_terms(spec, setup))
+    if flat is not None:
+        saved_all = saved_terms(spec, setup)
+        if LOGITS_OUTPUT in saved_all:
+            flat[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
+        out.append(("master_grads", flat))
     step = optimizer_step(spec, setup)
     if step is not None:
         out.append(("optimizer_step", step))

@@ -159,6 +159,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("devices-2", ("--devices", "2")),
     ("zero-1", ("--zero", "1", "--devices", "4")),
     ("zero-3", ("--zero", "3", "--devices", "4")),
+    ("zero-2-one-device", ("--zero", "2", "--devices", "1", "--precision", "mixed")),
     ("framework-mlx", ("--framework", "mlx")),
     ("framework-mlx-compiled", ("--framework", "mlx-compiled")),
     ("framework-mlx-on-cpu", ("--framework", "mlx", "--device", "cpu")),
@@ -351,6 +352,8 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     + (("--train-embeddings",),),
     ("adapter-dtype-full", (*BASE["measure"], "--adapter-dtype", "bf16"), "refused")
     + (("--adapter-dtype",),),
+    ("fake-zero-2-one-device", (*BASE["measure"], "--zero", "2", "--devices", "1"), "refused")
+    + (("--zero", "--device"),),
     ("fake-paged-adamw", (*BASE["measure"], "--optimizer", "paged-adamw-8bit"), "refused")
     + (("--optimizer",),),
 )
