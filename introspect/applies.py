@@ -58,6 +58,9 @@ def _sharding_flag(s: Any) -> str:
     return {"ddp": "--ddp", "fsdp": "--fsdp"}.get(how, f"--zero {s.zero_stage}")
 
 
+#: --lora-targets names beyond the blocks (introspect.setup.HEAD_LORA_MODULES).
+_HEADS = ("lm_head", "embed_tokens")
+
 #: MLX's memory is the host's: the unified memory the CPU and GPU share.
 _UNIFIED = "MLX keeps every array in unified memory, which the CPU and GPU share"
 
@@ -255,6 +258,13 @@ RULES = (
         lambda s: s.finetune != "full",
         "trains the embedding and head beside LoRA's adapters; full fine-tuning trains "
         "them already: add --finetune lora or qlora, or drop it",
+    ),
+    (
+        lambda s: "--lora-targets " + " ".join(t for t in s.lora_targets if t in _HEADS),
+        lambda s: any(t in _HEADS for t in s.lora_targets),
+        lambda s: not _mlx(s),
+        "puts peft's adapters on the output head or the embedding: the MLX estimate follows "
+        "mlx-lm's linear_to_lora_layers over the blocks; drop them or use --framework torch",
     ),
     (
         lambda s: "--adapter-dtype bf16",

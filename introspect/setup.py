@@ -80,6 +80,10 @@ LORA_MODULES = (
     *("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"),
     *("gate_proj", "up_proj", "gate_up_proj", "down_proj"),
 )
+#: The output head and the input embedding, which ``--lora-targets`` may name beside the
+#: block linears (peft's ``EMBEDDING_LAYER_NAMES``: lm_head as a Linear, embed_tokens as
+#: ``lora.Embedding``); never part of ``all-linear``.
+HEAD_LORA_MODULES = ("lm_head", "embed_tokens")
 #: The block linears that read the attention norm's output, and the feed-forward's
 #: (a fused projection is one linear over that input).
 ATTENTION_INPUT_LINEARS = ("q_proj", "k_proj", "v_proj", "qkv_proj")

@@ -75,6 +75,9 @@ SETUPS = {
     "sgd, none": dict(optimizer="sgd"),
     "frozen": dict(optimizer="none"),
     "adafactor": dict(optimizer="adafactor"),
+    "lora on head and embedding": dict(
+        finetune="lora", lora_targets=("q_proj", "v_proj", "lm_head", "embed_tokens")
+    ),
     "bf16 paged adamw 8bit": dict(precision="bf16", optimizer="paged_adamw_8bit"),
     "lora paged adamw 32bit": dict(finetune="lora", optimizer="paged_adamw_32bit"),
     "reference model": dict(implementation="reference"),

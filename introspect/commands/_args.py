@@ -615,7 +615,9 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help=f"modules the adapters sit on: {', '.join(LORA_MODULES)} or all-linear (default)",
+        help=f"modules the adapters sit on: {', '.join(LORA_MODULES)} or all-linear (default); "
+        "also lm_head and embed_tokens beside them (peft's LoRA on the output head and the "
+        "input embedding; all-linear leaves them out)",
     )
     g.add_argument(
         "--lora-dropout",

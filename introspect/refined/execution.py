@@ -301,8 +301,10 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
     frozen) nothing keeps the output itself."""
     terms = saved.embedding(spec, setup)
-    if _lora(setup) and not setup.train_embeddings:
+    if _lora(setup) and not setup.train_embeddings and not lora.embedding_terms(spec, setup):
         terms = dict(terms) | {EMBEDDING: 0}
+    if _lora(setup):  # LoRA on embed_tokens: its own saved tensor
+        terms = dict(terms) | lora.embedding_terms(spec, setup)
     return terms
 
 

@@ -179,6 +179,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("finetune-qlora", ("--finetune", "qlora")),
     ("lora-rank-8", ("--lora-rank", "8")),
     ("lora-targets", ("--lora-targets", "q_proj", "v_proj")),
+    ("lora-targets-head", ("--lora-targets", "q_proj", "lm_head", "embed_tokens")),
     ("lora-dropout", ("--lora-rank", "8", "--lora-dropout", "0.1")),
     ("base-quant-int8", ("--finetune", "lora", "--base-quant", "int8")),
     ("base-quant-nf4", ("--finetune", "lora", "--base-quant", "nf4")),
@@ -260,6 +261,9 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("lora-rank-full", ("--finetune", "full", "--lora-rank", "8"), ("--lora-rank",)),
     ("lora-targets-full", ("--finetune", "full", "--lora-targets", "q_proj"), ("--lora-targets",)),
     ("lora-targets-unknown-module", ("--lora-targets", "c_attn"), ("--lora-targets",)),
+    ("lora-targets-head-alone", ("--lora-targets", "lm_head"), ("--lora-targets",)),
+    ("mlx-lora-head", ("--framework", "mlx", "--lora-targets", "q_proj", "lm_head"))
+    + (("--lora-targets",),),
     ("base-quant-without-lora", ("--base-quant", "nf4"), ("--base-quant",)),
     ("base-quant-full", ("--finetune", "full", "--base-quant", "int8"), ("--base-quant",)),
     ("qlora-base-quant-bf16", ("--finetune", "qlora", "--base-quant", "bf16"), ("--base-quant",)),
