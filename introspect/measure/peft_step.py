@@ -106,9 +106,15 @@ def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
 
 def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.Module:
     """``get_peft_model(model, lora_config(spec, setup))`` in train mode, the block
-    linears first quantized to NF4 under QLoRA (see the module docstring)."""
+    linears first quantized to NF4 under QLoRA (see the module docstring).
+
+    Works on a real model and, called inside FakeTensorMode on a model built there, on a
+    fake one (a dry run): peft's own code either way, its adapters' ``Module.to`` made
+    possible by :func:`introspect.measure.fake.swappable_parameters`."""
     import logging
     import warnings
+
+    from introspect.measure.fake import swappable_parameters
 
     # peft imports bitsandbytes where installed, whose CPU backend logs a warning when an
     # optional kernels package is missing: not the user's concern for a measured step.
@@ -137,7 +143,8 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
             config = lora_config(spec, setup, fan_in_fan_out=conv1d)
             # --adapter-dtype bf16: the adapters stay at the base layer's dtype.
             autocast = setup.adapter_dtype == "fp32"
-            model = get_peft_model(model, config, autocast_adapter_dtype=autocast)
+            with swappable_parameters():  # a no-op outside FakeTensorMode
+                model = get_peft_model(model, config, autocast_adapter_dtype=autocast)
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise IntrospectError(
             f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "
