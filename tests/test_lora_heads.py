@@ -85,3 +85,37 @@ def test_head_alone_and_mlx_are_refused():
         lora.targets(LLAMA, setup(lora_targets=("lm_head",)))
     with pytest.raises(IntrospectError, match="MLX"):
         setup(lora_targets=("q_proj", "lm_head")).replace(framework="mlx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["llama", "qwen2"])  # qwen2: tied embeddings
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(lora_targets=("q_proj", "v_proj", "lm_head", "embed_tokens")),
+        dict(lora_targets=("q_proj", "lm_head", "embed_tokens"), precision="bf16")
+        | dict(adapter_dtype="bf16"),
+    ],
+    ids=["fp32", "bf16-adapters"],
+)
+def test_head_adapters_real_equals_dry_run(family, kw):
+    """transformers' own classes under peft: the CPU step and the FakeTensorMode dry run
+    are byte-identical with the head and embedding adapted (and BF16 adapters), and the
+    closed form is within 0.5%."""
+    from hf_steps import CONFIGS, spec_for
+
+    from introspect.measure import hf_models
+    from introspect.setup import TrainingSetup
+
+    raw = CONFIGS[family]
+    spec = spec_for(raw)
+    s = TrainingSetup(
+        batch_size=1, seq_len=32, finetune="lora", lora_rank=8, framework="torch", **kw
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        real, _ = hf_models.measure(raw, "test", spec, s, device="cpu", census=False)
+        fake, _ = hf_models.measure(raw, "test", spec, s, device="fake", census=False)
+    assert real.peak_bytes == fake.peak_bytes
+    assert real.categories == fake.categories
+    assert refined.estimate(spec, s).total == pytest.approx(real.peak_bytes, rel=5e-3)
