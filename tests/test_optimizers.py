@@ -238,3 +238,24 @@ def test_paged_measure_is_refused_with_one_line(device, capsys):
 def test_rules_refuse_what_is_not_modelled(kw, needle):
     with pytest.raises((IntrospectError, ValueError), match=needle):
         TrainingSetup(**kw)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "targets", [("all-linear",), ("q_proj", "v_proj", "lm_head", "embed_tokens")], ids=str
+)
+def test_adafactor_over_lora_adapters_is_the_real_state(targets):
+    """A real peft step with Adafactor: its state over the adapters (each a matrix:
+    rows + columns; the head's and embedding's too) is the closed form's to the byte,
+    and the peak within 0.5%."""
+    pytest.importorskip("peft")
+    from test_lora import LLAMA, setup
+
+    from introspect.measure import peft_step
+
+    s = setup(optimizer="adafactor", lora_targets=targets).replace(seq_len=8)
+    measured = peft_step.measure(LLAMA, s)
+    est = refined.estimate(LLAMA, s)
+    state = sum(v for k, v in est.execution.terms.items() if k.startswith("optimizer/adafactor"))
+    assert measured.categories["optimizer_state"] == state
+    assert est.total == pytest.approx(measured.peak_bytes, rel=5e-3)

@@ -89,7 +89,9 @@ def trainable_shapes(spec: ModelSpec, setup: TrainingSetup) -> list[Shape]:
     parameter tensor (``model.parameters()`` order, :func:`sharding.parameter_tensors`)
     under full training; under LoRA on a dense model, each layer's adapters in peft's
     order (``lora_A`` (r, d_in) then ``lora_B`` (d_out, r) of each target, in the block's
-    module order), then the embedding and head under ``train_embeddings``."""
+    module order), the embedding's and the head's adapters (``--lora-targets ... lm_head
+    embed_tokens``) before and after them, and the embedding and head under
+    ``train_embeddings``."""
     if setup.finetune == "full":
         return sharding.parameter_tensors(spec)
     from introspect.errors import IntrospectError
@@ -107,6 +109,8 @@ def trainable_shapes(spec: ModelSpec, setup: TrainingSetup) -> list[Shape]:
         d_in, d_out = shapes[t]
         per_layer += [(r, d_in), (d_out, r)]
     out = per_layer * spec.num_hidden_layers
+    heads = lora.head_shapes(spec, setup)  # embed_tokens before the blocks, lm_head after
+    out = [*heads.get("embed_tokens", ()), *out, *heads.get("lm_head", ())]
     if setup.train_embeddings:
         V, d = spec.vocab_size, spec.hidden_size
         out = [(V, d), *out] + ([] if spec.tie_word_embeddings else [(V, d)])
