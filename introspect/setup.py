@@ -30,7 +30,7 @@ if TYPE_CHECKING:
         "adafactor", "paged_adamw_8bit", "paged_adamw_32bit",
     ]  # fmt: skip
     Attention = Literal["eager", "memory_efficient"]
-    CrossEntropy = Literal["standard", "fused", "chunked"]
+    CrossEntropy = Literal["standard", "fused", "torchtune", "trl", "liger"]
     Framework = Literal["torch", "mlx", "mlx_compiled"]
     Device = Literal["auto", "cuda", "cpu", "metal"]
     Implementation = Literal["reference", "transformers", "mlx_lm"]
@@ -52,7 +52,11 @@ OPTIMIZERS += ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
 #: or ``bf16`` (``autocast_adapter_dtype=False`` on a BF16 base; LitGPT, torchtune).
 ADAPTER_DTYPES = ("fp32", "bf16")
 ATTENTIONS = ("eager", "memory_efficient")
-CROSS_ENTROPIES = ("standard", "fused", "chunked")
+#: The loss (``introspect/refined/losses.py``): ``standard`` (the model's own over all the
+#: logits), ``fused`` (a generic fused linear cross-entropy: a log-sum-exp per token kept,
+#: 1024-token chunks recomputed in backward; ``chunked`` is its deprecated alias), and the
+#: chunked losses of torchtune, TRL and Liger as each library writes them.
+CROSS_ENTROPIES = ("standard", "fused", "torchtune", "trl", "liger")
 FRAMEWORKS = ("torch", "mlx", "mlx_compiled")
 DEVICES = ("auto", "cuda", "cpu", "metal")
 IMPLEMENTATIONS = ("reference", "transformers", "mlx_lm")
