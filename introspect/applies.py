@@ -58,6 +58,9 @@ def _sharding_flag(s: Any) -> str:
     return {"ddp": "--ddp", "fsdp": "--fsdp"}.get(how, f"--zero {s.zero_stage}")
 
 
+#: --lora-targets names beyond the blocks (introspect.setup.HEAD_LORA_MODULES).
+_HEADS = ("lm_head", "embed_tokens")
+
 #: MLX's memory is the host's: the unified memory the CPU and GPU share.
 _UNIFIED = "MLX keeps every array in unified memory, which the CPU and GPU share"
 
@@ -254,6 +257,37 @@ RULES = (
         "after each micro-batch (DeepSpeed's BF16_Optimizer), which the estimate does not "
         "price; use --precision bf16 or amp, or drop --grad-accum",
     ),
+    (
+        lambda s: f"--optimizer {_dash(s.optimizer)}",
+        lambda s: s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit"),
+        lambda s: not _mlx(s),
+        "is torch's (transformers' Adafactor, bitsandbytes' paged AdamW): the MLX estimate "
+        "has Adam, AdamW and SGD; use one of them or --framework torch",
+    ),
+    (
+        lambda s: f"--optimizer {_dash(s.optimizer)} and --offload {s.offload}",
+        lambda s: s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit"),
+        lambda s: s.offload == "none",
+        "contradict: the offload runs DeepSpeed's CPU Adam on the host, not this optimizer; "
+        "drop --offload or use --optimizer adam",
+    ),
+    (
+        lambda s: "--optimizer adafactor",
+        lambda s: s.optimizer == "adafactor",
+        lambda s: s.resolved_sharding in ("none", "ddp"),
+        "keeps factored state per whole tensor, which the sharded estimate (ZeRO, FSDP2 "
+        "shards) does not model; drop the sharding or use --optimizer adam",
+    ),
+    (
+        lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
+        lambda s: (
+            s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
+            and s.optimizer_impl != "auto"
+        ),
+        lambda s: False,
+        "chooses torch.optim's kernel (single-tensor, foreach, fused); transformers' "
+        "Adafactor and bitsandbytes' optimizers have one update each; drop --optimizer-impl",
+    ),
     # ---- sharding and model parallelism --------------------------------------------------
     (
         lambda s: f"--zero {s.zero_stage} and --{s.sharding}",
@@ -295,6 +329,34 @@ RULES = (
         lambda s: s.finetune != "full",
         "trains the embedding and head beside LoRA's adapters; full fine-tuning trains "
         "them already: add --finetune lora or qlora, or drop it",
+    ),
+    (
+        lambda s: "--lora-targets " + " ".join(t for t in s.lora_targets if t in _HEADS),
+        lambda s: any(t in _HEADS for t in s.lora_targets),
+        lambda s: not _mlx(s),
+        "puts peft's adapters on the output head or the embedding: the MLX estimate follows "
+        "mlx-lm's linear_to_lora_layers over the blocks; drop them or use --framework torch",
+    ),
+    (
+        lambda s: "--adapter-dtype bf16",
+        lambda s: s.adapter_dtype == "bf16",
+        lambda s: s.finetune != "full",
+        "is the LoRA adapters' dtype; it needs --finetune lora or qlora",
+    ),
+    (
+        lambda s: f"--adapter-dtype bf16 and --precision {s.precision}",
+        lambda s: s.adapter_dtype == "bf16",
+        lambda s: s.precision == "bf16" or _mlx(s),  # MLX: the next rule
+        "contradict: peft's autocast_adapter_dtype=False leaves the adapters at the base "
+        "layer's dtype, FP32 under fp32 and amp, and mixed precision would keep an FP32 "
+        "master of them; use --precision bf16 (LitGPT's and torchtune's bf16-true)",
+    ),
+    (
+        lambda s: "--adapter-dtype bf16",
+        lambda s: s.adapter_dtype == "bf16",
+        lambda s: not _mlx(s),
+        "is peft's autocast_adapter_dtype=False: the MLX estimate follows mlx-lm's "
+        "LoRALinear, whose adapters are FP32; drop it or use --framework torch",
     ),
     (
         lambda s: f"--base-quant {_dash(s.base_quant)}",
@@ -354,8 +416,9 @@ def contradictions(
       ``--weights-dtype fp32`` would be silently ignored. (``amp`` is autocast over FP32
       weights, so ``--weights-dtype fp32`` is what it means; a 16-bit one is refused by
       :data:`RULES`.)
-    * ``--zero``, ``--ddp`` and ``--fsdp`` spread the step over ``--devices``; on one
-      device there is nothing to shard or all-reduce. (Only the flags: a TrainingSetup
+    * ``--zero 1``, ``--ddp`` and ``--fsdp`` spread the step over ``--devices``; on one
+      device there is nothing to shard or all-reduce. (``--zero 2``/``3`` are DeepSpeed,
+      which runs on one device too: Qwen's fine-tuning scripts do.) (Only the flags: a TrainingSetup
       of one device with DDP's buckets stays valid for the estimators.)"""
     if precision in ("mixed", "bf16") and weights_dtype in _FP32_NAMES:
         raise IntrospectError(
@@ -363,10 +426,13 @@ def contradictions(
             f"{weights_dtype} asks for 32-bit ones; drop --weights-dtype, or use "
             "--precision fp32 or amp"
         )
-    if zero_stage and devices == 1:
+    if zero_stage == 1 and devices == 1:
+        # --zero 2 and 3 are DeepSpeed's, whose buffers and FP32 partition exist on one
+        # rank too (introspect.refined.deepspeed); --zero 1 is torch's optimizer sharding.
         raise IntrospectError(
-            f"--zero {zero_stage} shards the training state over --devices, which is 1: "
-            "nothing would be sharded; give --devices D (D > 1) or drop --zero"
+            "--zero 1 (torch's ZeroRedundancyOptimizer) shards the optimizer state over "
+            "--devices, which is 1: nothing would be sharded; give --devices D (D > 1), "
+            "--zero 2 or 3 for DeepSpeed on one device, or drop --zero"
         )
     if sharding in ("ddp", "fsdp") and devices == 1:
         what = {
@@ -396,6 +462,14 @@ def notes(setup: Any) -> list[str]:
             "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "
             "versions priced it as FSDP full sharding, which is --fsdp now (CHANGELOG.md)"
         )
+    from introspect.refined.deepspeed import one_device_note
+
+    if one_device_note(setup):
+        out.append(one_device_note(setup))
+    if str(setup.optimizer).startswith("paged_"):
+        from introspect.refined.optimizers import PAGED_NOTE
+
+        out.append(PAGED_NOTE)
     return out
 
 

@@ -99,11 +99,28 @@ def setup_line(setup: Any) -> str:
         "checkpointing" if setup.activation_checkpointing else "no checkpointing",
         f"{setup.cross_entropy} cross-entropy",
         f"{setup.devices} device{'s' if setup.devices > 1 else ''}",
-        f"ZeRO {setup.zero_stage}",
+        sharding_name(setup),
         f"{setup.framework} on {setup.resolved_device}",
         f"{setup.implementation.replace('_', '-')} implementation, loop {setup.loop}",
     ]
     return ", ".join(parts)
+
+
+def sharding_name(setup: Any) -> str:
+    """How the training state is spread, by the library that does it: ``no sharding``,
+    ``DDP``, ``ZeRO-1 (torch ZeroRedundancyOptimizer under DDP)``, ``DeepSpeed ZeRO-2``
+    / ``ZeRO-3`` (``--zero 2|3``) or ``FSDP2 fully_shard`` (``--fsdp``; ``--no-reshard``:
+    ``reshard_after_forward=False``). ``--fsdp`` sets ZeRO stage 3 internally, so a
+    bare stage number would name FSDP2 as ZeRO 3."""
+    how = setup.resolved_sharding
+    if how == "fsdp":
+        keep = ", reshard_after_forward=False" if not setup.reshard_after_forward else ""
+        return f"FSDP2 fully_shard{keep}"
+    if how == "zero":
+        if setup.zero_stage == 1:
+            return "ZeRO-1 (torch ZeroRedundancyOptimizer under DDP)"
+        return f"DeepSpeed ZeRO-{setup.zero_stage}"
+    return {"ddp": "DDP"}.get(how, "no sharding")
 
 
 def key_value(pairs: Iterable[tuple[str, Any]]) -> str:

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
     Precision = Literal["fp32", "bf16", "amp", "mixed"]
-    Optimizer = Literal["adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none"]
+    Optimizer = Literal[
+        "adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none",
+        "adafactor", "paged_adamw_8bit", "paged_adamw_32bit",
+    ]  # fmt: skip
     Attention = Literal["eager", "memory_efficient"]
     CrossEntropy = Literal["standard", "fused", "torchtune", "trl", "liger"]
     Framework = Literal["torch", "mlx", "mlx_compiled"]
@@ -41,6 +44,13 @@ if TYPE_CHECKING:
 #: FP32 master copy (DeepSpeed, Megatron, FSDP2's ``MixedPrecisionPolicy``).
 PRECISIONS = ("fp32", "bf16", "amp", "mixed")
 OPTIMIZERS = ("adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none")
+#: transformers' Adafactor (the HF Trainer's ``optim="adafactor"``) and bitsandbytes'
+#: paged AdamW (the Trainer's names): state not a fixed width per parameter, or outside
+#: torch's allocator (:mod:`introspect.refined.optimizers`).
+OPTIMIZERS += ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
+#: Adapter dtype under LoRA: ``fp32`` (peft's default, ``autocast_adapter_dtype=True``)
+#: or ``bf16`` (``autocast_adapter_dtype=False`` on a BF16 base; LitGPT, torchtune).
+ADAPTER_DTYPES = ("fp32", "bf16")
 ATTENTIONS = ("eager", "memory_efficient")
 #: The loss (``introspect/refined/losses.py``): ``standard`` (the model's own over all the
 #: logits), ``fused`` (a generic fused linear cross-entropy: a log-sum-exp per token kept,
@@ -74,6 +84,10 @@ LORA_MODULES = (
     *("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj"),
     *("gate_proj", "up_proj", "gate_up_proj", "down_proj"),
 )
+#: The output head and the input embedding, which ``--lora-targets`` may name beside the
+#: block linears (peft's ``EMBEDDING_LAYER_NAMES``: lm_head as a Linear, embed_tokens as
+#: ``lora.Embedding``); never part of ``all-linear``.
+HEAD_LORA_MODULES = ("lm_head", "embed_tokens")
 #: The block linears that read the attention norm's output, and the feed-forward's
 #: (a fused projection is one linear over that input).
 ATTENTION_INPUT_LINEARS = ("q_proj", "k_proj", "v_proj", "qkv_proj")
@@ -104,6 +118,7 @@ FLAGS = {
     "offload": "--offload",
     "grad_accum": "--grad-accum",
     "offload_activations": "--offload-activations",
+    "adapter_dtype": "--adapter-dtype",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -114,6 +129,10 @@ OPTIMIZER_STATE_BYTES: dict[str, int] = {
     "sgd_momentum": 4,  # one momentum buffer, FP32
     "sgd": 0,
     "none": 0,
+    # Per tensor, not per parameter: introspect.refined.optimizers.
+    "adafactor": 0,
+    "paged_adamw_8bit": 0,
+    "paged_adamw_32bit": 0,
 }
 
 
@@ -211,6 +230,8 @@ class TrainingSetup:
     #: when its backward node runs (torch's ``save_on_cpu(pin_memory=True)``):
     #: :mod:`introspect.refined.activation_offload`.
     offload_activations: bool = False
+    #: LoRA adapters' dtype (:data:`ADAPTER_DTYPES`).
+    adapter_dtype: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in (
@@ -251,6 +272,7 @@ class TrainingSetup:
             ("finetune", FINETUNES),
             ("base_quant", BASE_QUANTS),
             ("offload", OFFLOADS),
+            ("adapter_dtype", ADAPTER_DTYPES),
         ):
             if getattr(self, name) not in choices:
                 allowed = ", ".join(str(c).replace("_", "-") for c in choices)
@@ -335,8 +357,18 @@ class TrainingSetup:
         in ``torch/optim/optimizer.py``). MLX: ``mlx`` (one update in the step's graph)."""
         if self.framework.startswith("mlx"):
             return "mlx"
+        # transformers' Adafactor is a loop over tensors; bitsandbytes updates each
+        # parameter in place in one kernel.
+        if self.optimizer == "adafactor":
+            return "single_tensor"
+        if self.optimizer.startswith("paged_"):
+            return "fused"
         if self.optimizer_impl != "auto":
             return self.optimizer_impl
+        if self.resolved_sharding == "zero" and self.zero_stage >= 2:
+            # DeepSpeed builds FusedAdam for its config's Adam/AdamW section
+            # (deepspeed/runtime/engine.py _configure_basic_optimizer).
+            return "fused"
         return "foreach" if self.resolved_device == "cuda" else "single_tensor"
 
     @property

@@ -359,7 +359,11 @@ def _add_setup_flags(
         type=choice(OPTIMIZERS),
         default="adam",
         help="adam (default, FP32 m and v: 8 bytes/param), adamw, adam8bit (2 bytes/param), "
-        "sgd-momentum (4), sgd (0), none (frozen weights: no grads, no state)",
+        "sgd-momentum (4), sgd (0), none (frozen weights: no grads, no state); "
+        "adafactor (transformers' Adafactor as the HF Trainer's optim='adafactor' builds it: "
+        "FP32 row and column vectors per matrix, no first moment); paged-adamw-8bit, "
+        "paged-adamw-32bit (bitsandbytes' paged AdamW: its state in CUDA unified memory, "
+        "which torch's allocator does not count)",
     )
     e.add_argument(
         "--optimizer-impl",
@@ -605,7 +609,7 @@ def sharding_fields(args: argparse.Namespace) -> dict:
 
 def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
     """LoRA / QLoRA, CPU offload and the optimizer in backward (issue 11)."""
-    from introspect.setup import BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
+    from introspect.setup import ADAPTER_DTYPES, BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
 
     g = parser.add_argument_group("fine-tuning and offload (refined estimate)")
     g.add_argument(
@@ -628,7 +632,9 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help=f"modules the adapters sit on: {', '.join(LORA_MODULES)} or all-linear (default)",
+        help=f"modules the adapters sit on: {', '.join(LORA_MODULES)} or all-linear (default); "
+        "also lm_head and embed_tokens beside them (peft's LoRA on the output head and the "
+        "input embedding; all-linear leaves them out)",
     )
     g.add_argument(
         "--lora-dropout",
@@ -636,6 +642,14 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         metavar="P",
         help="peft's lora_dropout (default 0); above 0 each adapter keeps its dropped input",
+    )
+    g.add_argument(
+        "--adapter-dtype",
+        type=choice(ADAPTER_DTYPES),
+        default="fp32",
+        help="the LoRA adapters' dtype: fp32 (default: peft's autocast_adapter_dtype=True "
+        "upcasts them) or bf16 (autocast_adapter_dtype=False: the base's 16-bit dtype, as "
+        "LitGPT and torchtune keep them; needs --precision bf16)",
     )
     g.add_argument(
         "--base-quant",
@@ -697,6 +711,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         lora_rank=args.lora_rank or 16,
         lora_targets=targets or ("all-linear",),
         lora_dropout=args.lora_dropout,
+        adapter_dtype=args.adapter_dtype,
         base_quant=args.base_quant,
         double_quant=not args.no_double_quant,
         train_embeddings=args.train_embeddings,

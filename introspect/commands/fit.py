@@ -285,8 +285,8 @@ def _describe(setup: TrainingSetup) -> str:
         parts.append(f"{setup.finetune} r={setup.lora_rank} on {targets}")
     how = setup.resolved_sharding
     if setup.devices > 1 or how != "none":
-        named = {"none": "no sharding", "ddp": "DDP", "fsdp": "FSDP"}
-        parts.append(f"{setup.devices} devices, {named.get(how, f'ZeRO-{setup.zero_stage}')}")
+        plural = "s" if setup.devices > 1 else ""
+        parts.append(f"{setup.devices} device{plural}, {report.sharding_name(setup)}")
     if setup.tensor_parallel > 1 or setup.pipeline_parallel > 1:
         parts.append(f"TP {setup.tensor_parallel} × PP {setup.pipeline_parallel}")
     if setup.offload != "none":

@@ -35,15 +35,18 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
     linears are transformers' ``Conv1D`` (GPT-2: weights stored d_in × d_out)."""
     from peft import LoraConfig
 
-    from introspect.refined.lora import targets
+    from introspect.refined.lora import head_targets, targets
 
     chosen = targets(spec, setup)  # checks the names and the rank
+    heads = list(head_targets(setup))  # lm_head / embed_tokens, never in all-linear
     return LoraConfig(
         r=setup.lora_rank,
         lora_alpha=2 * setup.lora_rank,
         # peft's own "all-linear" (every nn.Linear/Conv1D but the output head), as users
         # write it: the model's names, whatever its family calls them.
-        target_modules="all-linear" if "all-linear" in setup.lora_targets else list(chosen),
+        target_modules="all-linear"
+        if "all-linear" in setup.lora_targets and not heads
+        else list(chosen) + heads,
         lora_dropout=setup.lora_dropout,
         fan_in_fan_out=fan_in_fan_out,
         modules_to_save=["embed_tokens", "lm_head"] if setup.train_embeddings else None,
@@ -172,7 +175,10 @@ def _wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.
             # a parameter (not a module) name, and then warns that no module matched.
             warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys")
             conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
-            model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
+            config = lora_config(spec, setup, fan_in_fan_out=conv1d)
+            # --adapter-dtype bf16: the adapters stay at the base layer's dtype.
+            autocast = setup.adapter_dtype == "fp32"
+            model = get_peft_model(model, config, autocast_adapter_dtype=autocast)
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise IntrospectError(
             f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "

@@ -17,7 +17,7 @@ from introspect.setup import TrainingSetup
 MEASURED_PRECISIONS = {"torch": ("fp32", "bf16", "amp", "mixed"), "MLX": ("fp32", "bf16")}
 MEASURED_DTYPES = ("fp32", "bf16", "fp16")
 MEASURED_OPTIMIZERS = {
-    "torch": ("adam", "adamw", "sgd", "sgd_momentum", "adam8bit"),
+    "torch": ("adam", "adamw", "sgd", "sgd_momentum", "adam8bit", "adafactor"),
     "MLX": ("adam", "adamw", "sgd", "sgd_momentum"),
 }
 #: Steps an MLX measurement takes after its warm-up, each with its own peak reset; the
@@ -49,6 +49,14 @@ def measured_dtype(setup: TrainingSetup, backend: str) -> str:
         raise IntrospectError(
             f"--checkpointing is measured with the implementation's own checkpointing on "
             f"{backend}: add --impl {impl}"
+        )
+    if setup.optimizer.startswith("paged_"):
+        raise IntrospectError(
+            f"--optimizer {setup.optimizer.replace('_', '-')} is not measured: bitsandbytes "
+            "pages its state with cudaMallocManaged, outside torch's allocator (CPU falls "
+            "back to unpaged state, a dry run cannot allocate it, and on CUDA "
+            "torch.cuda.max_memory_allocated does not see it); `introspect profile` "
+            "estimates it as optimizer/paged_state"
         )
     optimizers = MEASURED_OPTIMIZERS[backend]
     if setup.optimizer not in optimizers:

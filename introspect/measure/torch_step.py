@@ -66,6 +66,8 @@ def make_optimizer(model: nn.Module, setup: TrainingSetup, params=None) -> torch
     params = list(model.parameters() if params is None else params)
     if setup.optimizer == "adam8bit":
         return _adam8bit(params)
+    if setup.optimizer == "adafactor":
+        return _adafactor(params)
     kwargs = OPTIMIZER_IMPL_KWARGS[setup.optimizer_impl]
     try:
         if setup.optimizer == "adam":
@@ -116,11 +118,26 @@ def _adam8bit(params) -> torch.optim.Optimizer:
         return bnb.optim.Adam8bit(params, lr=1e-4)
 
 
+def _adafactor(params) -> torch.optim.Optimizer:
+    """transformers' ``Adafactor`` as the HF Trainer's ``optim="adafactor"`` builds it
+    (``transformers/trainer_optimizer.py`` ``_get_adafactor``: ``scale_parameter=False,
+    relative_step=False`` with the Trainer's learning rate; ``beta1=None``)."""
+    from transformers.optimization import Adafactor
+
+    return Adafactor(params, lr=1e-4, scale_parameter=False, relative_step=False)
+
+
 def optimizer_impl_note(setup: TrainingSetup, device: str) -> str:
     """What torch runs for the update, in words."""
     name = {"adam": "Adam", "adamw": "AdamW", "sgd": "SGD", "sgd_momentum": "SGD(momentum)"}
     if setup.optimizer == "adam8bit":
         return "optimizer: bitsandbytes Adam8bit (8-bit block-wise m and v)"
+    if setup.optimizer == "adafactor":
+        return (
+            "optimizer: transformers.optimization.Adafactor(scale_parameter=False, "
+            "relative_step=False), the HF Trainer's optim='adafactor' (factored FP32 "
+            "second moment, no first moment)"
+        )
     impl = setup.optimizer_impl
     if setup.optimizer_in_backward:
         name = {k: f"{v} per parameter in its post-accumulate-grad hook" for k, v in name.items()}

@@ -19,6 +19,16 @@ CAUSES: dict[str, str] = {
     "optimizer/adam_v": "Adam second moment",
     "optimizer/momentum": "SGD momentum buffer",
     "optimizer/temporaries": "the update's temporaries ({framework}, {optimizer_impl} {optimizer})",
+    "optimizer/adafactor_factored": "Adafactor's FP32 row and column second-moment "
+    "vectors of each matrix (transformers' Adafactor)",
+    "optimizer/adafactor_second_moment": "Adafactor's full FP32 second moment of 1-D parameters",
+    "optimizer/adafactor_rms": "Adafactor's 0-d RMS per parameter",
+    "grads/deepspeed_flat_partition": "DeepSpeed ZeRO-2's step: the flat copy of this "
+    "rank's gradients (flatten_dense_tensors_aligned), beside them",
+    "grads/deepspeed_fp32_partition": "DeepSpeed ZeRO-2's step: the flat copy converted to "
+    "FP32, the FP32 partition's gradient (freed after the step)",
+    "optimizer/paged_state": "bitsandbytes' paged m and v (cudaMallocManaged): torch's "
+    "allocator does not count it, nvidia-smi does while resident",
     "activations/embedding": "layer 0's input, saved by its first norm",
     "activations/layer/layernorm": "norm outputs, saved by the next matmul",
     "activations/layer/layernorm/statistics": "{norm} statistics, FP32 per token "
@@ -147,6 +157,9 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     from introspect.refined import lora
 
     fill["quant"] = setup.resolved_base_quant
+    fill["adapter_dtype"] = (
+        "BF16 (--adapter-dtype bf16)" if setup.adapter_dtype == "bf16" else "FP32"
+    )
     table = {**CAUSES, **lora.CAUSES} if setup.finetune != "full" else CAUSES
     out: dict[str, str] = {}
     for name in terms:

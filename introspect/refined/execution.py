@@ -56,11 +56,13 @@ from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import (
     accumulation,
     activation_offload,
+    deepspeed,
     hf_saved,
     lora,
     lora_moe,
     losses,
     offload,
+    optimizers,
     saved,
     saved_feed_forward,
     sharding,
@@ -96,6 +98,9 @@ def master_bytes(setup: TrainingSetup) -> int:
     plain FP32 do not; a frozen model has no optimizer to keep it for."""
     if setup.optimizer == "none":
         return 0
+    ds = deepspeed.master_bytes(setup)  # DeepSpeed ZeRO-2 clones its FP32 partition
+    if ds is not None:
+        return ds
     if setup.precision == "mixed" or (setup.precision == "fp32" and setup.weight_bytes < FP32):
         return FP32
     return 0
@@ -147,8 +152,11 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
       parameter, one at a time: ``4·N_local``.
     * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
     * MLX: the update is part of the step's graph; see :mod:`introspect.refined.mlx`.
-    SGD (with or without momentum) and 8-bit Adam update in place.
+    SGD (with or without momentum) and 8-bit Adam update in place. Adafactor:
+    :func:`optimizers.temporaries`.
     """
+    if optimizers.is_adafactor(setup):
+        return optimizers.temporaries(spec, setup)
     if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
     impl = setup.resolved_optimizer_impl
@@ -204,6 +212,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms = sharding.state_terms(
             spec, setup, working=wb, master=master_bytes(setup), state=optimizer_state(setup)
         )
+    terms.update(optimizers.state_terms(spec, setup))  # Adafactor, paged AdamW
     return offload.state(spec, setup, terms, _unit_bytes(spec, setup))
 
 
@@ -237,6 +246,8 @@ def step_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     sharded strategies hold theirs as :func:`sharding.grad_bytes` says (FSDP2's
     ``reduce_dtype`` is FP32 already); LoRA's adapters are FP32 throughout; an offloaded
     optimizer updates its master on the host."""
+    if deepspeed.applies(setup):  # ZeRO-2 steps on its FP32 partition's gradient
+        return deepspeed.step_grad_bytes(spec, setup)
     n = _trainable(spec, setup)
     return FP32 * n if copies_to_master_grads(setup) else grad_bytes(spec, setup, n)
 
@@ -293,8 +304,10 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
     frozen) nothing keeps the output itself."""
     terms = saved.embedding(spec, setup)
-    if _lora(setup) and not setup.train_embeddings:
+    if _lora(setup) and not setup.train_embeddings and not lora.embedding_terms(spec, setup):
         terms = dict(terms) | {EMBEDDING: 0}
+    if _lora(setup):  # LoRA on embed_tokens: its own saved tensor
+        terms = dict(terms) | lora.embedding_terms(spec, setup)
     return terms
 
 
@@ -460,6 +473,12 @@ def moments(
     master = master_gradients(spec, setup)
     if master is not None:
         out.append(("master_grads", master))
+    flat = deepspeed.grad_partition_moment(spec, setup, state_terms(spec, setup))
+    if flat is not None:
+        saved_all = saved_terms(spec, setup)
+        if LOGITS_OUTPUT in saved_all:
+            flat[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
+        out.append(("master_grads", flat))
     step = optimizer_step(spec, setup)
     if step is not None:
         out.append(("optimizer_step", step))

@@ -50,6 +50,7 @@ from introspect.setup import (
     ATTENTION_INPUT_LINEARS,
     EXPERT_LINEARS,
     FFN_INPUT_LINEARS,
+    HEAD_LORA_MODULES,
     LORA_MODULES,
     OPTIMIZER_STATE_BYTES,
     TrainingSetup,
@@ -179,13 +180,14 @@ def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     targeted layer's width, are an IntrospectError naming what the model has. Under
     transformers 5 with peft on an MoE model, the linear modules any layer kind has
     (:func:`module_shapes`); the experts' parameter adapters are :mod:`lora_moe`'s."""
+    _check_block_target(setup)
     if peft_moe(spec, setup):
         return _moe_targets(spec, setup)
     shapes = linear_shapes(spec)
     if "all-linear" in setup.lora_targets:
         chosen = tuple(shapes)
     else:
-        missing = [t for t in setup.lora_targets if t not in shapes]
+        missing = [t for t in block_target_names(setup) if t not in shapes]
         if missing:
             raise IntrospectError(
                 f"--lora-targets: this model has no {', '.join(missing)}; its block's "
@@ -199,6 +201,42 @@ def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
             f"({width}); use a rank of at most {width}"
         )
     return chosen
+
+
+def head_targets(setup: TrainingSetup) -> tuple[str, ...]:
+    """``lm_head`` and ``embed_tokens`` where ``--lora-targets`` names them (peft's
+    ``EMBEDDING_LAYER_NAMES``; ``all-linear`` leaves the output head out,
+    ``peft/tuners/tuners_utils.py`` ``_maybe_include_all_linear_layers``)."""
+    return tuple(t for t in HEAD_LORA_MODULES if t in setup.lora_targets)
+
+
+def block_target_names(setup: TrainingSetup) -> tuple[str, ...]:
+    """``--lora-targets`` without the head's and the embedding's names."""
+    return tuple(t for t in setup.lora_targets if t not in HEAD_LORA_MODULES)
+
+
+def _check_block_target(setup: TrainingSetup) -> None:
+    if not block_target_names(setup):
+        raise IntrospectError(
+            "--lora-targets: lm_head/embed_tokens alone are not modelled; name at least one "
+            "block linear beside them (e.g. q_proj v_proj lm_head) or all-linear"
+        )
+
+
+def head_shapes(spec: ModelSpec, setup: TrainingSetup) -> dict[str, tuple[tuple[int, int], ...]]:
+    """Each head target's adapter shapes, as peft makes them: ``lm_head`` a Linear d → V
+    (``lora_A`` (r, d), ``lora_B`` (V, r)); ``embed_tokens`` an ``Embedding``
+    (``lora_embedding_A`` (r, V), ``lora_embedding_B`` (d, r), ``peft/tuners/lora/layer.py``
+    ``Embedding.update_layer``). A tied head gets adapters of its own: peft ties them only
+    with ``ensure_weight_tying=True`` (and warns that it is not set)."""
+    r, V, d = setup.lora_rank, spec.vocab_size, spec.hidden_size
+    shapes = {"lm_head": ((r, d), (V, r)), "embed_tokens": ((r, V), (d, r))}
+    return {t: shapes[t] for t in head_targets(setup)}
+
+
+def head_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """``r·(d + V)`` per head target (:func:`head_shapes`)."""
+    return sum(a[0] * a[1] + b[0] * b[1] for a, b in head_shapes(spec, setup).values())
 
 
 def _moe_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
@@ -218,7 +256,7 @@ def _check_moe_names(spec: ModelSpec, setup: TrainingSetup) -> None:
         names.update(module_shapes(kind))
     if "all-linear" not in setup.lora_targets:
         known = set(names) | set(lora_moe.CONSUMED)
-        missing = [t for t in setup.lora_targets if t not in known]
+        missing = [t for t in block_target_names(setup) if t not in known]
         if missing:
             raise IntrospectError(
                 f"--lora-targets: this model has no {', '.join(missing)}; its block's "
@@ -234,7 +272,7 @@ def _moe_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
         shapes = module_shapes(kind)
         per_layer = sum(r * sum(shapes[t]) for t in _kind_targets(kind, setup))
         total += count * (per_layer + lora_moe.adapter_parameters(kind, setup))
-    return total
+    return total + head_adapter_parameters(spec, setup)
 
 
 @per_estimate
@@ -247,7 +285,8 @@ def adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     r = setup.lora_rank
     shapes = linear_shapes(spec)
     per_layer = sum(r * sum(shapes[t]) * _experts(spec, t) for t in targets(spec, setup))
-    return spec.num_hidden_layers * per_layer + _mlx_router_adapters(spec, setup)
+    heads = head_adapter_parameters(spec, setup)
+    return spec.num_hidden_layers * per_layer + _mlx_router_adapters(spec, setup) + heads
 
 
 def _mlx_router_adapters(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -341,8 +380,12 @@ def frozen_other_bytes(setup: TrainingSetup, wb: int) -> int:
 
 def adapter_bytes(setup: TrainingSetup) -> int:
     """Bytes per adapter value: FP32 — ``get_peft_model``'s ``autocast_adapter_dtype``
-    (default True) casts 16-bit adapters to FP32 whatever the base's dtype."""
-    return FP32
+    (default True) casts 16-bit adapters to FP32 whatever the base's dtype; with
+    ``--adapter-dtype bf16`` (``autocast_adapter_dtype=False``) they keep the base layer's
+    dtype (``peft/tuners/tuners_utils.py`` ``_move_adapter_to_device_of_base_layer``:
+    the weight's dtype, a 4-bit layer's ``compute_dtype``), 16-bit under ``--precision
+    bf16`` — as LitGPT's and torchtune's ``bf16-true`` LoRA keep them."""
+    return 2 if setup.adapter_dtype == "bf16" else FP32
 
 
 def embedding_copy_bytes(spec: ModelSpec, setup: TrainingSetup, wb: int) -> int:
@@ -368,7 +411,10 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     ``wb``), the adapters, and optimizer state over the trainable parameters only
     (``opt`` is bytes per trainable parameter by term at the working precision; the
     adapters, FP32, keep FP32 state)."""
-    full_state = optimizer_state(setup.replace(precision="fp32"))
+    # FP32 adapters keep FP32 state; 16-bit ones (--adapter-dtype bf16) 16-bit state.
+    full_state = optimizer_state(setup)  # FP32 state, whatever the precision
+    if adapter_bytes(setup) == 2:
+        full_state = {k: v // 2 for k, v in full_state.items()}
     quant = setup.resolved_base_quant
     linear = block_linear_parameters(spec, setup)
     rest = spec.n_params - linear
@@ -415,6 +461,8 @@ def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
         largest = max(setup.lora_rank * max(shapes[t]) for t in targets(spec, setup))
     if setup.train_embeddings:
         largest = max(largest, spec.vocab_size * spec.hidden_size)
+    if head_targets(setup):  # lm_head's lora_B (V, r), the embedding's lora_embedding_A
+        largest = max(largest, spec.vocab_size * setup.lora_rank)
     return largest
 
 
@@ -572,8 +620,10 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
 def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What the first layer keeps less than the others when the embedding is frozen:
     its input needs no gradient, so its first norm keeps no statistics and dropout on the
-    adapters that read that norm keeps no mask (census: layer 0 has neither)."""
-    if setup.train_embeddings:
+    adapters that read that norm keeps no mask (census: layer 0 has neither). An
+    adapted embedding (``embed_tokens``) makes its output need a gradient, as a trained
+    one does."""
+    if setup.train_embeddings or "embed_tokens" in head_targets(setup):
         return {}
     BT = setup.tokens
     saving = {"layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32}
@@ -588,11 +638,32 @@ def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) ->
     """After the last layer: a frozen head keeps no final-norm output, frozen norm
     weights no normalized input; the statistics stay (the gradient passes through), and
     so does autocast's BF16 copy of the frozen head's weight, which its ``mm`` keeps for
-    the input's gradient (census of a LoRA step under CPU autocast: V·d BF16)."""
-    if setup.train_embeddings:
-        return dict(final)
+    the input's gradient (census of a LoRA step under CPU autocast: V·d BF16).
+    LoRA on ``lm_head``: its adapters keep what a block linear's keep (:func:`per_layer`),
+    over the final norm's output: ``lora_A``'s input — its own cast (or dropped) copy, or
+    the output itself when shared — and ``lora_A``'s output (B·T·r)."""
     kept = ("final_norm/statistics", "logits/autocast_weight")
-    return {k: v for k, v in final.items() if k in kept}
+    out = dict(final) if setup.train_embeddings else {k: v for k, v in final.items() if k in kept}
+    if "lm_head" in head_targets(setup):
+        BT, own = setup.tokens, adapter_input_bytes(setup)
+        if own or not setup.train_embeddings:  # else the kept output is the input
+            out["lora/lm_head/input"] = BT * spec.hidden_size * (own or setup.activation_bytes)
+        out["lora/lm_head/a_output"] = BT * setup.lora_rank * adapter_bytes(setup)
+    return out
+
+
+def embedding_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """LoRA on ``embed_tokens`` (peft's ``lora.Embedding.forward``): ``after_A =
+    F.embedding(x, lora_embedding_A.T)`` (the token ids saved, already alive) and
+    ``after_A @ lora_embedding_B.T``, which keeps ``after_A`` (B·T·r at the adapters'
+    dtype: no cast of x, an index tensor)."""
+    if "embed_tokens" not in head_targets(setup):
+        return {}
+    return {
+        "activations/lora/embed_tokens/a_output": setup.tokens
+        * setup.lora_rank
+        * adapter_bytes(setup)
+    }
 
 
 #: Why each LoRA term has its size (merged into :mod:`introspect.refined.causes`).
@@ -602,10 +673,16 @@ CAUSES: dict[str, str] = {
     "parameters, which bitsandbytes does not quantize), frozen, at the model's dtype",
     "activations/layer/lora/experts/effective_weights": "peft's parametrized copy of each "
     "adapted layer's experts and router weight, kept for the backward",
-    "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, FP32",
+    "weights/lora_adapters": "adapters A (d_in×r) and B (r×d_out) per targeted linear, "
+    "{adapter_dtype}",
     "weights/trainable_embedding_copies": "peft's modules_to_save: a trained copy of the "
     "embedding and head beside the frozen originals",
     "activations/layer/lora": "lora_A's output (B·T·r), kept by lora_B",
+    "activations/lora/lm_head/input": "lm_head's adapter input: the final norm's output, or "
+    "its FP32 cast (or dropped copy), kept by lora_A",
+    "activations/lora/lm_head/a_output": "lm_head's lora_A output (B·T·r), kept by lora_B",
+    "activations/lora/embed_tokens/a_output": "the embedding adapter's F.embedding(x, A.T) "
+    "(B·T·r), kept by the matmul with lora_embedding_B",
     "activations/layer/lora/inputs": "each adapter's own input copy: the FP32 cast over a "
     "16-bit base and/or the dropped input and its mask",
 }

@@ -377,7 +377,8 @@ def argument_cases() -> list[Case]:
         a("devices-zero", *p, "--devices", "0", names=("--devices",)),
         a("devices-1e7", *p, "--devices", "1e7", names=("--devices",)),
         a("zero-5", *p, "--zero", "5", names=("--zero",)),
-        a("zero-3-one-device", *p, "--zero", "3", names=("--zero",)),
+        # DeepSpeed's --zero 2/3 run on one device; torch's ZeRO-1 has nothing to shard there.
+        a("zero-1-one-device", *p, "--zero", "1", names=("--zero",)),
         a(
             "mixed-with-fp32-weights",
             *p,

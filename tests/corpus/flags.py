@@ -116,6 +116,7 @@ _REFINED_CHOICES = (
     "--finetune",
     "--base-quant",
     "--offload",
+    "--adapter-dtype",
     "--units",
     "--lora-targets",
 )
@@ -145,6 +146,9 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optimizer-sgd-momentum", ("--optimizer", "sgd-momentum")),
     ("optimizer-sgd", ("--optimizer", "sgd")),
     ("optimizer-none", ("--optimizer", "none")),
+    ("optimizer-adafactor", ("--optimizer", "adafactor")),
+    ("optimizer-paged-adamw-8bit", ("--optimizer", "paged-adamw-8bit")),
+    ("optimizer-paged-adamw-32bit", ("--optimizer", "paged-adamw-32bit")),
     ("optimizer-impl-foreach", ("--optimizer-impl", "foreach")),
     ("optimizer-impl-fused", ("--optimizer-impl", "fused")),
     ("optimizer-impl-single-tensor", ("--optimizer-impl", "single-tensor")),
@@ -159,6 +163,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("devices-2", ("--devices", "2")),
     ("zero-1", ("--zero", "1", "--devices", "4")),
     ("zero-3", ("--zero", "3", "--devices", "4")),
+    ("zero-2-one-device", ("--zero", "2", "--devices", "1", "--precision", "mixed")),
     ("framework-mlx", ("--framework", "mlx")),
     ("framework-mlx-compiled", ("--framework", "mlx-compiled")),
     ("framework-mlx-on-cpu", ("--framework", "mlx", "--device", "cpu")),
@@ -178,10 +183,15 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("finetune-qlora", ("--finetune", "qlora")),
     ("lora-rank-8", ("--lora-rank", "8")),
     ("lora-targets", ("--lora-targets", "q_proj", "v_proj")),
+    ("lora-targets-head", ("--lora-targets", "q_proj", "lm_head", "embed_tokens")),
     ("lora-dropout", ("--lora-rank", "8", "--lora-dropout", "0.1")),
     ("base-quant-int8", ("--finetune", "lora", "--base-quant", "int8")),
     ("base-quant-nf4", ("--finetune", "lora", "--base-quant", "nf4")),
     ("qlora-no-double-quant", ("--finetune", "qlora", "--no-double-quant")),
+    (
+        "adapter-dtype-bf16",
+        ("--finetune", "lora", "--precision", "bf16", "--adapter-dtype", "bf16"),
+    ),
     ("lora-train-embeddings", ("--lora-rank", "8", "--train-embeddings")),
     ("offload-optimizer", ("--offload", "optimizer")),
     ("offload-parameters", ("--offload", "parameters")),
@@ -200,6 +210,8 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: the forward or backward pass where it was: fit and table print only peaks).
 SAME_ANSWER = {"device-cuda", "force", "debug", "optimizer-impl-foreach"}
 AFTER_PEAK = {"optimizer-impl-fused", "optimizer-impl-single-tensor", "optimizer-in-backward"}
+#: Paged AdamW-32bit holds Adam's 8 bytes per parameter (paged) and updates in place.
+AFTER_PEAK |= {"optimizer-paged-adamw-32bit"}
 SAME_BY_COMMAND = {
     "profile": SAME_ANSWER,
     "fit": SAME_ANSWER | AFTER_PEAK,
@@ -214,6 +226,7 @@ MEASURE_OK = (
     "precision-mixed",
     "optimizer-adamw",
     "optimizer-sgd",
+    "optimizer-adafactor",
     "optimizer-impl-foreach",
     "attention-memory-efficient",
     "impl-reference",
@@ -257,6 +270,9 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("lora-rank-full", ("--finetune", "full", "--lora-rank", "8"), ("--lora-rank",)),
     ("lora-targets-full", ("--finetune", "full", "--lora-targets", "q_proj"), ("--lora-targets",)),
     ("lora-targets-unknown-module", ("--lora-targets", "c_attn"), ("--lora-targets",)),
+    ("lora-targets-head-alone", ("--lora-targets", "lm_head"), ("--lora-targets",)),
+    ("mlx-lora-head", ("--framework", "mlx", "--lora-targets", "q_proj", "lm_head"))
+    + (("--lora-targets",),),
     ("base-quant-without-lora", ("--base-quant", "nf4"), ("--base-quant",)),
     ("base-quant-full", ("--finetune", "full", "--base-quant", "int8"), ("--base-quant",)),
     ("qlora-base-quant-bf16", ("--finetune", "qlora", "--base-quant", "bf16"), ("--base-quant",)),
@@ -286,6 +302,16 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("mlx-grad-accum", ("--framework", "mlx", "--grad-accum", "2"), ("--grad-accum",)),
     ("mlx-offload-activations", ("--framework", "mlx", "--offload-activations"))
     + (("--offload-activations",),),
+    ("adapter-dtype-full", ("--adapter-dtype", "bf16"), ("--adapter-dtype",)),
+    ("adapter-dtype-amp", ("--finetune", "lora", "--precision", "amp", "--adapter-dtype", "bf16"))
+    + (("--adapter-dtype", "--precision"),),
+    ("mlx-adafactor", ("--framework", "mlx", "--optimizer", "adafactor"), ("--optimizer",)),
+    ("mlx-paged", ("--framework", "mlx", "--optimizer", "paged-adamw-8bit"), ("--optimizer",)),
+    ("adafactor-offload", ("--optimizer", "adafactor", "--offload", "optimizer"))
+    + (("--optimizer", "--offload"),),
+    ("adafactor-fsdp", ("--optimizer", "adafactor", "--fsdp", "--devices", "2"), ("--optimizer",)),
+    ("adafactor-optimizer-impl", ("--optimizer", "adafactor", "--optimizer-impl", "fused"))
+    + (("--optimizer-impl",),),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -375,6 +401,12 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     + (("--no-double-quant",),),
     ("train-embeddings-full", (*BASE["measure"], "--train-embeddings"), "refused")
     + (("--train-embeddings",),),
+    ("adapter-dtype-full", (*BASE["measure"], "--adapter-dtype", "bf16"), "refused")
+    + (("--adapter-dtype",),),
+    ("fake-zero-2-one-device", (*BASE["measure"], "--zero", "2", "--devices", "1"), "refused")
+    + (("--zero", "--device"),),
+    ("fake-paged-adamw", (*BASE["measure"], "--optimizer", "paged-adamw-8bit"), "refused")
+    + (("--optimizer",),),
 )
 
 
