@@ -236,6 +236,12 @@ def _optimizer(keys: Keys, resolved: Resolved) -> None:
         )
         return
     name = OPTIMIZERS[component]
+    from introspect.setup import OPTIMIZERS as MODELLED
+
+    paged = {"bitsandbytes.optim.PagedAdamW8bit": "paged_adamw_8bit"}
+    paged["bitsandbytes.optim.PagedAdamW"] = "paged_adamw_32bit"
+    if paged.get(component) in MODELLED:  # bitsandbytes' paged state, as its own term
+        name = paged[component]
     if name == "sgd" and sub.get("momentum", (float,)):
         name = "sgd_momentum"
     resolved.set("optimizer", name, keys.origin("optimizer._component_"))
@@ -243,7 +249,7 @@ def _optimizer(keys: Keys, resolved: Resolved) -> None:
         resolved.set("optimizer_impl", "fused", keys.origin("optimizer.fused"))
     elif sub.get("foreach", (bool,)):
         resolved.set("optimizer_impl", "foreach", keys.origin("optimizer.foreach"))
-    if "Paged" in component:
+    if "Paged" in component and not name.startswith("paged_"):
         resolved.note(f"`optimizer._component_: {component}` — paged state not modelled yet")
 
 
