@@ -15,6 +15,7 @@ Imports of transformers and torch stay inside these functions.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from functools import cache
 
 from introspect.errors import ConfigError, IntrospectError, UnsupportedArchitecture
@@ -264,15 +265,18 @@ def default_attention(model_type: str) -> tuple[str, str]:
     SDPA path (``PreTrainedModel.get_correct_attn_implementation``,
     ``transformers/modeling_utils.py``: ``"sdpa" if requested_attention is None``, then
     ``_sdpa_can_dispatch`` raises on ``_supports_sdpa = False``). From the bundled table
-    (:func:`introspect.adapters.hf_table.causal_lm`); a model_type it lacks (a shape, a
-    nominal size) runs the Llama class its config is written as
+    (:func:`introspect.adapters.hf_table.causal_lm`; a model_type newer than the table
+    asks the installed class when transformers is already imported); a model_type neither
+    has (a shape, a nominal size) runs the Llama class its config is written as
     (``introspect.measure.hf_models.source_config``). Returns ``("memory_efficient" |
     "eager", class name)``."""
     from .families import ALIASES
     from .hf_table import causal_lm
 
     row = causal_lm(ALIASES.get(model_type, model_type)) or causal_lm(model_type)
-    if row is None and available() and knows(model_type):  # newer than the table
+    if row is None and "transformers" in sys.modules and knows(model_type):
+        # newer than the table, and already imported to read the model (its meta build):
+        # a closed-form command imports nothing for a shape or a nominal size
         try:
             cls = model_class(model_type)
         except ImportError:  # transformers without torch
