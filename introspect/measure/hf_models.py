@@ -255,7 +255,6 @@ def measure(
     from introspect import _record
     from introspect.measure import torch_step
     from introspect.measure.fake import GROUPED_MM_NOTE, fake_mode
-
     from introspect.refined.implementations import resolve_attention
 
     setup = resolve_attention(spec, setup)  # --attention left out: the class's own
