@@ -239,7 +239,8 @@ def prepare(levels: dict, dims: tuple[Dimension, ...] | None = None):
 def dry_run_check(levels: dict, setup) -> None:
     """What the row's dry run refuses before it builds anything: one device, what
     ``introspect measure`` checks (``applies.unmeasured``, ``measure.supported``); a
-    sharded step, whether a module runs it (:data:`SHARDED_DRY_RUN`)."""
+    sharded step, whether a module runs it (:data:`SHARDED_DRY_RUN`) and that module's
+    own ``check``."""
     import importlib.util
 
     from introspect import applies
@@ -249,11 +250,16 @@ def dry_run_check(levels: dict, setup) -> None:
     how = levels["sharding"]
     if how in NO_DRY_RUN:
         raise Refused("no dry run", NO_DRY_RUN[how])
-    if how != "none":
-        if importlib.util.find_spec("introspect.measure.fake_sharded") is None:
-            raise Refused("no dry run", _NO_SHARDED)
-        return
     try:
+        if how != "none":
+            if importlib.util.find_spec("introspect.measure.fake_sharded") is None:
+                raise Refused("no dry run", _NO_SHARDED)
+            from introspect.measure import fake_sharded
+
+            applies.unmeasured(setup, "measure")
+            if hasattr(fake_sharded, "check"):
+                fake_sharded.check(setup)
+            return
         applies.unmeasured(setup, "measure")
         measured_dtype(replica(setup), "torch")
     except (ValueError, IntrospectError) as err:
@@ -265,55 +271,105 @@ def replica(setup):
     return setup.replace(devices=1) if setup.devices > 1 else setup
 
 
-def dry_run(levels: dict, raw: dict, where: str, spec, setup, census: bool = False):
-    """The row's truth: (Measurement, census or None). One device: transformers' class
-    under FakeTensorMode, as ``introspect measure --impl transformers --device fake``;
-    sharded: ``introspect.measure.fake_sharded.dry_run``, one process."""
+@dataclass(frozen=True)
+class Truth:
+    """What a dry run found, and the categories both sides are compared in."""
+
+    peak_bytes: int
+    peak_phase: str | None
+    #: The dry run's bytes at its peak by category, and the closed form's in the same.
+    categories: dict[str, int]
+    closed_form_categories: dict[str, int]
+    #: The category a closed-form term is counted in (for naming a gap's term).
+    category_of: Callable[[str], str]
+
+
+def dry_run(levels: dict, raw: dict, where: str, spec, setup, execution) -> Truth:
+    """The row's truth beside the closed form's ``execution`` breakdown. One device:
+    transformers' class under FakeTensorMode, as ``introspect measure --impl
+    transformers --device fake``, in the tracker's categories
+    (``refined.causes.tracker_category``, as ``introspect profile`` prints the peak);
+    sharded: ``introspect.measure.fake_sharded.dry_run`` in one process, its largest
+    rank, in the split the sharded ``measure`` prints (``measure.distributed``'s
+    ``measured_split`` / ``estimate_split``)."""
     from introspect.errors import IntrospectError
+    from introspect.refined.causes import tracker_category
 
     try:
         if levels["sharding"] == "none":
             from introspect.measure import runner
 
-            return runner.measure(
-                spec, replica(setup), device="fake", impl="transformers", census=census,
+            m, _ = runner.measure(
+                spec, replica(setup), device="fake", impl="transformers", census=False,
                 config=(raw, where),
             )  # fmt: skip
+            return Truth(
+                m.peak_bytes, m.peak_phase, dict(m.categories),
+                split(execution.items(), tracker_category), tracker_category,
+            )  # fmt: skip
         from introspect.measure import fake_sharded
+        from introspect.measure.distributed import estimate_split, measured_split
 
-        out = fake_sharded.dry_run(raw, where, spec, setup)
-        return (out[0], None) if isinstance(out, tuple) else (out, None)
+        big = largest_rank(fake_sharded, raw, where, spec, setup)
+
+        def category_of(term: str) -> str:
+            return next(k for k, v in estimate_split({term: 1}).items() if v)
+
+        return Truth(
+            big.peak_bytes, big.peak_phase, measured_split(big.categories),
+            estimate_split(dict(execution.items())), category_of,
+        )  # fmt: skip
     except (ValueError, IntrospectError) as err:
         raise Refused("dry run refused", _first_line(err)) from err
+
+
+def largest_rank(fake_sharded, raw: dict, where: str, spec, setup):
+    """The largest rank's peak of a sharded dry run. DDP and FSDP2 ranks are symmetric
+    (the dry run runs rank 0). ZeRO-1's ranks differ only in ZeroRedundancyOptimizer's
+    partition (``torch/distributed/optim/zero_redundancy_optimizer.py``
+    ``_partition_parameters``: whole tensors, largest first, each to the rank with the
+    fewest so far), so rank 0 is run, its step reports torch's own partition of every
+    rank, and the rank holding the most parameters (the most Adam state) is run too
+    where it is another: two ranks, not D."""
+    import inspect
+
+    if "ranks" not in inspect.signature(fake_sharded.dry_run).parameters:
+        return fake_sharded.dry_run(raw, where, spec, setup).largest
+    first = fake_sharded.dry_run(raw, where, spec, setup, ranks=(0,)).largest
+    partition = list(getattr(first, "partition", None) or [])
+    if setup.resolved_sharding != "zero" or not partition:
+        return first
+    most = max(range(len(partition)), key=lambda r: (partition[r], -r))
+    if partition[most] == partition[0]:
+        return first
+    other = fake_sharded.dry_run(raw, where, spec, setup, ranks=(most,)).largest
+    return max((first, other), key=lambda r: r.peak_bytes)
 
 
 # ---- one row -------------------------------------------------------------------------
 
 
-def estimate_categories(execution) -> dict[str, int]:
-    """The closed form's execution terms summed into the tracker's categories
-    (``refined.causes.tracker_category``, as ``introspect profile`` prints the peak)."""
-    from introspect.refined.causes import tracker_category
-
+def split(items, category_of: Callable[[str], str]) -> dict[str, int]:
+    """(term, bytes) pairs summed by ``category_of(term)``."""
     out: dict[str, int] = {}
-    for term, value in execution.items():
-        key = tracker_category(term)
+    for term, value in items:
+        key = category_of(term)
         out[key] = out.get(key, 0) + value
     return out
 
 
-def cause(measured: dict[str, int], execution) -> dict:
+def cause(truth: Truth, execution) -> dict:
     """The category whose bytes differ most (closed form − dry run) where either side
-    names it, the closed form's largest term in it and the module computing that term."""
+    names it, the closed form's largest term in it and the module computing that term
+    (``introspect.terms``' ``computed_by``)."""
     from introspect import terms
-    from introspect.refined.causes import tracker_category
 
-    est = estimate_categories(execution)
+    est, measured = truth.closed_form_categories, truth.categories
     gaps = {k: est.get(k, 0) - measured.get(k, 0) for k in {*est, *measured}}
     if not gaps:
         return {}
     worst = max(sorted(gaps), key=lambda k: abs(gaps[k]))
-    inside = [(v, t) for t, v in execution.items() if tracker_category(t) == worst and v]
+    inside = [(v, t) for t, v in execution.items() if truth.category_of(t) == worst and v]
     term = max(inside)[1] if inside else None
     record = terms.lookup(term) if term else None
     return {
@@ -350,19 +406,18 @@ def _row(levels: dict, dims: tuple[Dimension, ...] | None) -> dict:
         est = refined.estimate(spec, setup)
     except (ValueError, IntrospectError) as err:
         raise Refused("closed form refused", _first_line(err)) from err
-    m, _ = dry_run(levels, raw, where, spec, setup)
-    measured = dict(m.categories)
+    t = dry_run(levels, raw, where, spec, setup, est.execution)
     return out | {
         "outcome": "ran",
         "closed_form": est.total,
         "closed_form_phase": tracker_phase_of(est.execution.meta, "torch"),
         "closed_form_moment": est.peak_phase,
-        "closed_form_categories": estimate_categories(est.execution),
-        "dry_run": m.peak_bytes,
-        "dry_run_phase": m.peak_phase,
-        "dry_run_categories": measured,
-        "error": est.total / m.peak_bytes - 1,
-        "cause": cause(measured, est.execution),
+        "closed_form_categories": t.closed_form_categories,
+        "dry_run": t.peak_bytes,
+        "dry_run_phase": t.peak_phase,
+        "dry_run_categories": t.categories,
+        "error": est.total / t.peak_bytes - 1,
+        "cause": cause(t, est.execution),
     }
 
 

@@ -118,3 +118,14 @@ def test_rows_a_side_refuses_are_reported_with_the_reason():
     assert zero2["outcome"] == "no dry run" and "ZeRO-2" in zero2["reason"]
     sdpa = combinations.run_row(_base(family="gpt_oss", attention="memory_efficient"))
     assert sdpa["outcome"] == "closed form refused" and "SDPA" in sdpa["reason"]
+
+
+def test_zero1s_largest_rank_is_the_largest_of_every_rank():
+    """ZeRO-1's ranks differ only in their partition: the rank holding the most
+    parameters, found from rank 0's own partition, is the largest of all D ranks."""
+    fake_sharded = pytest.importorskip("introspect.measure.fake_sharded")
+    levels = _base(sharding="zero1", devices=4)
+    setup, raw, where, spec = combinations.prepare(levels)
+    chosen = combinations.largest_rank(fake_sharded, raw, where, spec, setup)
+    every = fake_sharded.dry_run(raw, where, spec, setup, ranks=(0, 1, 2, 3))
+    assert chosen.peak_bytes == max(r.peak_bytes for r in every.ranks)
