@@ -486,26 +486,32 @@ def draw(
     return [{d.name: d.levels[i] for d, i in zip(dims, row, strict=True)} for row in rows]
 
 
+#: A level is named as (part of) a row's cause when setting it back to the base's leaves
+#: at most this share of the row's error.
+ISOLATED_SHARE = 0.25
+
+
 def isolate(row: dict, dims: tuple[Dimension, ...]) -> dict | None:
-    """Which of a row's levels makes its error: the row rerun with each dimension that
-    differs from the base row set back to the base's level, one at a time; the level
-    whose reverting leaves the smallest error (of the reruns that ran) is named, with the
-    error before and after. None when no rerun ran."""
+    """Which of a row's levels make its error: the row rerun with each dimension that
+    differs from the base row set back to the base's level, one at a time. Each rerun
+    that ran gives the error without that level; the levels whose reverting leaves at
+    most :data:`ISOLATED_SHARE` of the error are named (two or more: the error needs
+    them together, an interaction). None when no rerun ran."""
     if row.get("outcome") != "ran":
         return None
     start = base(dims)
-    best = None
+    without: dict[str, float] = {}
     for d in dims:
         if row["levels"][d.name] == start[d.name]:
             continue
         r = run_row(row["levels"] | {d.name: start[d.name]}, dims)
-        if r["outcome"] != "ran":
-            continue
-        if best is None or abs(r["error"]) < abs(best[1]):
-            best = (f"{d.name}={row['levels'][d.name]}", r["error"], start[d.name])
-    if best is None:
+        if r["outcome"] == "ran":
+            without[f"{d.name}={row['levels'][d.name]}→{start[d.name]}"] = r["error"]
+    if not without:
         return None
-    return {"level": best[0], "error_without": best[1], "base_level": best[2]}
+    bound = ISOLATED_SHARE * abs(row["error"])
+    named = sorted((k for k, e in without.items() if abs(e) <= bound), key=lambda k: without[k])
+    return {"levels": named, "error_without": without}
 
 
 # ---- the report ----------------------------------------------------------------------
@@ -585,9 +591,13 @@ def tables(rows: list[dict], worst: int, slowest: int) -> str:
         why = f"{c['category']} {c['gap_bytes'] / 1e6:+,.1f} MB"
         if c.get("largest_term"):
             why += f" (its largest closed-form term: {c['largest_term']}, {c['module']})"
-        if r.get("isolated"):
-            iso = r["isolated"]
-            why += f"; {iso['level']} → {iso['base_level']}: {iso['error_without']:+.2%}"
+        iso = r.get("isolated")
+        if iso and iso["levels"]:
+            why += "; without " + " or ".join(
+                f"{k} {iso['error_without'][k]:+.2%}" for k in iso["levels"]
+            )
+        elif iso:
+            why += "; no one level's base removes it"
         worst_rows.append(
             [r["label"], _mb(r["dry_run"]), _mb(r["closed_form"]), f"{r['error']:+.2%}",
              f"{r['dry_run_phase']} / {r['closed_form_phase']}", why]
