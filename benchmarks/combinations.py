@@ -661,6 +661,22 @@ def pair_lines(rows: list[dict], dims: tuple[Dimension, ...], runnable: set) -> 
     return line
 
 
+def how_made(seconds: float) -> str:
+    """The results file's header line: date, machine, versions, run time."""
+    import datetime
+    import platform
+
+    import torch
+    import transformers
+
+    return (
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} "
+        f"{platform.system()}, {os.cpu_count()} CPUs; torch {torch.__version__}, "
+        f"transformers {transformers.__version__}; {seconds / 60:.1f} minutes (probe, "
+        "array and the worst rows' isolation)."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     how = p.add_mutually_exclusive_group()
@@ -713,7 +729,10 @@ def main(argv: list[str] | None = None) -> int:
         f"--draw (drew {seed})" if args.draw else f"--seed {seed}"
     )
     if args.md:
-        args.md.write_text(f"# Covering array: closed form vs dry run\n\n    {command}\n\n{text}\n")
+        args.md.write_text(
+            f"# Covering array: closed form vs dry run\n\n    {command}\n\n{how_made(seconds)}"
+            f"\n\n{text}\n"
+        )
     if args.json:
         doc = {"seed": seed, "command": command, "probes": probes, "rows": rows}
         args.json.write_text(json.dumps(doc, indent=1, default=str))
