@@ -581,6 +581,51 @@ def exercised(rows: list[dict], dims: tuple[Dimension, ...]) -> tuple[int, int, 
     return len(every), len(every & run), named
 
 
+def by_level(rows: list[dict], dims: tuple[Dimension, ...], limit: int = 12) -> str:
+    """The levels whose rows miss most often: for each level, the rows with it that ran,
+    how many are beyond ±3% and ±1%, and the worst error; the levels with a row beyond
+    ±1% first (most beyond ±3%), at most ``limit``."""
+    from introspect._tabulate import tabulate
+
+    ran = [r for r in rows if r["outcome"] == "ran"]
+    table = []
+    for d in dims:
+        for level in d.levels:
+            mine = [r["error"] for r in ran if r["levels"][d.name] == level]
+            over1 = sum(abs(e) > 0.01 for e in mine)
+            if not over1:
+                continue
+            over3 = sum(abs(e) > 0.03 for e in mine)
+            table.append((over3 / len(mine), over1, f"{d.name}={level}", len(mine), over3,
+                          max(mine, key=abs)))  # fmt: skip
+    table.sort(key=lambda t: (-t[0], -t[1], t[2]))
+    return tabulate(
+        [[name, n, f"{o3} ({share:.0%})", o1, f"{w:+.2%}"]
+         for share, o1, name, n, o3, w in table[:limit]],
+        headers=["level", "rows run", "beyond ±3%", "beyond ±1%", "worst"],
+        tablefmt="github",
+    )  # fmt: skip
+
+
+def failing_pairs(rows: list[dict], dims: tuple[Dimension, ...], limit: int = 8) -> list[str]:
+    """Pairs of levels (two dimensions) every row of which that ran is beyond ±3%, held
+    by at least two such rows, most rows first: where an interaction lives."""
+    import itertools
+
+    ran = [r for r in rows if r["outcome"] == "ran"]
+    counts: dict[tuple, list[int]] = {}
+    for r in ran:
+        miss = abs(r["error"]) > 0.03
+        for a, b in itertools.combinations(dims, 2):
+            key = (f"{a.name}={r['levels'][a.name]}", f"{b.name}={r['levels'][b.name]}")
+            n = counts.setdefault(key, [0, 0])
+            n[0] += 1
+            n[1] += miss
+    bad = [(n, k) for k, (n, m) in counts.items() if n >= 2 and m == n]
+    bad.sort(key=lambda t: (-t[0], t[1]))
+    return [f"{a} × {b} ({n} of {n})" for n, (a, b) in bad[:limit]]
+
+
 def tables(rows: list[dict], worst: int, slowest: int) -> str:
     from introspect._tabulate import tabulate
 
@@ -722,6 +767,11 @@ def main(argv: list[str] | None = None) -> int:
     if probes:
         parts += ["levels whose probe (the base row with that level) did not run",
                   probe_table(probes)]  # fmt: skip
+    if any(r["outcome"] == "ran" and abs(r["error"]) > 0.01 for r in rows):
+        parts += ["levels whose rows miss most (beyond ±1%)", by_level(rows, dims)]
+        pairs = failing_pairs(rows, dims)
+        if pairs:
+            parts.append("pairs whose every row that ran is beyond ±3%: " + "; ".join(pairs))
     parts.append(tables(rows, args.worst, 10))
     text = "\n\n".join(parts)
     print("\n" + text)
