@@ -200,6 +200,20 @@ class Refused(Exception):
         self.outcome, self.reason = outcome, reason
 
 
+def _where(err: BaseException) -> str:
+    """The innermost frame of ``err``'s traceback inside introspect (else the innermost
+    one): where a failed row's bug is, for its report."""
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    ours = [f for f in frames if "/introspect/" in f.filename] or frames
+    f = ours[-1]
+    name = f.filename
+    if "/introspect/" in name:
+        name = "introspect/" + name.split("/introspect/")[-1]
+    return f"{name}:{f.lineno} {f.name}"
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
@@ -391,6 +405,7 @@ def run_row(levels: dict, dims: tuple[Dimension, ...] | None = None) -> dict:
         out |= {"outcome": err.outcome, "reason": err.reason}
     except Exception as err:  # a bug in either side: counted, shown, never dropped
         out |= {"outcome": "failed", "reason": f"{type(err).__name__}: {_first_line(err)}"}
+        out["where"] = _where(err)
     return out | {"seconds": time.perf_counter() - start}
 
 
@@ -648,7 +663,9 @@ def tables(rows: list[dict], worst: int, slowest: int) -> str:
              f"{r['dry_run_phase']} / {r['closed_form_phase']}", why]
         )  # fmt: skip
     reasons = Counter(
-        (r["outcome"], _reason_key(r["reason"])) for r in rows if r["outcome"] != "ran"
+        (r["outcome"], _reason_key(r["reason"]) + (f" (at {r['where']})" if "where" in r else ""))
+        for r in rows
+        if r["outcome"] != "ran"
     )
     slow = sorted(rows, key=lambda r: -r["seconds"])[:slowest]
     return "\n\n".join(
@@ -694,6 +711,8 @@ def pair_lines(rows: list[dict], dims: tuple[Dimension, ...], runnable: set) -> 
     """How many pairs rows that ran cover: every pair is in the array; those no run row
     holds are split into pairs with a level no probe ran, and the others (named)."""
     total, run, missing = exercised(rows, dims)
+    if not runnable:  # no probe (--unconstrained)
+        return f"pairs: {total} in the array, every one covered by a row; {run} in a row that ran"
     level_of = {f"{d.name}={lv}": (d.name, lv) for d in dims for lv in d.levels}
     other = [m for m in missing if all(level_of[half] in runnable for half in m.split(" × "))]
     line = (
@@ -739,6 +758,10 @@ def main(argv: list[str] | None = None) -> int:
         "--unconstrained", action="store_true",
         help="no probe: the plain pairwise array (most rows then hold a level that cannot run)",
     )  # fmt: skip
+    p.add_argument(
+        "--budget", type=float, default=None, metavar="S",
+        help="run no row after S seconds (the rest are counted as over budget; default: none)",
+    )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no line per row")
     args = p.parse_args(argv)
     seed = int.from_bytes(os.urandom(4), "little") if args.draw else args.seed
@@ -754,6 +777,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"probe: {len(probes)} rows, {time.perf_counter() - start:.0f} s; array: {len(levels)}")
     rows = []
     for i, lv in enumerate(levels):
+        if args.budget is not None and time.perf_counter() - start > args.budget:
+            why = f"--budget {args.budget:g} s was spent before this row"
+            r = {"levels": lv, "label": label(lv), "outcome": "over budget", "reason": why}
+            rows.append(r | {"seconds": 0.0})
+            continue
         r = run_row(lv, dims)
         rows.append(r)
         if not args.quiet:
