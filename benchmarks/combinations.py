@@ -793,6 +793,12 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - start
     parts = [summary(rows, seed, seconds), pair_lines(rows, dims, runnable)]
     if probes:
+        ran = [r for r in probes if r["outcome"] == "ran"]
+        parts.append(
+            f"probe: {len(probes)} rows (the base and one per other level), {len(ran)} ran, "
+            f"{sum(abs(r['error']) <= 0.01 for r in ran)} within ±1%"
+            + (f", worst {max((r['error'] for r in ran), key=abs):+.2%}" if ran else "")
+        )
         parts += ["levels whose probe (the base row with that level) did not run",
                   probe_table(probes)]  # fmt: skip
     if any(r["outcome"] == "ran" and abs(r["error"]) > 0.01 for r in rows):
