@@ -764,6 +764,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--quiet", action="store_true", help="no line per row")
     args = p.parse_args(argv)
+    import warnings
+
+    # FSDP2's and ModTracker's per-step UserWarnings under a fake group would bury the rows.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.distributed")
     seed = int.from_bytes(os.urandom(4), "little") if args.draw else args.seed
     print(f"seed {seed}", flush=True)
     dims = dimensions()
