@@ -92,7 +92,17 @@ OPTIMIZER_IMPL_KWARGS: dict[str, dict] = {
 
 def _adam8bit(params) -> torch.optim.Optimizer:
     """bitsandbytes' ``Adam8bit`` (block-wise 8-bit m and v; tensors under 4096 values
-    keep 32-bit state, ``bitsandbytes/optim/optimizer.py`` ``min_8bit_size``)."""
+    keep 32-bit state, ``bitsandbytes/optim/optimizer.py`` ``min_8bit_size``).
+
+    Made with a dry run's fake mode suspended: its constructor builds the two 256-value
+    quantization maps (``fill_qmap``: ``create_dynamic_map`` reads values with
+    ``.tolist()``) as the real step's CPU constants; its update has fake kernels
+    (``bitsandbytes/_ops.py`` ``optimizer_update_8bit_blockwise``)."""
+    import logging
+
+    # Its CPU backend logs a warning at import when an optional kernels package is
+    # missing (as peft_step.wrap silences it): not the user's concern for a measured step.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
         import bitsandbytes as bnb
     except ImportError as err:
@@ -100,7 +110,10 @@ def _adam8bit(params) -> torch.optim.Optimizer:
             "--optimizer adam8bit runs bitsandbytes' Adam8bit, which is not installed: "
             "pip install bitsandbytes (or use --optimizer adam)"
         ) from err
-    return bnb.optim.Adam8bit(params, lr=1e-4)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return bnb.optim.Adam8bit(params, lr=1e-4)
 
 
 def optimizer_impl_note(setup: TrainingSetup, device: str) -> str:
@@ -220,8 +233,18 @@ def make_step(
     forward: Forward = reference_forward,
     loop: str = "logits",
 ) -> TorchStep:
-    loss = labels_loss if loop == "labels" else logits_loss(forward)
+    loss = _loop_loss(setup, loop, forward)
     return TorchStep(model, setup, loss, "cuda" if device == "cuda" else "cpu")
+
+
+def _loop_loss(setup: TrainingSetup, loop: str, forward: Forward) -> Loss:
+    """The loop's loss: a library's chunked loss for ``--cross-entropy torchtune | trl |
+    liger`` (:mod:`introspect.measure.losses`), else the loop's own."""
+    from introspect.measure import losses
+
+    if setup.cross_entropy in losses.LIBRARY_LOSSES:
+        return losses.library_loss(setup.cross_entropy)
+    return labels_loss if loop == "labels" else logits_loss(forward)
 
 
 def batch(vocab: int, setup: TrainingSetup, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -366,6 +389,10 @@ def master_as_state(
 
 def step_notes(setup: TrainingSetup, loop: str) -> list[str]:
     """The loop and precision of the step, in words."""
+    from introspect.measure.losses import NOTES
+
+    if setup.cross_entropy in NOTES:
+        return [NOTES[setup.cross_entropy], *_precision_notes(setup)]
     notes = [
         "loop labels: loss = model(input_ids=x, labels=x).loss, output dropped (the HF "
         "Trainer's compute_loss)"
@@ -373,6 +400,11 @@ def step_notes(setup: TrainingSetup, loop: str) -> list[str]:
         else "loop logits: logits = model(x); loss = F.cross_entropy(logits, y); the logits "
         "are held through backward"
     ]
+    return notes + _precision_notes(setup)
+
+
+def _precision_notes(setup: TrainingSetup) -> list[str]:
+    notes = []
     if setup.precision == "amp":
         notes.append("precision amp: torch.autocast(bfloat16) over FP32 weights, grads, Adam")
     elif setup.precision == "mixed":
@@ -405,7 +437,7 @@ def run_census(
     from introspect.measure.census import census
 
     input_ids, targets = batch(spec.vocab_size, setup, "cpu" if device == "fake" else device)
-    loss = labels_loss if loop == "labels" else logits_loss(forward)
+    loss = _loop_loss(setup, loop, forward)
 
     def run():
         if setup.precision == "amp":
