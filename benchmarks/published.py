@@ -4,6 +4,7 @@ Run:  .venv/bin/python benchmarks/published.py             # the table, well und
       .venv/bin/python benchmarks/published.py --markdown  # the same as Markdown
       .venv/bin/python benchmarks/published.py --json      # every row's numbers, bytes
       .venv/bin/python benchmarks/published.py --only ID   # one row (repeatable)
+      .venv/bin/python benchmarks/published.py --write     # also benchmarks/results/published.md
 
 Each row of ``benchmarks/data/published_runs.json`` is one figure a project published
 from a real run (torchtune's README tables, Answer.AI's fsdp_qlora benchmarks, Qwen's
@@ -31,6 +32,7 @@ import sys
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data" / "published_runs.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "published.md"
 #: Bytes per unit as the sources print them.
 UNIT_BYTES = {"GiB": 2**30, "GB": 10**9}
 GROUPS = {"a": "LoRA/QLoRA with FSDP", "b": "LoRA/QLoRA on one GPU", "c": "chunked loss"}
@@ -142,11 +144,12 @@ def render_text(results: list[dict]) -> str:
 
 
 def render_markdown(results: list[dict]) -> str:
-    """The same table as Markdown, with each row's source link."""
-    head = [*HEADER, "source"]
+    """The same table as Markdown, by group, with each row's source link."""
+    head = ["group", *HEADER, "source"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for cells, r in zip(table_rows(results), results, strict=True):
-        lines.append("| " + " | ".join([*cells, f"[link]({r['url']})"]) + " |")
+    ordered = sorted(results, key=lambda r: list(GROUPS).index(r["group"]))
+    for cells, r in zip(table_rows(ordered), ordered, strict=True):
+        lines.append("| " + " | ".join([r["group"], *cells, f"[link]({r['url']})"]) + " |")
     return "\n".join(lines)
 
 
@@ -156,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     fmt.add_argument("--markdown", action="store_true", help="print a Markdown table")
     fmt.add_argument("--json", action="store_true", help="print every row's numbers (bytes)")
     parser.add_argument("--only", action="append", metavar="ID", help="only this row")
+    parser.add_argument("--write", action="store_true", help=f"also write {RESULTS.name}")
     args = parser.parse_args(argv)
     rows = load_rows()
     if args.only:
@@ -170,7 +174,39 @@ def main(argv: list[str] | None = None) -> int:
         print(render_markdown(results))
     else:
         print(render_text(results))
+    if args.write:
+        RESULTS.write_text(results_file(results), encoding="utf-8")
     return 0
+
+
+def results_file(results: list[dict]) -> str:
+    """``results/published.md``: how it was made, the Markdown table, what the flags
+    cannot express per row."""
+    import datetime
+    import subprocess
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+    ).stdout.strip()
+    lines = [
+        "# Published, measured runs beside the closed form",
+        "",
+        f"Made by `python benchmarks/published.py --write` at commit {commit or 'unknown'}, "
+        f"{datetime.date.today().isoformat()}. The figures and their sources: "
+        "`benchmarks/data/published_runs.json`. ratio = refined estimate (per-device "
+        "execution peak) / published figure; 'measures' is the statistic the source "
+        "names (unnamed: it names none).",
+        "",
+        render_markdown(results),
+        "",
+        "Not expressed by today's flags:",
+        "",
+    ]
+    lines += [f"- `{r['id']}`: " + "; ".join(r["not_expressed"]) for r in results]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
