@@ -35,7 +35,11 @@ DATA = Path(__file__).resolve().parent / "data" / "published_runs.json"
 RESULTS = Path(__file__).resolve().parent / "results" / "published.md"
 #: Bytes per unit as the sources print them.
 UNIT_BYTES = {"GiB": 2**30, "GB": 10**9}
-GROUPS = {"a": "LoRA/QLoRA with FSDP", "b": "LoRA/QLoRA on one GPU", "c": "chunked loss"}
+GROUPS = {
+    "a": "LoRA/QLoRA with FSDP",
+    "b": "LoRA/QLoRA on one GPU",
+    "c": "chunked loss and its neighbours in torchtune's flag table",
+}
 
 
 def load_rows(path: Path = DATA) -> list[dict]:
