@@ -121,13 +121,6 @@ def test_lora_measures_peft_on_the_transformers_class(capsys):
             "add --impl transformers",
         ),
         (
-            [
-                *["measure", *TINY_LLAMA, "--framework", "torch", "--impl", "transformers"],
-                *["--lora-rank", "4", "--device", "fake"],
-            ],
-            "inside FakeTensorMode",
-        ),
-        (
             ["measure", "10M", "--framework", "torch", "--devices", "2", "--lora-rank", "4"],
             "drop --devices",
         ),

@@ -77,6 +77,69 @@ def grouped_mm_any_dtype() -> Iterator[None]:
         FakeTensorMode.cache_clear()
 
 
+@contextmanager
+def swappable_parameters() -> Iterator[None]:
+    """Inside FakeTensorMode, let peft build its adapters over a fake model as it does
+    over a real one; outside one, nothing. Two of torch's steps fail on fake parameters
+    that work on real ones, and each is made to do what it does for real:
+
+    * ``Module.to`` / ``Module._apply`` (``torch/nn/modules/module.py``) swaps every
+      FakeTensor parameter with ``torch.utils.swap_tensors``, which refuses a tensor with
+      a weak reference. ``FakeTensorConverter.from_meta_and_device``
+      (``torch/_subclasses/fake_tensor.py``) memoizes each fake tensor it wraps around a
+      fresh meta tensor in a ``WeakValueDictionary`` keyed by that meta tensor — a weak
+      reference to every parameter ``nn.Parameter`` makes in fake mode (its ``detach``) —
+      so peft's ``_move_adapter_to_device_of_base_layer``
+      (``peft/tuners/tuners_utils.py``: each new adapter ``.to(base device, base dtype)``)
+      fails. The memo is read only when the same meta tensor is wrapped twice, which a
+      fresh output never is, so it is not written while peft builds: the swap then moves
+      what the real ``.to`` moves (nothing for the same device and dtype; a cast, the old
+      storage freed, for another dtype).
+    * ``copy.deepcopy`` of a tensor copies its storage (``torch/_tensor.py``
+      ``Tensor.__deepcopy__``), which a fake tensor's meta storage refuses; peft's
+      ``ModulesToSaveWrapper`` (``peft/utils/other.py``, ``--train-embeddings``)
+      deep-copies the embeddings. A fake tensor is copied as ``nn.Parameter.__deepcopy__``
+      copies a parameter (``torch/nn/parameter.py``: a ``clone`` that keeps
+      ``requires_grad``, once per tensor through the memo): a new storage of the same
+      bytes, as the real copy makes.
+
+    Only this mode's converter and ``FakeTensor.__deepcopy__`` are touched, both
+    restored on exit."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if mode is None:
+        yield
+        return
+    converter = mode.fake_tensor_converter
+    converter.set_tensor_memo = lambda tensor, fake: None
+    own = FakeTensor.__dict__.get("__deepcopy__")
+    FakeTensor.__deepcopy__ = _deepcopy_fake
+    try:
+        yield
+    finally:
+        del converter.set_tensor_memo
+        if own is None:
+            del FakeTensor.__deepcopy__
+        else:
+            FakeTensor.__deepcopy__ = own
+
+
+def _deepcopy_fake(tensor, memo: dict):
+    """``nn.Parameter.__deepcopy__``'s copy for a fake tensor (see
+    :func:`swappable_parameters`)."""
+    import torch
+
+    if id(tensor) not in memo:
+        with torch.no_grad():
+            copied = tensor.clone(memory_format=torch.preserve_format)
+        if isinstance(tensor, torch.nn.Parameter):
+            copied = torch.nn.Parameter(copied, requires_grad=tensor.requires_grad)
+        memo[id(tensor)] = copied
+    return memo[id(tensor)]
+
+
 def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> Measurement:
     """Build the reference model for ``spec`` inside FakeTensorMode and track one step.
 

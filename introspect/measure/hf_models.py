@@ -258,15 +258,6 @@ def measure(
 
     dtype = torch_step.check_setup(setup)
     lora = setup.finetune != "full"
-    if lora and device == "fake":
-        # peft moves each new adapter to its base layer's device with Module.to, and
-        # torch's Module._apply must swap a FakeTensor parameter, which fails while
-        # FakeTensorMode holds a weak reference to it.
-        raise IntrospectError(
-            f"--device fake --finetune {setup.finetune}: peft's adapters cannot be built "
-            "inside FakeTensorMode; measure a smaller shape with --device cpu, or use "
-            "`introspect estimate` (checked against real peft steps)"
-        )
     if lora and setup.resolved_base_quant == "nf4" and device != "cpu":
         raise IntrospectError(
             f"--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "

@@ -103,9 +103,15 @@ def build(spec: ModelSpec, setup: TrainingSetup) -> nn.Module:
 
 def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.Module:
     """``get_peft_model(model, lora_config(spec, setup))`` in train mode, the block
-    linears first quantized to NF4 under QLoRA (see the module docstring)."""
+    linears first quantized to NF4 under QLoRA (see the module docstring).
+
+    Works on a real model and, called inside FakeTensorMode on a model built there, on a
+    fake one (a dry run): peft's own code either way, its adapters' ``Module.to`` made
+    possible by :func:`introspect.measure.fake.swappable_parameters`."""
     import logging
     import warnings
+
+    from introspect.measure.fake import swappable_parameters
 
     # peft imports bitsandbytes where installed, whose CPU backend logs a warning when an
     # optional kernels package is missing: not the user's concern for a measured step.
@@ -131,7 +137,8 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
             # a parameter (not a module) name, and then warns that no module matched.
             warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys")
             conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
-            model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
+            with swappable_parameters():  # a no-op outside FakeTensorMode
+                model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise IntrospectError(
             f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "
