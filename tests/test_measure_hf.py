@@ -220,7 +220,6 @@ def test_cli_measures_a_config_file(capsys, gpt2_config):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--optimizer", "adam8bit", "--device", "fake"], "adam8bit"),
         (["--loop", "labels", "--impl", "reference"], "--loop labels"),
         (["--checkpointing", "--impl", "reference"], "--impl transformers"),
     ],

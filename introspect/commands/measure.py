@@ -60,6 +60,8 @@ examples:
   introspect measure Qwen/Qwen3-0.6B --impl transformers --device fake --seq 2048 \\
       --precision amp --checkpointing --attention memory-efficient
   introspect measure Qwen/Qwen2.5-0.5B --impl transformers --device fake --loop logits
+  introspect measure meta-llama/Llama-3.1-8B --impl transformers --device fake \\
+      --finetune qlora --precision bf16 --seq 2048   (peft and bitsandbytes, fake tensors)
   introspect measure meta-llama/Llama-2-7b-hf --framework torch --device fake --seq 2048
   introspect measure meta-llama/Llama-2-7b-hf --framework mlx --device fake --seq 2048
   introspect measure benchmarks/configs/qwen2-7m --devices 2 --fsdp --seq 256

@@ -78,33 +78,41 @@ def grouped_mm_any_dtype() -> Iterator[None]:
 
 
 @contextmanager
-def swappable_parameters() -> Iterator[None]:
-    """Inside FakeTensorMode, let peft build its adapters over a fake model as it does
-    over a real one; outside one, nothing. Two of torch's steps fail on fake parameters
-    that work on real ones, and each is made to do what it does for real:
+def module_surgery() -> Iterator[None]:
+    """Inside FakeTensorMode, let peft and bitsandbytes rebuild a fake model's layers as
+    they rebuild a real one's; outside one, nothing. Three of torch's steps fail on fake
+    parameters where they work on real ones, and each is made to do what it does for real:
 
-    * ``Module.to`` / ``Module._apply`` (``torch/nn/modules/module.py``) swaps every
-      FakeTensor parameter with ``torch.utils.swap_tensors``, which refuses a tensor with
-      a weak reference. ``FakeTensorConverter.from_meta_and_device``
+    * Moving: ``Module.to`` / ``Module._apply`` (``torch/nn/modules/module.py``) swaps
+      every FakeTensor parameter with ``torch.utils.swap_tensors``, which refuses a
+      tensor with a weak reference. ``FakeTensorConverter.from_meta_and_device``
       (``torch/_subclasses/fake_tensor.py``) memoizes each fake tensor it wraps around a
       fresh meta tensor in a ``WeakValueDictionary`` keyed by that meta tensor — a weak
       reference to every parameter ``nn.Parameter`` makes in fake mode (its ``detach``) —
       so peft's ``_move_adapter_to_device_of_base_layer``
       (``peft/tuners/tuners_utils.py``: each new adapter ``.to(base device, base dtype)``)
       fails. The memo is read only when the same meta tensor is wrapped twice, which a
-      fresh output never is, so it is not written while peft builds: the swap then moves
-      what the real ``.to`` moves (nothing for the same device and dtype; a cast, the old
-      storage freed, for another dtype).
-    * ``copy.deepcopy`` of a tensor copies its storage (``torch/_tensor.py``
+      fresh output never is, so it is not written here: the swap then moves what the real
+      ``.to`` moves (nothing for the same device and dtype; a cast, the old storage
+      freed, for another dtype).
+    * Copying: ``copy.deepcopy`` of a tensor copies its storage (``torch/_tensor.py``
       ``Tensor.__deepcopy__``), which a fake tensor's meta storage refuses; peft's
       ``ModulesToSaveWrapper`` (``peft/utils/other.py``, ``--train-embeddings``)
       deep-copies the embeddings. A fake tensor is copied as ``nn.Parameter.__deepcopy__``
       copies a parameter (``torch/nn/parameter.py``: a ``clone`` that keeps
       ``requires_grad``, once per tensor through the memo): a new storage of the same
       bytes, as the real copy makes.
+    * Subclassing: ``Tensor._make_subclass(cls, data)`` over a fake tensor refuses a
+      ``cls`` that is not a FakeTensor (the detached alias already is a FakeTensor
+      object), so bitsandbytes' ``Params4bit(data)`` (``bitsandbytes/nn/modules.py``,
+      also inside ``Linear4bit.__init__``) fails. Only for that case, which otherwise
+      always raises, the subclass is made as ``cls`` mixed with FakeTensor
+      (``FakeTensor.__new__`` over a meta alias of ``data``'s storage, as torch wraps a
+      fake view): the same storage and shape, bitsandbytes' own ``to``/``_quantize``/
+      ``__torch_function__``, and every operation on it is the fake mode's.
 
-    Only this mode's converter and ``FakeTensor.__deepcopy__`` are touched, both
-    restored on exit."""
+    Only this mode's converter, ``FakeTensor.__deepcopy__`` and
+    ``torch.Tensor._make_subclass`` are touched, all restored on exit."""
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
@@ -114,21 +122,32 @@ def swappable_parameters() -> Iterator[None]:
         return
     converter = mode.fake_tensor_converter
     converter.set_tensor_memo = lambda tensor, fake: None
-    own = FakeTensor.__dict__.get("__deepcopy__")
+    own_copy = FakeTensor.__dict__.get("__deepcopy__")
     FakeTensor.__deepcopy__ = _deepcopy_fake
+    own_subclass = torch.Tensor.__dict__.get("_make_subclass")
+    make_subclass = torch.Tensor._make_subclass
+    torch.Tensor._make_subclass = staticmethod(
+        lambda cls, data, *args, **kwargs: _subclass_of_fake(
+            make_subclass, cls, data, *args, **kwargs
+        )
+    )
     try:
         yield
     finally:
         del converter.set_tensor_memo
-        if own is None:
-            del FakeTensor.__deepcopy__
-        else:
-            FakeTensor.__deepcopy__ = own
+        _restore(FakeTensor, "__deepcopy__", own_copy)
+        _restore(torch.Tensor, "_make_subclass", own_subclass)
+
+
+def _restore(cls: type, name: str, own) -> None:
+    if own is None:
+        delattr(cls, name)
+    else:
+        setattr(cls, name, own)
 
 
 def _deepcopy_fake(tensor, memo: dict):
-    """``nn.Parameter.__deepcopy__``'s copy for a fake tensor (see
-    :func:`swappable_parameters`)."""
+    """``nn.Parameter.__deepcopy__``'s copy for a fake tensor (see :func:`module_surgery`)."""
     import torch
 
     if id(tensor) not in memo:
@@ -138,6 +157,32 @@ def _deepcopy_fake(tensor, memo: dict):
             copied = torch.nn.Parameter(copied, requires_grad=tensor.requires_grad)
         memo[id(tensor)] = copied
     return memo[id(tensor)]
+
+
+#: ``cls`` → ``cls`` mixed with FakeTensor (made once per class).
+_FAKE_SUBCLASSES: dict[type, type] = {}
+
+
+def _subclass_of_fake(make_subclass, cls, data, require_grad=False, *args, **kwargs):
+    """``Tensor._make_subclass`` as torch has it, except over a fake tensor for a ``cls``
+    torch would refuse (see :func:`module_surgery`)."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._mode_utils import no_dispatch
+
+    if not isinstance(data, FakeTensor) or issubclass(FakeTensor, cls) or args or kwargs:
+        return make_subclass(cls, data, require_grad, *args, **kwargs)
+    mixed = cls if issubclass(cls, FakeTensor) else _FAKE_SUBCLASSES.get(cls)
+    if mixed is None:
+        mixed = type(cls.__name__, (cls, FakeTensor), {"__module__": cls.__module__})
+        mixed.__qualname__ = cls.__qualname__
+        _FAKE_SUBCLASSES[cls] = mixed
+    with no_dispatch():
+        elem = torch.empty(0, dtype=data.dtype, device="meta")
+        elem.set_(data.untyped_storage(), data.storage_offset(), data.shape, data.stride())
+        return FakeTensor.__new__(
+            mixed, data.fake_mode, elem, data.device, requires_grad=require_grad
+        )
 
 
 def dry_run(spec: ModelSpec, setup: TrainingSetup, *, census: bool = False) -> Measurement:

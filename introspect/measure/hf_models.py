@@ -258,15 +258,10 @@ def measure(
 
     dtype = torch_step.check_setup(setup)
     lora = setup.finetune != "full"
-    if lora and setup.resolved_base_quant == "nf4" and device != "cpu":
+    if lora and setup.resolved_base_quant == "nf4" and device == "cuda":
         raise IntrospectError(
-            f"--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "
-            f"measured there; use --device cpu (not {device})"
-        )
-    if device == "fake" and setup.optimizer == "adam8bit":
-        raise IntrospectError(
-            "--optimizer adam8bit: bitsandbytes' update reads tensor values, which a dry "
-            "run does not have; use --device cpu or cuda"
+            "--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "
+            "measured there; use --device cpu, or --device fake for a dry run (not cuda)"
         )
     vocab = spec.vocab_size
     with fake_mode() if device == "fake" else contextlib.nullcontext(), unpacked_rows(device):
@@ -327,6 +322,13 @@ def measure(
         from introspect.refined.lora import targets
 
         notes.append(f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))}")
+        if device == "fake":
+            quant = setup.resolved_base_quant == "nf4"
+            notes.append(
+                "dry run: peft's get_peft_model"
+                + (" and bitsandbytes' Linear4bit/Params4bit/MatMul4Bit" if quant else "")
+                + " run as they are over fake tensors (introspect.measure.fake.module_surgery)"
+            )
         m = peft_step.with_quant_state(m, model)
     m = _record.replace(
         m, census=saved.terms if saved is not None else {}, notes=(*notes, *m.notes)

@@ -9,6 +9,14 @@ is moved to its device; the output head and the embeddings stay as they are. The
 state (absmax, codes) lives in plain tensors that are neither parameters nor buffers, so
 the tracker does not see them: :func:`quant_state_bytes` counts them and the
 measurement's ``other`` carries them.
+
+The same code builds the dry run's model: :func:`wrap` called inside FakeTensorMode on a
+model built there (``hf_models.measure`` with ``device="fake"``) runs peft and
+bitsandbytes over fake storage, equal to the real CPU step to the byte
+(``tests/test_fake_peft.py``). bitsandbytes 0.50.2's ``MatMul4Bit.forward``
+(``bitsandbytes/autograd/_functions.py``) saves ``ctx.tensors = (None, B)``: the packed
+weight, a parameter, and not its input, so a QLoRA step saves what the same LoRA step
+over a 16-bit base saves (its census is the LoRA step's, byte for byte).
 """
 
 from __future__ import annotations
@@ -44,11 +52,27 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
 
 def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:
     """Replace every linear but the output head with an NF4 ``Linear4bit`` holding the
-    same weight, quantized (on CPU) as bitsandbytes does on ``.to(device)``: the modules
+    same weight, quantized (on CPU) as transformers' loader quantizes it
+    (``transformers/integrations/bitsandbytes.py``: ``Params4bit(value, requires_grad=False,
+    ...).to(value.device)``, bitsandbytes' ``Params4bit._quantize``): the modules
     transformers' ``replace_with_bnb_linear`` converts (``type(module) is nn.Linear``
     and ``Conv1D``, whose d_in × d_out weight is transposed; an MoE class's expert
-    parameters are not linears and stay as they are)."""
+    parameters are not linears and stay as they are).
+
+    Inside FakeTensorMode (a dry run, within :func:`introspect.measure.fake.module_surgery`)
+    the same code runs over fake storage: bitsandbytes registers fake kernels for its
+    ops (``bitsandbytes/_ops.py``: ``quantize_4bit``, ``quantize_blockwise``,
+    ``gemm_4bit``, ``dequantize_4bit``). Its 256-value dynamic map, which double
+    quantization reads and ``create_dynamic_map`` builds with ``.tolist()`` (values a
+    fake tensor has not), is first made on the CPU, as bitsandbytes' first real call makes
+    it (``bitsandbytes/functional.py`` ``quantize_blockwise``: ``name2qmap["dynamic"]``)."""
     import bitsandbytes as bnb
+
+    if setup.double_quant and "dynamic" not in bnb.functional.name2qmap:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            bnb.functional.name2qmap["dynamic"] = bnb.functional.create_dynamic_map()
 
     head = model.get_output_embeddings()
     for parent in list(model.modules()):
@@ -66,20 +90,22 @@ def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:
                 compress_statistics=setup.double_quant,
                 quant_type="nf4",
             )
+            # transformers' loader: Params4bit(value, ...).to(value.device) quantizes it.
             new.weight = bnb.nn.Params4bit(
                 weight,
                 requires_grad=False,
                 compress_statistics=setup.double_quant,
                 quant_type="nf4",
-            )
+                module=new,
+            ).to(weight.device)
             if old.bias is not None:
                 new.bias = old.bias
-            setattr(parent, name, new.to("cpu"))
+            setattr(parent, name, new)
 
 
 def quant_state_bytes(model: nn.Module) -> int:
     """Bytes of every 4-bit weight's quant state (absmax, codes, offset, second level)."""
-    seen: dict[int, int] = {}
+    seen: dict[tuple[int, int], int] = {}
     for p in model.parameters():
         state = getattr(p, "quant_state", None)
         if state is None:
@@ -88,7 +114,9 @@ def quant_state_bytes(model: nn.Module) -> int:
         if state.nested:
             tensors += [state.offset, state.state2.absmax, state.state2.code]
         for t in tensors:
-            seen[t.data_ptr()] = t.numel() * t.element_size()
+            # A tensor shared by several weights counts once; keyed by its storage and
+            # offset (a fake tensor has no data pointer).
+            seen[(t.untyped_storage()._cdata, t.storage_offset())] = t.numel() * t.element_size()
     return sum(seen.values())
 
 
@@ -106,12 +134,19 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
     linears first quantized to NF4 under QLoRA (see the module docstring).
 
     Works on a real model and, called inside FakeTensorMode on a model built there, on a
-    fake one (a dry run): peft's own code either way, its adapters' ``Module.to`` made
-    possible by :func:`introspect.measure.fake.swappable_parameters`."""
+    fake one (a dry run): peft's and bitsandbytes' own code either way, the steps of it
+    that torch refuses on fake parameters (moving, copying, subclassing one) made to do
+    what they do for real by :func:`introspect.measure.fake.module_surgery` (a no-op
+    outside FakeTensorMode)."""
+    from introspect.measure.fake import module_surgery
+
+    with module_surgery():
+        return _wrap(model, spec, setup, dtype)
+
+
+def _wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.Module:
     import logging
     import warnings
-
-    from introspect.measure.fake import swappable_parameters
 
     # peft imports bitsandbytes where installed, whose CPU backend logs a warning when an
     # optional kernels package is missing: not the user's concern for a measured step.
@@ -137,8 +172,7 @@ def wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.M
             # a parameter (not a module) name, and then warns that no module matched.
             warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys")
             conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
-            with swappable_parameters():  # a no-op outside FakeTensorMode
-                model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
+            model = get_peft_model(model, lora_config(spec, setup, fan_in_fan_out=conv1d))
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         raise IntrospectError(
             f"peft cannot put LoRA on {type(model).__name__}: {str(err).splitlines()[0]}; "

@@ -92,7 +92,17 @@ OPTIMIZER_IMPL_KWARGS: dict[str, dict] = {
 
 def _adam8bit(params) -> torch.optim.Optimizer:
     """bitsandbytes' ``Adam8bit`` (block-wise 8-bit m and v; tensors under 4096 values
-    keep 32-bit state, ``bitsandbytes/optim/optimizer.py`` ``min_8bit_size``)."""
+    keep 32-bit state, ``bitsandbytes/optim/optimizer.py`` ``min_8bit_size``).
+
+    Made with a dry run's fake mode suspended: its constructor builds the two 256-value
+    quantization maps (``fill_qmap``: ``create_dynamic_map`` reads values with
+    ``.tolist()``) as the real step's CPU constants; its update has fake kernels
+    (``bitsandbytes/_ops.py`` ``optimizer_update_8bit_blockwise``)."""
+    import logging
+
+    # Its CPU backend logs a warning at import when an optional kernels package is
+    # missing (as peft_step.wrap silences it): not the user's concern for a measured step.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     try:
         import bitsandbytes as bnb
     except ImportError as err:
@@ -100,7 +110,10 @@ def _adam8bit(params) -> torch.optim.Optimizer:
             "--optimizer adam8bit runs bitsandbytes' Adam8bit, which is not installed: "
             "pip install bitsandbytes (or use --optimizer adam)"
         ) from err
-    return bnb.optim.Adam8bit(params, lr=1e-4)
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return bnb.optim.Adam8bit(params, lr=1e-4)
 
 
 def optimizer_impl_note(setup: TrainingSetup, device: str) -> str:
