@@ -118,6 +118,24 @@ RULES = (
         "loss; use --cross-entropy standard or --framework torch",
     ),
     (
+        lambda s: f"--cross-entropy {s.cross_entropy} and --finetune {s.finetune}",
+        lambda s: s.cross_entropy in ("torchtune", "trl", "liger") and s.finetune != "full",
+        lambda s: False,
+        "contradict here: the library losses are priced and measured with the head's "
+        "weight trained (introspect/refined/losses.py: Liger and TRL make its gradient); "
+        "use --cross-entropy standard or fused with LoRA",
+    ),
+    (
+        lambda s: f"--cross-entropy {s.cross_entropy} with --tp/--pp",
+        lambda s: (
+            s.cross_entropy in ("torchtune", "trl", "liger")
+            and (s.tensor_parallel > 1 or s.pipeline_parallel > 1)
+        ),
+        lambda s: False,
+        "is not priced with a sharded output projection (torchtune's loss-parallel, a "
+        "vocabulary-parallel head); drop --tp/--pp or use --cross-entropy fused",
+    ),
+    (
         _sharding_flag,
         lambda s: s.resolved_sharding != "none",
         lambda s: not _mlx(s),
@@ -330,6 +348,12 @@ def check_model(spec: Any, setup: Any) -> None:
         raise NotApplicable(
             f"--freeze-tower freezes a multimodal model's vision/audio tower, and "
             f"{spec.source or spec.model_type} has none; drop it"
+        )
+    if setup.cross_entropy in ("torchtune", "trl", "liger") and spec.final_logit_softcapping:
+        raise NotApplicable(
+            f"--cross-entropy {setup.cross_entropy}: {spec.source or spec.model_type} caps "
+            "its logits (final_logit_softcapping), which the library losses here are not "
+            "priced or run with; use --cross-entropy standard"
         )
     check_parallel(spec, setup)
 

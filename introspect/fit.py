@@ -119,7 +119,7 @@ def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
             "fused / chunked cross-entropy",
             "little: the loss in chunks of 1024 tokens (e.g. Liger's fused linear CE)",
             "free",
-            lambda s: _if(s.cross_entropy == "standard", s, cross_entropy="chunked"),
+            lambda s: _if(s.cross_entropy == "standard", s, cross_entropy="fused"),
         ),
         Change(
             "fused_optimizer",

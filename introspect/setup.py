@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     Precision = Literal["fp32", "bf16", "amp", "mixed"]
     Optimizer = Literal["adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none"]
     Attention = Literal["eager", "memory_efficient"]
-    CrossEntropy = Literal["standard", "fused", "chunked"]
+    CrossEntropy = Literal["standard", "fused", "torchtune", "trl", "liger"]
     Framework = Literal["torch", "mlx", "mlx_compiled"]
     Device = Literal["auto", "cuda", "cpu", "metal"]
     Implementation = Literal["reference", "transformers", "mlx_lm"]
@@ -42,7 +42,11 @@ if TYPE_CHECKING:
 PRECISIONS = ("fp32", "bf16", "amp", "mixed")
 OPTIMIZERS = ("adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none")
 ATTENTIONS = ("eager", "memory_efficient")
-CROSS_ENTROPIES = ("standard", "fused", "chunked")
+#: The loss (``introspect/refined/losses.py``): ``standard`` (the model's own over all the
+#: logits), ``fused`` (a generic fused linear cross-entropy: a log-sum-exp per token kept,
+#: 1024-token chunks recomputed in backward; ``chunked`` is its deprecated alias), and the
+#: chunked losses of torchtune, TRL and Liger as each library writes them.
+CROSS_ENTROPIES = ("standard", "fused", "torchtune", "trl", "liger")
 FRAMEWORKS = ("torch", "mlx", "mlx_compiled")
 DEVICES = ("auto", "cuda", "cpu", "metal")
 IMPLEMENTATIONS = ("reference", "transformers", "mlx_lm")

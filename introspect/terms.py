@@ -1163,14 +1163,17 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/logits/grad",
             category="transient",
-            equation="standard cross-entropy: 2·B·T·V·4, the FP32 gradients of the log-probabilities and of the logits alive together; chunked or fused: one chunk's logits, log-softmax and gradient",
+            equation="standard cross-entropy: 2·B·T·V·4, the FP32 gradients of the log-probabilities and of the logits alive together; fused: one chunk's logits, log-softmax and gradient; torchtune / trl / liger: introspect/refined/losses.py (backward_start, head)",
             source="source not recorded (introspect/refined/execution.py: logits_transient; measured: exactly 2·B·T·V·4 of 'temporary' at the start of backward)",
             computed_by=(
                 "introspect/refined/execution.py: forward_end",
                 "introspect/refined/execution.py: backward_moments",
+                "introspect/refined/losses.py: backward_start",
+                "introspect/refined/losses.py: head",
             ),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
             ),
         ),
@@ -1247,6 +1250,116 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
                 "tests/test_measure_hf.py::test_peak_moments_under_autocast",
+            ),
+        ),
+        Term(
+            name="activations/logits/buffer",
+            category="transient",
+            equation="min(B·(T-1), 4096) · 32768 · the compute dtype's bytes (--cross-entropy trl)",
+            source="trl/kernels/chunked_logprob.py: ChunkedLogProbFunction.forward mm_buf (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: forward_transients",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/chunk",
+            category="transient",
+            equation="Liger's chunk · V · the logits' bytes; chunk = min(B·T, next_power_of_2(ceil(B·T / ceil(V/d))))",
+            source="liger_kernel/ops/fused_linear_cross_entropy.py: fused_linear_cross_entropy_forward (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: forward_transients",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/grad_input",
+            category="activations",
+            equation="B·T·d · the hidden states' bytes (--cross-entropy liger: saved for backward)",
+            source="liger_kernel/ops/fused_linear_cross_entropy.py: grad_input made in the forward, ctx.save_for_backward (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: saved",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/grad_weight",
+            category="activations",
+            equation="V·d · w (--cross-entropy liger: the head weight's gradient, saved for backward)",
+            source="liger_kernel/ops/fused_linear_cross_entropy.py: grad_weight made in the forward, ctx.save_for_backward (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: saved",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/grad_weight_chunk",
+            category="transient",
+            equation="V·d · the logits' bytes, plus V·d·4 for 16-bit logits (off CUDA or under autocast: torch.mm(grad.t(), x).float())",
+            source="liger_kernel/ops/fused_linear_cross_entropy.py: the legacy grad_weight path (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: forward_transients",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/hidden_copy",
+            category="activations",
+            equation="B·(T-1)·d · s (--cross-entropy trl on CUDA: hidden_states[mask], saved)",
+            source="trl/trainer/utils.py: add_fused_lm_head, compact path (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: saved",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/loss_1d",
+            category="activations",
+            equation="B·T · 4 (--cross-entropy liger: the per-token loss)",
+            source="liger_kernel/ops/fused_linear_cross_entropy.py: loss_1d (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: saved",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/mask",
+            category="activations",
+            equation="B·(T-1) bytes (--cross-entropy trl: the label mask masked_fill saves)",
+            source="trl/trainer/utils.py: add_fused_lm_head (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: saved",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/statistics",
+            category="transient",
+            equation="5 · B·(T-1) · 4 (--cross-entropy trl: the online log-sum-exp statistics not saved)",
+            source="trl/kernels/chunked_logprob.py: ChunkedLogProbFunction.forward (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: forward_transients",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
+            ),
+        ),
+        Term(
+            name="activations/logits/tile_temporaries",
+            category="transient",
+            equation="12 · n · min(V, 32768) (--cross-entropy trl off CUDA: _forward_tile's FP32 z, z - max, exp)",
+            source="trl/kernels/chunked_logprob.py: _forward_tile, the torch fallback (introspect/refined/losses.py)",
+            computed_by=("introspect/refined/losses.py: forward_transients",),
+            tests=(
+                "tests/test_losses.py::test_the_closed_form_holds_to_the_measured_step",
+                "tests/test_losses.py::test_the_dry_run_equals_the_real_cpu_step",
             ),
         ),
         Term(

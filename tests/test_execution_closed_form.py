@@ -44,7 +44,7 @@ SETUPS = {
     "default": TrainingSetup(seq_len=64),
     "short": TrainingSetup(seq_len=4),
     "sdpa-bf16": TrainingSetup(seq_len=128, attention="memory_efficient", precision="bf16"),
-    "mixed-chunked": TrainingSetup(seq_len=32, precision="mixed", cross_entropy="chunked"),
+    "mixed-chunked": TrainingSetup(seq_len=32, precision="mixed", cross_entropy="fused"),
     "checkpointed": TrainingSetup(seq_len=64, activation_checkpointing=True),
     "flat": TrainingSetup(seq_len=772, activation_checkpointing=True),
     "flat-zero2-d2": TrainingSetup(
@@ -125,7 +125,7 @@ SMALL_L_SETUPS = [
     TrainingSetup(),
     TrainingSetup(seq_len=4096, precision="mixed", activation_checkpointing=True),
     TrainingSetup(seq_len=512, batch_size=3, precision="amp", attention="memory_efficient"),
-    TrainingSetup(precision="bf16", cross_entropy="chunked", loop="logits"),
+    TrainingSetup(precision="bf16", cross_entropy="fused", loop="logits"),
     TrainingSetup(implementation="reference", device="cpu", optimizer_impl="single_tensor"),
     TrainingSetup(devices=4, zero_stage=2, activation_checkpointing=True),
     TrainingSetup(devices=8, sharding="zero", zero_stage=3, precision="mixed"),

@@ -51,7 +51,7 @@ def test_mlx_offload_is_refused_by_fit_in_one_line():
         (["--framework", "mlx", "--optimizer-in-backward"], "--optimizer-in-backward"),
         (["--framework", "mlx-compiled", "--optimizer-impl", "fused"], "--optimizer-impl fused"),
         (["--framework", "mlx", "--precision", "amp"], "--precision amp"),
-        (["--framework", "mlx", "--cross-entropy", "chunked"], "--cross-entropy chunked"),
+        (["--framework", "mlx", "--cross-entropy", "chunked"], "--cross-entropy fused"),
         (["--framework", "mlx", "--devices", "2", "--ddp"], "--ddp"),
         (["--framework", "mlx", "--devices", "4"], "--devices 4"),
         (["--micro-batches", "4"], "--micro-batches 4"),

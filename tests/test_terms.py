@@ -69,8 +69,12 @@ SETUPS = {
         precision="mixed", optimizer="sgd_momentum", cross_entropy="fused"
     ),
     "mixed chunked CE single-tensor": dict(
-        precision="mixed", cross_entropy="chunked", optimizer_impl="single_tensor"
+        precision="mixed", cross_entropy="fused", optimizer_impl="single_tensor"
     ),
+    "bf16 torchtune CE": dict(precision="bf16", cross_entropy="torchtune"),
+    "amp trl CE on cpu": dict(precision="amp", cross_entropy="trl", device="cpu"),
+    "bf16 trl CE on cuda": dict(precision="bf16", cross_entropy="trl", device="cuda"),
+    "mixed liger CE": dict(precision="mixed", cross_entropy="liger", device="cpu"),
     "fp32 bf16 weights adam8bit": dict(weights_dtype="bf16", optimizer="adam8bit"),
     "sgd, none": dict(optimizer="sgd"),
     "frozen": dict(optimizer="none"),

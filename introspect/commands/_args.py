@@ -28,7 +28,9 @@ from introspect.units import DTYPE_CHOICES, dtype_bytes, shown
 
 #: Names users also write for a choice: ``sdpa`` and ``flash`` are memory-efficient
 #: attention kernels; ``sgd-momentum``'s hyphen is handled by :func:`choice` itself.
-ALIASES = {"sdpa": "memory_efficient", "flash": "memory_efficient"}
+#: ``chunked`` was priced exactly as ``fused``; the libraries' chunked losses are named now
+#: (CHANGELOG.md).
+ALIASES = {"sdpa": "memory_efficient", "flash": "memory_efficient", "chunked": "fused"}
 
 
 def positive_int(text: str) -> int:
@@ -375,7 +377,12 @@ def _add_setup_flags(
         "--cross-entropy",
         type=choice(CROSS_ENTROPIES),
         default="standard",
-        help="standard (default: B×T×V logits kept), fused, or chunked (never all logits)",
+        help="standard (default: the model's loss over all B×T×V logits), fused (a generic "
+        "fused linear cross-entropy: a log-sum-exp per token kept, 1024-token chunks "
+        "recomputed in backward; 'chunked' is its old name), torchtune "
+        "(CEWithChunkedOutputLoss: 8 output chunks, every chunk's FP32 log-softmax kept), "
+        "trl (SFTTrainer's fused LM head: 4096x32768 tiles, FP32 gradients in backward) or "
+        "liger (fused linear cross-entropy: the head's gradients made in the forward)",
     )
     e.add_argument(
         "--devices",

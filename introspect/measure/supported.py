@@ -61,11 +61,16 @@ def measured_dtype(setup: TrainingSetup, backend: str) -> str:
             "--loop labels needs a model that computes its own loss from labels=: "
             "--impl transformers (or use --loop logits)"
         )
-    if setup.cross_entropy != "standard":
+    if setup.cross_entropy == "fused":
         raise IntrospectError(
-            f"--cross-entropy {setup.cross_entropy}: measured steps use the standard "
-            "cross-entropy loss; drop --cross-entropy, or use `introspect profile` for the "
-            "estimate alone"
+            "--cross-entropy fused is the closed form's generic fused loss, which no "
+            "library's code here runs; measure torchtune, trl or liger, or use "
+            "`introspect profile` for the estimate alone"
+        )
+    if setup.cross_entropy != "standard" and setup.implementation != "transformers":
+        raise IntrospectError(
+            f"--cross-entropy {setup.cross_entropy} runs over a transformers class's "
+            "backbone and lm_head: add --impl transformers (or drop --cross-entropy)"
         )
     if setup.precision in ("bf16", "mixed"):
         return "fp16" if setup.weights_dtype == "fp16" else "bf16"

@@ -233,8 +233,18 @@ def make_step(
     forward: Forward = reference_forward,
     loop: str = "logits",
 ) -> TorchStep:
-    loss = labels_loss if loop == "labels" else logits_loss(forward)
+    loss = _loop_loss(setup, loop, forward)
     return TorchStep(model, setup, loss, "cuda" if device == "cuda" else "cpu")
+
+
+def _loop_loss(setup: TrainingSetup, loop: str, forward: Forward) -> Loss:
+    """The loop's loss: a library's chunked loss for ``--cross-entropy torchtune | trl |
+    liger`` (:mod:`introspect.measure.losses`), else the loop's own."""
+    from introspect.measure import losses
+
+    if setup.cross_entropy in losses.LIBRARY_LOSSES:
+        return losses.library_loss(setup.cross_entropy)
+    return labels_loss if loop == "labels" else logits_loss(forward)
 
 
 def batch(vocab: int, setup: TrainingSetup, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -379,6 +389,10 @@ def master_as_state(
 
 def step_notes(setup: TrainingSetup, loop: str) -> list[str]:
     """The loop and precision of the step, in words."""
+    from introspect.measure.losses import NOTES
+
+    if setup.cross_entropy in NOTES:
+        return [NOTES[setup.cross_entropy], *_precision_notes(setup)]
     notes = [
         "loop labels: loss = model(input_ids=x, labels=x).loss, output dropped (the HF "
         "Trainer's compute_loss)"
@@ -386,6 +400,11 @@ def step_notes(setup: TrainingSetup, loop: str) -> list[str]:
         else "loop logits: logits = model(x); loss = F.cross_entropy(logits, y); the logits "
         "are held through backward"
     ]
+    return notes + _precision_notes(setup)
+
+
+def _precision_notes(setup: TrainingSetup) -> list[str]:
+    notes = []
     if setup.precision == "amp":
         notes.append("precision amp: torch.autocast(bfloat16) over FP32 weights, grads, Adam")
     elif setup.precision == "mixed":
@@ -418,7 +437,7 @@ def run_census(
     from introspect.measure.census import census
 
     input_ids, targets = batch(spec.vocab_size, setup, "cpu" if device == "fake" else device)
-    loss = labels_loss if loop == "labels" else logits_loss(forward)
+    loss = _loop_loss(setup, loop, forward)
 
     def run():
         if setup.precision == "amp":

@@ -57,6 +57,7 @@ from introspect.refined import (
     hf_saved,
     lora,
     lora_moe,
+    losses,
     offload,
     saved,
     saved_feed_forward,
@@ -335,6 +336,8 @@ def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     V = spec.vocab_size
     if setup.cross_entropy == "standard":
         return 2 * setup.tokens * V * implementation_of(spec, setup).loss_bytes(setup)
+    if losses.is_library(setup):
+        return losses.backward_start(spec, setup)
     return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
 
 
@@ -469,8 +472,9 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
     """The loss's forward, inside the model's forward (transformers' classes on torch):
     state, every saved activation, the logits and what the loss makes from them before
-    backward starts. None where no such moment can exceed :func:`forward_end` (a
-    chunked or fused loss, MLX, the reference model).
+    backward starts. None where no such moment can exceed :func:`forward_end` (the
+    fused loss, MLX, the reference model). A library's chunked loss (torchtune, TRL,
+    Liger) adds what its forward makes: :func:`introspect.refined.losses.forward_transients`.
 
     * the logits at the activation dtype: the loop's own (already saved) in the logits
       loop; in the labels loop the output object's, alive until the loss returns;
@@ -489,6 +493,13 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     forward at 11.723 GB — weights and Adam 7.152, the saved set 0.27, the cache 0.88 and
     lm_head's copy 0.31, logits 0.62, their upcast 1.25 and log-softmax 1.25."""
     impl = implementation_of(spec, setup)
+    if losses.is_library(setup):  # the library's loss, after the backbone's forward
+        terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
+        terms.update(_prefixed(losses.forward_transients(spec, setup)))
+        terms[GRADS] = 0
+        wb = working_weight_bytes(setup)
+        terms.update(sharding.moment_terms(spec, setup, "forward_end", wb))
+        return terms
     if not impl.loss_in_forward or setup.cross_entropy != "standard":
         return None
     terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
@@ -566,6 +577,8 @@ def backward_moments(
         else 0
     ) + BT * d * s
     head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
+    if losses.is_library(setup):
+        head[LOGITS_GRAD] = losses.head(spec, setup, head)
     wb = working_weight_bytes(setup)
     head.update(sharding.moment_terms(spec, setup, "head", wb))
     out = [_add(state, head)]

@@ -114,7 +114,12 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
 def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes the loss keeps (a standard cross-entropy's FP32 log-softmax and the loop's
-    logits; a fused or chunked loss's log-sum-exp per token)."""
+    logits; a fused loss's log-sum-exp per token; a library's chunked loss's own set,
+    :func:`introspect.refined.losses.saved`)."""
+    from introspect.refined import losses
+
+    if losses.is_library(setup):
+        return losses.saved(spec, setup)
     return implementation_of(spec, setup).logits_saved(spec, setup)
 
 

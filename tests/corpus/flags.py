@@ -152,6 +152,9 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpointing", ("--checkpointing",)),
     ("cross-entropy-chunked", ("--cross-entropy", "chunked")),
     ("cross-entropy-fused", ("--cross-entropy", "fused")),
+    ("cross-entropy-torchtune", ("--cross-entropy", "torchtune")),
+    ("cross-entropy-trl", ("--cross-entropy", "trl")),
+    ("cross-entropy-liger", ("--cross-entropy", "liger")),
     ("devices-2", ("--devices", "2")),
     ("zero-1", ("--zero", "1", "--devices", "4")),
     ("zero-3", ("--zero", "3", "--devices", "4")),
@@ -295,6 +298,12 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     ("measure", "act-unknown", ("--act", "wiggle"), ("--act",)),
     ("measure", "cross-entropy-chunked", ("--cross-entropy", "chunked"), ("--cross-entropy",)),
     ("measure", "cross-entropy-fused", ("--cross-entropy", "fused"), ("--cross-entropy",)),
+    ("measure", "cross-entropy-liger-on-reference", ("--cross-entropy", "liger"))
+    + (("--cross-entropy",),),
+    ("profile", "cross-entropy-trl-with-lora", ("--cross-entropy", "trl", "--finetune", "lora"))
+    + (("--cross-entropy", "--finetune"),),
+    ("profile", "cross-entropy-torchtune-with-tp", ("--cross-entropy", "torchtune", "--tp", "2"))
+    + (("--cross-entropy",),),
     ("measure", "mlx-on-fake-with-transformers", ("--framework", "mlx", "--impl", "transformers"))
     + (("--impl",),),
 )
