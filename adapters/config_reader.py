@@ -103,7 +103,13 @@ class Reader:
     def raw(self, *keys: str, fill: bool = False) -> tuple[str, Any]:
         """The first key of ``keys`` the config gives (not null), else (with ``fill``)
         the first the transformers defaults give (an assumption), else
-        ``(keys[0], MISSING)``."""
+        ``(keys[0], MISSING)``. Each key is also looked up under its other names in
+        transformers' configuration class (its ``attribute_map``, both ways:
+        :func:`introspect.adapters.hf_table.aliases`), so a config saved by any
+        transformers version reads the same."""
+        from .hf_table import with_aliases
+
+        keys = with_aliases(self.model_type, keys)
         for key in keys:
             value = self.config.get(key)
             if value is not None:

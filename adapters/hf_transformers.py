@@ -15,6 +15,7 @@ Imports of transformers and torch stay inside these functions.
 from __future__ import annotations
 
 import importlib.util
+import sys
 from functools import cache
 
 from introspect.errors import ConfigError, IntrospectError, UnsupportedArchitecture
@@ -239,10 +240,53 @@ def model_class(model_type: str):
     return None
 
 
-#: The hand-read families whose causal-LM class has ``_supports_sdpa = False``, by class
-#: name: Gemma 2 ("sdpa does not support softcapping", ``modeling_gemma2.py``) and gpt-oss
-#: (its sinks, ``modeling_gpt_oss.py``). transformers' default for them is eager attention.
-NO_SDPA: dict[str, str] = {"gemma2": "Gemma2ForCausalLM", "gpt_oss": "GptOssForCausalLM"}
+def _hand_read_no_sdpa() -> dict[str, str]:
+    """The hand-read families whose causal-LM class has ``_supports_sdpa = False``, by
+    class name, from the bundled table (:func:`introspect.adapters.hf_table.causal_lm`):
+    Gemma 2 ("sdpa does not support softcapping", ``modeling_gemma2.py``) and gpt-oss
+    (its sinks, ``modeling_gpt_oss.py``). transformers' default for them is eager."""
+    from .families import ALIASES, REGISTRY
+    from .hf_table import causal_lm
+
+    rows = {t: causal_lm(ALIASES.get(t, t)) for t in [*REGISTRY, *ALIASES]}
+    return {ALIASES.get(t, t): row[0] for t, row in rows.items() if row and not row[1]}
+
+
+def __getattr__(name: str):
+    if name == "NO_SDPA":  # read when asked: the table is one JSON file
+        return _hand_read_no_sdpa()
+    raise AttributeError(name)
+
+
+def default_attention(model_type: str) -> tuple[str, str]:
+    """transformers' own attention for ``model_type``'s causal-LM class when the user
+    names none, and the class's name: ``from_pretrained``/``from_config`` with no
+    ``attn_implementation`` asks for SDPA and falls back to eager where the class has no
+    SDPA path (``PreTrainedModel.get_correct_attn_implementation``,
+    ``transformers/modeling_utils.py``: ``"sdpa" if requested_attention is None``, then
+    ``_sdpa_can_dispatch`` raises on ``_supports_sdpa = False``). From the bundled table
+    (:func:`introspect.adapters.hf_table.causal_lm`; a model_type newer than the table
+    asks the installed class when transformers is already imported); a model_type neither
+    has (a shape, a nominal size) runs the Llama class its config is written as
+    (``introspect.measure.hf_models.source_config``). Returns ``("memory_efficient" |
+    "eager", class name)``."""
+    from .families import ALIASES
+    from .hf_table import causal_lm
+
+    row = causal_lm(ALIASES.get(model_type, model_type)) or causal_lm(model_type)
+    if row is None and "transformers" in sys.modules and knows(model_type):
+        # newer than the table, and already imported to read the model (its meta build):
+        # a closed-form command imports nothing for a shape or a nominal size
+        try:
+            cls = model_class(model_type)
+        except ImportError:  # transformers without torch
+            cls = None
+        if cls is not None:
+            row = (cls.__name__, bool(getattr(cls, "_supports_sdpa", False)))
+    if row is None:
+        row = causal_lm("llama")
+    name, sdpa = row
+    return ("memory_efficient" if sdpa else "eager"), name
 
 
 def _no_sdpa(class_name: str) -> str:
@@ -260,7 +304,7 @@ def class_refusal(model_type: str, setup) -> str | None:
     raises). Asked only when the setup runs transformers' class and needs one of them,
     so a default profile imports nothing (``transformers/modeling_utils.py``). The
     families read by hand (:data:`introspect.adapters.families.REGISTRY`) are answered from
-    :data:`NO_SDPA` without importing transformers, which costs seconds
+    :data:`NO_SDPA` (the bundled table) without importing transformers, which costs seconds
     (``tests/test_unmodelled.py`` holds the table to their classes)."""
     from introspect.adapters.families import ALIASES, REGISTRY
 
@@ -269,7 +313,7 @@ def class_refusal(model_type: str, setup) -> str | None:
     if setup.implementation != "transformers" or not (sdpa or checkpointing):
         return None
     if model_type in REGISTRY or model_type in ALIASES:
-        name = NO_SDPA.get(ALIASES.get(model_type, model_type))
+        name = _hand_read_no_sdpa().get(ALIASES.get(model_type, model_type))
         return _no_sdpa(name) if sdpa and name else None
     if not available() or not knows(model_type):
         return None

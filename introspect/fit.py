@@ -87,7 +87,8 @@ def changes(devices: int = 8, lora_rank: int = 16, framework: str = "torch") -> 
     does not apply to ``framework``'s default setup (:mod:`introspect.applies`: on MLX
     the fused and 8-bit optimizers, the optimizer in backward, a chunked loss, sharding
     and offload) is left out."""
-    probe = TrainingSetup(framework=framework)
+    # Eager in the probe: the attention change applies wherever a setup runs eager.
+    probe = TrainingSetup(framework=framework, attention="eager")
     return tuple(c for c in _changes(devices, lora_rank) if c.apply(probe) is not None)
 
 

@@ -95,7 +95,7 @@ def setup_line(setup: Any) -> str:
         f"weights {setup.weights_dtype}",
         f"precision {setup.precision}",
         f"optimizer {setup.optimizer} ({setup.resolved_optimizer_impl.replace('_', '-')})",
-        f"{setup.attention} attention",
+        attention_words(setup),
         "checkpointing" if setup.activation_checkpointing else "no checkpointing",
         f"{setup.cross_entropy} cross-entropy",
         f"{setup.devices} device{'s' if setup.devices > 1 else ''}",
@@ -121,6 +121,16 @@ def sharding_name(setup: Any) -> str:
             return "ZeRO-1 (torch ZeroRedundancyOptimizer under DDP)"
         return f"DeepSpeed ZeRO-{setup.zero_stage}"
     return {"ddp": "DDP"}.get(how, "no sharding")
+
+
+def attention_words(setup: Any) -> str:
+    """The setup's attention and, when --attention was left out, where it came from
+    ("memory_efficient attention (sdpa: transformers' default for LlamaForCausalLM)");
+    before a model fixes it (``table``'s header), each class's own."""
+    if setup.attention is None:
+        return "each class's default attention (transformers': sdpa unless it has none)"
+    origin = getattr(setup, "attention_origin", "")
+    return f"{setup.attention} attention" + (f" ({origin})" if origin else "")
 
 
 def key_value(pairs: Iterable[tuple[str, Any]]) -> str:

@@ -160,7 +160,13 @@ class TrainingSetup:
     #: master copy; ``bf16``: pure BF16 weights, grads and optimizer state.
     precision: Precision = "fp32"
     optimizer: Optimizer = "adam"
-    attention: Attention = "eager"
+    #: ``None`` (the default): the implementation's own — our reference model's eager,
+    #: mlx-lm's mx.fast SDPA (set here), transformers' class default, SDPA unless the
+    #: class has no SDPA path (set once the model is known:
+    #: :func:`introspect.refined.implementations.resolve_attention`).
+    attention: Attention | None = None
+    #: Where a defaulted :attr:`attention` came from, in words ("" when given).
+    attention_origin: str = ""
     activation_checkpointing: bool = False
     cross_entropy: CrossEntropy = "standard"
     #: Data-parallel devices the state (and the batch) is spread over.
@@ -255,6 +261,14 @@ class TrainingSetup:
             object.__setattr__(self, "loop", default_loop(self.implementation))
         if self.activation_dtype is None:
             object.__setattr__(self, "activation_dtype", default_activation_dtype(self.precision))
+        if self.attention is None and self.implementation != "transformers":
+            attention, origin = default_attention(self.implementation)
+            object.__setattr__(self, "attention", attention)
+            object.__setattr__(self, "attention_origin", origin)
+        if self.attention_origin and self.attention_origin.startswith("eager") != (
+            self.attention == "eager"
+        ):  # a copy given another attention (fit's changes): no longer the default
+            object.__setattr__(self, "attention_origin", "")
         dtype_bytes(self.activation_dtype)
         dtype_bytes(self.weights_dtype)
         for name, choices in (
@@ -274,6 +288,8 @@ class TrainingSetup:
             ("offload", OFFLOADS),
             ("adapter_dtype", ADAPTER_DTYPES),
         ):
+            if name == "attention" and self.attention is None:
+                continue  # transformers' class default, resolved with the model
             if getattr(self, name) not in choices:
                 allowed = ", ".join(str(c).replace("_", "-") for c in choices)
                 raise ValueError(
@@ -415,6 +431,17 @@ def default_implementation(framework: str) -> str:
     """The class most users of ``framework`` train: transformers' on torch, mlx-lm's on
     MLX."""
     return "mlx_lm" if framework.startswith("mlx") else "transformers"
+
+
+def default_attention(implementation: str) -> tuple[str, str]:
+    """The attention an implementation that does not depend on the model runs, and why:
+    eager for our reference model (``introspect/measure/torch_model.py``), memory-efficient
+    for mlx-lm (its attention always calls ``mx.fast.scaled_dot_product_attention``)."""
+    if implementation == "mlx_lm":
+        return "memory_efficient", (
+            "mx.fast SDPA: mlx-lm's models always call mx.fast.scaled_dot_product_attention"
+        )
+    return "eager", "eager: our reference model's default"
 
 
 def default_loop(implementation: str | None) -> str:

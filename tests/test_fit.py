@@ -116,7 +116,7 @@ def test_largest_is_none_when_nothing_fits():
 
 
 def test_ranked_changes_are_the_estimates_of_their_setups():
-    setup = TrainingSetup(seq_len=4096)
+    setup = TrainingSetup(seq_len=4096, attention="eager")  # memory-efficient is a change
     budget = 20 * GB
     base = fit.peak(SPEC, setup)
     rows = fit.rank_changes(SPEC, setup, budget, fit.changes(8))

@@ -130,7 +130,9 @@ def test_total_is_the_sum_of_the_peak_moment_and_the_largest_phase():
 
 
 def test_seed_7b_execution_beside_the_seed_and_says_why():
-    setup = TrainingSetup(activation_dtype="bf16", framework="torch", device="cpu")
+    setup = TrainingSetup(
+        activation_dtype="bf16", framework="torch", device="cpu", attention="eager"
+    )
     est = refined.estimate(SEED_7B, setup)
     seed = simplified.estimate(SEED_7B, setup)
     assert est.architecture.total == seed.total

@@ -170,8 +170,8 @@ def test_phi3_fused_qkv_is_kept_by_sdpa(precision, kv_heads):
 
 
 COHERE2_SETUPS = {
-    "fp32 eager": dict(precision="fp32"),
-    "amp eager ckpt": dict(precision="amp", activation_checkpointing=True),
+    "fp32 eager": dict(precision="fp32", attention="eager"),
+    "amp eager ckpt": dict(precision="amp", activation_checkpointing=True, attention="eager"),
     "bf16 sdpa": dict(precision="bf16", weights_dtype="bf16", attention="memory_efficient"),
 }
 

@@ -57,7 +57,7 @@ def specs() -> dict:
     return out
 
 
-_T = dict(seq_len=256, batch_size=2)
+_T = dict(seq_len=256, batch_size=2, attention="eager")  # the cases name eager
 SDPA = dict(attention="memory_efficient")
 CKPT = dict(activation_checkpointing=True)
 SETUPS = {

@@ -376,10 +376,11 @@ def _add_setup_flags(
     e.add_argument(
         "--attention",
         type=choice(ATTENTIONS),
-        default="eager",
-        help="eager (default: T×T scores and probabilities kept) or memory-efficient "
-        "(flash/SDPA: a log-sum-exp per row instead); sdpa and flash are accepted for "
-        "memory-efficient",
+        default=None,
+        help="eager (T×T scores and probabilities kept) or memory-efficient (flash/SDPA: "
+        "a log-sum-exp per row instead); sdpa and flash are accepted for memory-efficient. "
+        "Default: the implementation's own — transformers' class default (sdpa unless the "
+        "class has no SDPA path), eager for --impl reference, mx.fast SDPA for mlx-lm",
     )
     e.add_argument(
         "--checkpointing",

@@ -88,7 +88,9 @@ def compare(
     the refined estimate beside its largest rank."""
     from introspect import refined
     from introspect.measure.distributed import estimate_split, measure_sharded, measured_split
+    from introspect.refined.implementations import resolve_attention
 
+    setup = resolve_attention(spec, setup)  # --attention left out: the class's own
     m = measure_sharded(spec, setup, timeout=timeout, config=config)
     est = refined.estimate(spec, setup)
     big = m.largest

@@ -226,8 +226,10 @@ def run(args: argparse.Namespace) -> int:
     check_plot(args.plot)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
+    from introspect.refined.implementations import resolve_attention
     from introspect.unmodelled import check_closed_form
 
+    setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
     check_closed_form(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, max_devices)
     if args.plot:
@@ -276,7 +278,7 @@ def _describe(setup: TrainingSetup) -> str:
         f"T={setup.seq_len}",
         f"{setup.precision}",
         f"{setup.optimizer}",
-        f"{setup.attention} attention",
+        report.attention_words(setup),
     ]
     if setup.activation_checkpointing:
         parts.append("checkpointing")

@@ -90,12 +90,14 @@ def run(args: argparse.Namespace) -> int:
             "profile needs a SOURCE (a path, a bundled model or a Hub id), or --list"
         )
     from introspect.adapters import resolve
+    from introspect.refined.implementations import resolve_attention
 
     # check the flags before any file or network work
     setup = _config.build(args, config, setup_from_args)
     check_revision(args.source, args.revision)
     check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
+    setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
     if model.spec.unmodelled:
         return run_unmodelled(args, model, setup)
     from introspect.unmodelled import check_closed_form

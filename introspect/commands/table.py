@@ -187,8 +187,10 @@ def _row_or_error(
 
     try:
         model = resolve(source, force=force, timeout=timeout)
+        from introspect.refined.implementations import resolve_attention
         from introspect.unmodelled import check_closed_form
 
+        setup = resolve_attention(model.spec, setup)  # each class's own default
         check_closed_form(model.spec, setup)
         return row(model, setup)
     except (IntrospectError, ValueError, OverflowError, RecursionError) as err:

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from introspect.measure.distributed import setup_from_dict, spec_from_dict
+from introspect.refined.implementations import resolve_attention
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -36,6 +37,7 @@ def _worker(job_path: str, rank: int) -> None:
     try:
         for j, job in enumerate(payload["jobs"]):
             spec, setup = spec_from_dict(job["spec"]), setup_from_dict(job["setup"])
+            setup = resolve_attention(spec, setup)  # --attention left out: the class's own
             result = _one_job(spec, setup, rank, job.get("config"))
             result["rank"] = rank
             with open(os.path.join(payload["dir"], f"rank{rank}_{j}.json"), "w") as f:

@@ -255,7 +255,9 @@ def measure(
     from introspect import _record
     from introspect.measure import torch_step
     from introspect.measure.fake import GROUPED_MM_NOTE, fake_mode
+    from introspect.refined.implementations import resolve_attention
 
+    setup = resolve_attention(spec, setup)  # --attention left out: the class's own
     dtype = torch_step.check_setup(setup)
     lora = setup.finetune != "full"
     if lora and setup.resolved_base_quant == "nf4" and device == "cuda":

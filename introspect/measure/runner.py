@@ -39,6 +39,9 @@ def measure(
     ``config`` is the raw config dict and where it came from, for the implementations'
     own classes (:func:`introspect.measure.hf_models.source_config`); without it they are
     built from a Llama config of ``spec``."""
+    from introspect.refined.implementations import resolve_attention
+
+    setup = resolve_attention(spec, setup)  # --attention left out: the class's own
     if spec.unmodelled and impl != "transformers":
         from introspect.unmodelled import NotModelled, parts
 
@@ -115,6 +118,9 @@ def run_one(
 
     mlx-lm's models always call ``mx.fast.scaled_dot_product_attention``, so their setup
     is memory-efficient attention whatever was asked (and the row says so)."""
+    from introspect.refined.implementations import resolve_attention
+
+    setup = resolve_attention(spec, setup)  # resolved once: the row and the estimate agree
     notes: tuple[str, ...] = ()
     if impl == "mlx_lm" and setup.attention != "memory_efficient":
         setup = setup.replace(attention="memory_efficient")
@@ -185,7 +191,9 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
         f"{first.framework} on {first.device}"
         + f" ({_versions(first.versions)})"
         + f"; {first.setup.get('precision')}, {first.setup.get('optimizer')}, "
-        f"{first.setup.get('attention')} attention" + _grad_accum(first.setup)
+        f"{first.setup.get('attention')} attention"
+        + (f" ({first.setup['attention_origin']})" if first.setup.get("attention_origin") else "")
+        + _grad_accum(first.setup)
     )
     table_rows = []
     for r in rows:

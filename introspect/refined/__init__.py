@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from introspect._record import field, record
 from introspect.breakdown import Breakdown
 from introspect.refined import architecture, causes, execution, memo, model_parallel
+from introspect.refined.implementations import resolve_attention
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -97,6 +98,7 @@ def execution_estimate(
     (:mod:`introspect.refined.mlx`: one lazy graph for forward, backward and update).
     ``notes=False`` leaves out the causes of the terms (:mod:`~introspect.refined.causes`)
     for a caller that reads the bytes only, such as the fit finder's search."""
+    setup = resolve_attention(spec, setup)  # --attention left out: the implementation's
     with memo.scope():
         candidates: list[tuple[str, dict[str, int]]] = []
         if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup, spec):
@@ -132,6 +134,7 @@ def execution_estimate(
 def estimate(spec: ModelSpec, setup: TrainingSetup) -> RefinedEstimate:
     """The refined estimate of training ``spec`` as ``setup``: the architecture layer and
     the execution layer, with the causes of every term."""
+    setup = resolve_attention(spec, setup)
     arch = architecture.estimate(spec, setup)
     exe = execution_estimate(spec, setup)
     why = {f"architecture:{k}": v for k, v in arch.notes.items()}

@@ -255,6 +255,30 @@ def implementation_of(
     return TRANSFORMERS_AROUND_REFERENCE
 
 
+def resolve_attention(spec: ModelSpec, setup: TrainingSetup) -> TrainingSetup:
+    """``setup`` with the attention its implementation runs when ``--attention`` was left
+    out (``setup.attention is None``), and where that came from
+    (``TrainingSetup.attention_origin``); a given attention is kept. Our reference model
+    and mlx-lm are fixed by :func:`introspect.setup.default_attention`; transformers'
+    class picks SDPA unless it has no SDPA path
+    (:func:`introspect.adapters.hf_transformers.default_attention`, from
+    ``PreTrainedModel.get_correct_attn_implementation``). SDPA is
+    ``attention="memory_efficient"``: on CUDA torch's flash or efficient kernel, on CPU its
+    flash kernel, either keeping a log-sum-exp per row instead of the T×T probabilities
+    (:func:`introspect.refined.hf_saved.keeps_t2`; the math fallback under attention
+    dropout on CPU is modelled there)."""
+    if setup.attention is not None:
+        return setup
+    from introspect.adapters import hf_transformers as hft
+
+    attention, name = hft.default_attention(spec.model_type)
+    word = "sdpa" if attention == "memory_efficient" else "eager"
+    origin = f"{word}: transformers' default for {name}"
+    if attention == "eager":
+        origin += ", which has no SDPA path"
+    return setup.replace(attention=attention, attention_origin=origin)
+
+
 @functools.lru_cache(maxsize=64)
 def _hf_kinds(kinds: tuple) -> bool:
     """Every kind is one :mod:`~introspect.refined.hf_saved` models (a heterogeneous
