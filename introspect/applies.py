@@ -34,6 +34,14 @@ from collections.abc import Callable
 
 from introspect.errors import IntrospectError
 
+#: bitsandbytes' paged optimizer state, where the device holds it (the note the output
+#: carries; introspect/refined/optimizers.py prices it as optimizer/paged_state).
+PAGED_NOTE = (
+    "optimizer/paged_state is bitsandbytes' paged state (cudaMallocManaged unified memory): "
+    "torch's allocator (memory_allocated, max_memory_allocated) does not see it; "
+    "nvidia-smi does while it is resident on the device"
+)
+
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
     from typing import Any
@@ -462,13 +470,13 @@ def notes(setup: Any) -> list[str]:
             "--zero 3 is DeepSpeed ZeRO-3's closed form (its default buckets); earlier "
             "versions priced it as FSDP full sharding, which is --fsdp now (CHANGELOG.md)"
         )
-    from introspect.refined.deepspeed import one_device_note
-
-    if one_device_note(setup):
-        out.append(one_device_note(setup))
+    if setup.resolved_sharding == "zero" and setup.zero_stage >= 2 and setup.devices == 1:
+        out.append(
+            f"DeepSpeed ZeRO-{setup.zero_stage} on one device: nothing is partitioned (÷1), "
+            "but its FP32 partition, optimizer state and reduce/all-gather buckets are "
+            "allocated as on D devices (introspect/refined/deepspeed.py)"
+        )
     if str(setup.optimizer).startswith("paged_"):
-        from introspect.refined.optimizers import PAGED_NOTE
-
         out.append(PAGED_NOTE)
     return out
 

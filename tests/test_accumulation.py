@@ -32,7 +32,7 @@ QWEN2 = dict(BASE, model_type="qwen2", intermediate_size=128, num_key_value_head
 
 def hf_step(raw: dict, device: str, **fields):
     spec = spec_from_config(raw, source="qwen2-small")
-    fields = {"seq_len": 64, **fields}
+    fields = {"seq_len": 64, "attention": "eager", **fields}
     s = TrainingSetup(batch_size=2, implementation="transformers", device="cpu", **fields)
     return spec, s, hf_models.measure(raw, "qwen2-small", spec, s, device=device, census=False)[0]
 

@@ -55,7 +55,7 @@ def test_corpus_is_large_and_covers_every_kind():
     kinds = {c.id.split("/")[0] for c in CASES}
     assert kinds == {
         *("config", "safetensors", "index", "args", "env", "hub"),
-        *("flags", "ok", "contra", "quant", "format", "fs"),
+        *("flags", "ok", "contra", "quant", "format", "fs", "tcfg"),
     }
     assert len(CASES) >= 400
     assert len({c.id for c in CASES}) == len(CASES)

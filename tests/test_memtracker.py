@@ -115,7 +115,8 @@ def test_measure_and_memtracker_read_the_same_step_to_the_byte(family, kw):
 def test_the_kv_cache_is_the_issue_gap():
     """GPT-2 with the config's default ``use_cache=True`` keeps the cache's copies of K and
     V beside c_attn's fused output: 2·L·B·T·d·4 more, by both meters; Llama: nothing."""
-    setup = _setup(batch_size=1, seq_len=256)  # the peak in backward, the cache alive
+    # the peak in backward, the cache alive; eager attention, where the gap was seen
+    setup = _setup(batch_size=1, seq_len=256, attention="eager")
     for family, expected in (("gpt2", 2 * 2 * 1 * 256 * 64 * 4), ("llama", 0)):
         off = both_meters(CONFIGS[family], setup, use_cache=False)
         on = both_meters(CONFIGS[family], setup, use_cache=True)

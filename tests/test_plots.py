@@ -64,7 +64,7 @@ def test_quadratic_takeover_is_the_crossing():
     from introspect.refined.execution import saved_terms
     from introspect.setup import TrainingSetup
 
-    spec, setup = nominal_spec("100M"), TrainingSetup()
+    spec, setup = nominal_spec("100M"), TrainingSetup(attention="eager")
     T = fit.quadratic_takeover(spec, setup)
 
     def quad_minus_rest(t):

@@ -161,7 +161,7 @@ def build(
     raw: dict[str, Any],
     where: str,
     *,
-    attention: str,
+    attention: str | None,
     dtype,
     checkpointing: bool = False,
     overrides: dict[str, Any] | None = None,
@@ -181,7 +181,10 @@ def build(
     torch.manual_seed(0)
     try:
         model = cls.from_config(
-            config, attn_implementation=ATTN_IMPLEMENTATION[attention], dtype=dtype
+            config,
+            # None: the class's own default (SDPA where it has one), as from_config picks it
+            attn_implementation=ATTN_IMPLEMENTATION.get(attention),
+            dtype=dtype,
         )
     # AssertionError: torch's own checks while building (an nn.Embedding's padding_idx
     # beyond vocab_size).

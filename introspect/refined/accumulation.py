@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
-from introspect.terms import GRADS, LOGITS_OUTPUT
+from introspect.terms import GRADS
 
 ACCUMULATING = "grads/accumulating"
 EMBEDDING_SUM = "grads/embedding_sum"
@@ -57,8 +57,22 @@ def head_trainable(setup: TrainingSetup) -> bool:
     return setup.finetune == "full" or setup.train_embeddings
 
 
+def later_layers(spec: ModelSpec, first_layers: list[int]) -> list[int]:
+    """The layers whose backward moments a later micro-batch is priced at: the top layer
+    of a homogeneous stack (its moments grow with the layers below), else the first
+    micro-batch's candidates."""
+    return first_layers if spec.is_heterogeneous else [spec.num_hidden_layers - 1]
+
+
 def later_micro_batch(
-    spec: ModelSpec, setup: TrainingSetup, first_layers: list[int]
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    *,
+    full_grads: int,
+    loss_forward: dict[str, int] | None,
+    logits_kept: bool,
+    forward_end: dict[str, int],
+    backward: list[dict[str, int]],
 ) -> list[tuple[str, dict[str, int]]]:
     """The moments of a micro-batch after the first (none without accumulation), in step
     order, each with its phase. ``first_layers`` are the first micro-batch's backward
@@ -67,26 +81,25 @@ def later_micro_batch(
     keeps the first micro-batch's layers)."""
     if setup.grad_accum <= 1:
         return []
-    from introspect.refined import execution as ex
     from introspect.refined.precision import working_weight_bytes
 
-    L = spec.num_hidden_layers
-    layers = first_layers if spec.is_heterogeneous else [L - 1]
-    full = ex.grad_bytes(spec, setup, ex._trainable(spec, setup))
+    # The timeline's own pieces come from introspect.refined.execution, which calls this
+    # (passed in, so this module does not import the timeline back).
+    full = full_grads
     wb = working_weight_bytes(setup)
     V, d = spec.vocab_size, spec.hidden_size
     trained = head_trainable(setup)
     head = (V * d + (V if spec.lm_head_bias else 0)) * wb if trained else 0
     tied = trained and spec.tie_word_embeddings
     out: list[tuple[str, dict[str, int]]] = []
-    forward = ex.loss_forward(spec, setup)
+    forward = loss_forward
     if forward is not None:
         forward = dict(forward)
-        if setup.loop == "logits" and LOGITS_OUTPUT in ex.saved_terms(spec, setup):
+        if setup.loop == "logits" and logits_kept:
             forward[PREVIOUS_LOGITS] = setup.tokens * V * setup.activation_bytes
         out.append(("forward", forward))
-    out.append(("forward_end", dict(ex.forward_end(spec, setup))))
-    backward = [dict(m) for m in ex.backward_moments(spec, setup, layers)]
+    out.append(("forward_end", dict(forward_end)))
+    backward = [dict(m) for m in backward]
     if head:
         backward[0][ACCUMULATING] = head
         if tied:

@@ -67,18 +67,16 @@ def at_head(spec: ModelSpec, setup: TrainingSetup, saved_all: dict[str, int], wb
     return out
 
 
-def layer_forward(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int]) -> dict:
+def layer_forward(state: dict[str, int], kinds: dict[str, tuple[dict[str, int], int]]) -> dict:
     """A layer's forward with the saved set on the host: the state, that layer's saved
     set (each tensor alive on the device from when it is made until it is packed and no
     longer referenced: an upper bound on the layer's working set) and the attention's
-    T×T transients (:func:`execution.attention_transient`'s shapes). The largest kind's."""
-    from introspect.refined import execution as ex
-
+    T×T transients, per layer kind as ``(execution.layer_saved, execution.attention_transient)``
+    (passed in by the timeline, introspect/refined/execution.py). The largest kind's."""
     best: dict[str, int] = {}
-    for kind, _ in spec.kinds:
-        one = spec.for_kind(kind)
-        layer = {f"activations/layer/{k}": v for k, v in ex.layer_saved(one, setup).items()}
-        layer["activations/layer/attention/forward"] = ex.attention_transient(one, setup)
+    for saved, transient in kinds.values():
+        layer = {f"activations/layer/{k}": v for k, v in saved.items()}
+        layer["activations/layer/attention/forward"] = transient
         if sum(layer.values()) > sum(best.values()):
             best = layer
     return {**state, **best}

@@ -103,14 +103,3 @@ def grad_partition_moment(
     terms[FLAT_GRADS] = w * n
     terms[FP32_GRADS] = FP32 * n if w < FP32 else 0
     return terms
-
-
-def one_device_note(setup: TrainingSetup) -> str | None:
-    """The line the output carries for DeepSpeed on one device."""
-    if not (is_deepspeed(setup) and setup.devices == 1):
-        return None
-    return (
-        f"DeepSpeed ZeRO-{setup.zero_stage} on one device: nothing is partitioned (÷1), "
-        "but its FP32 partition, optimizer state and reduce/all-gather buckets are "
-        "allocated as on D devices (introspect/refined/deepspeed.py)"
-    )

@@ -60,6 +60,7 @@ from introspect.refined import (
     hf_saved,
     lora,
     lora_moe,
+    lora_sharded,
     losses,
     offload,
     optimizers,
@@ -208,6 +209,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     wb = working_weight_bytes(setup)
     if _lora(setup):
         terms = lora.state_terms(spec, setup, wb, optimizer_state(setup))
+        terms = lora_sharded.state(spec, setup, terms)  # the frozen base sharded too
     else:
         terms = sharding.state_terms(
             spec, setup, working=wb, master=master_bytes(setup), state=optimizer_state(setup)
@@ -224,6 +226,7 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int) -> int:
     wb = working_weight_bytes(setup)
     if _lora(setup):
         value = lora.grad_bytes(spec, setup, n_params, wb)
+        value = lora_sharded.grad_bytes(spec, setup, n_params, value)
     else:
         value = sharding.grad_bytes(spec, setup, n_params, wb)
     if not offload.caps_grads(setup):
@@ -465,11 +468,28 @@ def moments(
         out.append(("forward", forward))
     if setup.offload_activations:
         state = state_terms(spec, setup)
-        out.append(("forward", activation_offload.layer_forward(spec, setup, state)))
+        kinds = {
+            kind: (
+                layer_saved(spec.for_kind(kind), setup),
+                attention_transient(spec.for_kind(kind), setup),
+            )
+            for kind, _ in spec.kinds
+        }
+        out.append(("forward", activation_offload.layer_forward(state, kinds)))
     out.append(("forward_end", forward_end(spec, setup)))
     layers = candidate_layers(spec, setup) if layers is None else list(layers)
     out += [("backward", m) for m in backward_moments(spec, setup, layers)]
-    out += accumulation.later_micro_batch(spec, setup, layers)  # --grad-accum M > 1
+    if setup.grad_accum > 1:
+        later = accumulation.later_layers(spec, layers)
+        out += accumulation.later_micro_batch(
+            spec,
+            setup,
+            full_grads=grad_bytes(spec, setup, _trainable(spec, setup)),
+            loss_forward=forward,
+            logits_kept=LOGITS_OUTPUT in saved_terms(spec, setup),
+            forward_end=forward_end(spec, setup),
+            backward=backward_moments(spec, setup, later),
+        )
     master = master_gradients(spec, setup)
     if master is not None:
         out.append(("master_grads", master))

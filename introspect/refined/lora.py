@@ -429,22 +429,18 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup, wb: int, opt: dict[str, i
     embeddings = trainable_parameters(spec, setup) - adapters
     for name, per in opt.items():
         terms[name] = adapters * full_state[name] + embeddings * per
-    from introspect.refined import lora_sharded  # it reads this module's shapes
-
-    return lora_sharded.state(spec, setup, terms)
+    return terms  # one device's; introspect.refined.lora_sharded spreads them
 
 
 def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, wb: int) -> int:
     """Gradients made once backward has passed ``n_params`` of the model's parameters
     (head first): the head's and embedding's under ``train_embeddings`` (at ``wb``),
     then each layer's adapters in proportion to the layers done."""
-    from introspect.refined import lora_sharded  # it reads this module's shapes
-
     head = embedding_parameters(spec) if setup.train_embeddings else 0
     adapters = adapter_parameters(spec, setup)
     frac = min(1.0, n_params / spec.n_params) if spec.n_params else 1.0
     value = head * wb + round(frac * adapters) * adapter_bytes(setup)
-    return lora_sharded.grad_bytes(spec, setup, n_params, value)
+    return value  # one device's; introspect.refined.lora_sharded spreads them
 
 
 @per_estimate

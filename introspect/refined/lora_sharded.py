@@ -125,7 +125,7 @@ def _other_tensors(kind: ModelSpec, setup: TrainingSetup) -> list[tuple[int, ...
     transformers' expert tensors and router), at the working dtype."""
     from collections import Counter
 
-    from introspect.refined import sharding
+    from introspect.refined import shard_shapes as sharding
 
     left = Counter((o, i) for i, o in _linears(kind, setup))
     out = []
@@ -184,7 +184,7 @@ def root_unit(spec: ModelSpec, setup: TrainingSetup) -> Unit:
     """FSDP2's root unit of a LoRA model: the frozen embedding, final norm and head (at
     :func:`lora.frozen_other_bytes`), and under ``train_embeddings`` peft's trained
     copies of the embedding and head (``modules_to_save``: deep copies, the same dtype)."""
-    from introspect.refined import sharding
+    from introspect.refined import shard_shapes as sharding
 
     D, wb = setup.devices, working_weight_bytes(setup)
     ob = lora.frozen_other_bytes(setup, wb)
@@ -218,7 +218,7 @@ def _zero3_bytes(shapes: list[tuple[int, ...]], b: int, D: int) -> tuple[int, in
     """(one rank's bytes, bytes partitioned) of ``shapes`` at ``b`` bytes each under
     DeepSpeed ZeRO-3: each tensor of at least ``stage3_param_persistence_threshold``
     elements ÷D (rounded up), a smaller one whole."""
-    from introspect.refined.sharding import DS_PERSISTENCE_THRESHOLD
+    from introspect.refined.shard_shapes import DS_PERSISTENCE_THRESHOLD
 
     mine = parted = 0
     for s in shapes:
@@ -238,7 +238,7 @@ def _zero3_weights(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     persistent by its size; the state beside a quantized weight whole; and the live
     parameters gathered (``stage3_max_live_parameters``, as a share of the partitioned
     bytes)."""
-    from introspect.refined import sharding
+    from introspect.refined import shard_shapes as sharding
 
     D, wb = setup.devices, working_weight_bytes(setup)
     linears = other = adapters = parted = elements = 0
@@ -317,7 +317,7 @@ def optimizer_share(spec: ModelSpec, setup: TrainingSetup) -> tuple[int, int]:
     trainable elements): FSDP2 each tensor's padded dim-0 shard; DeepSpeed ZeRO-2/3 one
     flat ÷D partition; ZeRO-1 the largest rank's greedy partition of whole tensors
     (``ZeroRedundancyOptimizer``); DDP and one device everything."""
-    from introspect.refined import sharding
+    from introspect.refined import shard_shapes as sharding
 
     shapes = trainable_tensors(spec, setup)
     total = sum(math.prod(s) for s in shapes)
@@ -337,7 +337,7 @@ def state(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict[
     every strategy divides the optimizer state as :func:`optimizer_share` says; DDP (and
     ZeRO-1 beside it) adds the reducer's buckets for the trainable parameters' gradients
     (``comm/ddp_buckets``)."""
-    from introspect.refined import sharding
+    from introspect.refined import shard_shapes as sharding
     from introspect.terms import DDP_BUCKETS
 
     how = sharding.strategy(setup)
@@ -372,7 +372,8 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, value: int)
     root's trained copies unsharded until the root's reduce-scatter, the blocks done
     as their trainable shards (on the host under ``--offload parameters``), the
     current block's adapters unsharded; at the step every shard."""
-    from introspect.refined import offload, sharding
+    from introspect.refined import offload
+    from introspect.refined import shard_shapes as sharding
 
     how, D = sharding.strategy(setup), setup.devices
     if how == "ddp" or (how == "zero" and setup.zero_stage == 1):

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 
+from introspect import applies
 from introspect.refined import sharding
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -67,11 +68,7 @@ PAGED_STATE = "optimizer/paged_state"
 PAGED_STATE_BYTES = {"paged_adamw_8bit": 2, "paged_adamw_32bit": 8}
 
 #: What the output says beside a paged optimizer's term.
-PAGED_NOTE = (
-    "optimizer/paged_state is bitsandbytes' paged state (cudaMallocManaged unified memory): "
-    "torch's allocator (memory_allocated, max_memory_allocated) does not see it; "
-    "nvidia-smi does while it is resident on the device"
-)
+PAGED_NOTE = applies.PAGED_NOTE
 
 Shape = tuple[int, ...]
 
