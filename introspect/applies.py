@@ -34,6 +34,9 @@ from collections.abc import Callable
 
 from introspect.errors import IntrospectError
 
+#: Optimizers that are not torch.optim's, each with one update: transformers' Adafactor
+#: and bitsandbytes' paged AdamW (the ``--optimizer`` names after ``setup.OPTIMIZERS``'s).
+LIBRARY_OPTIMIZERS = ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
 #: bitsandbytes' paged optimizer state, where the device holds it (the note the output
 #: carries; introspect/refined/optimizers.py prices it as optimizer/paged_state).
 PAGED_NOTE = (
@@ -267,14 +270,14 @@ RULES = (
     ),
     (
         lambda s: f"--optimizer {_dash(s.optimizer)}",
-        lambda s: s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit"),
+        lambda s: s.optimizer in LIBRARY_OPTIMIZERS,
         lambda s: not _mlx(s),
         "is torch's (transformers' Adafactor, bitsandbytes' paged AdamW): the MLX estimate "
         "has Adam, AdamW and SGD; use one of them or --framework torch",
     ),
     (
         lambda s: f"--optimizer {_dash(s.optimizer)} and --offload {s.offload}",
-        lambda s: s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit"),
+        lambda s: s.optimizer in LIBRARY_OPTIMIZERS,
         lambda s: s.offload == "none",
         "contradict: the offload runs DeepSpeed's CPU Adam on the host, not this optimizer; "
         "drop --offload or use --optimizer adam",
@@ -288,10 +291,7 @@ RULES = (
     ),
     (
         lambda s: f"--optimizer-impl {_dash(s.optimizer_impl)}",
-        lambda s: (
-            s.optimizer in ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
-            and s.optimizer_impl != "auto"
-        ),
+        lambda s: s.optimizer in LIBRARY_OPTIMIZERS and s.optimizer_impl != "auto",
         lambda s: False,
         "chooses torch.optim's kernel (single-tensor, foreach, fused); transformers' "
         "Adafactor and bitsandbytes' optimizers have one update each; drop --optimizer-impl",

@@ -47,7 +47,7 @@ OPTIMIZERS = ("adam", "adamw", "adam8bit", "sgd", "sgd_momentum", "none")
 #: transformers' Adafactor (the HF Trainer's ``optim="adafactor"``) and bitsandbytes'
 #: paged AdamW (the Trainer's names): state not a fixed width per parameter, or outside
 #: torch's allocator (:mod:`introspect.refined.optimizers`).
-OPTIMIZERS += ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
+OPTIMIZERS += applies.LIBRARY_OPTIMIZERS
 #: Adapter dtype under LoRA: ``fp32`` (peft's default, ``autocast_adapter_dtype=True``)
 #: or ``bf16`` (``autocast_adapter_dtype=False`` on a BF16 base; LitGPT, torchtune).
 ADAPTER_DTYPES = ("fp32", "bf16")

@@ -225,22 +225,10 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def setup_has(field: str) -> bool:
-    """Whether :class:`introspect.setup.TrainingSetup` has ``field`` (fields other
-    engineers add — ``grad_accum``, ``offload_activations`` — are mapped once they exist,
-    and named as not modelled yet until then)."""
-    from introspect import _record
-    from introspect.setup import TrainingSetup
-
-    return field in _record.field_names(TrainingSetup)
-
-
-def accumulation(resolved: Resolved, steps: int | None, origin: str, key: str) -> None:
-    """Gradient accumulation: the ``grad_accum`` field where the setup has it, else a note
+def accumulation(keys: Keys, resolved: Resolved, key: str = "gradient_accumulation_steps") -> None:
+    """Gradient accumulation from the trainer's ``key`` (``gradient_accumulation_steps``;
+    mlx-lm's ``grad_accumulation_steps``) into ``grad_accum``, where the file sets it
     (the earlier micro-batches' gradients stay alive: 4 bytes per trainable parameter)."""
-    if steps is None:
-        return
-    if setup_has("grad_accum"):
-        resolved.set("grad_accum", steps, origin)
-    elif steps > 1 and not any(n.startswith(f"`{key}: {steps}`") for n in resolved.notes):
-        resolved.note(f"`{key}: {steps}` ({origin.split(':')[0]}) — not modelled yet")
+    steps = keys.positive(key)
+    if steps is not None:
+        resolved.set("grad_accum", steps, keys.origin(key))

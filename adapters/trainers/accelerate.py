@@ -104,16 +104,9 @@ def _deepspeed(keys: Keys, resolved: Resolved) -> None:
         if keys.get(key, (str,), "none") in ("cpu", "nvme"):
             resolved.set("offload", level, keys.origin(key))
             break
-    steps = keys.positive("gradient_accumulation_steps")
-    if steps is not None:
-        from introspect.adapters.trainers._base import accumulation
+    from introspect.adapters.trainers._base import accumulation
 
-        accumulation(
-            resolved,
-            steps,
-            keys.origin("gradient_accumulation_steps"),
-            "gradient_accumulation_steps",
-        )
+    accumulation(keys, resolved)
     if keys.has("deepspeed_config_file"):
         resolved.note("`deepspeed_config.deepspeed_config_file` — give that JSON in --config too")
     keys.taken.update(keys.data)

@@ -60,12 +60,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
     seq = keys.positive("sequence_len")
     origin = keys.origin("sequence_len") if seq else f"{AXOLOTL} default ({_S}/config.py:665)"
     resolved.set("seq_len", seq or 512, origin)
-    accumulation(
-        resolved,
-        keys.positive("gradient_accumulation_steps"),
-        keys.origin("gradient_accumulation_steps"),
-        "gradient_accumulation_steps",
-    )
+    accumulation(keys, resolved)
     _optimizer(keys, resolved)
     bf16 = keys.get("bf16", (bool, str), "auto")
     fp16 = keys.get("fp16", (bool,), False)

@@ -96,10 +96,8 @@ def read(
     )
     if micro is not None:
         resolved.set("batch_size", micro[0], micro[1])
-    if accum is not None:
-        from introspect.adapters.trainers._base import accumulation
-
-        accumulation(resolved, accum[0], accum[1], "gradient_accumulation_steps")
+    if accum is not None:  # its own key, or "auto" filled from the Trainer's
+        resolved.set("grad_accum", accum[0], accum[1])
     total = keys.get("train_batch_size", (int, str))
     if isinstance(total, int) and micro is not None:
         steps = accum[0] if accum else 1

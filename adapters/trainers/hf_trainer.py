@@ -124,14 +124,7 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
             resolved.set("activation_checkpointing", False, f"{TRANSFORMERS} default ({_TA}:926)")
     from introspect.adapters.trainers._base import accumulation
 
-    steps = keys.positive("gradient_accumulation_steps")
-    if steps is not None:
-        accumulation(
-            resolved,
-            steps,
-            keys.origin("gradient_accumulation_steps"),
-            "gradient_accumulation_steps",
-        )
+    accumulation(keys, resolved)
     liger = keys.get("use_liger_kernel", (bool,), False)
     if trl:
         resolved.set(

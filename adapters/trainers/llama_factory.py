@@ -80,12 +80,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
         seq or 2048,
         keys.origin("cutoff_len") if seq else f"{LF} default ({_H}/data_args.py:46)",
     )
-    accumulation(
-        resolved,
-        keys.positive("gradient_accumulation_steps"),
-        keys.origin("gradient_accumulation_steps"),
-        "gradient_accumulation_steps",
-    )
+    accumulation(keys, resolved)
     hf_trainer._optimizer(keys, resolved)
     hf_trainer._precision(keys, resolved, trl=False)
     if keys.get("pure_bf16", (bool,), False):

@@ -60,12 +60,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
         bool(ckpt),
         keys.origin("grad_checkpoint") if ckpt is not None else f"{MLX_LM} default ({_L}:72)",
     )
-    accumulation(
-        resolved,
-        keys.positive("grad_accumulation_steps"),
-        keys.origin("grad_accumulation_steps"),
-        "grad_accumulation_steps",
-    )
+    accumulation(keys, resolved, "grad_accumulation_steps")
     name = keys.get("optimizer", (str,), "adam")
     if name in OPTIMIZERS:
         resolved.set(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from introspect.adapters.trainers._base import Keys, Resolved, Value, accumulation, setup_has
+from introspect.adapters.trainers._base import Keys, Resolved, Value, accumulation
 
 TORCHTUNE = "torchtune bd2a0fc"
 
@@ -151,17 +151,14 @@ def read(keys: Keys, resolved: Resolved) -> None:
         keys.origin("dtype") if keys.has("dtype") else f"{TORCHTUNE} default fp32",
     )
     lora = resolved.fields["finetune"].value != "full"
-    if lora and dtype == "bf16" and setup_has("adapter_dtype"):
+    if lora and dtype == "bf16":
         # torchtune builds the adapters in the model's dtype (model.to(dtype)): BF16
         where = keys.origin("dtype") + " (adapters in the model dtype)"
         resolved.set("adapter_dtype", "bf16", where)
     ckpt = keys.get("enable_activation_checkpointing", (bool,), False)
     resolved.set("activation_checkpointing", ckpt, keys.origin("enable_activation_checkpointing"))
     offload = keys.get("enable_activation_offloading", (bool,), False)
-    if setup_has("offload_activations"):
-        resolved.set("offload_activations", offload, keys.origin("enable_activation_offloading"))
-    elif offload:
-        resolved.note(f"`enable_activation_offloading: true` ({keys.shown}) — not modelled yet")
+    resolved.set("offload_activations", offload, keys.origin("enable_activation_offloading"))
     in_bwd = keys.get("optimizer_in_bwd", (bool,), False)
     resolved.set(
         "optimizer_in_backward",
@@ -170,12 +167,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
         if keys.has("optimizer_in_bwd")
         else f"{TORCHTUNE} default (off)",
     )
-    accumulation(
-        resolved,
-        keys.positive("gradient_accumulation_steps"),
-        keys.origin("gradient_accumulation_steps"),
-        "gradient_accumulation_steps",
-    )
+    accumulation(keys, resolved)
     _optimizer(keys, resolved)
     _loss(keys, resolved)
     device = keys.get("device", (str,), "cuda")

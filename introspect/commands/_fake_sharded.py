@@ -41,7 +41,8 @@ DDP_KINDS = {
 def setups(args: argparse.Namespace) -> list[TrainingSetup]:
     """The setup flags' setups for the dry run: torch, our reference model (logits loop)
     or the config's transformers class (its loop), fp32 or FSDP2's MixedPrecisionPolicy."""
-    from introspect.commands._args import loop_for, setup_from_args
+    from introspect.commands import _sharded
+    from introspect.commands._args import loop_for
 
     if args.framework != "torch":
         raise IntrospectError(
@@ -59,20 +60,7 @@ def setups(args: argparse.Namespace) -> list[TrainingSetup]:
             "--impl transformers"
         )
     loop = "logits" if args.impl == "reference" else loop_for(args)
-    sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
-    return [
-        setup_from_args(
-            args,
-            batch_size=b,
-            seq_len=t,
-            device="cpu",
-            sharding=sharding,
-            loop=loop,
-            implementation=args.impl,
-        )  # fmt: skip
-        for b in args.batch
-        for t in args.seq
-    ]
+    return _sharded.sweep(args, loop)
 
 
 def compare(spec: ModelSpec, setup: TrainingSetup, config: tuple[dict, str] | None) -> dict:

@@ -42,7 +42,7 @@ def setups(args: argparse.Namespace) -> list[TrainingSetup]:
     reference model (the logits loop) or the config's transformers class (its loop,
     labels by default), torch on the CPU (gloo), FP32, or FSDP2's MixedPrecisionPolicy
     (BF16 parameters, FP32 reduction) with --fsdp --precision mixed."""
-    from introspect.commands._args import loop_for, setup_from_args
+    from introspect.commands._args import loop_for
 
     if args.framework != "torch" or args.device not in ("auto", "cpu"):
         raise IntrospectError(
@@ -65,6 +65,15 @@ def setups(args: argparse.Namespace) -> list[TrainingSetup]:
             "DDP/FSDP is not measured); measure LoRA on one device (drop --devices) or "
             "estimate it with `introspect profile`"
         )
+    return sweep(args, loop)
+
+
+def sweep(args: argparse.Namespace, loop: str) -> list[TrainingSetup]:
+    """Every (--batch, --seq) setup of a sharded step on the CPU, the strategy its flags
+    name (DDP when only --devices is given); shared by the real step and the dry run
+    (:mod:`introspect.commands._fake_sharded`)."""
+    from introspect.commands._args import setup_from_args
+
     sharding = "ddp" if args.ddp else "zero" if args.zero else "fsdp" if args.fsdp else "ddp"
     return [
         setup_from_args(
