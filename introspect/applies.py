@@ -189,6 +189,20 @@ RULES = (
     ),
     # ---- who runs the step -------------------------------------------------------------
     (
+        lambda s: f"--trainer {s.trainer}",
+        lambda s: s.trainer != "loop",
+        lambda s: not _mlx(s) and s.implementation == "transformers",
+        "steps transformers' own classes on torch (the trainer builds the model from its "
+        "config); use --impl transformers on --framework torch, or drop --trainer",
+    ),
+    (
+        lambda s: f"--trainer trl and --cross-entropy {s.cross_entropy}",
+        lambda s: s.trainer == "trl",
+        lambda s: s.cross_entropy == "trl",
+        "contradict: TRL's SFTTrainer always replaces the LM-head loss with its own fused "
+        "head (trl/trainer/sft_trainer.py add_fused_lm_head); drop --cross-entropy",
+    ),
+    (
         lambda s: "--loop labels",
         lambda s: s.loop == "labels",
         lambda s: s.implementation == "transformers",
@@ -590,6 +604,13 @@ MEASURE_RULES: tuple[
     tuple[Callable[[Any], str], Callable[[Any], bool], Callable[[Any], bool], str], ...
 ]
 MEASURE_RULES = (
+    (
+        lambda a: f"--trainer {a.trainer}",
+        lambda a: getattr(a, "trainer", "loop") != "loop",
+        lambda a: False,
+        "is not measured yet: measure steps the model with its own loop; drop --trainer "
+        "(profile --trainer prices the trainer's step)",
+    ),
     (
         lambda a: f"--repeats {a.repeats} and --framework {_dash(a.framework)}",
         lambda a: a.repeats is not None,

@@ -102,8 +102,17 @@ def setup_line(setup: Any) -> str:
         sharding_name(setup),
         f"{setup.framework} on {setup.resolved_device}",
         f"{setup.implementation.replace('_', '-')} implementation, loop {setup.loop}",
+        *([TRAINER_NAMES[setup.trainer]] if getattr(setup, "trainer", "loop") != "loop" else []),
     ]
     return ", ".join(parts)
+
+
+#: The trainer a figure is for, in the setup line (``TrainingSetup.trainer``).
+TRAINER_NAMES = {
+    "loop": "a hand-written loop",
+    "hf": "stepped by transformers' Trainer",
+    "trl": "stepped by TRL's SFTTrainer",
+}
 
 
 def sharding_name(setup: Any) -> str:

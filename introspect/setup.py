@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     Implementation = Literal["reference", "transformers", "mlx_lm"]
     Loop = Literal["logits", "labels"]
     OptimizerImpl = Literal["auto", "single_tensor", "foreach", "fused"]
+    Trainer = Literal["loop", "hf", "trl"]
 
 
 #: ``fp32``: everything FP32. ``bf16``: pure BF16 weights, grads and optimizer state.
@@ -66,6 +67,14 @@ LOOPS = ("logits", "labels")
 #: ``_default_to_fused_or_foreach``); MLX has one update and ignores this.
 OPTIMIZER_IMPLS = ("auto", "single_tensor", "foreach", "fused")
 ZERO_STAGES = (0, 1, 2, 3)
+#: Whose training loop steps the model (issue 21): ``loop``, a hand-written loop
+#: (forward, backward, step, ``zero_grad``: what ``introspect measure`` runs); ``hf``,
+#: transformers' ``Trainer``; ``trl``, TRL's ``SFTTrainer``. A trainer's *defaults*
+#: (batch 8, fused AdamW, TRL's checkpointing and ``max_length``) come with it in
+#: profile and fit (:mod:`introspect.adapters.trainers.hf_trainer`); what it does beyond
+#: its settings is priced here: the Trainer's 32-bit bitsandbytes state for every
+#: ``nn.Embedding`` (``trainer.py`` ``create_optimizer``), SFTTrainer's fused LM head.
+TRAINERS = ("loop", "hf", "trl")
 #: How the state is spread over ``devices`` (``introspect.refined.sharding``): ``none``
 #: (every device a full copy, plain data parallel without a reducer, or one device),
 #: ``ddp`` (DistributedDataParallel), ``zero`` (DDP with ZeRO ``zero_stage``: torch's
@@ -119,6 +128,7 @@ FLAGS = {
     "grad_accum": "--grad-accum",
     "offload_activations": "--offload-activations",
     "adapter_dtype": "--adapter-dtype",
+    "trainer": "--trainer",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -238,6 +248,8 @@ class TrainingSetup:
     offload_activations: bool = False
     #: LoRA adapters' dtype (:data:`ADAPTER_DTYPES`).
     adapter_dtype: str = "fp32"
+    #: Whose loop steps the model (:data:`TRAINERS`).
+    trainer: Trainer = "loop"
 
     def __post_init__(self) -> None:
         for name in (
@@ -287,6 +299,7 @@ class TrainingSetup:
             ("base_quant", BASE_QUANTS),
             ("offload", OFFLOADS),
             ("adapter_dtype", ADAPTER_DTYPES),
+            ("trainer", TRAINERS),
         ):
             if name == "attention" and self.attention is None:
                 continue  # transformers' class default, resolved with the model

@@ -60,6 +60,9 @@ class Resolved:
         #: used (the config's, or SOURCE).
         self.overridden: dict[str, str] = {}
         self.model_used: Value | None = None
+        #: What the user typed that brought these values: ``--config`` (a file), or
+        #: ``--trainer hf`` (that trainer's defaults, no file).
+        self.flag = "--config"
 
     def set(self, field: str, value: Any, origin: str) -> None:
         self.fields[field] = Value(value, origin)

@@ -96,6 +96,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
     _lora(keys, resolved)
     _loss(keys, resolved)
     resolved.set("implementation", "transformers", f"{AXOLOTL}: transformers' Trainer and class")
+    resolved.set("trainer", "hf", f"{AXOLOTL}: AxolotlTrainer, a transformers Trainer")
     fsdp = keys.get("fsdp_config", (dict,))
     keys.get("fsdp", (list, str, bool))
     keys.get("fsdp_version", (int,))

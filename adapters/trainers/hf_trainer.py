@@ -146,6 +146,10 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
     resolved.set(
         "implementation", "transformers", f"{TRANSFORMERS} Trainer: transformers' own class"
     )
+    if flavour == "hf":
+        resolved.set("trainer", "hf", f"{TRANSFORMERS} Trainer ({keys.shown})")
+    elif flavour == "sft":
+        resolved.set("trainer", "trl", f"{TRL} SFTTrainer ({keys.shown})")
     _attention(keys, resolved, trl)
     if keys.get("use_cpu", (bool,), False) or keys.get("no_cuda", (bool,), False):
         resolved.set("device", "cpu", keys.origin("use_cpu" if keys.has("use_cpu") else "no_cuda"))

@@ -123,6 +123,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
             f"{LF}: transformers' Trainer, the model's loss from labels",
         )
     resolved.set("implementation", "transformers", f"{LF}: transformers' Trainer and class")
+    resolved.set("trainer", "hf", f"{LF}: CustomSeq2SeqTrainer, a transformers Trainer")
     _finetune(keys, resolved)
     for key, neutral in {**hf_trainer.NOT_MODELLED, **NOT_MODELLED}.items():
         keys.not_modelled(resolved, key, unless=neutral)

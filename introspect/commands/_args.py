@@ -22,6 +22,7 @@ from introspect.setup import (
     OPTIMIZER_IMPLS,
     OPTIMIZERS,
     PRECISIONS,
+    TRAINERS,
     TrainingSetup,
 )
 from introspect.units import DTYPE_CHOICES, dtype_bytes, shown
@@ -416,6 +417,16 @@ def _add_setup_flags(
         "3; --fsdp is FSDP2 full sharding)",
     )
     add_runner_flags(e, extra_devices=extra_devices)
+    e.add_argument(
+        "--trainer",
+        type=choice(TRAINERS),
+        default="loop",
+        help="whose training loop steps the model: loop (default: a hand-written loop, "
+        "forward, backward, step, zero_grad), hf (transformers' Trainer: its defaults "
+        "unless flags or --config say otherwise, and its 32-bit bitsandbytes state for "
+        "every nn.Embedding) or trl (TRL's SFTTrainer: its defaults, gradient "
+        "checkpointing and max_length 1024 among them, and its fused LM-head loss)",
+    )
     add_sharding_flags(e)
     add_finetune_flags(parser)
 
@@ -486,6 +497,14 @@ def activation_dtype_for(args: argparse.Namespace) -> str:
     return "bf16" if getattr(args, "precision", "fp32") in ("bf16", "amp", "mixed") else "fp32"
 
 
+def _cross_entropy(args: argparse.Namespace) -> str:
+    """--cross-entropy; left at its default under --trainer trl, SFTTrainer's own fused
+    LM head (trl/trainer/sft_trainer.py add_fused_lm_head), the only loss it runs."""
+    if getattr(args, "trainer", "loop") == "trl" and args.cross_entropy == "standard":
+        return "trl"
+    return args.cross_entropy
+
+
 def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
     """One TrainingSetup from the parsed flags (the first --batch/--seq value when swept;
     ``overrides`` replace fields)."""
@@ -512,7 +531,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             optimizer=args.optimizer,
             attention=args.attention,
             activation_checkpointing=args.checkpointing,
-            cross_entropy=args.cross_entropy,
+            cross_entropy=_cross_entropy(args),
             devices=args.devices,
             zero_stage=args.zero,
             framework=args.framework,
@@ -520,6 +539,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             implementation=args.impl,
             loop=loop_for(args),
             optimizer_impl=args.optimizer_impl,
+            trainer=args.trainer,
         )
         fields.update(sharding_fields(args))
     fields.update(finetune_fields(args))

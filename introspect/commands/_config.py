@@ -44,11 +44,13 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "grad_accum": ("--grad-accum",),
     "offload_activations": ("--offload-activations",),
     "adapter_dtype": ("--adapter-dtype",),
+    "trainer": ("--trainer",),
 }
 #: The fields the resolved setup prints, in order (LoRA's only under LoRA).
 SHOWN = (
     "batch_size", "seq_len", "precision", "optimizer", "optimizer_impl", "attention",
-    "activation_checkpointing", "cross_entropy", "implementation", "framework", "device",
+    "activation_checkpointing", "cross_entropy", "trainer", "implementation", "framework",
+    "device",
     "devices", "sharding", "zero_stage", "offload", "optimizer_in_backward", "finetune",
     "grad_accum", "offload_activations",
 )  # fmt: skip
@@ -92,12 +94,14 @@ def apply(args: argparse.Namespace) -> Resolved | None:
     flag overrides; the model as SOURCE when none is given. Returns the resolved config
     (None without --config)."""
     paths = getattr(args, "config", None)
-    if not paths:
+    trainer = getattr(args, "trainer", "loop")
+    if not paths and trainer == "loop":
         return None
     from introspect.adapters import trainers
     from introspect.commands._args import given_setup_flags
 
-    resolved = trainers.read(paths)
+    # --trainer hf|trl alone: the trainer's own defaults, as an empty config of it reads
+    resolved = trainers.read(paths) if paths else trainers.defaults(trainer)
     given = set(given_setup_flags(args))
     resolved.overridden = {
         field: f"flag {hit[0]}"
@@ -123,7 +127,9 @@ def apply(args: argparse.Namespace) -> Resolved | None:
         _set(args, field, value.value)
     for field, line in resolved.unsupported.items():
         if not any(f in given for f in FLAGS.get(field, ())):
-            raise IntrospectError(line if line.startswith("--config") else f"--config {line}")
+            raise IntrospectError(
+                line if line.startswith(resolved.flag) else f"{resolved.flag} {line}"
+            )
     sharded = resolved.fields.get("sharding")
     if (
         sharded
@@ -163,6 +169,11 @@ def _one_device_deepspeed(stage: int) -> bool:
 def _model(args: argparse.Namespace, resolved: Resolved) -> Resolved:
     """SOURCE, or the model the config names."""
     if not args.source:
+        if resolved.model is None and not getattr(args, "config", None):
+            raise IntrospectError(
+                f"SOURCE is missing: --trainer {args.trainer} names no model; give the model "
+                "as SOURCE (a Hub id, a local folder or config.json)"
+            )
         if resolved.model is None:
             raise IntrospectError(
                 f"--config {', '.join(resolved.files)} names no model ({resolved.trainer} "
@@ -298,4 +309,5 @@ def explain(message: str, resolved: Resolved | None) -> str:
     field = _field_named(message, resolved) if resolved is not None else None
     if field is None:
         return message
-    return f"{message} (set by --config {resolved.fields[field].origin})"
+    by = resolved.flag if resolved.flag == "--config" else f"{resolved.flag}:"
+    return f"{message} (set by {by} {resolved.fields[field].origin})"

@@ -117,6 +117,7 @@ _REFINED_CHOICES = (
     "--base-quant",
     "--offload",
     "--adapter-dtype",
+    "--trainer",
     "--units",
     "--lora-targets",
 )
@@ -198,6 +199,8 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optimizer-in-backward", ("--optimizer-in-backward",)),
     ("grad-accum-4", ("--grad-accum", "4")),
     ("offload-activations", ("--offload-activations",)),
+    ("trainer-hf", ("--trainer", "hf")),
+    ("trainer-trl", ("--trainer", "trl")),
     ("json", ("--json",)),
     ("units-gib", ("--units", "gib")),
     ("force", ("--force",)),
@@ -312,6 +315,10 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("adafactor-fsdp", ("--optimizer", "adafactor", "--fsdp", "--devices", "2"), ("--optimizer",)),
     ("adafactor-optimizer-impl", ("--optimizer", "adafactor", "--optimizer-impl", "fused"))
     + (("--optimizer-impl",),),
+    ("trainer-mlx", ("--framework", "mlx", "--trainer", "hf"), ("--trainer",)),
+    ("trainer-reference", ("--impl", "reference", "--trainer", "hf"), ("--trainer",)),
+    ("trainer-trl-liger", ("--trainer", "trl", "--cross-entropy", "liger"))
+    + (("--trainer", "--cross-entropy"),),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
