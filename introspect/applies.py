@@ -140,11 +140,19 @@ RULES = (
     ),
     (
         lambda s: f"--cross-entropy {s.cross_entropy} and --finetune {s.finetune}",
-        lambda s: s.cross_entropy in ("torchtune", "trl", "liger") and s.finetune != "full",
+        lambda s: s.cross_entropy in ("torchtune", "liger") and s.finetune != "full",
         lambda s: False,
-        "contradict here: the library losses are priced and measured with the head's "
-        "weight trained (introspect/refined/losses.py: Liger and TRL make its gradient); "
-        "use --cross-entropy standard or fused with LoRA",
+        "contradict here: torchtune's and Liger's losses are priced and measured with the "
+        "head's weight trained (introspect/refined/losses.py: Liger makes its gradient in "
+        "the forward); use --cross-entropy trl, standard or fused with LoRA",
+    ),
+    (
+        lambda s: "--cross-entropy trl and --lora-targets lm_head",
+        lambda s: s.cross_entropy == "trl" and "lm_head" in s.lora_targets,
+        lambda s: s.finetune == "full",
+        "contradict: TRL's fused head multiplies by lm_head.weight directly, so an adapter "
+        "on lm_head is never trained (SFTTrainer refuses it, sft_trainer.py:1066); drop "
+        "lm_head from --lora-targets",
     ),
     (
         lambda s: f"--cross-entropy {s.cross_entropy} with --tp/--pp",

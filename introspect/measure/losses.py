@@ -4,14 +4,18 @@
 .torch_step``): each function here takes ``(model, input_ids, targets)`` of a transformers
 ``*ForCausalLM`` (peft-wrapped or not) and returns ``(loss, held)`` like the loops there.
 
-None of the three libraries' own code imports here without heavy dependencies, so each is
-its algorithm written as a function that mirrors the source line by line (the step's notes
-say so):
+TRL's own code runs where TRL is installed (the ``compare`` extras): :func:`trl_loss`
+patches the model with TRL's ``add_fused_lm_head`` (``trl/trainer/utils.py:1548``) as
+``SFTTrainer`` does (``sft_trainer.py:1144``, the same ``outputs``) and calls it with
+``fused_lm_head=True`` as ``SFTTrainer.compute_loss`` does (:1611). Where TRL does not
+import, and for the two other libraries, whose code does not import here without heavy
+dependencies, the algorithm is a function that mirrors the source line by line (the
+step's notes say which ran):
 
 * torchtune 0.6.1 (the current release): ``torchtune/__init__.py`` imports torchao, and
   the package imports torchdata, datasets, sentencepiece, tiktoken... at its top;
-* TRL 1.16.0: ``trl/kernels/chunked_logprob.py`` imports only torch, but its backward
-  imports ``trl.trainer.utils`` (datasets, pandas, accelerate);
+* TRL 1.16.0 without TRL installed: ``trl/kernels/chunked_logprob.py`` imports only
+  torch, but its backward imports ``trl.trainer.utils`` (datasets, pandas, accelerate);
 * Liger-Kernel 0.8.5: ``liger_kernel/ops/fused_linear_cross_entropy.py`` imports triton
   (CUDA) at its top, and its cross-entropy is a Triton kernel.
 
@@ -73,12 +77,34 @@ NOTES = {
     "ce_chunked_output_loss.py) over 8 output chunks, mirrored line by line (torchtune "
     "needs torchao to import)",
     "trl": "loss trl: SFTTrainer's fused LM head, ChunkedLogProbFunction (TRL 1.16.0, "
-    "kernels/chunked_logprob.py) with its torch tile fallback, mirrored line by line (its "
-    "backward imports datasets)",
+    "kernels/chunked_logprob.py) with its torch tile fallback, mirrored line by line (TRL "
+    "is not installed: pip install trl)",
     "liger": "loss liger: LigerFusedLinearCrossEntropyFunction (Liger-Kernel 0.8.5, "
     "ops/fused_linear_cross_entropy.py), mirrored line by line in torch (its kernels are "
     "Triton's); gradients made in the forward",
 }
+
+
+def note(name: str) -> str:
+    """The step's note for loss ``name``: TRL's own code where it imports."""
+    if name == "trl" and _trl_fused_head() is not None:
+        import trl
+
+        return (
+            f"loss trl: TRL {trl.__version__}'s own fused LM head (trl/trainer/utils.py "
+            "add_fused_lm_head, as SFTTrainer installs it) over ChunkedLogProbFunction, its "
+            "torch tile fallback off Triton"
+        )
+    return NOTES[name]
+
+
+def _trl_fused_head():
+    """TRL's ``add_fused_lm_head``, or None where TRL does not import."""
+    try:
+        from trl.trainer.utils import add_fused_lm_head
+    except ImportError:
+        return None
+    return add_fused_lm_head
 
 
 def _parts(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
@@ -89,7 +115,10 @@ def _parts(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
 
 
 def library_loss(name: str):
-    """The loop's loss for ``--cross-entropy NAME`` (:data:`LIBRARY_LOSSES`)."""
+    """The loop's loss for ``--cross-entropy NAME`` (:data:`LIBRARY_LOSSES`). TRL is
+    imported here, before any step is tracked: its modules make tensors when imported."""
+    if name == "trl":
+        _trl_fused_head()
     return {"torchtune": torchtune_loss, "trl": trl_loss, "liger": liger_loss}[name]
 
 
@@ -130,6 +159,22 @@ def ce_with_chunked_output(logits: list[torch.Tensor], labels: torch.Tensor) -> 
 
 
 def trl_loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor):
+    """SFTTrainer's loss: ``model(input_ids=x, labels=x, fused_lm_head=True).loss``, the
+    causal LM (the peft model's base, as sft_trainer.py:1144 patches it) patched once with
+    TRL's own ``add_fused_lm_head(outputs=("log_probs", "entropy", "is_top1"))``. Without
+    TRL, :func:`trl_mirror_loss`."""
+    add_fused_lm_head = _trl_fused_head()
+    if add_fused_lm_head is None:
+        return trl_mirror_loss(model, input_ids, targets)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(inner, "_introspect_fused_lm_head", False):
+        add_fused_lm_head(inner, outputs=TRL_OUTPUTS)
+        inner._introspect_fused_lm_head = True
+    out = model(input_ids=input_ids, labels=input_ids, use_cache=False, fused_lm_head=True)
+    return out.loss, None
+
+
+def trl_mirror_loss(model: nn.Module, input_ids: torch.Tensor, targets: torch.Tensor):
     """``add_fused_lm_head``'s ``_fused_forward`` with ``labels=input_ids`` (what
     SFTTrainer's ``compute_loss`` passes), on the non-Triton path: every position scored,
     the ignored ones zeroed after."""

@@ -458,10 +458,10 @@ def master_as_state(
 
 def step_notes(setup: TrainingSetup, loop: str) -> list[str]:
     """The loop and precision of the step, in words."""
-    from introspect.measure.losses import NOTES
+    from introspect.measure.losses import NOTES, note
 
     if setup.cross_entropy in NOTES:
-        return [NOTES[setup.cross_entropy], *_precision_notes(setup)]
+        return [note(setup.cross_entropy), *_precision_notes(setup)]
     notes = [
         "loop labels: loss = model(input_ids=x, labels=x).loss, output dropped (the HF "
         "Trainer's compute_loss)"

@@ -177,7 +177,7 @@ def backward_start(spec: ModelSpec, setup: TrainingSetup) -> int:
         return 0
     n, cols = _trl_tile(spec, setup)
     N = trl_tokens(setup)
-    out = (N * d + V * d) * FP32 + n * TRL_VOCAB * c + N * FP32
+    out = (N * d + _trl_weight_grad(spec, setup)) * FP32 + n * TRL_VOCAB * c + N * FP32
     if not _on_cuda(setup):
         out += TRL_BACKWARD_TILE_BYTES * n * cols
     return out
@@ -212,4 +212,18 @@ def head(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> int:
         return N * d * hidden  # the saved gradient, passed on to the final norm
     # trl: the FP32 accumulators and their casts, returned together
     N = trl_tokens(setup)
-    return (N * d + V * d) * FP32 + N * d * s
+    return (N * d + _trl_weight_grad(spec, setup)) * FP32 + N * d * s
+
+
+def head_trained(setup: TrainingSetup) -> bool:
+    """Whether the output projection's weight gets a gradient: full fine-tuning, or LoRA
+    with the embeddings and head trained (peft's ``modules_to_save``)."""
+    return setup.finetune == "full" or setup.train_embeddings
+
+
+def _trl_weight_grad(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Elements of TRL's FP32 weight-gradient accumulator: V·d when the head is trained;
+    none under LoRA, whose frozen head has ``needs_input_grad[1]`` False, so
+    ``ChunkedLogProbFunction.backward`` (chunked_logprob.py:398-400) allocates no
+    ``grad_weight`` and skips its ``_addmm_fp32`` (:429) and final cast (:439)."""
+    return spec.vocab_size * spec.hidden_size if head_trained(setup) else 0

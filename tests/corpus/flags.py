@@ -160,6 +160,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cross-entropy-fused", ("--cross-entropy", "fused")),
     ("cross-entropy-torchtune", ("--cross-entropy", "torchtune")),
     ("cross-entropy-trl", ("--cross-entropy", "trl")),
+    ("cross-entropy-trl-lora", ("--cross-entropy", "trl", "--finetune", "lora")),
     ("cross-entropy-liger", ("--cross-entropy", "liger")),
     ("devices-2", ("--devices", "2")),
     ("zero-1", ("--zero", "1", "--devices", "4")),
@@ -351,8 +352,14 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     ("measure", "cross-entropy-fused", ("--cross-entropy", "fused"), ("--cross-entropy",)),
     ("measure", "cross-entropy-liger-on-reference", ("--cross-entropy", "liger"))
     + (("--cross-entropy",),),
-    ("profile", "cross-entropy-trl-with-lora", ("--cross-entropy", "trl", "--finetune", "lora"))
+    ("profile", "cross-entropy-liger-with-lora", ("--cross-entropy", "liger", "--finetune", "lora"))
     + (("--cross-entropy", "--finetune"),),
+    (
+        "profile",
+        "cross-entropy-trl-lora-head",
+        ("--cross-entropy", "trl", "--finetune", "lora", "--lora-targets", "q_proj", "lm_head"),
+        ("--cross-entropy", "--lora-targets"),
+    ),
     ("profile", "cross-entropy-torchtune-with-tp", ("--cross-entropy", "torchtune", "--tp", "2"))
     + (("--cross-entropy",),),
     ("measure", "mlx-on-fake-with-transformers", ("--framework", "mlx", "--impl", "transformers"))
