@@ -90,10 +90,12 @@ def test_trl_defaults(tmp_path):
     values = {k: v.value for k, v in r.fields.items()}
     assert r.trainer == "TRL SFTConfig"
     assert values["activation_checkpointing"] is True
-    assert values["seq_len"] == 1024
+    # packing (bfd) is padding-free: the batch of 8 bins of max_length 1024 is one row
+    assert (values["batch_size"], values["seq_len"]) == (1, 8 * 1024)
+    assert "sft_trainer.py:189" in r.fields["batch_size"].origin
     assert values["precision"] == "amp"
     assert values["cross_entropy"] == "trl"
-    assert any("packing: true" in n for n in r.notes)  # memory-relevant, not modelled: named
+    assert any("packing: true" in n and "mask" in n for n in r.notes)  # the mask: named
 
 
 def test_trl_before_0_16_names_the_length_max_seq_length(tmp_path):

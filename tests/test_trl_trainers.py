@@ -132,3 +132,36 @@ def test_what_stays_unmodelled_is_refused(changes, match):
     with pytest.raises(NotApplicable, match=match):
         TrainingSetup(implementation="transformers", **changes)
     TrainingSetup(implementation="transformers", cross_entropy="trl", finetune="lora")
+
+
+SMALL_VOCAB = dict(LLAMA, vocab_size=2000)
+
+
+@pytest.mark.parametrize(
+    "extra, one_row",
+    [
+        (dict(packing=True), True),  # bfd: padding-free, one row of B bins
+        (dict(packing=True, packing_strategy="wrapped"), False),  # B rows of max_length
+        (dict(padding_free=True, packing=True, packing_strategy="wrapped"), True),
+    ],
+)
+def test_packing_and_padding_free_are_the_sequence_the_step_sees(extra, one_row):
+    """Eager attention (whose causal mask is T×T already, packed or not): the reader's
+    B = 1, T = B·max_length for a padding-free batch is the step within the tolerance,
+    and the batch as given (B rows of max_length) is not."""
+    from introspect.refined import execution_estimate
+
+    config = dict(per_device_train_batch_size=2, max_length=256, bf16=False, **extra)
+    config["gradient_checkpointing"] = False
+    spec = spec_from_config(SMALL_VOCAB, source="llama-small")
+    setup, resolved = trl_steps.setup_from_config(config, attention="eager")
+    assert (setup.batch_size, setup.seq_len) == ((1, 512) if one_row else (2, 256))
+    assert any("block-diagonal mask" in n for n in resolved.notes) == one_row
+    step = trl_steps.sft(
+        SMALL_VOCAB, trl_steps.rows(2000, [256] * 8), batch=2, attention="eager", **config
+    )
+    est = execution_estimate(spec, setup).total
+    assert abs(est / step.peak_bytes - 1) < TOLERANCE, (est, step.peak_bytes)
+    if one_row:
+        as_given = execution_estimate(spec, setup.replace(batch_size=2, seq_len=256)).total
+        assert abs(as_given / step.peak_bytes - 1) > 2 * TOLERANCE

@@ -208,6 +208,10 @@ def _model_config(keys: Keys, resolved: Resolved) -> None:
     nested = keys.get("use_bnb_nested_quant", (bool,), False)
     if four:
         resolved.set("double_quant", nested, keys.origin("use_bnb_nested_quant"))
+        resolved.note(
+            "`load_in_4bit: true` — SFTTrainer casts a quantized model's adapters to BF16 "
+            "(sft_trainer.py:904-911): not modelled (the adapters priced at FP32, peft's)"
+        )
     rank = keys.positive("lora_r")
     resolved.set(
         "lora_rank",
@@ -348,11 +352,68 @@ def _fsdp(keys: Keys, resolved: Resolved) -> None:
         resolved.set("offload", "parameters", keys.origin("fsdp"))
 
 
+#: SFTConfig ``packing_strategy`` choices (sft_config.py:229; ``bfd-requeue`` is the old
+#: name of ``bfd_split``, :336).
+PACKING_STRATEGIES = ("bfd", "bfd_split", "bfd-requeue", "wrapped")
+
+
 def _sft(keys: Keys, resolved: Resolved) -> None:
-    keys.not_modelled(resolved, "packing", unless=False)
-    keys.not_modelled(resolved, "padding_free", unless=False)
+    """SFTConfig's own keys that bear on the step: packing and padding-free decide the
+    sequence the step sees (:func:`_padding_free`); the loss masks do not change memory
+    off CUDA; activation offloading and DFT's loss are not modelled."""
+    packing = keys.get("packing", (bool,), False)
+    strategy = keys.get("packing_strategy", (str,), "bfd")
+    if strategy not in PACKING_STRATEGIES:
+        raise keys.error(
+            "packing_strategy",
+            f"is {strategy!r}, not one of SFTConfig's (sft_config.py:229)",
+            "use bfd, bfd_split or wrapped",
+        )
+    # sft_trainer.py:916: bfd packing turns padding-free on, whatever padding_free says
+    forced = packing and strategy != "wrapped"
+    if keys.get("padding_free", (bool,), False) or forced:
+        _padding_free(keys, resolved, "packing" if forced else "padding_free", packing)
+    for key in ("completion_only_loss", "assistant_only_loss"):
+        if keys.get(key, (bool,)):
+            resolved.note(
+                f"`{key}: true` — only the labels change (-100 on the prompt): off CUDA TRL's "
+                "fused head scores every position anyway (utils.py:1642, no memory change); "
+                "on CUDA it scores only the trained ones, which the estimate (every "
+                "position) bounds from above"
+            )
     keys.not_modelled(resolved, "activation_offloading", unless=False)
     keys.not_modelled(resolved, "loss_type", unless="nll")
+
+
+def _padding_free(keys: Keys, resolved: Resolved, key: str, packing: bool) -> None:
+    """Padding-free: ``DataCollatorForLanguageModeling(padding_free=True)``
+    (sft_trainer.py:189-192) concatenates the batch's rows into ONE row, with
+    ``position_ids`` restarting at each sequence and no ``attention_mask``; with packing,
+    each row is a bin of sequences filled up to ``max_length`` (``pack_dataset``,
+    trl/data_utils.py:837). The step sees B = 1 and T = B·max_length (full bins, the
+    largest the step can be). transformers then finds the packed sequences in the
+    ``position_ids`` (masking_utils.py:735, ``find_packed_sequence_indices``) and builds a
+    block-diagonal T×T mask, which SDPA and eager take and flash-attention's varlen path
+    (``cu_seq_lens``) does not."""
+    batch = resolved.fields.get("batch_size")
+    length = resolved.fields.get("seq_len")
+    where = f"{keys.origin(key)}: the collator flattens the batch into one row"
+    if length is None:  # max_length: null, the rows' own lengths
+        resolved.note(
+            f"`{key}: true` — the batch runs as one row of its rows' summed lengths; give "
+            "--batch 1 --seq SUM (the tokens of one batch)"
+        )
+        return
+    B, T = batch.value, length.value
+    resolved.set("batch_size", 1, f"{where} (sft_trainer.py:189)")
+    what = "bins packed to max_length" if packing else "rows of max_length"
+    resolved.set("seq_len", B * T, f"{where}: {B} {what} × {T} (the most a step holds)")
+    resolved.note(
+        f"`{key}: true` — one row of {B * T} tokens: with SDPA or eager attention "
+        "transformers builds its block-diagonal mask from position_ids (masking_utils.py:735; "
+        "SDPA then keeps a T×T mask per layer and repeats K/V to every head): not modelled; "
+        "flash_attention_2 takes cu_seq_lens and no mask"
+    )
 
 
 def _dpo(keys: Keys, resolved: Resolved) -> None:
