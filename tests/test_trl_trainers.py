@@ -16,7 +16,6 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 
 import trl_steps  # noqa: E402
-
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
