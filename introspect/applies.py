@@ -204,11 +204,18 @@ RULES = (
         "config); use --impl transformers on --framework torch, or drop --trainer",
     ),
     (
-        lambda s: f"--trainer trl and --cross-entropy {s.cross_entropy}",
-        lambda s: s.trainer == "trl",
+        lambda s: f"--trainer {s.trainer} and --cross-entropy {s.cross_entropy}",
+        lambda s: s.trainer in ("trl", "dpo"),
         lambda s: s.cross_entropy == "trl",
-        "contradict: TRL's SFTTrainer always replaces the LM-head loss with its own fused "
-        "head (trl/trainer/sft_trainer.py add_fused_lm_head); drop --cross-entropy",
+        "contradict: TRL's SFTTrainer and DPOTrainer always replace the LM-head loss with "
+        "TRL's fused head (trl/trainer/sft_trainer.py:1144, dpo_trainer.py:960 "
+        "add_fused_lm_head); drop --cross-entropy",
+    ),
+    (
+        lambda s: f"--dpo-reference {s.dpo_reference}",
+        lambda s: s.dpo_reference != "model",
+        lambda s: s.trainer == "dpo",
+        "is DPOTrainer's (precompute_ref_log_probs): add --trainer dpo, or drop it",
     ),
     (
         lambda s: "--loop labels",

@@ -112,6 +112,7 @@ TRAINER_NAMES = {
     "loop": "a hand-written loop",
     "hf": "stepped by transformers' Trainer",
     "trl": "stepped by TRL's SFTTrainer",
+    "dpo": "stepped by TRL's DPOTrainer (2 rows per pair)",
 }
 
 

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     Implementation = Literal["reference", "transformers", "mlx_lm"]
     Loop = Literal["logits", "labels"]
     OptimizerImpl = Literal["auto", "single_tensor", "foreach", "fused"]
-    Trainer = Literal["loop", "hf", "trl"]
+    Trainer = Literal["loop", "hf", "trl", "dpo"]
+    DpoReference = Literal["model", "precomputed"]
 
 
 #: ``fp32``: everything FP32. ``bf16``: pure BF16 weights, grads and optimizer state.
@@ -73,8 +74,14 @@ ZERO_STAGES = (0, 1, 2, 3)
 #: (batch 8, fused AdamW, TRL's checkpointing and ``max_length``) come with it in
 #: profile and fit (:mod:`introspect.adapters.trainers.hf_trainer`); what it does beyond
 #: its settings is priced here: the Trainer's 32-bit bitsandbytes state for every
-#: ``nn.Embedding`` (``trainer.py`` ``create_optimizer``), SFTTrainer's fused LM head.
-TRAINERS = ("loop", "hf", "trl")
+#: ``nn.Embedding`` (``trainer.py`` ``create_optimizer``), SFTTrainer's fused LM head;
+#: ``dpo``, TRL's ``DPOTrainer``: the fused head over the chosen and the rejected rows
+#: concatenated (2·B rows) and the reference model (:mod:`introspect.refined.dpo`).
+TRAINERS = ("loop", "hf", "trl", "dpo")
+#: DPO's reference (``--dpo-reference``): ``model``, a frozen copy of the weights (under
+#: LoRA the adapter-free base, no copy) run under ``no_grad`` each step; ``precomputed``,
+#: the log-probabilities computed before training (``precompute_ref_log_probs``), no copy.
+DPO_REFERENCES = ("model", "precomputed")
 #: How the state is spread over ``devices`` (``introspect.refined.sharding``): ``none``
 #: (every device a full copy, plain data parallel without a reducer, or one device),
 #: ``ddp`` (DistributedDataParallel), ``zero`` (DDP with ZeRO ``zero_stage``: torch's
@@ -129,6 +136,7 @@ FLAGS = {
     "offload_activations": "--offload-activations",
     "adapter_dtype": "--adapter-dtype",
     "trainer": "--trainer",
+    "dpo_reference": "--dpo-reference",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -250,6 +258,8 @@ class TrainingSetup:
     adapter_dtype: str = "fp32"
     #: Whose loop steps the model (:data:`TRAINERS`).
     trainer: Trainer = "loop"
+    #: DPO's reference log-probabilities (:data:`DPO_REFERENCES`), under ``trainer="dpo"``.
+    dpo_reference: DpoReference = "model"
 
     def __post_init__(self) -> None:
         for name in (
@@ -300,6 +310,7 @@ class TrainingSetup:
             ("offload", OFFLOADS),
             ("adapter_dtype", ADAPTER_DTYPES),
             ("trainer", TRAINERS),
+            ("dpo_reference", DPO_REFERENCES),
         ):
             if name == "attention" and self.attention is None:
                 continue  # transformers' class default, resolved with the model

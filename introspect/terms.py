@@ -1835,6 +1835,14 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="weights/reference",
+            category="weights",
+            equation="P·w: DPO's frozen reference copy at the policy's loaded dtype (full fine-tuning, reference not precomputed)",
+            source="trl/trainer/dpo_trainer.py: __init__ (ref_model loaded with the policy's dtype, :916-927), _compute_loss (no_grad reference forward, :1327-1338) (introspect/refined/dpo.py)",
+            computed_by=("introspect/refined/dpo.py: reference_state",),
+            tests=("tests/test_trl_trainers.py::test_dpo_trainer_step_matches_the_closed_form",),
+        ),
+        Term(
             name="weights/gathered",
             category="weights",
             equation="FSDP2/ZeRO-3: the root unit kept gathered plus gathered blocks (one unit and one prefetched; every block when reshard_after_forward=False); offload=parameters: two units of working weights",

@@ -75,6 +75,9 @@ SETUPS = {
     "amp trl CE on cpu": dict(precision="amp", cross_entropy="trl", device="cpu"),
     "bf16 trl CE on cuda": dict(precision="bf16", cross_entropy="trl", device="cuda"),
     "mixed liger CE": dict(precision="mixed", cross_entropy="liger", device="cpu"),
+    "dpo trainer": dict(trainer="dpo", cross_entropy="trl", implementation="transformers"),
+    "dpo lora trl CE": dict(trainer="dpo", cross_entropy="trl", finetune="lora", device="cpu")
+    | dict(implementation="transformers"),
     "fp32 bf16 weights adam8bit": dict(weights_dtype="bf16", optimizer="adam8bit"),
     "sgd, none": dict(optimizer="sgd"),
     "frozen": dict(optimizer="none"),

@@ -107,12 +107,21 @@ def test_trl_before_0_16_names_the_length_max_seq_length(tmp_path):
     assert r.fields["seq_len"].origin.endswith("max_seq_length")
 
 
-def test_dpo_says_what_is_not_modelled(tmp_path):
+def test_dpo_reads_the_trainer_and_its_reference(tmp_path):
+    """DPOConfig: DPOTrainer (its fused head, pairs of rows), and precompute_ref_log_probs
+    as the reference (dpo_trainer.py:909: no reference model kept)."""
     path = tmp_path / "dpo.yaml"
     path.write_text("output_dir: o\nbeta: 0.1\nprecompute_ref_log_probs: true\n")
     r = trainers.read([str(path)])
     assert r.trainer == "TRL DPOConfig"
-    assert any("precomputed reference log-probs" in n for n in r.notes)
+    values = {k: v.value for k, v in r.fields.items()}
+    assert values["trainer"] == "dpo" and values["cross_entropy"] == "trl"
+    assert values["dpo_reference"] == "precomputed"
+    assert r.fields["dpo_reference"].origin.endswith("precompute_ref_log_probs")
+    path.write_text("output_dir: o\nbeta: 0.1\n")
+    r = trainers.read([str(path)])
+    assert r.fields["dpo_reference"].value == "model"
+    assert "dpo_config.py:227" in r.fields["dpo_reference"].origin
 
 
 def test_flags_override_the_file(capsys):

@@ -44,7 +44,7 @@ def run_sft(config: dict, train_rows: list[list[int]] | None = None):
     setup, _ = trl_steps.setup_from_config(config)
     if train_rows is None:
         train_rows = trl_steps.rows(LLAMA["vocab_size"], [setup.seq_len] * 8)
-    step = trl_steps.sft(
+    step = trl_steps.sft_step(
         LLAMA,
         train_rows,
         batch=setup.batch_size,
@@ -156,7 +156,7 @@ def test_packing_and_padding_free_are_the_sequence_the_step_sees(extra, one_row)
     setup, resolved = trl_steps.setup_from_config(config, attention="eager")
     assert (setup.batch_size, setup.seq_len) == ((1, 512) if one_row else (2, 256))
     assert any("block-diagonal mask" in n for n in resolved.notes) == one_row
-    step = trl_steps.sft(
+    step = trl_steps.sft_step(
         SMALL_VOCAB, trl_steps.rows(2000, [256] * 8), batch=2, attention="eager", **config
     )
     est = execution_estimate(spec, setup).total
@@ -164,3 +164,54 @@ def test_packing_and_padding_free_are_the_sequence_the_step_sees(extra, one_row)
     if one_row:
         as_given = execution_estimate(spec, setup.replace(batch_size=2, seq_len=256)).total
         assert abs(as_given / step.peak_bytes - 1) > 2 * TOLERANCE
+
+
+DPO_CASES = {
+    "full-reference-fp32": dict(bf16=False, gradient_checkpointing=False),
+    "full-reference-defaults": {},
+    "full-precomputed": dict(bf16=False, gradient_checkpointing=False)
+    | dict(precompute_ref_log_probs=True),
+    # the adapter-free base as the reference; DPOConfig's disable_dropout zeroes the
+    # ModelConfig's lora_dropout 0.05
+    "lora-fp32": dict(LORA, bf16=False, gradient_checkpointing=False),
+    "lora-defaults": dict(LORA),
+}
+
+
+@pytest.mark.parametrize("case", list(DPO_CASES))
+def test_dpo_trainer_step_matches_the_closed_form(case):
+    """The real DPOTrainer on a 16-pair preference dataset built in memory (prompts and
+    completions longer than max_length, so every row is truncated to it): the closed
+    form (2·B rows through TRL's fused head, the reference copy's weights under full
+    fine-tuning without precomputed log-probs) within the tolerance, in the tracker's
+    phase; the reference copy is counted by the tracker as an external tensor (its
+    weights exist through the step, outside the policy)."""
+    from introspect.refined import execution_estimate
+    from introspect.refined.causes import tracker_phase
+
+    config = dict(per_device_train_batch_size=2, max_length=64, **DPO_CASES[case])
+    spec = spec_from_config(LLAMA, source="llama-small")
+    setup, _ = trl_steps.setup_from_config(config, kind="dpo")
+    assert setup.trainer == "dpo" and setup.cross_entropy == "trl"
+    data = trl_steps.preference_rows(LLAMA["vocab_size"], 16, 40, 40)
+    step = trl_steps.dpo_step(
+        LLAMA,
+        data,
+        batch=2,
+        reference=setup.finetune == "full" and setup.dpo_reference == "model",
+        peft_config=trl_steps.peft_config(spec, setup),
+        **trl_steps.sft_config_keys(config),
+    )
+    assert step.logs["input_ids"] == (2 * setup.batch_size, setup.seq_len)
+    est = execution_estimate(spec, setup)
+    assert abs(est.total / step.peak_bytes - 1) < TOLERANCE, (est.total, step.peak_bytes)
+    assert tracker_phase(est.meta["peak_phase"]) == step.phase
+    copy = est.terms.get("weights/reference", 0)
+    if "precompute" in case or setup.finetune != "full":
+        assert copy == 0
+    else:
+        assert copy == sum(p.numel() for p in trl_steps.model(LLAMA).parameters()) * 4
+    # one row per pair would be far off: the step is over the chosen and the rejected
+    as_sft = setup.replace(trainer="trl", dpo_reference="model")
+    as_sft = execution_estimate(spec, as_sft).total
+    assert abs(as_sft / step.peak_bytes - 1) > 4 * TOLERANCE

@@ -73,11 +73,14 @@ class _Track:
             def __init__(self) -> None:
                 self.tracker = None
                 self.result: Step | None = None
+                #: Tensors outside the policy and its optimizer alive through the step
+                #: (DPO's reference model), counted as MemTracker's track_external does.
+                self.external: list[torch.Tensor] = []
 
             def on_step_begin(self, args, state, control, model=None, optimizer=None, **kw):
                 if state.global_step == at_step:
                     inner = getattr(optimizer, "optimizer", optimizer)
-                    self.tracker = LiveStorageTracker(model, inner)
+                    self.tracker = LiveStorageTracker(model, inner, self.external)
                     self.tracker.__enter__()
 
             def on_step_end(self, args, state, control, **kw):
@@ -115,7 +118,7 @@ def _common(batch: int, **config: Any) -> dict[str, Any]:
     )
 
 
-def sft(
+def sft_step(
     raw: dict,
     train_rows: list[list[int]],
     *,
@@ -153,6 +156,7 @@ def setup_from_config(config: dict[str, Any], kind: str = "sft", **extra: Any):
     ``extra`` fields; the trainer's keys only (the comparison's fixed keys ignored)."""
     from introspect.adapters.trainers import _read_main
     from introspect.adapters.trainers._base import Resolved
+
     from introspect.setup import TrainingSetup
 
     resolved = Resolved("test", ["inline"])
@@ -180,3 +184,70 @@ def sft_config_keys(config: dict[str, Any]) -> dict[str, Any]:
 
     drop = set(_keys.TRL_MODEL_CONFIG) | set(_keys.TRL_SCRIPT)
     return {k: v for k, v in config.items() if k not in drop}
+
+
+def preference_rows(vocab: int, pairs: int, prompt: int, completion: int, seed: int = 0):
+    """A preference dataset in memory: ``pairs`` rows of a prompt and a chosen and a
+    rejected completion, as space-separated words of :func:`tokenizer` (one token
+    each)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def text(n: int) -> str:
+        return " ".join(f"t{i}" for i in torch.randint(2, vocab, (n,), generator=g).tolist())
+
+    return {
+        "prompt": [text(prompt) for _ in range(pairs)],
+        "chosen": [text(completion) for _ in range(pairs)],
+        "rejected": [text(completion) for _ in range(pairs)],
+    }
+
+
+def dpo_step(
+    raw: dict,
+    data: dict[str, list[str]],
+    *,
+    batch: int,
+    peft_config=None,
+    reference: bool = True,
+    dtype: torch.dtype = torch.float32,
+    attention: str = "sdpa",
+    **config: Any,
+) -> Step:
+    """Two steps of TRL's ``DPOTrainer`` (``DPOConfig(**config)``) on ``data``, the second
+    tracked. Full fine-tuning without precomputed log-probs is given its reference model
+    (``reference``: a second copy built from the same config, what the trainer would
+    load from the model's path), as a user passing ``ref_model`` does. ``Step.logs``
+    holds the shape of the batch the step saw (``input_ids``)."""
+    _quiet()
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    track = _Track()
+    shapes: list[tuple[int, ...]] = []
+    with tempfile.TemporaryDirectory() as out:
+        args = DPOConfig(output_dir=out, **_common(batch, **config))
+        policy = model(raw, dtype, attention)
+        ref = model(raw, dtype, attention) if reference else None
+        trainer = DPOTrainer(
+            model=policy,
+            ref_model=ref,
+            args=args,
+            train_dataset=Dataset.from_dict(data),
+            processing_class=tokenizer(raw["vocab_size"]),
+            peft_config=peft_config,
+            callbacks=[track],
+        )
+        if trainer.ref_model is not None:
+            ref = trainer.ref_model
+            track.external = [*ref.parameters(), *ref.buffers()]
+        original = trainer.compute_loss
+
+        def compute_loss(model, inputs, *a, **kw):
+            shapes.append(tuple(inputs["input_ids"].shape))
+            return original(model, inputs, *a, **kw)
+
+        trainer.compute_loss = compute_loss
+        trainer.train()
+    assert track.result is not None, "the tracked step did not run"
+    track.result.logs["input_ids"] = shapes[-1]
+    return track.result

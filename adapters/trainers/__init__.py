@@ -134,7 +134,7 @@ def defaults(trainer: str) -> Resolved:
     """The setup ``trainer`` (``hf`` or ``trl``) runs with nothing set — ``--trainer``
     without ``--config``: an empty ``TrainingArguments`` or ``SFTConfig`` read as a file
     would be, so every value carries the trainer's own default and its source line."""
-    kind = {"hf": "hf", "trl": "sft"}[trainer]
+    kind = {"hf": "hf", "trl": "sft", "dpo": "dpo"}[trainer]
     resolved = Resolved(f"{NAMES[kind]} defaults", [f"--trainer {trainer}, no file"])
     resolved.flag = f"--trainer {trainer}"
     _read_main(f"--trainer {trainer}", {}, kind, resolved)

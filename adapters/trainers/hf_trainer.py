@@ -127,11 +127,9 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
     accumulation(keys, resolved)
     liger = keys.get("use_liger_kernel", (bool,), False)
     if trl:
-        resolved.set(
-            "cross_entropy",
-            "trl",
-            f"{TRL} SFTTrainer's fused LM head (trl/trainer/sft_trainer.py:1144)",
-        )
+        where = "SFTTrainer's" if flavour == "sft" else "DPOTrainer's"
+        line = "sft_trainer.py:1144" if flavour == "sft" else "dpo_trainer.py:960"
+        resolved.set("cross_entropy", "trl", f"{TRL} {where} fused LM head (trl/trainer/{line})")
         if liger:
             resolved.note(
                 "`use_liger_kernel: true` — under TRL only Liger's layer kernels apply (its fused "
@@ -150,6 +148,8 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
         resolved.set("trainer", "hf", f"{TRANSFORMERS} Trainer ({keys.shown})")
     elif flavour == "sft":
         resolved.set("trainer", "trl", f"{TRL} SFTTrainer ({keys.shown})")
+    else:
+        resolved.set("trainer", "dpo", f"{TRL} DPOTrainer ({keys.shown})")
     _attention(keys, resolved, trl)
     if keys.get("use_cpu", (bool,), False) or keys.get("no_cuda", (bool,), False):
         resolved.set("device", "cpu", keys.origin("use_cpu" if keys.has("use_cpu") else "no_cuda"))
@@ -174,6 +174,7 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
         known |= _keys.TRL_SFT | _keys.TRL_SFT_LEGACY
     if flavour == "dpo":
         known |= _keys.TRL_DPO
+        _dpo_dropout(keys, resolved)
     keys.taken.add("deepspeed")  # read by the caller (introspect.adapters.trainers.deepspeed)
     keys.finish(known, resolved)
 
@@ -416,17 +417,45 @@ def _padding_free(keys: Keys, resolved: Resolved, key: str, packing: bool) -> No
     )
 
 
-def _dpo(keys: Keys, resolved: Resolved) -> None:
-    pre = keys.get("precompute_ref_log_probs", (bool,), False)
-    resolved.note(
-        "DPO: each step runs the chosen and the rejected completion (2 × batch rows) and "
-        + (
-            "precomputed reference log-probs"
-            if pre
-            else "a frozen reference model (or the adapter-free base under LoRA)"
-        )
-        + " — not modelled: the figure is one policy step at the batch given"
+def _dpo_dropout(keys: Keys, resolved: Resolved) -> None:
+    """DPOConfig's ``disable_dropout`` (True by default, dpo_config.py:185): every
+    ``nn.Dropout`` of the policy gets ``p = 0`` (dpo_trainer.py:932,
+    ``disable_dropout_in_model``), LoRA's ``lora_dropout`` among them."""
+    if not keys.get("disable_dropout", (bool,), True):
+        return
+    where = (
+        keys.origin("disable_dropout")
+        if keys.has("disable_dropout")
+        else f"{TRL} default disable_dropout: true (trl/trainer/dpo_config.py:185)"
     )
-    keys.not_modelled(resolved, "padding_free", unless=False)
+    dropout = resolved.fields.get("lora_dropout")
+    if dropout is not None and dropout.value:
+        resolved.set("lora_dropout", 0.0, f"{where}: dpo_trainer.py:932 sets every p = 0")
+    resolved.note(
+        f"`disable_dropout` ({where}) — the model's own dropout (attention, residual, "
+        "embedding) is off in the step: priced with the config's, which adds its masks "
+        "where the config has dropout"
+    )
+
+
+def _dpo(keys: Keys, resolved: Resolved) -> None:
+    """DPOConfig: the batch is of pairs (the step runs 2 rows each, chosen and rejected:
+    :mod:`introspect.refined.dpo`); ``precompute_ref_log_probs`` → no reference held in
+    training (dpo_trainer.py:909); TRL 1.16 turns ``padding_free`` off itself."""
+    pre = keys.get("precompute_ref_log_probs", (bool,))
+    if pre is None:
+        resolved.set(
+            "dpo_reference", "model", f"{TRL} default precompute_ref_log_probs: false "
+            "(trl/trainer/dpo_config.py:227): a reference model each step",
+        )  # fmt: skip
+    else:
+        value = "precomputed" if pre else "model"
+        resolved.set("dpo_reference", value, keys.origin("precompute_ref_log_probs"))
+    if keys.get("padding_free", (bool,), False):
+        resolved.note(
+            "`padding_free: true` — DPOTrainer 1.16 falls back to padding "
+            "(dpo_trainer.py:733-739): priced padded, as it runs"
+        )
     keys.not_modelled(resolved, "activation_offloading", unless=False)
     keys.not_modelled(resolved, "sync_ref_model", unless=False)
+    keys.not_modelled(resolved, "precompute_ref_batch_size", unless=None)

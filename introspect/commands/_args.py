@@ -16,6 +16,7 @@ from introspect.setup import (
     ATTENTIONS,
     CROSS_ENTROPIES,
     DEVICES,
+    DPO_REFERENCES,
     FRAMEWORKS,
     IMPLEMENTATIONS,
     LOOPS,
@@ -424,8 +425,18 @@ def _add_setup_flags(
         help="whose training loop steps the model: loop (default: a hand-written loop, "
         "forward, backward, step, zero_grad), hf (transformers' Trainer: its defaults "
         "unless flags or --config say otherwise, and its 32-bit bitsandbytes state for "
-        "every nn.Embedding) or trl (TRL's SFTTrainer: its defaults, gradient "
-        "checkpointing and max_length 1024 among them, and its fused LM-head loss)",
+        "every nn.Embedding), trl (TRL's SFTTrainer: its defaults, gradient "
+        "checkpointing and max_length 1024 among them, and its fused LM-head loss) or dpo "
+        "(TRL's DPOTrainer: the same head over the chosen and rejected rows, 2 per pair of "
+        "--batch, and its reference model)",
+    )
+    e.add_argument(
+        "--dpo-reference",
+        type=choice(DPO_REFERENCES),
+        default="model",
+        help="under --trainer dpo: model (default: a frozen copy of the weights, or under "
+        "LoRA the adapter-free base, run each step) or precomputed "
+        "(precompute_ref_log_probs: no copy held in training)",
     )
     add_sharding_flags(e)
     add_finetune_flags(parser)
@@ -500,7 +511,7 @@ def activation_dtype_for(args: argparse.Namespace) -> str:
 def _cross_entropy(args: argparse.Namespace) -> str:
     """--cross-entropy; left at its default under --trainer trl, SFTTrainer's own fused
     LM head (trl/trainer/sft_trainer.py add_fused_lm_head), the only loss it runs."""
-    if getattr(args, "trainer", "loop") == "trl" and args.cross_entropy == "standard":
+    if getattr(args, "trainer", "loop") in ("trl", "dpo") and args.cross_entropy == "standard":
         return "trl"
     return args.cross_entropy
 
@@ -540,6 +551,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             loop=loop_for(args),
             optimizer_impl=args.optimizer_impl,
             trainer=args.trainer,
+            dpo_reference=args.dpo_reference,
         )
         fields.update(sharding_fields(args))
     fields.update(finetune_fields(args))

@@ -45,6 +45,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "offload_activations": ("--offload-activations",),
     "adapter_dtype": ("--adapter-dtype",),
     "trainer": ("--trainer",),
+    "dpo_reference": ("--dpo-reference",),
 }
 #: The fields the resolved setup prints, in order (LoRA's only under LoRA).
 SHOWN = (

@@ -57,6 +57,7 @@ from introspect.refined import (
     accumulation,
     activation_offload,
     deepspeed,
+    dpo,
     hf_saved,
     lora,
     lora_moe,
@@ -215,6 +216,7 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             spec, setup, working=wb, master=master_bytes(setup), state=optimizer_state(setup)
         )
     terms.update(optimizers.state_terms(spec, setup))  # Adafactor, paged AdamW
+    terms.update(dpo.reference_state(spec, setup))  # DPO's reference copy
     return offload.state(spec, setup, terms, _unit_bytes(spec, setup))
 
 
@@ -461,7 +463,9 @@ def moments(
     """Every moment of torch's step that can hold its peak, in step order, each with its
     phase: the loss's forward inside the model, the end of forward, the backward moments
     (:func:`backward_moments`, over ``layers``), the copy into the master's gradients and
-    the optimizer step, where the setup has them."""
+    the optimizer step, where the setup has them. DPO's policy step runs 2·B rows
+    (:func:`introspect.refined.dpo.policy_setup`)."""
+    setup = dpo.policy_setup(setup)
     out: list[tuple[str, dict[str, int]]] = []
     forward = loss_forward(spec, setup)
     if forward is not None:

@@ -118,6 +118,7 @@ _REFINED_CHOICES = (
     "--offload",
     "--adapter-dtype",
     "--trainer",
+    "--dpo-reference",
     "--units",
     "--lora-targets",
 )
@@ -202,6 +203,8 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("offload-activations", ("--offload-activations",)),
     ("trainer-hf", ("--trainer", "hf")),
     ("trainer-trl", ("--trainer", "trl")),
+    ("trainer-dpo", ("--trainer", "dpo")),
+    ("dpo-reference-precomputed", ("--trainer", "dpo", "--dpo-reference", "precomputed")),
     ("json", ("--json",)),
     ("units-gib", ("--units", "gib")),
     ("force", ("--force",)),
@@ -320,6 +323,9 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("trainer-reference", ("--impl", "reference", "--trainer", "hf"), ("--trainer",)),
     ("trainer-trl-liger", ("--trainer", "trl", "--cross-entropy", "liger"))
     + (("--trainer", "--cross-entropy"),),
+    ("trainer-dpo-liger", ("--trainer", "dpo", "--cross-entropy", "liger"))
+    + (("--trainer", "--cross-entropy"),),
+    ("dpo-reference-without-dpo", ("--dpo-reference", "precomputed"), ("--dpo-reference",)),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -341,6 +347,8 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     ("fit", "max-devices-below-devices", ("--devices", "8", "--max-devices", "2"))
     + (("--max-devices",),),
     ("measure", "repeats-on-torch", ("--repeats", "3"), ("--repeats",)),
+    ("measure", "dpo-reference-without-dpo", ("--dpo-reference", "precomputed"))
+    + (("--dpo-reference",),),
     ("measure", "step-timeout-one-process", ("--step-timeout", "30"), ("--step-timeout",)),
     ("measure", "tp-not-measured", ("--tp", "2"), ("--tp",)),
     ("measure", "pp-not-measured", ("--pp", "2"), ("--pp",)),
