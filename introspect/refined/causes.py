@@ -12,6 +12,8 @@ from introspect.spec import ModelSpec
 CAUSES: dict[str, str] = {
     "weights": "working weights ({wb} bytes each, ÷D at ZeRO-3)",
     "weights/gathered": "ZeRO-3/FSDP: one gathered unit plus one prefetched, full size",
+    "weights/reference": "DPO's frozen reference model: a second copy of the weights "
+    "({wb} bytes each), run under no_grad each step (dpo_trainer.py:1338)",
     "grads": "gradients at this moment ({phase_grads}); the seed counts all of them on top "
     "of all activations",
     "optimizer/master_weights": "FP32 master copy of mixed precision",

@@ -46,11 +46,20 @@ def holds_reference(setup: TrainingSetup) -> bool:
 
 def reference_state(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """The reference copy's weights, ``P·w`` at the policy's loaded dtype
-    (``ref_model_init_kwargs.setdefault("dtype", self.model.dtype)``, dpo_trainer.py:924),
-    on every device (not sharded: one copy per process under DDP); none otherwise."""
+    (``ref_model_init_kwargs.setdefault("dtype", self.model.dtype)``, dpo_trainer.py:924):
+    a whole copy per process under DDP and ZeRO-1/2 (``accelerator.prepare_model(...,
+    evaluation_mode=True)``, :990), sharded ÷D as the policy under ZeRO-3 and FSDP
+    (``prepare_deepspeed`` / ``prepare_fsdp``, :984-988); none otherwise. An offload of
+    the policy's parameters does not move it (not modelled: priced on the device)."""
     if not holds_reference(setup):
         return {}
+    import math
+
     from introspect.params import parameter_count
     from introspect.refined.precision import working_weight_bytes
 
-    return {REFERENCE: parameter_count(spec) * working_weight_bytes(setup)}
+    n = parameter_count(spec)
+    how = setup.resolved_sharding
+    if how == "fsdp" or (how == "zero" and setup.zero_stage == 3):
+        n = math.ceil(n / setup.devices)
+    return {REFERENCE: n * working_weight_bytes(setup)}
