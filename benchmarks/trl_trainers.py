@@ -7,7 +7,7 @@ live-storage peak of the second step (Adam's state allocated) beside the estimat
     python benchmarks/trl_trainers.py [--out benchmarks/results/trl-trainers.md]
 
 The rows are the cases of ``tests/test_trl_trainers.py`` (which asserts each within
-0.5%); here they are printed with their figures. Takes about two minutes on 2 cores.
+0.5%); here they are printed with their figures. Takes about three minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ def rows() -> list[dict]:
             t.SMALL_VOCAB, trl_steps.rows(2000, [256] * 8), batch=2, attention="eager", **config
         )
         out.append(_row(name, config, spec, setup, step, execution_estimate, tracker_phase))
+    for bf16 in (False, True):
+        for ckpt in (False, True):
+            config = dict(per_device_train_batch_size=2, max_length=512, packing=True)
+            config.update(bf16=bf16, gradient_checkpointing=ckpt)
+            spec = spec_from_config(t.SMALL_VOCAB, source="llama-small")
+            setup, _ = trl_steps.setup_from_config(config)
+            step = trl_steps.sft_step(
+                t.SMALL_VOCAB, trl_steps.rows(2000, [512] * 8), batch=2, **config
+            )
+            name = f"SFT packing bfd (SDPA){' bf16' if bf16 else ''}{' ckpt' if ckpt else ''}"
+            out.append(_row(name, config, spec, setup, step, execution_estimate, tracker_phase))
     for name, extra in t.DPO_CASES.items():
         config = dict(per_device_train_batch_size=2, max_length=64, **extra)
         spec = spec_from_config(t.LLAMA, source="llama-small")
@@ -76,7 +87,7 @@ def _row(name, config, spec, setup, step, execution_estimate, tracker_phase) -> 
         "config": ", ".join(f"{k}={v}" for k, v in config.items()),
         "setup": f"B={setup.batch_size} T={setup.seq_len} {setup.precision} "
         f"{setup.finetune}{' ckpt' if setup.activation_checkpointing else ''} "
-        f"{setup.trainer}",
+        f"{setup.trainer}{' packed' if setup.packed_sequences else ''}",
         "real": step.peak_bytes,
         "closed": est.total,
         "error": est.total / step.peak_bytes - 1,

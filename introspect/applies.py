@@ -212,6 +212,13 @@ RULES = (
         "add_fused_lm_head); drop --cross-entropy",
     ),
     (
+        lambda s: "--packed-sequences",
+        lambda s: s.packed_sequences,
+        lambda s: not _mlx(s) and s.implementation == "transformers",
+        "is transformers' packed-sequence mask (masking_utils.py find_packed_sequence_indices): "
+        "use --impl transformers on --framework torch, or drop it",
+    ),
+    (
         lambda s: f"--dpo-reference {s.dpo_reference}",
         lambda s: s.dpo_reference != "model",
         lambda s: s.trainer == "dpo",
@@ -619,6 +626,13 @@ MEASURE_RULES: tuple[
     tuple[Callable[[Any], str], Callable[[Any], bool], Callable[[Any], bool], str], ...
 ]
 MEASURE_RULES = (
+    (
+        lambda a: "--packed-sequences",
+        lambda a: getattr(a, "packed_sequences", False),
+        lambda a: False,
+        "is not measured: measure's batch is B rows of one sequence each; drop it (profile "
+        "--packed-sequences prices the packed row)",
+    ),
     (
         lambda a: f"--trainer {a.trainer}",
         lambda a: getattr(a, "trainer", "loop") != "loop",

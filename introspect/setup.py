@@ -137,6 +137,7 @@ FLAGS = {
     "adapter_dtype": "--adapter-dtype",
     "trainer": "--trainer",
     "dpo_reference": "--dpo-reference",
+    "packed_sequences": "--packed-sequences",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -260,6 +261,10 @@ class TrainingSetup:
     trainer: Trainer = "loop"
     #: DPO's reference log-probabilities (:data:`DPO_REFERENCES`), under ``trainer="dpo"``.
     dpo_reference: DpoReference = "model"
+    #: Each row is several sequences packed end to end, told apart by ``position_ids``
+    #: restarting and no ``attention_mask`` (TRL's padding-free collator): transformers'
+    #: classes build a block-diagonal mask (:func:`introspect.refined.hf_saved.packed_mask`).
+    packed_sequences: bool = False
 
     def __post_init__(self) -> None:
         for name in (

@@ -1835,6 +1835,14 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/packed_mask",
+            category="activations",
+            equation="B·T²·s a layer: packed sequences' block-diagonal mask, made additive at the query's dtype by torch's SDPA and saved by its kernel",
+            source="transformers/masking_utils.py: find_packed_sequence_indices, sdpa_mask; aten/src/ATen/native/transformers/attention.cpp: convert_boolean_attn_mask (introspect/refined/hf_saved.py)",
+            computed_by=("introspect/refined/hf_saved.py: packed_mask",),
+            tests=("tests/test_trl_trainers.py::test_packed_sequences_under_sdpa_keep_their_mask",),
+        ),
+        Term(
             name="weights/reference",
             category="weights",
             equation="P·w: DPO's frozen reference copy at the policy's loaded dtype (full fine-tuning, reference not precomputed)",

@@ -75,6 +75,9 @@ SETUPS = {
     "amp trl CE on cpu": dict(precision="amp", cross_entropy="trl", device="cpu"),
     "bf16 trl CE on cuda": dict(precision="bf16", cross_entropy="trl", device="cuda"),
     "mixed liger CE": dict(precision="mixed", cross_entropy="liger", device="cpu"),
+    "packed sequences sdpa": dict(packed_sequences=True, implementation="transformers", **SDPA),
+    "packed sequences sdpa ckpt": dict(packed_sequences=True, implementation="transformers")
+    | dict(**SDPA, **CKPT),
     "dpo trainer": dict(trainer="dpo", cross_entropy="trl", implementation="transformers"),
     "dpo lora trl CE": dict(trainer="dpo", cross_entropy="trl", finetune="lora", device="cpu")
     | dict(implementation="transformers"),

@@ -215,3 +215,25 @@ def test_dpo_trainer_step_matches_the_closed_form(case):
     as_sft = setup.replace(trainer="trl", dpo_reference="model")
     as_sft = execution_estimate(spec, as_sft).total
     assert abs(as_sft / step.peak_bytes - 1) > 4 * TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "bf16, checkpointing", [(False, False), (True, False), (False, True), (True, True)]
+)
+def test_packed_sequences_under_sdpa_keep_their_mask(bf16, checkpointing):
+    """SDPA (transformers' default) over a bfd-packed batch: the reader's packed row
+    (``packed_sequences``) prices the block-diagonal mask each layer keeps (and K/V
+    repeated to every head); without it the estimate is out of the tolerance."""
+    from introspect.refined import execution_estimate
+
+    config = dict(per_device_train_batch_size=2, max_length=512, packing=True, bf16=bf16)
+    config["gradient_checkpointing"] = checkpointing
+    spec = spec_from_config(SMALL_VOCAB, source="llama-small")
+    setup, _ = trl_steps.setup_from_config(config)
+    assert setup.packed_sequences and (setup.batch_size, setup.seq_len) == (1, 1024)
+    step = trl_steps.sft_step(SMALL_VOCAB, trl_steps.rows(2000, [512] * 8), batch=2, **config)
+    est = execution_estimate(spec, setup)
+    assert abs(est.total / step.peak_bytes - 1) < TOLERANCE, (est.total, step.peak_bytes)
+    if not checkpointing:
+        unmasked = execution_estimate(spec, setup.replace(packed_sequences=False)).total
+        assert abs(unmasked / step.peak_bytes - 1) > 2 * TOLERANCE

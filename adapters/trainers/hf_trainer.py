@@ -409,11 +409,13 @@ def _padding_free(keys: Keys, resolved: Resolved, key: str, packing: bool) -> No
     resolved.set("batch_size", 1, f"{where} (sft_trainer.py:189)")
     what = "bins packed to max_length" if packing else "rows of max_length"
     resolved.set("seq_len", B * T, f"{where}: {B} {what} × {T} (the most a step holds)")
+    resolved.set(
+        "packed_sequences", True, f"{where}: position_ids restart per sequence, no attention_mask"
+    )
     resolved.note(
-        f"`{key}: true` — one row of {B * T} tokens: with SDPA or eager attention "
-        "transformers builds its block-diagonal mask from position_ids (masking_utils.py:735; "
-        "SDPA then keeps a T×T mask per layer and repeats K/V to every head): not modelled; "
-        "flash_attention_2 takes cu_seq_lens and no mask"
+        f"`{key}: true` — one row of {B * T} tokens with transformers' block-diagonal mask "
+        "(masking_utils.py:735: SDPA keeps a T×T mask per layer, eager's is T×T anyway); "
+        "flash_attention_2's varlen path (cu_seq_lens, no mask) is not modelled"
     )
 
 

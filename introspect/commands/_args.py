@@ -431,6 +431,13 @@ def _add_setup_flags(
         "--batch, and its reference model)",
     )
     e.add_argument(
+        "--packed-sequences",
+        action="store_true",
+        help="each row is several sequences packed end to end (position_ids restart, no "
+        "attention_mask; TRL's padding_free/packing): transformers builds a block-diagonal "
+        "T×T mask, which SDPA keeps per layer",
+    )
+    e.add_argument(
         "--dpo-reference",
         type=choice(DPO_REFERENCES),
         default="model",
@@ -552,6 +559,7 @@ def setup_from_args(args: argparse.Namespace, **overrides) -> TrainingSetup:
             optimizer_impl=args.optimizer_impl,
             trainer=args.trainer,
             dpo_reference=args.dpo_reference,
+            packed_sequences=args.packed_sequences,
         )
         fields.update(sharding_fields(args))
     fields.update(finetune_fields(args))

@@ -46,6 +46,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "adapter_dtype": ("--adapter-dtype",),
     "trainer": ("--trainer",),
     "dpo_reference": ("--dpo-reference",),
+    "packed_sequences": ("--packed-sequences",),
 }
 #: The fields the resolved setup prints, in order (LoRA's only under LoRA).
 SHOWN = (

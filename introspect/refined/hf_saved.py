@@ -142,8 +142,24 @@ def short_window(kind, setup: TrainingSetup) -> bool:
 def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """Whether SDPA gets an explicit mask: a sliding window shorter than the sequence
     (``use_gqa_in_sdpa`` in ``transformers/integrations/sdpa_attention.py`` then declines
-    SDPA's own GQA on CPU and CUDA, so K and V are repeated to every head)."""
-    return any(short_window(k, setup) for k, _ in spec.kinds)
+    SDPA's own GQA on CPU and CUDA, so K and V are repeated to every head), or packed
+    sequences' block-diagonal mask (:func:`packed_mask`)."""
+    return setup.packed_sequences or any(short_window(k, setup) for k, _ in spec.kinds)
+
+
+def packed_mask(setup: TrainingSetup) -> int:
+    """Bytes per layer of packed sequences' mask as SDPA keeps it. With ``position_ids``
+    and no ``attention_mask``, ``create_causal_mask`` finds the packed sequences
+    (``find_packed_sequence_indices``, masking_utils.py:735) and ``sdpa_mask`` builds a
+    (B, 1, T, T) boolean block-diagonal causal mask (no ``is_causal`` skip, :996); torch's
+    ``scaled_dot_product_attention`` turns a boolean mask into an additive one of the
+    query's dtype (``convert_boolean_attn_mask``, aten/src/ATen/native/transformers/
+    attention.cpp) in every layer's call, and the kernel saves it for backward: B·T²·s a
+    layer (measured on CPU: exactly 4·T² a layer in FP32, and K/V repeated to every head).
+    Eager's mask is T×T packed or not (its own term under checkpointing)."""
+    if not setup.packed_sequences or setup.attention == "eager":
+        return 0
+    return setup.batch_size * setup.seq_len**2 * setup.activation_bytes
 
 
 def probs_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -292,6 +308,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             out["attention/quadratic/probs_cast"] = t2 * s
     else:
         out["attention/logsumexp"] = B * h * T * FP32
+        if setup.packed_sequences:
+            out["attention/packed_mask"] = packed_mask(setup)
         if spec.partial_rotary_factor < 1 or facts(spec).rotary_cat:
             # Partial rotary ``torch.cat``s the rotated and passed parts: Q comes out
             # head-major, SDPA's output follows Q's layout, and o_proj's reshape copies it.
@@ -431,6 +449,11 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         # (B, 1, T, T) in the embeddings' dtype; each checkpointed layer keeps it among
         # its inputs until its backward (without checkpointing nothing saves it).
         out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2 * r
+    elif setup.activation_checkpointing and setup.packed_sequences:
+        # SDPA's packed mask as sdpa_mask builds it, boolean, kept by every
+        # checkpointed layer among its inputs (each layer's additive copy is made again
+        # when it is recomputed)
+        out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2
     if spec.position_embedding == "rope":
         rotary = int(spec.head_size * spec.partial_rotary_factor)
         table = FP32 if facts(spec).rope_tables_fp32 else r

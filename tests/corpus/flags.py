@@ -204,6 +204,7 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("trainer-hf", ("--trainer", "hf")),
     ("trainer-trl", ("--trainer", "trl")),
     ("trainer-dpo", ("--trainer", "dpo")),
+    ("packed-sequences", ("--packed-sequences",)),
     ("dpo-reference-precomputed", ("--trainer", "dpo", "--dpo-reference", "precomputed")),
     ("json", ("--json",)),
     ("units-gib", ("--units", "gib")),
@@ -326,6 +327,8 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("trainer-dpo-liger", ("--trainer", "dpo", "--cross-entropy", "liger"))
     + (("--trainer", "--cross-entropy"),),
     ("dpo-reference-without-dpo", ("--dpo-reference", "precomputed"), ("--dpo-reference",)),
+    ("packed-sequences-reference", ("--impl", "reference", "--packed-sequences"))
+    + (("--packed-sequences",),),
 )
 #: Contradictions of one command: (command, label, flags after BASE, names).
 COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -349,6 +352,8 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     ("measure", "repeats-on-torch", ("--repeats", "3"), ("--repeats",)),
     ("measure", "dpo-reference-without-dpo", ("--dpo-reference", "precomputed"))
     + (("--dpo-reference",),),
+    ("measure", "packed-sequences-not-measured", ("--packed-sequences",))
+    + (("--packed-sequences",),),
     ("measure", "step-timeout-one-process", ("--step-timeout", "30"), ("--step-timeout",)),
     ("measure", "tp-not-measured", ("--tp", "2"), ("--tp",)),
     ("measure", "pp-not-measured", ("--pp", "2"), ("--pp",)),
