@@ -168,7 +168,7 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
         _dpo(keys, resolved)
     known = set(_keys.HF_TRAINING_ARGUMENTS)
     if trl and "model_name_or_path" in keys.data:
-        _model_config(keys, resolved)
+        _model_config(keys, resolved, flavour)
         known |= _keys.TRL_SCRIPT
     if flavour == "sft":
         known |= _keys.TRL_SFT | _keys.TRL_SFT_LEGACY
@@ -179,7 +179,7 @@ def read(keys: Keys, resolved: Resolved, flavour: str = "hf") -> None:
     keys.finish(known, resolved)
 
 
-def _model_config(keys: Keys, resolved: Resolved) -> None:
+def _model_config(keys: Keys, resolved: Resolved, flavour: str = "sft") -> None:
     """TRL's CLI config also carries ``ModelConfig`` (trl/trainer/model_config.py): the
     model, its dtype (float32 by default, :90), attention and the peft/bitsandbytes
     settings (``use_peft``, ``lora_r`` 16, ``lora_dropout`` 0.05, ``load_in_4bit``)."""
@@ -191,6 +191,8 @@ def _model_config(keys: Keys, resolved: Resolved) -> None:
     resolved.note(
         "a TRL CLI config: read as `trl sft --config` (SFTConfig's defaults); DPO keys would "
         "make it `trl dpo`"
+        if flavour == "sft"
+        else "a TRL CLI config with DPO keys: read as `trl dpo --config` (DPOConfig's defaults)"
     )
     dtype = keys.get("dtype", (str,))
     if dtype in ("bfloat16", "bf16"):

@@ -210,6 +210,8 @@ def setup_fields(resolved: Resolved, setup: TrainingSetup) -> list[tuple[str, An
 
     names = set(_record.field_names(setup))
     shown = list(SHOWN) + (list(LORA) if setup.finetune != "full" else [])
+    shown += ["dpo_reference"] if setup.trainer == "dpo" else []
+    shown += ["packed_sequences"] if setup.packed_sequences else []
     if setup.finetune != "qlora":
         shown = [f for f in shown if f != "double_quant"]
     out = []
