@@ -35,6 +35,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "llama4_text": deepseek.llama4_text,
     "llama4": deepseek.llama4,
     "qwen3_next": hybrid.qwen3_next,
+    "granitemoehybrid": hybrid.granitemoehybrid,
 }
 
 #: Other model_types with the same parameters as a registered family (same tensors, same

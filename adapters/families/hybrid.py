@@ -11,7 +11,7 @@ a depthwise conv, dt_bias, A_log, a gated RMSNorm, out_proj); ``Qwen3NextSparseM
 
 from __future__ import annotations
 
-from introspect.adapters.config_reader import Reader
+from introspect.adapters.config_reader import MISSING, Reader
 
 from introspect.layers import Attention, LayerKind, runs_from_list
 
@@ -70,6 +70,140 @@ def qwen3_next(r: Reader) -> dict:
         num_experts_per_tok=moe.top_k,
         intermediate_size=width,
         max_position_embeddings=context(r, 32768),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
+
+
+def mamba2_mixer(
+    r: Reader, d: int, *, keys: dict[str, tuple[str, ...]], defaults: dict, cls: str
+) -> Attention:
+    """The Mamba-2 mixer a config describes (``GraniteMoeHybridMambaLayer``,
+    ``NemotronHMamba2Mixer``): h heads of p, g groups of n states, a w-tap conv, the
+    scan's chunk. ``keys`` names each field's config keys (the families spell them
+    differently), ``defaults`` the class defaults. The width h·p must be the mixer's
+    ``expand``·d where the family derives it so (``mamba_d_head: "auto"``), and
+    g must divide h: one line naming the file and the key otherwise."""
+
+    def read(field: str) -> int:
+        default = defaults[field]
+        return r.integer(*keys[field], default=default, why=f"{cls} default {default}")
+
+    heads, groups = read("heads"), read("groups")
+    head_key, head = r.raw(*keys["head_dim"])
+    expand_keys = keys.get("expand")
+    if expand_keys:
+        expand = read("expand")
+        inner = expand * d
+        if inner % heads:
+            raise r.fail(
+                f"{keys['heads'][0]}={heads} must divide the mixer's width "
+                f"{expand_keys[0]}·hidden_size = {inner}"
+            )
+    if head is MISSING or head == "auto":
+        if not expand_keys:
+            raise r.fail(f"{head_key} is missing; a {r.model_type} config.json must give it")
+        head = inner // heads
+        r.assumptions.append(f"{head_key} absent or auto: {inner} / {heads} = {head}")
+    else:
+        head = r.integer(*keys["head_dim"])
+        if expand_keys and head * heads != inner:
+            raise r.fail(
+                f"{head_key}={head} × {keys['heads'][0]}={heads} is not the mixer's width "
+                f"{expand_keys[0]}·hidden_size = {inner}"
+            )
+    if heads % groups:
+        raise r.fail(f"{keys['groups'][0]}={groups} must divide {keys['heads'][0]}={heads}")
+    return Attention(
+        kind="mamba2",
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=1,
+        mamba_num_heads=heads,
+        mamba_head_dim=head,
+        mamba_state_size=read("state"),
+        mamba_n_groups=groups,
+        mamba_conv_kernel=read("conv"),
+        mamba_chunk_size=read("chunk"),
+        mamba_conv_bias=r.flag(keys["conv_bias"][0], defaults["conv_bias"], f"{cls} default"),
+        mamba_proj_bias=r.flag(keys["proj_bias"][0], defaults["proj_bias"], f"{cls} default"),
+    )
+
+
+#: GraniteMoeHybridConfig's mixer keys and defaults (configuration_granitemoehybrid.py).
+_GRANITE_MAMBA = dict(
+    keys={
+        "heads": ("mamba_n_heads",),
+        "head_dim": ("mamba_d_head",),
+        "state": ("mamba_d_state",),
+        "groups": ("mamba_n_groups",),
+        "conv": ("mamba_d_conv",),
+        "chunk": ("mamba_chunk_size",),
+        "expand": ("mamba_expand",),
+        "conv_bias": ("mamba_conv_bias",),
+        "proj_bias": ("mamba_proj_bias",),
+    },
+    defaults=dict(
+        heads=128, state=256, groups=1, conv=4, chunk=256, expand=2, conv_bias=True,
+        proj_bias=False,
+    ),
+)  # fmt: skip
+
+
+def granitemoehybrid(r: Reader) -> dict:
+    """GraniteMoeHybridConfig (Granite 4.0-H): ``layer_types`` of Mamba-2 mixers
+    ("mamba", read as transformers' "linear_attention") and attention layers, every layer
+    followed by the shared SwiGLU MLP (``shared_mlp``: one ``input_linear`` d → 2·f_s,
+    ``output_linear``) and, with ``num_local_experts`` > 0, a top-k mixture of experts
+    (``GraniteMoeHybridMoE``: a bias-free router, softmax over the top-k logits, experts
+    of ``intermediate_size``) beside it. RMSNorm pre-norm blocks; rotary positions only
+    with ``position_embedding_type: "rope"``; the multipliers (embedding, residual,
+    attention, logits) scale and keep nothing.
+
+    Source: ``transformers/models/granitemoehybrid/{configuration,modeling}_
+    granitemoehybrid.py`` (``GraniteMoeHybridDecoderLayer`` l. 943, the mixer l. 505)."""
+    cls = "GraniteMoeHybridConfig"
+    fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
+    fields["head_dim"] = None  # the attention reads hidden_size // heads (no head_dim key)
+    bias = r.flag("attention_bias", False, f"{cls} default false")
+    rope = r.text("position_embedding_type", default="none") == "rope"
+    fields.update(
+        qkv_bias=bias,
+        o_bias=bias,
+        position_embedding="rope" if rope else "none",
+        fused_linears=("gate_up",),
+    )
+    L = fields["num_hidden_layers"]
+    types = r.items("layer_types", str, length=L) or ["mamba"] * L
+    mixer = mamba2_mixer(r, fields["hidden_size"], cls=cls, **_GRANITE_MAMBA)
+    full = attention(fields, rope=rope)
+    shared = r.integer("shared_intermediate_size", default=1024, why=f"{cls} default 1024")
+    experts = r.count("num_local_experts", 8, f"{cls} default 8")
+    if experts:
+        ff = dense(
+            fields,
+            intermediate_size=fields["intermediate_size"],
+            num_experts=experts,
+            top_k=r.integer("num_experts_per_tok", default=2, why=f"{cls} default 2"),
+            shared_intermediate_size=shared,
+            router="topk_softmax",
+        )
+    else:
+        ff = dense(fields, intermediate_size=shared)
+    kinds = []
+    for t in types:
+        kind = {"mamba": "mamba2", "linear_attention": "mamba2"}.get(t, LAYER_TYPES.get(t))
+        if t == "attention":
+            kind = "full"
+        if kind not in ("mamba2", "full"):
+            raise r.fail(f"layer_types: {t!r} is not a layer type granitemoehybrid has")
+        kinds.append(LayerKind(attention=mixer if kind == "mamba2" else full, feed_forward=ff))
+    fields.update(
+        intermediate_size=ff.intermediate_size,
+        num_local_experts=ff.num_experts,
+        num_experts_per_tok=ff.top_k,
+        max_position_embeddings=context(r, 2048),
         tie_word_embeddings=r.tied(False, cls),
         layers=runs_from_list(kinds),
     )

@@ -134,13 +134,17 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
       (:func:`introspect.refined.deltanet.saved`; equal to a census of the real module,
       ``tests/test_deltanet.py``), plus the layer's ``out`` as for the other kinds.
     """
-    from introspect.refined import deltanet
+    from introspect.refined import deltanet, mamba2
 
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, att = B * T, kind.attention
     h = att.num_attention_heads
     if att.kind == "linear":
         out = deltanet.saved(att, setup, spec.hidden_size)
+        out["attention/linear/out"] = BT * spec.hidden_size * s
+        return out
+    if att.kind == "mamba2":
+        out = mamba2.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
     kv = kv_saved_width(spec, setup, kind)
@@ -223,8 +227,9 @@ def autocast_weight_bytes(spec: ModelSpec, kind: LayerKind) -> int:
 
     parts = layer_by_component(spec, kind)
     experts = parts["experts"] if kind.feed_forward.all_experts else 0
-    # Gated DeltaNet's own copies are its kernel's terms (introspect.refined.deltanet).
-    attention = 0 if kind.attention.kind == "linear" else parts["attention"]
+    # Gated DeltaNet's and Mamba-2's own copies are their kernels' terms
+    # (introspect.refined.deltanet, introspect.refined.mamba2).
+    attention = 0 if kind.attention.kind in ("linear", "mamba2") else parts["attention"]
     return 2 * (attention + parts["mlp"] + parts["router"] + experts)
 
 
