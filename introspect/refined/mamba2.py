@@ -141,3 +141,30 @@ def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, i
         weights = d * proj + inner * d + conv * w
         out["attention/linear/autocast_weights"] = weights * BF16
     return out
+
+
+def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
+    """Bytes the mixer's backward holds beyond its saved set at its peak, which is inside
+    the gated RMSNorm's backward (``pow(2).mean`` of the gated FP32 product): five
+    B·T·I FP32 gradients are alive — the weight multiply's input gradient, ``mean``'s
+    expanded gradient (``div``), and ``pow``'s backward (``pow(x, 1)``, ``· 2`` and the
+    product with the incoming gradient) — while the backward already freed x·rstd (after
+    the weight multiply's backward) and the rstd (after the rstd multiply's) and, under
+    autocast, out_proj's BF16 weight copy (the context out_proj saved is not in the
+    attention side, so it is not subtracted here). Read from a live-storage trace of the
+    real module's backward (``tests/test_ssm.py``); the residual stream's gradient is the
+    caller's."""
+    B, T = setup.batch_size, setup.seq_len
+    inner = att.mamba_num_heads * att.mamba_head_dim
+    rows = B * T * inner
+    freed = rows * FP32 + B * T * att.mamba_n_groups * FP32
+    if setup.precision == "amp":
+        freed += inner * hidden_size * BF16
+    return 5 * rows * FP32 - freed
+
+
+def made_before_peak(att: Attention, hidden_size: int) -> int:
+    """Parameters whose gradients exist at the mixer's backward peak: out_proj's (and its
+    bias) and the gated norm's weight, whose backwards run first."""
+    inner = att.mamba_num_heads * att.mamba_head_dim
+    return inner * hidden_size + (hidden_size if att.mamba_proj_bias else 0) + inner
