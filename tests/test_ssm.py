@@ -184,3 +184,21 @@ def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
     assert main(["profile", str(path)]) == 2
     line = _one_line_error(capsys)
     assert str(path) in line and key in line
+
+
+@pytest.mark.parametrize(
+    "flags,flag",
+    [
+        (["--finetune", "lora"], "--finetune lora"),
+        (["--framework", "mlx"], "--framework mlx"),
+        (["--impl", "reference"], "--impl reference"),
+        (["--tp", "2"], "--tp 2"),
+        (["--offload-activations"], "--offload-activations"),
+    ],
+)
+def test_setups_the_mamba2_closed_form_does_not_model_are_refused(tmp_path, capsys, flags, flag):
+    path = tmp_path / "granite.json"
+    path.write_text(json.dumps(GRANITE))
+    assert main(["profile", str(path), *flags]) == 2
+    line = _one_line_error(capsys)
+    assert line.split("error: ")[1].startswith(flag) and "Mamba-2" in line

@@ -352,6 +352,8 @@ def describe_kind(kind) -> str:
         "sliding": f"sliding window {a.window}",
         "chunked": f"chunked {a.window}",
         "linear": "linear attention",
+        "mamba2": f"Mamba-2 mixer ({a.mamba_num_heads} heads of {a.mamba_head_dim}, "
+        f"{a.mamba_n_groups}×{a.mamba_state_size} states, chunk {a.mamba_chunk_size})",
         "mla": f"MLA (latent {a.kv_lora_rank}, q rank {a.q_lora_rank})",
     }[a.kind]
     if a.sinks:
