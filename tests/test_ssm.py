@@ -48,6 +48,17 @@ GRANITE = {
     "position_embedding_type": "rope",
 }
 MOE = {"num_local_experts": 4, "num_experts_per_tok": 2}
+#: Bamba at the same shape: its mixer is Granite's; attention on layer 1, gated MLPs, and
+#: rotary positions on half of each head.
+BAMBA = {
+    "model_type": "bamba",
+    **{k: GRANITE[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads")},
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "intermediate_size": 96,
+    "attn_layer_indices": [1],
+    **{k: v for k, v in GRANITE.items() if k.startswith("mamba_")},
+}
 
 
 def _mixer(heads: int, head_dim: int, groups: int, state: int, chunk: int):
@@ -122,12 +133,20 @@ def test_mamba2_saved_set_equals_the_census(precision, B, T, shape):
     ],
 )
 def test_granite_parameter_count_is_the_meta_build(extra):
-    config = {**GRANITE, **extra}
+    _count_is_the_meta_build({**GRANITE, **extra})
+
+
+@pytest.mark.parametrize("extra", [{}, {"mamba_proj_bias": True, "attention_bias": True}])
+def test_bamba_parameter_count_is_the_meta_build(extra):
+    _count_is_the_meta_build({**BAMBA, **extra})
+
+
+def _count_is_the_meta_build(config: dict) -> None:
     spec = spec_from_config(dict(config))
     keys = {k: v for k, v in config.items() if k != "model_type"}
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model("granitemoehybrid", **keys)
+            transformers.AutoConfig.for_model(config["model_type"], **keys)
         )
     assert not spec.unmodelled
     assert spec.n_params == sum(p.numel() for p in model.parameters())
@@ -151,11 +170,13 @@ def _measured(tmp_path, capsys, config: dict, flags: list[str], B: int, T: int) 
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
-@pytest.mark.parametrize("variant,B,T", [("dense", 2, 64), ("moe", 2, 64), ("dense", 1, 100)])
+@pytest.mark.parametrize(
+    "variant,B,T", [("dense", 2, 64), ("moe", 2, 64), ("dense", 1, 100), ("bamba", 2, 64)]
+)
 def test_granite_closed_form_is_within_3_percent_of_the_dry_run(
     tmp_path, capsys, setup, variant, B, T
 ):
-    config = {**GRANITE, **(MOE if variant == "moe" else {})}
+    config = {"dense": GRANITE, "moe": {**GRANITE, **MOE}, "bamba": BAMBA}[variant]
     row = _measured(tmp_path, capsys, config, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
 

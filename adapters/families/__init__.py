@@ -36,6 +36,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "llama4": deepseek.llama4,
     "qwen3_next": hybrid.qwen3_next,
     "granitemoehybrid": hybrid.granitemoehybrid,
+    "bamba": hybrid.bamba,
 }
 
 #: Other model_types with the same parameters as a registered family (same tensors, same

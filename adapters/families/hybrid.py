@@ -208,3 +208,42 @@ def granitemoehybrid(r: Reader) -> dict:
         layers=runs_from_list(kinds),
     )
     return fields
+
+
+def bamba(r: Reader) -> dict:
+    """BambaConfig: Mamba-2 mixers (the mixer and its keys are Granite 4.0-H's:
+    ``BambaMixer`` is ``GraniteMoeHybridMambaLayer`` line for line) with attention on
+    ``attn_layer_indices`` (``layers_block_type``), each followed by a gated MLP
+    (gate/up/down of ``intermediate_size``); RMSNorm pre-norm blocks; rotary positions on
+    half of each head (``partial_rotary_factor`` hard-coded 0.5 in ``__post_init__``).
+
+    Source: ``transformers/models/bamba/{configuration,modeling}_bamba.py``
+    (``BambaDecoderLayer`` l. 842, ``BambaMixer`` l. 584)."""
+    cls = "BambaConfig"
+    fields = rmsnorm_gated(r, kv=8, head_dim=None, cls=cls)
+    fields["head_dim"] = None  # the attention reads hidden_size // heads (no head_dim key)
+    bias = r.flag("attention_bias", False, f"{cls} default false")
+    fields.update(
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=r.flag("mlp_bias", False, f"{cls} default false"),
+        partial_rotary_factor=0.5,
+    )
+    L = fields["num_hidden_layers"]
+    indices = r.items("attn_layer_indices", int) or []
+    if any(not 0 <= i < L for i in indices):
+        raise r.fail(f"attn_layer_indices: {indices} names a layer outside 0..{L - 1}")
+    defaults = dict(_GRANITE_MAMBA["defaults"], heads=128, state=256, chunk=256)
+    mixer = mamba2_mixer(r, fields["hidden_size"], cls=cls, keys=_GRANITE_MAMBA["keys"],
+                         defaults=defaults)  # fmt: skip
+    ff = dense(fields)
+    full = attention(fields)
+    kinds = [
+        LayerKind(attention=full if i in indices else mixer, feed_forward=ff) for i in range(L)
+    ]
+    fields.update(
+        max_position_embeddings=context(r, 262144),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
