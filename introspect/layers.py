@@ -24,9 +24,9 @@ TYPE_CHECKING = False  # typing's flag without importing typing (see introspect.
 if TYPE_CHECKING:
     from typing import Literal
 
-    AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla", "mamba2"]
+    AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla", "mamba2", "none"]
 
-ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2", "none")
 #: The Mamba-2 mixer's size fields (:class:`Attention`), each positive.
 MAMBA2_FIELDS = (
     "mamba_num_heads",
@@ -37,7 +37,10 @@ MAMBA2_FIELDS = (
     "mamba_chunk_size",
 )
 QK_NORMS = ("none", "head", "full", "l2")
-FFN_KINDS = ("plain", "gated")
+#: ``none``: a block whose one branch is its mixer (Nemotron-H's Mamba-2 and attention
+#: blocks); an attention kind ``none`` is a block whose one branch is its feed-forward
+#: (Nemotron-H's MLP blocks). Their placeholder sizes are read by no estimator.
+FFN_KINDS = ("plain", "gated", "none")
 ROUTERS = ("softmax", "topk_softmax", "sigmoid")
 
 
@@ -51,7 +54,8 @@ class Attention:
     (DeepSeek-V2/V3); ``linear`` is a Gated DeltaNet layer (Qwen3-Next) with a
     ``linear_key_head_dim × linear_value_head_dim`` state per value head; ``mamba2`` a
     Mamba-2 mixer (Nemotron-H, Granite 4.0-H: :mod:`introspect.refined.mamba2`), whose
-    attention head fields are placeholders no estimator reads.
+    attention head fields are placeholders no estimator reads; ``none`` no mixer (a block
+    that is its feed-forward alone).
     """
 
     kind: AttentionKind = "full"

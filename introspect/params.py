@@ -72,6 +72,8 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
     """
     att = att or spec.default_kind.attention
     d = spec.hidden_size
+    if att.kind == "none":
+        return 0
     if att.kind == "mla":
         h, qk, r_kv = att.num_attention_heads, att.qk_head_dim, att.kv_lora_rank
         if att.q_lora_rank is None:
@@ -129,6 +131,8 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
 def dense_ffn_params(d: int, width: int, ffn: str, bias: bool) -> int:
     """One feed-forward d→width→d: plain (2·d·f) or gated (3·d·f), with biases (f per
     up-side projection, d for down) where present."""
+    if ffn == "none":
+        return 0
     matrices = 3 if ffn == "gated" else 2
     total = matrices * d * width
     if bias:

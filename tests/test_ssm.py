@@ -141,7 +141,46 @@ def test_bamba_parameter_count_is_the_meta_build(extra):
     _count_is_the_meta_build({**BAMBA, **extra})
 
 
-def _count_is_the_meta_build(config: dict) -> None:
+#: Nemotron-H: single-branch blocks (Mamba-2, MLP, Mamba-2, attention, MLP).
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 5,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "intermediate_size": 128,
+    "hybrid_override_pattern": "M-M*-",
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 16,
+    "ssm_state_size": 8,
+    "n_groups": 2,
+    "chunk_size": 16,
+}
+
+
+@pytest.mark.parametrize(
+    "extra", [{}, {"use_bias": True, "use_conv_bias": False, "mlp_bias": True}]
+)
+def test_nemotron_h_parameter_count_is_the_meta_build(extra):
+    spec = _count_is_the_meta_build({**NEMOTRON_H, **extra}, check_runs=False)
+    blocks = [(r.kind.attention.kind, r.kind.feed_forward.ffn) for r in spec.runs]
+    assert blocks == [
+        ("mamba2", "none"), ("none", "plain"), ("mamba2", "none"), ("full", "none"),
+        ("none", "plain"),
+    ]  # fmt: skip
+    assert all(r.kind.norms == 1 for r in spec.runs)
+
+
+def test_nemotron_h_with_routed_experts_is_answered_by_the_dry_run():
+    """Its routed-expert blocks (E) are not modelled: the config is read from
+    transformers' build, whose unmodelled parts refuse the closed form (as before)."""
+    spec = spec_from_config({**NEMOTRON_H, "hybrid_override_pattern": "M-ME*"})
+    assert spec.unmodelled and spec.layers == ()
+
+
+def _count_is_the_meta_build(config: dict, check_runs: bool = True):
     spec = spec_from_config(dict(config))
     keys = {k: v for k, v in config.items() if k != "model_type"}
     with torch.device("meta"):
@@ -150,7 +189,9 @@ def _count_is_the_meta_build(config: dict) -> None:
         )
     assert not spec.unmodelled
     assert spec.n_params == sum(p.numel() for p in model.parameters())
-    assert [r.kind.attention.kind for r in spec.runs] == ["mamba2", "full", "mamba2"]
+    if check_runs:
+        assert [r.kind.attention.kind for r in spec.runs] == ["mamba2", "full", "mamba2"]
+    return spec
 
 
 SETUPS = {
@@ -171,12 +212,14 @@ def _measured(tmp_path, capsys, config: dict, flags: list[str], B: int, T: int) 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
 @pytest.mark.parametrize(
-    "variant,B,T", [("dense", 2, 64), ("moe", 2, 64), ("dense", 1, 100), ("bamba", 2, 64)]
+    "variant,B,T",
+    [("dense", 2, 64), ("moe", 2, 64), ("dense", 1, 100), ("bamba", 2, 64), ("nemotron_h", 2, 64)],
 )
 def test_granite_closed_form_is_within_3_percent_of_the_dry_run(
     tmp_path, capsys, setup, variant, B, T
 ):
-    config = {"dense": GRANITE, "moe": {**GRANITE, **MOE}, "bamba": BAMBA}[variant]
+    configs = {"dense": GRANITE, "moe": {**GRANITE, **MOE}, "bamba": BAMBA}
+    config = {**configs, "nemotron_h": NEMOTRON_H}[variant]
     row = _measured(tmp_path, capsys, config, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
 

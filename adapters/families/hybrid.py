@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from introspect.adapters.config_reader import MISSING, Reader
 
-from introspect.layers import Attention, LayerKind, runs_from_list
+from introspect.layers import Attention, FeedForward, LayerKind, runs_from_list
 
 from ._common import LAYER_TYPES, attention, context, dense, rmsnorm_gated
 from .moe import _sparse_layers
@@ -101,9 +101,11 @@ def mamba2_mixer(
                 f"{keys['heads'][0]}={heads} must divide the mixer's width "
                 f"{expand_keys[0]}·hidden_size = {inner}"
             )
-    if head is MISSING or head == "auto":
+    if head is MISSING and not expand_keys:
+        head = read("head_dim")
+    elif head is MISSING or head == "auto":
         if not expand_keys:
-            raise r.fail(f"{head_key} is missing; a {r.model_type} config.json must give it")
+            raise r.fail(f"{head_key}: {head!r} is not a head width")
         head = inner // heads
         r.assumptions.append(f"{head_key} absent or auto: {inner} / {heads} = {head}")
     else:
@@ -243,6 +245,104 @@ def bamba(r: Reader) -> dict:
     ]
     fields.update(
         max_position_embeddings=context(r, 262144),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
+
+
+#: NemotronHConfig's mixer keys (and their legacy names, which ``__post_init__`` maps) and
+#: defaults (configuration_nemotron_h.py): the width is heads × head_dim (no expand).
+_NEMOTRON_MAMBA = dict(
+    keys={
+        "heads": ("mamba_num_heads",),
+        "head_dim": ("mamba_head_dim",),
+        "state": ("ssm_state_size",),
+        "groups": ("n_groups", "mamba_n_groups"),
+        "conv": ("conv_kernel", "mamba_d_conv"),
+        "chunk": ("chunk_size", "mamba_chunk_size"),
+        "conv_bias": ("use_conv_bias",),
+        "proj_bias": ("use_bias",),
+    },
+    defaults=dict(
+        heads=128, head_dim=64, state=128, groups=8, conv=4, chunk=128, conv_bias=True,
+        proj_bias=False,
+    ),
+)  # fmt: skip
+
+#: ``hybrid_override_pattern``'s characters (NemotronHConfig._pattern_to_list).
+_NEMOTRON_BLOCKS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def nemotron_h(r: Reader) -> dict:
+    """NemotronHConfig (Nemotron-H): a stack of single-branch blocks, each one RMSNorm, one
+    mixer and a residual add (``NemotronHBlock``, l. 934) — a Mamba-2 mixer (``M``), an
+    attention without positions (``*``: ``NemotronHAttention`` has no rotary), or a plain
+    MLP (``-``: up, ReLU², down of ``intermediate_size``) — read from ``layers_block_type``
+    / ``hybrid_override_pattern``. A block is a layer kind with one norm whose other branch
+    is ``none``. Routed-expert blocks (``E``, ``NemotronHMoE``: a sigmoid router with
+    groups, non-gated experts and a latent projection) are not modelled: such a config is
+    read from transformers' build and answered by the dry run
+    (:class:`~introspect.adapters.families.BuildInstead`).
+
+    Source: ``transformers/models/nemotron_h/{configuration,modeling}_nemotron_h.py``."""
+    from . import BuildInstead
+
+    cls = "NemotronHConfig"
+    shape = {
+        "hidden_size": r.integer("hidden_size"),
+        "num_attention_heads": r.integer("num_attention_heads"),
+        "vocab_size": r.integer("vocab_size"),
+    }
+    types = r.items("layers_block_type", str)
+    if types is None:
+        key, pattern = r.raw("hybrid_override_pattern")
+        if pattern is MISSING or not isinstance(pattern, str) or not pattern:
+            raise r.fail(f"{key} is missing; a nemotron_h config.json must give its blocks")
+        unknown = sorted(set(pattern) - set(_NEMOTRON_BLOCKS))
+        if unknown:
+            raise r.fail(f"{key}: {''.join(unknown)!r} is not a block (M, *, - or E)")
+        types = [_NEMOTRON_BLOCKS[c] for c in pattern]
+    if "moe" in types:
+        n = types.count("moe")
+        raise BuildInstead(f"NemotronHMoE (routed-expert blocks, E) in {n} of {len(types)} layers")
+    L = len(types)
+    given = r.integer("num_hidden_layers", default=L)
+    if given != L:
+        r.assumptions.append(f"num_hidden_layers={given} ignored: the pattern has {L} blocks")
+    d = shape["hidden_size"]
+    fields = dict(
+        shape,
+        num_hidden_layers=L,
+        num_key_value_heads=r.kv_heads(8, cls),
+        head_dim=r.integer("head_dim", default=128, why=f"{cls} default 128"),
+        intermediate_size=r.integer("intermediate_size"),
+        norm="rmsnorm",
+        norm_bias=False,
+        ffn="plain",
+        hidden_act=r.text("mlp_hidden_act", default="relu2"),
+        position_embedding="none",
+        norms_per_layer=1,
+        mlp_bias=r.flag("mlp_bias", False, f"{cls} default false"),
+    )
+    mixer = mamba2_mixer(r, d, cls=cls, **_NEMOTRON_MAMBA)
+    bias = r.flag("attention_bias", False, f"{cls} default false")
+    full = attention(fields, rope=False, qkv_bias=bias, o_bias=bias)
+    none_ff = FeedForward(ffn="none", intermediate_size=1)
+    mlp = dense(fields, ffn="plain")
+    no_mixer = Attention(kind="none", num_attention_heads=1, num_key_value_heads=1, head_dim=1)
+    blocks = {
+        "linear_attention": LayerKind(attention=mixer, feed_forward=none_ff, norms=1),
+        "full_attention": LayerKind(attention=full, feed_forward=none_ff, norms=1),
+        "mlp": LayerKind(attention=no_mixer, feed_forward=mlp, norms=1),
+    }
+    kinds = []
+    for t in types:
+        if t not in blocks:
+            raise r.fail(f"layers_block_type: {t!r} is not a nemotron_h block")
+        kinds.append(blocks[t])
+    fields.update(
+        max_position_embeddings=context(r, 4096),
         tie_word_embeddings=r.tied(False, cls),
         layers=runs_from_list(kinds),
     )

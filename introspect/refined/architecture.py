@@ -77,6 +77,8 @@ def attention_linear_values(
     decay and beta (``gates``). Mamba-2: x and the output of its width I, B and C of
     g·n each, and the gate z and dt (``gates``)."""
     att = (kind or spec.default_kind).attention
+    if att.kind == "none":
+        return {}
     out = {
         "q": tokens * att.q_dim,
         "k": tokens * att.k_dim,
@@ -123,6 +125,8 @@ def attention_quadratic_values(
     (gpt-oss). Linear attention has no T² term: its state is ``B·h_v·d_k·d_v`` per chunk of
     :data:`LINEAR_CHUNK` tokens."""
     att = (kind or spec.default_kind).attention
+    if att.kind == "none":
+        return {}
     if att.kind == "linear":
         chunks = -(-T // LINEAR_CHUNK)
         state = att.linear_num_value_heads * att.linear_key_head_dim * att.linear_value_head_dim
@@ -156,6 +160,8 @@ def feed_forward_values(
     ff = (kind or spec.default_kind).feed_forward
     d, f = spec.hidden_size, ff.intermediate_size
     k = ff.top_k if ff.is_moe else 1
+    if ff.ffn == "none":
+        return {"down": tokens * d}  # the block's output
     out: dict[str, int] = {}
     if ff.ffn == "gated":
         out["gate"] = k * tokens * f

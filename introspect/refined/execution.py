@@ -367,6 +367,8 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     impl = implementation_of(spec, setup)
     att = spec.kinds[0][0].attention
+    if att.kind == "none":  # a feed-forward-only block: no mixer backward
+        return 0
     if att.kind == "mamba2":
         # A Mamba-2 mixer: its gated norm's backward, beside the residual stream's
         # gradient (no V).
@@ -385,7 +387,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
 def ffn_buffers(spec: ModelSpec) -> int:
     """B·T·f-wide gradients alive inside a feed-forward's backward: the activation's and
     the up projection's, and a gated one's product's."""
-    return 3 if spec.ffn == "gated" else 2
+    return {"gated": 3, "plain": 2}.get(spec.ffn, 0)  # none: a mixer-only block
 
 
 def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -746,7 +748,9 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
     current = impl.at_attention_backward(spec, setup, full, side)
     att = spec.kinds[0][0].attention
-    if att.kind == "mamba2":
+    if att.kind == "none":
+        side = 0
+    elif att.kind == "mamba2":
         from introspect.refined import mamba2
 
         # The kind's own mixer (the flat fields of ``spec.for_kind`` describe an attention).

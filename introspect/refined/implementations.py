@@ -54,6 +54,7 @@ import functools
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved, reference
 from introspect.refined.stream import is_amp, residual_bytes
+from introspect.refined.transformers_classes import facts
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -242,6 +243,9 @@ class TransformersAroundReference(Transformers):
             for name in ("attention/linear/out", "feed_forward/down"):
                 if name in out:
                     out[name] = out[name] // s * kept
+            if facts(spec).fp32_normalized and "layernorm/normalized" in out:
+                # x·rstd multiplied by the FP32 weight before the cast back (NemotronH).
+                out["layernorm/normalized"] = out["layernorm/normalized"] // s * FP32
         return out
 
 

@@ -139,6 +139,14 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, att = B * T, kind.attention
     h = att.num_attention_heads
+    if att.kind == "none":
+        return {}
+    if kind.feed_forward.ffn == "none":
+        # One branch: the mixer's output goes straight into the residual add, which keeps
+        # nothing; the block's output is the feed-forward's ``down`` term.
+        single = _attention(spec, setup, _with_feed_forward(kind))
+        single.pop("attention/linear/out", None)
+        return single
     if att.kind == "linear":
         out = deltanet.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
@@ -186,6 +194,14 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         width = att.qk_rope_head_dim if att.kind == "mla" else att.head_dim
         out["attention/rope"] = 4 * T * width * s
     return out
+
+
+def _with_feed_forward(kind: LayerKind) -> LayerKind:
+    """``kind`` with a placeholder feed-forward (the mixer's own terms do not read it)."""
+    from introspect import _record
+    from introspect.layers import FeedForward
+
+    return _record.replace(kind, feed_forward=FeedForward(ffn="plain", intermediate_size=1))
 
 
 def per_layer(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
