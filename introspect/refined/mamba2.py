@@ -50,13 +50,14 @@ Terms, by the line that keeps them (storages count once; parameters and the inpu
 * Under autocast, ``input_casts`` (in_proj's BF16 cast of the FP32 norm output, B·T·d·2)
   and ``autocast_weights`` (in_proj, out_proj, conv: (d·P + I·d + C·w)·2).
 
-The fused kernels (``mamba_ssm``'s ``mamba_split_conv1d_scan_combined``, CUDA only) keep
-instead only what their backward recomputes from: in_proj's output (zxbcdt), the conv
-weight, dt, A, D, the norm weight and its rstd, and out_proj's input — no chunk matrices
-and no FP32 copies (``mamba_ssm/ops/triton/ssd_combined.py``,
-``MambaSplitConv1dScanCombinedFn.forward``: ``ctx.save_for_backward(zxbcdt, conv1d_weight,
-conv1d_bias, out_x, A, D, dt_bias, initial_states, seq_idx, rmsnorm_weight, rstd,
-outproj_weight, outproj_bias)``): not modelled here (no CUDA kernels on this machine).
+The fused kernels (``mamba_ssm``'s ``mamba_split_conv1d_scan_combined``, CUDA and triton
+only; ``state-spaces/mamba``, ``mamba_ssm/ops/triton/ssd_combined.py``,
+``MambaSplitConv1dScanCombinedFn.forward``) keep instead ``ctx.save_for_backward(zxbcdt,
+conv1d_weight, conv1d_bias, out_x, A, D, dt_bias, initial_states, seq_idx,
+rmsnorm_weight, rstd, outproj_weight, outproj_bias)``: in_proj's output (B·T·P·a), the
+scan's output before the gated norm (B·T·I·a) and one rstd per row and group — no conv
+output, no FP32 copies, no chunk matrices (the backward recomputes them). Not modelled
+here: no CUDA kernels on this machine, so nothing measures it.
 
 Checked against a census of the real module (``tests/test_ssm.py``): equal to the byte in
 FP32, BF16 and autocast for T padded and a multiple of the chunk, one or more chunks,
