@@ -30,7 +30,7 @@ from introspect.spec import ModelSpec
 from .config_file import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
 from .config_file import load_config as load_config
 from .config_reader import Reader
-from .families import ALIASES, REGISTRY
+from .families import ALIASES, REGISTRY, BuildInstead
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
@@ -105,6 +105,14 @@ def spec_from_config(
     reader = Reader(config, model_type, where, defaults=fill)
     try:
         fields = read(reader)
+    except BuildInstead as e:
+        if with_hf:
+            spec = hft.spec_from_build(config, model_type, where=where, source=source or where)
+            return spec.replace(unmodelled=(str(e), *spec.unmodelled))
+        raise UnsupportedArchitecture(
+            f"{where}: model_type {model_type!r} holds parts no reader models; install "
+            "transformers to read it from its build"
+        ) from None
     except ValueError as e:  # a layer kind's own invariant (top-k, window, heads)
         raise ConfigError(f"{where}: {e}") from e
     for key, value in execution_facts(config, family).items():

@@ -534,7 +534,46 @@ def check_model(spec: Any, setup: Any) -> None:
             "its logits (final_logit_softcapping), which the library losses here are not "
             "priced or run with; use --cross-entropy standard"
         )
+    check_state_space(spec, setup)
     check_parallel(spec, setup)
+
+
+#: Setups the Mamba-2 closed form (introspect.refined.mamba2: transformers' torch path,
+#: checked against its census and dry run) does not price, each as (flag, what it would
+#: need): another framework's or our reference model's mixer, adapters on its
+#: projections, its split across tensor-parallel ranks, its saved set packed to the host.
+STATE_SPACE_UNMODELLED = (
+    ("--framework", "framework", lambda s: s.framework != "torch", "mlx-lm's own mixer"),
+    ("--impl", "implementation", lambda s: s.implementation != "transformers", "a reference mixer"),
+    ("--finetune", "finetune", lambda s: s.finetune != "full", "LoRA on in_proj/out_proj"),
+    ("--tp", "tensor_parallel", lambda s: s.tensor_parallel > 1, "a Mamba-2 split over ranks"),
+    (
+        "--offload-activations",
+        "offload_activations",
+        lambda s: s.offload_activations,
+        "the mixer's packed saved set",
+    ),
+)
+
+
+def check_state_space(spec: Any, setup: Any) -> None:
+    """One line for a setup the Mamba-2 closed form does not model
+    (:data:`STATE_SPACE_UNMODELLED`), naming the flag: the closed form prices
+    transformers' torch path in full training only; the dry run
+    (``introspect measure --device fake``) still answers transformers' setups."""
+    n = sum(count for kind, count in spec.kinds if kind.attention.kind == "mamba2")
+    if not n:
+        return
+    for flag, field, applies, needs in STATE_SPACE_UNMODELLED:
+        if applies(setup):
+            value = getattr(setup, field)
+            given = flag if isinstance(value, bool) else f"{flag} {value}"
+            raise NotApplicable(
+                f"{given}: {spec.source or spec.model_type} has Mamba-2 mixers in {n} of "
+                f"{spec.num_hidden_layers} layers, which the closed form models as "
+                f"transformers' torch path in full training only ({needs} is not "
+                f"modelled); drop {flag}"
+            )
 
 
 def check_parallel(spec: Any, setup: Any) -> None:
@@ -565,6 +604,11 @@ def check_parallel(spec: Any, setup: Any) -> None:
             dims += [
                 ("linear-attention key heads", a.linear_num_key_heads),
                 ("linear-attention value heads", a.linear_num_value_heads),
+            ]
+        elif a.kind == "mamba2":
+            dims = [
+                ("Mamba-2 heads", a.mamba_num_heads),
+                ("Mamba-2 groups", a.mamba_n_groups),
             ]
         elif a.kind != "mla":
             dims.append(("K/V heads", a.num_key_value_heads))

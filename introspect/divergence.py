@@ -233,6 +233,20 @@ def stack_flags(spec: ModelSpec) -> list[Flag]:
                 f"linear {n}/{L}",
             )
         )
+    n, kind = _layers_with(spec, lambda k: k.attention.kind == "mamba2")
+    if kind is not None:
+        a = kind.attention
+        out.append(
+            Flag(
+                "mamba2",
+                f"Mamba-2 mixers on {n} of {L} layers: no T×T scores; transformers' torch "
+                f"scan keeps {a.mamba_chunk_size}×{a.mamba_chunk_size} chunk matrices per head "
+                "and FP32 copies (introspect.refined.mamba2); on CUDA with mamba-ssm and "
+                "causal-conv1d installed transformers runs their fused kernels, which keep "
+                "far less: not modelled",
+                f"mamba2 {n}/{L}",
+            )
+        )
     if spec.tower_parameters:
         out.append(Flag("tower", f"{spec.tower}: {spec.tower_parameters:,} parameters", "tower"))
     if spec.unbuilt_parameters:

@@ -24,11 +24,23 @@ TYPE_CHECKING = False  # typing's flag without importing typing (see introspect.
 if TYPE_CHECKING:
     from typing import Literal
 
-    AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla"]
+    AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla", "mamba2", "none"]
 
-ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2", "none")
+#: The Mamba-2 mixer's size fields (:class:`Attention`), each positive.
+MAMBA2_FIELDS = (
+    "mamba_num_heads",
+    "mamba_head_dim",
+    "mamba_state_size",
+    "mamba_n_groups",
+    "mamba_conv_kernel",
+    "mamba_chunk_size",
+)
 QK_NORMS = ("none", "head", "full", "l2")
-FFN_KINDS = ("plain", "gated")
+#: ``none``: a block whose one branch is its mixer (Nemotron-H's Mamba-2 and attention
+#: blocks); an attention kind ``none`` is a block whose one branch is its feed-forward
+#: (Nemotron-H's MLP blocks). Their placeholder sizes are read by no estimator.
+FFN_KINDS = ("plain", "gated", "none")
 ROUTERS = ("softmax", "topk_softmax", "sigmoid")
 
 
@@ -40,7 +52,10 @@ class Attention:
     (queries see keys of their own ``window``-token chunk, Llama 4) share the Q/K/V/O
     projections; ``mla`` compresses K/V (and optionally Q) through low-rank latents
     (DeepSeek-V2/V3); ``linear`` is a Gated DeltaNet layer (Qwen3-Next) with a
-    ``linear_key_head_dim × linear_value_head_dim`` state per value head.
+    ``linear_key_head_dim × linear_value_head_dim`` state per value head; ``mamba2`` a
+    Mamba-2 mixer (Nemotron-H, Granite 4.0-H: :mod:`introspect.refined.mamba2`), whose
+    attention head fields are placeholders no estimator reads; ``none`` no mixer (a block
+    that is its feed-forward alone).
     """
 
     kind: AttentionKind = "full"
@@ -73,6 +88,19 @@ class Attention:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
+    # -- Mamba-2 mixer (Nemotron-H, Granite 4.0-H: ``mamba_n_heads`` heads of
+    # ``mamba_d_head``, ``mamba_n_groups`` groups of ``mamba_d_state`` states, a depthwise
+    # conv of ``mamba_d_conv`` taps, the scan in chunks of ``mamba_chunk_size``)
+    mamba_num_heads: int = 0
+    mamba_head_dim: int = 0
+    mamba_state_size: int = 0
+    mamba_n_groups: int = 0
+    mamba_conv_kernel: int = 0
+    mamba_chunk_size: int = 0
+    #: Bias on the depthwise conv (``mamba_conv_bias``) and on in_proj/out_proj
+    #: (``mamba_proj_bias``).
+    mamba_conv_bias: bool = True
+    mamba_proj_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
@@ -107,6 +135,14 @@ class Attention:
                 "linear_conv_kernel_dim",
             ):
                 _positive(name, getattr(self, name))
+        if self.kind == "mamba2":
+            for name in MAMBA2_FIELDS:
+                _positive(name, getattr(self, name))
+            if self.mamba_num_heads % self.mamba_n_groups:
+                raise ValueError(
+                    f"mamba_n_groups={self.mamba_n_groups} must divide "
+                    f"mamba_num_heads={self.mamba_num_heads}"
+                )
 
     @property
     def qk_head_dim(self) -> int:

@@ -63,10 +63,17 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
       ``qkv_bias`` on q_a/kv_a, ``o_bias`` on O;
     * linear (Gated DeltaNet): in_proj_qkvz (d → 2·key + 2·value), in_proj_ba
       (d → 2·value heads), a depthwise conv over 2·key + value channels, dt_bias and
-      A_log per value head, a gated RMSNorm of the value head width, out_proj (value → d).
+      A_log per value head, a gated RMSNorm of the value head width, out_proj (value → d);
+    * mamba2 (``GraniteMoeHybridMambaLayer`` / ``NemotronHMamba2Mixer``, l. 517 of
+      ``modeling_granitemoehybrid.py``): in_proj d → P = I + C + h (I = h·p, C = I + 2·g·n,
+      + P with ``mamba_proj_bias``), a depthwise conv of C channels × w taps (+ C with
+      ``mamba_conv_bias``), dt_bias, A_log and D per head, the gated RMSNorm over I,
+      out_proj I → d (+ d with the bias).
     """
     att = att or spec.default_kind.attention
     d = spec.hidden_size
+    if att.kind == "none":
+        return 0
     if att.kind == "mla":
         h, qk, r_kv = att.num_attention_heads, att.qk_head_dim, att.kv_lora_rank
         if att.q_lora_rank is None:
@@ -92,6 +99,22 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
             + _rms(att.linear_value_head_dim)
             + value * d
         )
+    if att.kind == "mamba2":
+        h = att.mamba_num_heads
+        inner = h * att.mamba_head_dim
+        conv = inner + 2 * att.mamba_n_groups * att.mamba_state_size
+        proj = inner + conv + h
+        bias = att.mamba_proj_bias
+        return (
+            d * proj
+            + (proj if bias else 0)
+            + conv * att.mamba_conv_kernel
+            + (conv if att.mamba_conv_bias else 0)
+            + 3 * h
+            + _rms(inner)
+            + inner * d
+            + (d if bias else 0)
+        )
     q, kv = att.q_dim, att.k_dim
     total = d * q + 2 * d * kv + q * d
     if att.qkv_bias:
@@ -108,6 +131,8 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
 def dense_ffn_params(d: int, width: int, ffn: str, bias: bool) -> int:
     """One feed-forward d→width→d: plain (2·d·f) or gated (3·d·f), with biases (f per
     up-side projection, d for down) where present."""
+    if ffn == "none":
+        return 0
     matrices = 3 if ffn == "gated" else 2
     total = matrices * d * width
     if bias:

@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     from typing import Any, Literal
 
     NormKind = Literal["layernorm", "rmsnorm"]
-    FFNKind = Literal["plain", "gated"]
+    FFNKind = Literal["plain", "gated", "none"]
     QKNorm = Literal["none", "head", "full", "l2"]
     PositionKind = Literal["rope", "learned", "none"]
 
 
 NORM_KINDS = ("layernorm", "rmsnorm")
-FFN_KINDS = ("plain", "gated")
+FFN_KINDS = ("plain", "gated", "none")
 QK_NORMS = ("none", "head", "full", "l2")
 POSITION_KINDS = ("rope", "learned", "none")
 

@@ -10,6 +10,7 @@ import pytest
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config, supported_model_types
 from small_configs import FAMILIES, small
+from test_ssm import BAMBA, GRANITE, MOE, NEMOTRON_H
 
 from introspect.params import active_parameter_count, parameter_count, parameters_by_component
 
@@ -170,6 +171,12 @@ VARIATIONS: dict[str, dict] = {
         vocab_size=1000,
         tie_word_embeddings=False,
     ),
+    # Mamba-2 hybrids (tests/test_ssm.py's shapes): Granite 4.0-H dense and MoE, Bamba,
+    # Nemotron-H's single-branch blocks.
+    "granite-4.0-h-hybrid": GRANITE,
+    "granite-4.0-h-moe": {**GRANITE, **MOE},
+    "bamba-hybrid": BAMBA,
+    "nemotron-h-hybrid": NEMOTRON_H,
 }
 
 _BUNDLED = {

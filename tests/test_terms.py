@@ -54,6 +54,9 @@ def specs() -> dict:
     configs = SMALL
     for name, keys in FAMILIES.items():
         out[name] = spec_from_config({**configs[name], **keys})
+    from test_ssm import GRANITE  # Mamba-2 mixers (the torch setups; the rest refuse)
+
+    out["granitemoehybrid, mamba2"] = spec_from_config(dict(GRANITE))
     return out
 
 

@@ -15,7 +15,9 @@ from introspect.cli import main
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-#: Nemotron-H at a small shape: Mamba-2 mixer, attention, Mamba-2 mixer, MLP.
+#: Nemotron-H at a small shape: Mamba-2 mixer, attention, Mamba-2 mixer, routed experts
+#: (the experts block is what the closed form does not model; without it the stack is
+#: modelled: tests/test_ssm.py).
 NEMOTRON_H = {
     "model_type": "nemotron_h",
     "hidden_size": 64,
@@ -25,7 +27,11 @@ NEMOTRON_H = {
     "head_dim": 16,
     "vocab_size": 256,
     "intermediate_size": 128,
-    "hybrid_override_pattern": "M*M-",
+    "hybrid_override_pattern": "M*ME",
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "moe_shared_expert_intermediate_size": 32,
     "mamba_num_heads": 8,
     "mamba_head_dim": 16,
     "ssm_state_size": 8,
@@ -83,7 +89,10 @@ def test_hybrid_profile_names_the_mamba_layers_and_the_dry_run_answers(capsys, t
     out = json.loads(capsys.readouterr().out)
     assert out["modelled"] is False and out["answer"] == "dry_run"
     assert out["estimates"] is None
-    assert out["unmodelled"] == ["NemotronHMamba2Mixer (mixer) in 2 of 4 layers"]
+    assert out["unmodelled"] == [
+        "NemotronHMoE (routed-expert blocks, E) in 1 of 4 layers",
+        "NemotronHMamba2Mixer (mixer) in 2 of 4 layers",
+    ]
     assert out["spec"]["unmodelled"] == out["unmodelled"]
     dry = out["dry_run"]
     assert dry["implementation"] == "transformers' NemotronHForCausalLM"
@@ -103,7 +112,7 @@ def test_hybrid_profile_names_the_mamba_layers_and_the_dry_run_answers(capsys, t
 def test_hybrid_profile_text_says_what_answers(capsys, tmp_path):
     assert main(["profile", _write(tmp_path, NEMOTRON_H), *SETUP]) == 0
     text = capsys.readouterr().out
-    assert "not modelled: NemotronHMamba2Mixer (mixer) in 2 of 4 layers" in text
+    assert "not modelled: NemotronHMoE (routed-expert blocks, E) in 1 of 4 layers" in text
     assert "answered by the dry run of transformers' NemotronHForCausalLM" in text
     assert "refined" not in text and "simplified" not in text
 
@@ -134,7 +143,7 @@ def test_the_closed_form_refuses_an_unmodelled_stack_in_one_line(capsys, tmp_pat
     assert main([command[0], source, *command[1:]]) == 2
     line = _one_line_error(capsys)
     assert "model_type 'nemotron_h' is not modelled" in line
-    assert "NemotronHMamba2Mixer" in line and "covers decoder-only transformers" in line
+    assert "NemotronHMoE" in line and "covers decoder-only transformers" in line
 
 
 def test_an_encoder_is_refused_in_one_line(capsys, tmp_path):

@@ -35,7 +35,17 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "llama4_text": deepseek.llama4_text,
     "llama4": deepseek.llama4,
     "qwen3_next": hybrid.qwen3_next,
+    "granitemoehybrid": hybrid.granitemoehybrid,
+    "bamba": hybrid.bamba,
+    "nemotron_h": hybrid.nemotron_h,
 }
+
+
+class BuildInstead(Exception):
+    """A reader's config holds a part no layer kind models (Nemotron-H's routed-expert
+    blocks): read it from transformers' build instead, which names the part
+    (``ModelSpec.unmodelled``: the dry run answers)."""
+
 
 #: Other model_types with the same parameters as a registered family (same tensors, same
 #: config defaults): Ministral is Mistral with per-layer sliding windows.

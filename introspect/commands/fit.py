@@ -154,6 +154,9 @@ def analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devi
 def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int):
     need = remembered(need_function(device, setup))
     candidates = fit.changes(max_devices, setup.lora_rank, setup.framework)
+    # Never propose what the model refuses (a Mamba-2 stack's LoRA or TP: applies.
+    # check_state_space), as fit.changes never proposes what the flags refuse.
+    candidates = tuple(c for c in candidates if _model_takes(spec, c.apply(setup)))
     now = need(spec, setup)
     view = None
     if device is not None:
@@ -185,6 +188,17 @@ def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_dev
         "free": [c.label for c in free],
         "combinations": combos,
     }
+
+
+def _model_takes(spec: ModelSpec, changed: TrainingSetup | None) -> bool:
+    """Whether ``spec`` takes the changed setup (none: the change does not apply)."""
+    if changed is None:
+        return True
+    try:
+        applies.check_state_space(spec, changed)
+    except applies.NotApplicable:
+        return False
+    return True
 
 
 def max_devices_for(args: argparse.Namespace, setup: TrainingSetup) -> int:

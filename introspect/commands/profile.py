@@ -352,7 +352,10 @@ def describe_kind(kind) -> str:
         "sliding": f"sliding window {a.window}",
         "chunked": f"chunked {a.window}",
         "linear": "linear attention",
+        "mamba2": f"Mamba-2 mixer ({a.mamba_num_heads} heads of {a.mamba_head_dim}, "
+        f"{a.mamba_n_groups}×{a.mamba_state_size} states, chunk {a.mamba_chunk_size})",
         "mla": f"MLA (latent {a.kv_lora_rank}, q rank {a.q_lora_rank})",
+        "none": "no mixer",
     }[a.kind]
     if a.sinks:
         att += " + sinks"
@@ -362,6 +365,8 @@ def describe_kind(kind) -> str:
         mlp = f"MoE {ff.top_k} of {ff.num_experts} experts of {ff.intermediate_size}"
         if ff.shared_intermediate_size:
             mlp += f" + shared {ff.shared_intermediate_size}"
+    elif ff.ffn == "none":
+        mlp = "no MLP"
     else:
         mlp = f"{ff.ffn} MLP {ff.intermediate_size}"
     return f"{att}; {mlp}; {kind.norms} norms"

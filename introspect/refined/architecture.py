@@ -74,8 +74,11 @@ def attention_linear_values(
     latents (``latent``: q_a and its norm ``2·r_q``, kv_a ``r_kv + rope`` and its norm
     ``r_kv``). Linear attention (Gated DeltaNet): Q, K of the key width, V and the output
     gate z of the value width, the conv output (``2·key + value``) and the per-head
-    decay and beta (``gates``)."""
+    decay and beta (``gates``). Mamba-2: x and the output of its width I, B and C of
+    g·n each, and the gate z and dt (``gates``)."""
     att = (kind or spec.default_kind).attention
+    if att.kind == "none":
+        return {}
     out = {
         "q": tokens * att.q_dim,
         "k": tokens * att.k_dim,
@@ -100,6 +103,16 @@ def attention_linear_values(
             context=tokens * value,
             gates=tokens * (value + 2 * att.linear_num_value_heads + 2 * key + value),
         )
+    if att.kind == "mamba2":
+        inner = att.mamba_num_heads * att.mamba_head_dim
+        groups = att.mamba_n_groups * att.mamba_state_size
+        out.update(
+            q=tokens * inner,
+            k=tokens * groups,
+            v=tokens * groups,
+            context=tokens * inner,
+            gates=tokens * (inner + att.mamba_num_heads),
+        )
     return out
 
 
@@ -112,10 +125,19 @@ def attention_quadratic_values(
     (gpt-oss). Linear attention has no T² term: its state is ``B·h_v·d_k·d_v`` per chunk of
     :data:`LINEAR_CHUNK` tokens."""
     att = (kind or spec.default_kind).attention
+    if att.kind == "none":
+        return {}
     if att.kind == "linear":
         chunks = -(-T // LINEAR_CHUNK)
         state = att.linear_num_value_heads * att.linear_key_head_dim * att.linear_value_head_dim
         return {"state": B * chunks * state}
+    if att.kind == "mamba2":
+        # The scan's state (h·p·n per chunk boundary) and its c×c chunk matrices per head.
+        c = att.mamba_chunk_size
+        chunks = -(-T // c)
+        heads = B * att.mamba_num_heads
+        state = heads * (chunks + 1) * att.mamba_head_dim * att.mamba_state_size
+        return {"state": state + heads * chunks * c * c}
     keys = att.keys_seen(T) + (1 if att.sinks else 0)
     one = B * att.num_attention_heads * T * keys
     return {"scores": one, "probs": one}
@@ -138,6 +160,8 @@ def feed_forward_values(
     ff = (kind or spec.default_kind).feed_forward
     d, f = spec.hidden_size, ff.intermediate_size
     k = ff.top_k if ff.is_moe else 1
+    if ff.ffn == "none":
+        return {"down": tokens * d}  # the block's output
     out: dict[str, int] = {}
     if ff.ffn == "gated":
         out["gate"] = k * tokens * f
@@ -195,6 +219,13 @@ def _notes(spec: ModelSpec, T: int) -> dict[str, str]:
                 f"{layer}/layernorm/qk_norm",
                 f"q/k norms ({att.qk_norm}): outputs BT·(q_dim + kv_dim) per layer",
             )
+        if att.kind == "mamba2":
+            notes.setdefault(
+                f"{layer}/attention/quadratic/state",
+                f"Mamba-2 mixer: a head_dim×state state per head and chunk boundary and "
+                f"{att.mamba_chunk_size}×{att.mamba_chunk_size} chunk matrices, no T×T "
+                f"scores{where}",
+            )
         if att.kind != "mla" and att.group_size > 1:
             for name in ("k", "v"):
                 notes.setdefault(
@@ -202,7 +233,7 @@ def _notes(spec: ModelSpec, T: int) -> dict[str, str]:
                     f"GQA: {att.num_key_value_heads} K/V heads for {att.num_attention_heads} "
                     f"query heads (group size {att.group_size}): BT·{att.k_dim} instead of BT·d",
                 )
-        if att.q_dim != spec.hidden_size and att.kind != "linear":
+        if att.q_dim != spec.hidden_size and att.kind not in ("linear", "mamba2"):
             for name in ("q", "context"):
                 notes.setdefault(
                     f"{layer}/attention/linear/{name}",

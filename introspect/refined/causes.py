@@ -54,6 +54,9 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/logsumexp": "memory-efficient attention: a log-sum-exp "
     "per row instead of the T×T tensors",
     "activations/layer/attention/rope": "RoPE cos/sin tables saved by each rotary multiply",
+    "activations/layer/attention/mamba": "Mamba-2 mixer, transformers' torch path (no "
+    "mamba-ssm kernels): conv, FP32 scan copies, chunk matrices, gated norm "
+    "(introspect.refined.mamba2)",
     "activations/layer/attention/grad": "attention backward transients (gradients of "
     "probs and scores, or of Q/K/V)",
     "activations/layer/feed_forward/gate": "gate projection output, saved by the activation",

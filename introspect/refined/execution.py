@@ -368,6 +368,17 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     and grad-of-V (two B·T·d tensors) are alive too."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     impl = implementation_of(spec, setup)
+    att = spec.kinds[0][0].attention
+    if att.kind == "none":  # a feed-forward-only block: no mixer backward
+        return 0
+    if att.kind == "mamba2":
+        # A Mamba-2 mixer: its gated norm's backward, beside the residual stream's
+        # gradient (no V).
+        from introspect.refined import mamba2
+        from introspect.refined.stream import residual_bytes
+
+        stream = B * T * spec.hidden_size * residual_bytes(setup)
+        return mamba2.backward_transient(att, setup, spec.hidden_size) + stream
     stream = impl.attention_stream(spec, setup)
     if impl.keeps_t2(spec, setup):
         probs = impl.probs_bytes(spec, setup)
@@ -378,7 +389,7 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
 def ffn_buffers(spec: ModelSpec) -> int:
     """B·T·f-wide gradients alive inside a feed-forward's backward: the activation's and
     the up projection's, and a gated one's product's."""
-    return 3 if spec.ffn == "gated" else 2
+    return {"gated": 3, "plain": 2}.get(spec.ffn, 0)  # none: a mixer-only block
 
 
 def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -740,7 +751,17 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     impl = implementation_of(spec, setup)
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
     current = impl.at_attention_backward(spec, setup, full, side)
-    attention_side_params = attention_params(spec) - spec.q_dim * d + qk_norm_params(spec)
+    att = spec.kinds[0][0].attention
+    if att.kind == "none":
+        side = 0
+    elif att.kind == "mamba2":
+        from introspect.refined import mamba2
+
+        # The kind's own mixer (the flat fields of ``spec.for_kind`` describe an attention).
+        side = attention_params(spec, att) - mamba2.made_before_peak(att, d)
+    else:
+        side = attention_params(spec) - spec.q_dim * d  # all but o_proj's
+    attention_side_params = side + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
     if setup.activation_checkpointing:

@@ -54,6 +54,7 @@ import functools
 from introspect.layers import LayerKind
 from introspect.refined import hf_saved, reference
 from introspect.refined.stream import is_amp, residual_bytes
+from introspect.refined.transformers_classes import facts
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -220,7 +221,8 @@ class TransformersAroundReference(Transformers):
     def per_layer(self, spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
         """The reference model's layer (:func:`reference.per_layer`); under autocast,
         plus the BF16 weight copies (:func:`reference.autocast_weight_bytes`), and the
-        residual stream's terms at FP32."""
+        residual stream's terms at FP32; with a 16-bit stream, the norms' inputs at
+        their FP32 copies."""
         out = reference.per_layer(spec, setup, kind)
         if is_amp(setup):
             s = setup.activation_bytes
@@ -233,6 +235,17 @@ class TransformersAroundReference(Transformers):
             for name in ("attention/linear/out", "feed_forward/down", "layernorm/normalized"):
                 if name in out:
                     out[name] = out[name] // s * r
+        elif hf_saved.norm_input_bytes(spec, setup) > setup.activation_bytes:
+            # A 16-bit stream read by transformers' RMSNorms: each keeps the FP32 copy
+            # of its input (``hidden_states.to(torch.float32)``, saved by ``pow`` and the
+            # rstd multiply), not the stream (hf_saved.norm_input_bytes).
+            s, kept = setup.activation_bytes, hf_saved.norm_input_bytes(spec, setup)
+            for name in ("attention/linear/out", "feed_forward/down"):
+                if name in out:
+                    out[name] = out[name] // s * kept
+            if facts(spec).fp32_normalized and "layernorm/normalized" in out:
+                # x·rstd multiplied by the FP32 weight before the cast back (NemotronH).
+                out["layernorm/normalized"] = out["layernorm/normalized"] // s * FP32
         return out
 
 

@@ -132,6 +132,11 @@ def _attention_modules(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     ``o_proj``); Gated DeltaNet's (``modeling_qwen3_next.py``: ``in_proj_qkvz``,
     ``in_proj_ba``, ``out_proj``)."""
     att, d = spec.kinds[0][0].attention, spec.hidden_size
+    if att.kind == "mamba2":
+        from introspect.refined.mamba2 import widths
+
+        size = widths(att, d)
+        return {"in_proj": (d, size["P"]), "out_proj": (size["I"], d)}
     if att.kind == "linear":
         nk, dk = att.linear_num_key_heads, att.linear_key_head_dim
         nv, dv = att.linear_num_value_heads, att.linear_value_head_dim

@@ -134,13 +134,25 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
       (:func:`introspect.refined.deltanet.saved`; equal to a census of the real module,
       ``tests/test_deltanet.py``), plus the layer's ``out`` as for the other kinds.
     """
-    from introspect.refined import deltanet
+    from introspect.refined import deltanet, mamba2
 
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, att = B * T, kind.attention
     h = att.num_attention_heads
+    if att.kind == "none":
+        return {}
+    if kind.feed_forward.ffn == "none":
+        # One branch: the mixer's output goes straight into the residual add, which keeps
+        # nothing; the block's output is the feed-forward's ``down`` term.
+        single = _attention(spec, setup, _with_feed_forward(kind))
+        single.pop("attention/linear/out", None)
+        return single
     if att.kind == "linear":
         out = deltanet.saved(att, setup, spec.hidden_size)
+        out["attention/linear/out"] = BT * spec.hidden_size * s
+        return out
+    if att.kind == "mamba2":
+        out = mamba2.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
     kv = kv_saved_width(spec, setup, kind)
@@ -184,6 +196,14 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
     return out
 
 
+def _with_feed_forward(kind: LayerKind) -> LayerKind:
+    """``kind`` with a placeholder feed-forward (the mixer's own terms do not read it)."""
+    from introspect import _record
+    from introspect.layers import FeedForward
+
+    return _record.replace(kind, feed_forward=FeedForward(ffn="plain", intermediate_size=1))
+
+
 def per_layer(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
     """Bytes one layer of ``kind`` keeps for backward, by term (the layer input is the
     previous layer's ``feed_forward/down`` or the embedding, so it is not repeated here)."""
@@ -223,8 +243,9 @@ def autocast_weight_bytes(spec: ModelSpec, kind: LayerKind) -> int:
 
     parts = layer_by_component(spec, kind)
     experts = parts["experts"] if kind.feed_forward.all_experts else 0
-    # Gated DeltaNet's own copies are its kernel's terms (introspect.refined.deltanet).
-    attention = 0 if kind.attention.kind == "linear" else parts["attention"]
+    # Gated DeltaNet's and Mamba-2's own copies are their kernels' terms
+    # (introspect.refined.deltanet, introspect.refined.mamba2).
+    attention = 0 if kind.attention.kind in ("linear", "mamba2") else parts["attention"]
     return 2 * (attention + parts["mlp"] + parts["router"] + experts)
 
 

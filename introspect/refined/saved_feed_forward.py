@@ -44,6 +44,8 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
     BT, s, d = setup.tokens, setup.activation_bytes, spec.hidden_size
     ff = kind.feed_forward
     f = ff.intermediate_size
+    if ff.ffn == "none":  # a mixer-only block: its output, the next norm's input
+        return {"feed_forward/down": BT * d * setup.activation_bytes}
     if ff.all_experts:
         return all_experts(spec, setup, ff)
     k = ff.top_k if ff.is_moe else 1
