@@ -113,6 +113,14 @@ def apply(args: argparse.Namespace, shape_model: bool = False) -> Resolved | Non
         flags = FLAGS.get(field, ())
         if any(f in given for f in flags):
             continue
+        if field == "optimizer_impl" and "--optimizer" in given:
+            # one key (the Trainer's optim name) set both; the flag replaced the optimizer
+            resolved.note(
+                f"`optimizer_impl` {value.value} from {value.origin} went with the optimizer "
+                "--optimizer replaced: torch's own choice for it instead"
+            )
+            resolved.overridden[field] = "with flag --optimizer"
+            continue
         if field in ("sharding", "zero_stage", "reshard_after_forward") and not hasattr(
             args, "ddp"
         ):

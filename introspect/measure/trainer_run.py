@@ -3,7 +3,7 @@
 CPU, and the peak of live tensor bytes over the whole ``trainer.train()``.
 
     args = TrainingArguments(per_device_train_batch_size=B, gradient_accumulation_steps=M,
-                             bf16=amp, gradient_checkpointing=…, optim=…, max_steps=K,
+                             bf16=amp, activation_checkpointing=…, optim=…, max_steps=K,
                              use_cpu=True, report_to=[], save_strategy="no", …)
     trainer = Trainer(model, args, train_dataset=rows)     # or SFTTrainer(…, peft_config)
     trainer.create_optimizer()                              # what train() would make first
@@ -135,7 +135,7 @@ def _arguments(setup: TrainingSetup, output_dir: str, steps: int) -> dict[str, A
         "gradient_accumulation_steps": setup.grad_accum,
         "max_steps": steps,
         "bf16": setup.precision == "amp",
-        "gradient_checkpointing": setup.activation_checkpointing,
+        "activation_checkpointing": setup.activation_checkpointing,  # 5.x name
         "optim": optim_name(setup),
         "use_cpu": True,
         "report_to": [],
@@ -166,11 +166,13 @@ def _tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>")
 
 
-def make_trainer(model, spec: ModelSpec, setup: TrainingSetup, vocab: int, output_dir: str, steps):
-    """The Trainer (``setup.trainer`` hf) or SFTTrainer (trl) over ``model``."""
+def make_trainer(
+    model, spec: ModelSpec, setup: TrainingSetup, vocab: int, output_dir: str, steps: int, trainer
+):
+    """The Trainer (``trainer`` hf) or SFTTrainer (trl) over ``model``."""
     rows = _rows(vocab, setup, steps)
     kwargs = _arguments(setup, output_dir, steps)
-    if setup.trainer == "trl":
+    if trainer == "trl":
         import datasets
         from datasets import Dataset
         from trl import SFTConfig, SFTTrainer
@@ -202,6 +204,39 @@ def make_trainer(model, spec: ModelSpec, setup: TrainingSetup, vocab: int, outpu
     return Trainer(model=model, args=TrainingArguments(**kwargs), train_dataset=data)
 
 
+def _fresh_bnb_overrides() -> None:
+    """An empty bitsandbytes override table, as a fresh process has. Its
+    ``GlobalOptimManager`` (bitsandbytes/optim/optimizer.py:36) is a process-wide
+    singleton whose ``index2config`` maps (group, index) → config and is never cleared:
+    a second 8-bit optimizer in the same process (a benchmark's next row) would give
+    32-bit state to whatever parameter sits where the last model's embedding sat."""
+    try:
+        from bitsandbytes.optim import GlobalOptimManager
+    except ImportError:
+        return  # the Trainer's own import of bitsandbytes says what to install
+    GlobalOptimManager.get_instance().initialize()
+
+
+def bnb_embedding_state(model, optimizer) -> int:
+    """Bytes of 32-bit optimizer state held for ``nn.Embedding`` weights by a
+    bitsandbytes 8-bit optimizer (``state1`` in FP32 where the override applies); 0 for
+    any other optimizer. Measured from ``optimizer.state``, not modelled."""
+    import torch
+    from torch import nn
+
+    from introspect.measure.live_tracker import storage_bytes
+
+    if "bitsandbytes" not in type(optimizer).__module__:
+        return 0
+    weights = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
+    total = 0
+    for p in {id(w): w for w in weights}.values():
+        state = optimizer.state.get(p, {})
+        if getattr(state.get("state1"), "dtype", None) == torch.float32:
+            total += storage_bytes(v for v in state.values() if isinstance(v, torch.Tensor))
+    return total
+
+
 def trainer_version(trainer: str) -> str:
     """``transformers 5.24.0 Trainer`` or ``TRL 1.16.0 SFTTrainer``."""
     from introspect.measure.record import versions
@@ -219,9 +254,14 @@ def measure(
     *,
     overrides: dict[str, Any] | None = None,
     steps: int = STEPS,
+    trainer: str | None = None,
 ) -> Measurement:
     """Build transformers' class for ``raw``, run ``trainer.train()`` for ``steps``
-    optimizer steps under the live-storage tracker, and return the peak over the run."""
+    optimizer steps under the live-storage tracker, and return the peak over the run.
+
+    ``trainer`` (default ``setup.trainer``) lets a benchmark run SFTTrainer for a setup
+    the closed form refuses to hold (TRL's fused head under LoRA): the run needs only
+    the setup's batch, length, precision, checkpointing, optimizer and LoRA."""
     import logging
     import warnings
 
@@ -232,6 +272,9 @@ def measure(
     from introspect.measure.torch_step import check_setup, weight_count
     from introspect.refined.implementations import resolve_attention
 
+    trainer = trainer or setup.trainer
+    if trainer == "loop":
+        raise ValueError("trainer_run.measure runs a trainer: hf or trl")
     check(setup)
     setup = resolve_attention(spec, setup)
     dtype = check_setup(setup)
@@ -244,13 +287,15 @@ def measure(
     temporary = tempfile.TemporaryDirectory(prefix="introspect-trainer-")
     with temporary as out, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = make_trainer(model, spec, setup, vocab, out, steps)
+        if optim_name(setup).endswith("8bit"):
+            _fresh_bnb_overrides()
+        run = make_trainer(model, spec, setup, vocab, out, steps, trainer)
         from transformers.trainer_callback import PrinterCallback
 
-        trainer.remove_callback(PrinterCallback)  # the end-of-run metrics dict on stdout
-        optimizer = trainer.create_optimizer()
-        tracker = live_tracker.LiveStorageTracker(trainer.model, optimizer)
-        top = trainer.model
+        run.remove_callback(PrinterCallback)  # the end-of-run metrics dict on stdout
+        optimizer = run.create_optimizer()
+        tracker = live_tracker.LiveStorageTracker(run.model, optimizer)
+        top = run.model
 
         def forward_begins(module, args):
             if live_tracker._graph_task_id() == -1:
@@ -259,27 +304,33 @@ def measure(
         handle = top.register_forward_pre_hook(forward_begins)
         try:
             with tracker:  # no time reported: the tracker slows every operation
-                trainer.train()
+                run.train()
         finally:
             handle.remove()
-        model = trainer.model
+        model = run.model
     state = live_tracker.optimizer_state_bytes(optimizer)
     categories = live_tracker.categories(tracker.peak_kinds, state)
     lora = setup.finetune != "full"
     notes = [
-        f"stepped by {trainer_version(setup.trainer)}: {steps} optimizer steps "
+        f"stepped by {trainer_version(trainer)}: {steps} optimizer steps "
         f"(optim={optim_name(setup)}, bf16={setup.precision == 'amp'}, "
-        f"gradient_checkpointing={setup.activation_checkpointing}, "
+        f"activation_checkpointing={setup.activation_checkpointing}, "
         f"gradient_accumulation_steps={setup.grad_accum}, max_grad_norm="
-        f"{trainer.args.max_grad_norm}); peak over the whole trainer.train()",
+        f"{run.args.max_grad_norm}); peak over the whole trainer.train()",
         f"transformers {built} from {where}",
         "synthetic data: B·M·K rows of T random token ids, labels = input ids, no padding",
         "peak from live tensor storages (MemTracker's rules), exact bytes",
     ]
+    embedding_state = bnb_embedding_state(model, optimizer)
+    if embedding_state:
+        notes.append(
+            f"bitsandbytes keeps 32-bit state for the nn.Embedding weights (the Trainer's "
+            f"override, trainer.py:1338): {embedding_state:,} bytes of optimizer state"
+        )
     if lora:
         from introspect.refined.lora import targets
 
-        how = "SFTTrainer's peft_config" if setup.trainer == "trl" else "get_peft_model"
+        how = "SFTTrainer's peft_config" if trainer == "trl" else "get_peft_model"
         notes.append(f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))} ({how})")
     return Measurement(
         peak_bytes=tracker.peak_bytes,
@@ -292,6 +343,6 @@ def measure(
         trainable_params=sum(weight_count(p) for p in model.parameters() if p.requires_grad),
         versions=versions("torch", "transformers", "trl", "accelerate", "peft")
         | {"torch_threads": str(torch.get_num_threads())},
-        setup=setup.to_dict(),
+        setup=setup.to_dict() | {"trainer": trainer},
         notes=tuple(notes),
     )
