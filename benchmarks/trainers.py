@@ -125,12 +125,13 @@ def run_row(row: dict) -> dict:
     try:
         setup = TrainingSetup(**kwargs)
         estimate_error = None
-    except (ValueError, Exception) as err:  # the closed form's refusal, one line
+    except Exception as err:  # noqa: BLE001 - the closed form's refusal, one line
         estimate_error = str(err).splitlines()[0]
         # the run itself needs no estimate: the same setup with the loss it can hold
         setup = TrainingSetup(**(kwargs | dict(trainer="hf", cross_entropy="standard")))
     setup = resolve_attention(spec, setup)
-    m = trainer_run.measure(raw, row["family"], spec, setup, trainer=row["trainer"])
+    terms: dict[str, int] = {}
+    m = trainer_run.measure(raw, row["family"], spec, setup, trainer=row["trainer"], terms=terms)
     out |= {
         "attention": setup.attention,
         "measured": m.peak_bytes,
@@ -138,10 +139,8 @@ def run_row(row: dict) -> dict:
         "measured_categories": m.categories,
         "n_params": m.n_params,
         "trainable": m.trainable_params,
-        "bnb_embedding_state": next(
-            (int(n.split(": ")[1].split(" bytes")[0].replace(",", "")) for n in m.notes
-             if n.startswith("bitsandbytes keeps 32-bit state")), 0),
-    }  # fmt: skip
+        "measured_terms": terms,
+    }
     if estimate_error is None:
         try:
             refined = refined_estimate(spec, setup)
@@ -156,9 +155,10 @@ def run_row(row: dict) -> dict:
     transient = gaps.pop("activations", 0) + gaps.pop("temporary", 0)
     gaps["activations+temporary"] = transient
     cause = max(gaps, key=lambda k: abs(gaps[k]))
-    note = ""
-    if out["bnb_embedding_state"]:  # 8 bytes where the estimate has 2: 3/4 of it extra
-        note = f"; bnb 32-bit embedding state {out['bnb_embedding_state'] / 1e6:.3f} MB measured"
+    # bitsandbytes' FP32 state where the estimate has 8-bit: 8 bytes a value, not 2
+    note = "".join(
+        f"; {name} {value / 1e6:.3f} MB measured" for name, value in terms.items() if value
+    )
     return out | {
         "note": note,
         "estimate": refined.total,

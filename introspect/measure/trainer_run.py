@@ -217,9 +217,11 @@ def _fresh_bnb_overrides() -> None:
     GlobalOptimManager.get_instance().initialize()
 
 
-def bnb_embedding_state(model, optimizer) -> int:
-    """Bytes of 32-bit optimizer state held for ``nn.Embedding`` weights by a
-    bitsandbytes 8-bit optimizer (``state1`` in FP32 where the override applies); 0 for
+def bnb_fp32_state(model, optimizer) -> dict[str, int]:
+    """Bytes of 32-bit optimizer state a bitsandbytes 8-bit optimizer holds (``state1``
+    in FP32), for ``nn.Embedding`` weights (the Trainer's override, trainer.py:1338) and
+    for the other tensors under its ``min_8bit_size`` (4096 values,
+    bitsandbytes/optim/optimizer.py ``Optimizer8bit``: a small LoRA adapter); empty for
     any other optimizer. Measured from ``optimizer.state``, not modelled."""
     import torch
     from torch import nn
@@ -227,14 +229,15 @@ def bnb_embedding_state(model, optimizer) -> int:
     from introspect.measure.live_tracker import storage_bytes
 
     if "bitsandbytes" not in type(optimizer).__module__:
-        return 0
-    weights = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
-    total = 0
-    for p in {id(w): w for w in weights}.values():
-        state = optimizer.state.get(p, {})
-        if getattr(state.get("state1"), "dtype", None) == torch.float32:
-            total += storage_bytes(v for v in state.values() if isinstance(v, torch.Tensor))
-    return total
+        return {}
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    out = {"embeddings": 0, "small tensors": 0}
+    for p, state in optimizer.state.items():
+        if getattr(state.get("state1"), "dtype", None) != torch.float32:
+            continue
+        kind = "embeddings" if id(p) in embeddings else "small tensors"
+        out[kind] += storage_bytes(v for v in state.values() if isinstance(v, torch.Tensor))
+    return out
 
 
 def trainer_version(trainer: str) -> str:
@@ -255,13 +258,16 @@ def measure(
     overrides: dict[str, Any] | None = None,
     steps: int = STEPS,
     trainer: str | None = None,
+    terms: dict[str, int] | None = None,
 ) -> Measurement:
     """Build transformers' class for ``raw``, run ``trainer.train()`` for ``steps``
     optimizer steps under the live-storage tracker, and return the peak over the run.
 
     ``trainer`` (default ``setup.trainer``) lets a benchmark run SFTTrainer for a setup
     the closed form refuses to hold (TRL's fused head under LoRA): the run needs only
-    the setup's batch, length, precision, checkpointing, optimizer and LoRA."""
+    the setup's batch, length, precision, checkpointing, optimizer and LoRA. ``terms``,
+    when given, is filled with terms measured beside the peak (bitsandbytes' 32-bit
+    state, :func:`bnb_fp32_state`) for a benchmark to name a miss by."""
     import logging
     import warnings
 
@@ -321,11 +327,18 @@ def measure(
         "synthetic data: B·M·K rows of T random token ids, labels = input ids, no padding",
         "peak from live tensor storages (MemTracker's rules), exact bytes",
     ]
-    embedding_state = bnb_embedding_state(model, optimizer)
-    if embedding_state:
+    fp32_state = bnb_fp32_state(model, optimizer)
+    if terms is not None:
+        terms.update({f"bnb 32-bit state, {k}": v for k, v in fp32_state.items()})
+    if fp32_state.get("embeddings"):
         notes.append(
-            f"bitsandbytes keeps 32-bit state for the nn.Embedding weights (the Trainer's "
-            f"override, trainer.py:1338): {embedding_state:,} bytes of optimizer state"
+            "bitsandbytes keeps 32-bit state for the nn.Embedding weights (the Trainer's "
+            f"override, trainer.py:1338): {fp32_state['embeddings']:,} bytes"
+        )
+    if fp32_state.get("small tensors"):
+        notes.append(
+            "bitsandbytes keeps 32-bit state for tensors under 4096 values (min_8bit_size): "
+            f"{fp32_state['small tensors']:,} bytes"
         )
     if lora:
         from introspect.refined.lora import targets
