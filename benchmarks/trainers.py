@@ -1,6 +1,6 @@
 """The real HF ``Trainer`` and TRL ``SFTTrainer`` on CPU beside the closed form.
 
-Run:  .venv/bin/python benchmarks/trainers.py      # ~120 rows, a few minutes on 2 cores
+Run:  .venv/bin/python benchmarks/trainers.py      # 110 rows, 17-20 min on 2 shared cores
 
 Each row is ``introspect.measure.trainer_run.measure``: transformers' own class built
 from a tiny faithful config (d = 128, 2 layers, 4 heads of 32, V = 2048; the family's
