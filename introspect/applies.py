@@ -654,6 +654,27 @@ def unmeasured(setup: Any, what: str) -> None:
 # ---- measure's own flags ---------------------------------------------------------------
 
 
+def _trainer(a: Any) -> bool:
+    """Whether measure runs the HF Trainer or TRL's SFTTrainer (``--trainer hf|trl``)."""
+    return getattr(a, "trainer", "loop") != "loop"
+
+
+#: Why the Trainer has no dry run (tried: ``introspect.measure.trainer_run``'s docstring);
+#: here so the rule needs no torch import.
+TRAINER_NO_DRY_RUN = (
+    "runs the real Trainer, whose data loader and loop read tensor values that fake "
+    "tensors do not have (accelerate's DataLoaderShard sampler .tolist(), trainer.py's "
+    "torch.isnan(loss)); use --device cpu on a model this machine holds, or drop "
+    "--trainer for the dry run of measure's own loop"
+)
+
+
+def _sharding_flag(a: Any) -> str:
+    if a.ddp or a.fsdp:
+        return "--ddp" if a.ddp else "--fsdp"
+    return f"--zero {a.zero}" if a.zero else f"--devices {a.devices}"
+
+
 def _sharded_step(a: Any) -> bool:
     """Whether measure's flags ask for a sharded step (as ``commands._sharded``'s
     ``wants_sharded``: more than one device, or a sharding named)."""
@@ -678,11 +699,45 @@ MEASURE_RULES = (
         "--packed-sequences prices the packed row)",
     ),
     (
-        lambda a: f"--trainer {a.trainer}",
-        lambda a: getattr(a, "trainer", "loop") != "loop",
+        lambda a: "--trainer dpo",
+        lambda a: getattr(a, "trainer", "loop") == "dpo",
         lambda a: False,
-        "is not measured yet: measure steps the model with its own loop; drop --trainer "
-        "(profile --trainer prices the trainer's step)",
+        "is not measured: measure runs transformers' Trainer and TRL's SFTTrainer; drop "
+        "--trainer dpo (profile --trainer dpo prices DPOTrainer's step; "
+        "benchmarks/trl_trainers.py runs the real one)",
+    ),
+    (
+        lambda a: f"--trainer {a.trainer} and --framework {_dash(a.framework)}",
+        _trainer,
+        lambda a: not _mlx(a),
+        "contradict: the HF Trainer and TRL's SFTTrainer train torch models; use "
+        "--framework torch, or drop --trainer",
+    ),
+    (
+        lambda a: f"--trainer {a.trainer} and --device fake",
+        _trainer,
+        lambda a: a.device != "fake",
+        "contradict: --trainer " + TRAINER_NO_DRY_RUN,
+    ),
+    (
+        lambda a: f"--trainer {a.trainer} and --device {a.device}",
+        _trainer,
+        lambda a: a.device in ("auto", "cpu", "fake"),
+        "contradict: measure runs the Trainer on the CPU (use_cpu=True); use --device cpu",
+    ),
+    (
+        lambda a: f"--trainer {a.trainer} and {_sharding_flag(a)}",
+        _trainer,
+        lambda a: not _sharded_step(a),
+        "contradict: measure runs the Trainer in one process; drop --devices and the "
+        "sharding flags, or drop --trainer",
+    ),
+    (
+        lambda a: f"--trainer {a.trainer} and --no-census",
+        lambda a: _trainer(a) and a.no_census,
+        lambda a: False,
+        "contradict: the Trainer run takes no census (it runs trainer.train() alone); drop "
+        "--no-census",
     ),
     (
         lambda a: f"--repeats {a.repeats} and --framework {_dash(a.framework)}",

@@ -91,10 +91,11 @@ def _dest(field: str) -> str:
     return {"batch_size": "batch", "seq_len": "seq", "implementation": "impl"}.get(field, field)
 
 
-def apply(args: argparse.Namespace) -> Resolved | None:
+def apply(args: argparse.Namespace, shape_model: bool = False) -> Resolved | None:
     """Read ``args.config`` (when given) into ``args``: each field the file sets and no
-    flag overrides; the model as SOURCE when none is given. Returns the resolved config
-    (None without --config)."""
+    flag overrides; the model as SOURCE when none is given (``shape_model``: measure's
+    shape flags describe it, when neither SOURCE nor the file names one). Returns the
+    resolved config (None without --config)."""
     paths = getattr(args, "config", None)
     trainer = getattr(args, "trainer", "loop")
     if not paths and trainer == "loop":
@@ -113,6 +114,14 @@ def apply(args: argparse.Namespace) -> Resolved | None:
     for field, value in resolved.fields.items():
         flags = FLAGS.get(field, ())
         if any(f in given for f in flags):
+            continue
+        if field == "optimizer_impl" and "--optimizer" in given:
+            # one key (the Trainer's optim name) set both; the flag replaced the optimizer
+            resolved.note(
+                f"`optimizer_impl` {value.value} from {value.origin} went with the optimizer "
+                "--optimizer replaced: torch's own choice for it instead"
+            )
+            resolved.overridden[field] = "with flag --optimizer"
             continue
         if field in ("sharding", "zero_stage", "reshard_after_forward") and not hasattr(
             args, "ddp"
@@ -146,12 +155,12 @@ def apply(args: argparse.Namespace) -> Resolved | None:
                 f"{sharded.origin}: the config does not count the processes; priced on one "
                 "device, as DeepSpeed runs it (give --devices D for D)"
             )
-            return _model(args, resolved)
+            return _model(args, resolved, shape_model)
         raise IntrospectError(
             f"--config: {sharded.origin} shards over devices the config does not count; "
             "give --devices D (the processes the launcher starts)"
         )
-    return _model(args, resolved)
+    return _model(args, resolved, shape_model)
 
 
 def _one_device_deepspeed(stage: int) -> bool:
@@ -168,8 +177,13 @@ def _one_device_deepspeed(stage: int) -> bool:
     return True
 
 
-def _model(args: argparse.Namespace, resolved: Resolved) -> Resolved:
-    """SOURCE, or the model the config names."""
+def _model(args: argparse.Namespace, resolved: Resolved, shape_model: bool = False) -> Resolved:
+    """SOURCE, or the model the config names (or measure's shape flags)."""
+    if not args.source and resolved.model is None and shape_model:
+        from introspect.adapters.trainers._base import Value
+
+        resolved.model_used = Value("shape flags", "--layers, --d-emb, --heads, --vocab")
+        return resolved
     if not args.source:
         if resolved.model is None and not getattr(args, "config", None):
             raise IntrospectError(

@@ -18,6 +18,10 @@ from introspect.measure.supported import MLX_STEPS
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from introspect.measure.runner import Row as runner_Row
+
 #: measure's own --device choice on top of the shared ones.
 FAKE_DEVICE = (
     (
@@ -130,6 +134,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="Llama-style variant of the shape: RMSNorm, SwiGLU (f ≈ 8d/3), h/4 K/V heads",
     )
+    from introspect.commands._args import add_config_flag
+
+    add_config_flag(p)  # a trainer's config: its values where the flags go (as profile)
     from introspect.commands import _sharded
 
     _sharded.add_flags(p)  # with --devices D and --ddp | --zero 1 | --fsdp: a sharded step
@@ -218,6 +225,8 @@ def measure_device(args: argparse.Namespace) -> str:
     cpu) for torch, and MLX's default device (metal on Apple silicon, else cpu)."""
     if args.device != "auto":
         return args.device
+    if getattr(args, "trainer", "loop") != "loop":
+        return "cpu"  # the Trainer run is a CPU one (use_cpu=True)
     if args.framework.startswith("mlx"):
         import platform
 
@@ -360,6 +369,11 @@ def run(args: argparse.Namespace) -> int:
     from introspect.positions import check_positions
 
     check_plot(args.plot)  # matplotlib and the path before the (possibly long) step
+    from introspect.commands import _config
+
+    shape_model = not args.source and any(getattr(args, k, None) for k in SHAPE_DESTS)
+    # a trainer's config (or --trainer hf|trl alone): its values where the flags go
+    resolved = _config.apply(args, shape_model=shape_model)
     args.impl = args.impl or default_impl(args)
     applies.check_measure(args)
     if args.impl == "transformers":  # a remote-code or unknown config, before reading it
@@ -384,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
             return _fake_sharded.run(args, spec, config)
         return _sharded.run(args, spec, config[0] if config else None)
     check_args(args)
-    setups = setups_from_args(args)
+    setups = _config.build(args, resolved, setups_from_args)
     device = measure_device(args)
     for s in setups:
         check_positions(spec, s)
@@ -399,16 +413,19 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.set_description(f"B={s.batch_size} T={s.seq_len}")
         try:
-            row = runner.run_one(
-                spec,
-                s,
-                device=device,
-                impl=args.impl,
-                census=not args.no_census,
-                repeats=args.repeats or MLX_STEPS,
-                config=config,
-                overrides=overrides,
-            )
+            if s.trainer != "loop":
+                row = _trainer_row(spec, s, config, overrides)
+            else:
+                row = runner.run_one(
+                    spec,
+                    s,
+                    device=device,
+                    impl=args.impl,
+                    census=not args.no_census,
+                    repeats=args.repeats or MLX_STEPS,
+                    config=config,
+                    overrides=overrides,
+                )
         except MemoryError as e:
             raise IntrospectError(
                 f"B={s.batch_size}, T={s.seq_len}: the step ran out of memory on {device}; "
@@ -444,10 +461,33 @@ def run(args: argparse.Namespace) -> int:
             args.plot,
         )
     if args.json:
-        print(report.dumps(runner.to_json(spec, args.impl, results)))
+        out = runner.to_json(spec, args.impl, results)
+        if resolved is not None:
+            out["config"] = _config.to_json(resolved, setups[0])
+        print(report.dumps(out))
     else:
+        if resolved is not None:
+            print(_config.render(resolved, setups[0]) + "\n")
         print(runner.render(spec, args.impl, results))
     return 0
+
+
+#: The shape flags' destinations (a model without SOURCE).
+SHAPE_DESTS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+def _trainer_row(spec: ModelSpec, setup: TrainingSetup, config, overrides) -> runner_Row:
+    """The real Trainer / SFTTrainer run (:mod:`introspect.measure.trainer_run`) beside
+    both estimates of the same setup (``setup.trainer`` set)."""
+    from introspect.measure import trainer_run
+    from introspect.measure.compare import compare
+    from introspect.measure.runner import Row
+    from introspect.refined.implementations import resolve_attention
+
+    setup = resolve_attention(spec, setup)  # the row and the estimate agree
+    raw, where = config
+    m = trainer_run.measure(raw, where, spec, setup, overrides=overrides)
+    return Row(compare(spec, setup, m), None, spec)
 
 
 def _progress(total: int):

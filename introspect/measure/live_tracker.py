@@ -308,6 +308,12 @@ class LiveStorageTracker(TorchDispatchMode):
             return None
         return self._peak_phase[max(self._peak, key=self._peak.get)]
 
+    def forward_begins(self) -> None:
+        """A new forward pass of the model begins outside backward (the next step of a
+        run of several, or the next micro-batch): its operations are ``forward`` again,
+        not the previous update's preparation."""
+        self._backward_seen = False
+
     def live_bytes(self) -> int:
         """Bytes alive now, over devices."""
         return sum(s["Total"] for s in self._current.values())

@@ -194,6 +194,7 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
         f"{first.setup.get('attention')} attention"
         + (f" ({first.setup['attention_origin']})" if first.setup.get("attention_origin") else "")
         + _grad_accum(first.setup)
+        + _trainer(first)
     )
     table_rows = []
     for r in rows:
@@ -312,6 +313,18 @@ def _census(r: Row) -> str:
         ["term", "census", "simplified", "refined saved set"],
         colalign=("left", "right", "right", "right"),
     )
+
+
+def _trainer(m) -> str:
+    """The header's words for a step run by a trainer (``measure --trainer``): which,
+    and its version."""
+    trainer = m.setup.get("trainer", "loop")
+    if trainer == "loop":
+        return ""
+    if trainer == "trl":
+        return f"\nstepped by TRL {m.versions.get('trl', '?')} SFTTrainer (trainer.train())"
+    version = m.versions.get("transformers", "?")
+    return f"\nstepped by transformers {version} Trainer (trainer.train())"
 
 
 def _grad_accum(setup: dict) -> str:

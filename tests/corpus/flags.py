@@ -377,6 +377,8 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     + (("--cross-entropy",),),
     ("measure", "mlx-on-fake-with-transformers", ("--framework", "mlx", "--impl", "transformers"))
     + (("--impl",),),
+    # the real Trainer cannot run on fake tensors (introspect.measure.trainer_run)
+    ("measure", "trainer-on-fake", ("--trainer", "hf"), ("--trainer", "--device")),
 )
 #: Measure calls beside the tiny dry run: (label, argv, expected, names).
 MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
@@ -434,6 +436,24 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     + (("--zero", "--device"),),
     ("fake-paged-adamw", (*BASE["measure"], "--optimizer", "paged-adamw-8bit"), "refused")
     + (("--optimizer",),),
+    # the real HF Trainer on the CPU (introspect.measure.trainer_run)
+    ("trainer-hf-cpu", ("measure", *SHAPE, "--llama", "--device", "cpu", "--trainer", "hf"))
+    + ("ok", ()),
+    (
+        "trainer-no-census",
+        ("measure", *SHAPE, "--llama", "--device", "cpu", "--trainer", "hf", "--no-census"),
+        "refused",
+        ("--no-census",),
+    ),
+    ("trainer-cuda", ("measure", *SHAPE, "--llama", "--device", "cuda", "--trainer", "hf"))
+    + ("refused", ("--device",)),
+    (
+        "trainer-mixed",
+        ("measure", *SHAPE, "--llama", "--device", "cpu", "--trainer", "hf")
+        + ("--precision", "mixed"),
+        "refused",
+        ("--precision",),
+    ),
 )
 
 

@@ -14,6 +14,9 @@ DS = "ds.json"
 #: A TRL SFT config as a user writes it (TRL's own CLI example's shape).
 SFT = b"model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: stanfordnlp/imdb\n"
 TA = {"output_dir": "out", "per_device_train_batch_size": 2, "bf16": True}
+#: measure of a tiny Llama-style shape (no SOURCE: the file names no model either).
+MEASURE = ("measure", "--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "128")
+MEASURE += ("--llama", "--seq", "8")
 
 
 def _c(case_id, argv, files=None, names=(), expect="refused", **kw) -> Case:
@@ -130,5 +133,24 @@ def trainer_config_cases() -> list[Case]:
             names=("--config",),
         ),
         _c("tcfg/config-without-files", ("profile", BUNDLED, "--config"), names=("--config",)),
+        # measure --config: the real Trainer with the file's TrainingArguments
+        _c(
+            "tcfg/measure-trainer-json",
+            (*MEASURE, "--device", "cpu", "--config", f"{{dir}}/{J}"),
+            {J: _ta(bf16=False, optim="sgd")},
+            expect="ok",
+        ),
+        _c(
+            "tcfg/measure-trainer-json-fake",
+            (*MEASURE, "--device", "fake", "--config", f"{{dir}}/{J}"),
+            {J: _ta(optim="sgd")},
+            names=("--trainer", "--device"),
+        ),
+        _c(
+            "tcfg/measure-unknown-format",
+            (*MEASURE, "--device", "cpu", "--config", f"{{dir}}/{F}"),
+            {F: b"foo: 1\nbar: 2\n"},
+            names=(F,),
+        ),
     ]
     return out
