@@ -162,3 +162,39 @@ def check_images(tower: VisionTower | None, images: int, size: tuple[int, int], 
             "(smart_resize); give a less elongated size"
         )
     return ""
+
+
+def visual_tokens(spec, setup) -> int:
+    """Visual tokens one sample adds to the language model's sequence:
+    ``setup.images`` images of ``setup.image_size``, each :func:`image_grid`'s tokens."""
+    if not setup.images:
+        return 0
+    h, w = setup.image_size
+    return setup.images * image_grid(spec.vision, h, w).tokens
+
+
+def language_setup(spec, setup):
+    """The setup the language model trains with: ``seq_len`` grown by the visual tokens
+    (T = T_text + images · tokens per image), the images then spent; the tower itself,
+    frozen, saves nothing for backward (no input or weight of it requires a gradient),
+    so only the longer sequence and the tower's weights reach the peak."""
+    if not setup.images:
+        return setup
+    return setup.replace(
+        seq_len=setup.seq_len + visual_tokens(spec, setup), images=0, image_size=None
+    )
+
+
+def describe(spec, setup) -> str:
+    """One line: the images, their grid and the language model's sequence."""
+    h, w = setup.image_size
+    grid = image_grid(spec.vision, h, w)
+    t, gh, gw = grid.grid
+    n = setup.images * grid.tokens
+    return (
+        f"{setup.images} image(s) of {h}x{w} per sample → {grid.height}x{grid.width} "
+        f"(smart_resize, factor {spec.vision.factor}), grid {t}x{gh}x{gw} = {grid.patches} "
+        f"patches, {grid.tokens} tokens each after the {spec.vision.merge_size}x"
+        f"{spec.vision.merge_size} merger: T = {setup.seq_len} text + {n} visual = "
+        f"{setup.seq_len + n}"
+    )

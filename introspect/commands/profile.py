@@ -403,6 +403,10 @@ def _params_section(model) -> str:
 def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
     unit = "decimal GB" if report.display_unit() == "GB" else "GiB"
     head = f"training memory for {report.setup_line(setup)} ({unit})"
+    if setup.images:
+        from introspect.vision import describe
+
+        head += "\n  images: " + describe(spec, setup)
     parts = [head]
     for name, b in results.items():
         if not isinstance(b, Breakdown):
