@@ -94,12 +94,25 @@ TODAY = (
 )
 
 
+#: The bundled vision-language wrappers: named on the command line, not in the default
+#: table (Qwen3.5's Gated DeltaNet layers have no closed form yet).
+WRAPPERS = (
+    "Qwen/Qwen3-VL-8B-Instruct",
+    "Qwen/Qwen2.5-VL-7B-Instruct",
+    "Qwen/Qwen3.5-9B",
+)
+
+
 def default_sources() -> list[str]:
     """The bundled Qwen and Llama models in the bundle's order (the new Qwen3-30B-A3B and
     Llama-4-Scout among them), then :data:`TODAY`'s."""
     from introspect.adapters import bundled
 
-    seed = [m.hub_id for m in bundled.models() if m.hub_id.startswith(("Qwen/", "meta-llama/"))]
+    seed = [
+        m.hub_id
+        for m in bundled.models()
+        if m.hub_id.startswith(("Qwen/", "meta-llama/")) and m.hub_id not in WRAPPERS
+    ]
     return seed + [m for m in TODAY if bundled.lookup(m) is not None]
 
 

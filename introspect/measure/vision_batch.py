@@ -98,9 +98,7 @@ def make_batch(model, spec, setup, vocab: int, device: str):
         position_ids, _ = inner.get_rope_index(ids, image_grid_thw=thw, mm_token_type_ids=mm)
     values = tower.in_channels * tower.temporal_patch_size * tower.patch_size**2
     pixels = torch.randn(B * n * grid.patches, values, dtype=torch.float32)
-    ids, targets, thw, position_ids = (
-        _keep(t, device) for t in (ids, targets, thw, position_ids)
-    )
+    ids, targets, thw, position_ids = (_keep(t, device) for t in (ids, targets, thw, position_ids))
     extra = {"pixel_values": pixels, "image_grid_thw": thw, "position_ids": position_ids}
     return ids, targets, extra
 
