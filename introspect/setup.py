@@ -205,6 +205,9 @@ class TrainingSetup:
     #: the visual tokens; 0 images: a text-only batch.
     images: int = 0
     image_size: tuple[int, int] | None = None
+    #: The FP32 ``pixel_values`` the batch holds through the step, in bytes: set by
+    #: :func:`introspect.vision.language_setup` when it spends the images (no flag).
+    image_input_bytes: int = 0
 
     # --- sharding and model parallelism (introspect.refined.sharding) ---------------------
     #: ``none``, ``ddp``, ``zero`` or ``fsdp`` (see :data:`SHARDINGS`); ``zero`` with

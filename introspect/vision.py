@@ -181,8 +181,20 @@ def language_setup(spec, setup):
     if not setup.images:
         return setup
     return setup.replace(
-        seq_len=setup.seq_len + visual_tokens(spec, setup), images=0, image_size=None
+        seq_len=setup.seq_len + visual_tokens(spec, setup),
+        images=0,
+        image_size=None,
+        image_input_bytes=pixel_bytes(spec, setup),
     )
+
+
+def pixel_bytes(spec, setup) -> int:
+    """The batch's ``pixel_values``: B · images · patches rows of
+    ``C · temporal_patch_size · p²`` FP32 values (the processor's output)."""
+    tower = spec.vision
+    h, w = setup.image_size
+    rows = setup.batch_size * setup.images * image_grid(tower, h, w).patches
+    return rows * tower.in_channels * tower.temporal_patch_size * tower.patch_size**2 * 4
 
 
 def describe(spec, setup) -> str:
