@@ -8,9 +8,9 @@ import json
 import warnings
 
 import pytest
-
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config
+
 from introspect.cli import main
 from introspect.errors import ConfigError
 from introspect.setup import TrainingSetup
