@@ -218,3 +218,50 @@ def test_profile_json_reports_the_tower_apart(capsys):
     by = out["params"]["by_component"]
     assert by["vision_tower"] == out["spec"]["tower_parameters"] > 0
     assert sum(by.values()) == out["params"]["total"]
+
+
+#: Qwen2.5-VL small, flat layout, with its windowed tower (window 112 px, two blocks of
+#: full attention).
+TINY_QWEN25_VL = {
+    "model_type": "qwen2_5_vl",
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 2000,
+    "rope_scaling": {"type": "mrope", "mrope_section": [4, 6, 6]},
+    "image_token_id": 1955,
+    "video_token_id": 1956,
+    "vision_start_token_id": 1952,
+    "vision_end_token_id": 1953,
+    "vision_config": {
+        "depth": 4,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_heads": 2,
+        "out_hidden_size": 128,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 112,
+        "fullatt_block_indexes": [1, 3],
+    },
+}
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_qwen25_vl_windowed_tower_runs_its_dry_run_within_3_percent(precision):
+    """The window partition (get_vision_window_index) is the tower's own, computed on the
+    real grid and passed as the keywords it accepts; the step is within 3% of it."""
+    from introspect import refined
+    from introspect.measure import hf_models
+
+    spec = spec_from_config(TINY_QWEN25_VL, source="tiny25")
+    setup = TrainingSetup(
+        seq_len=128, images=2, image_size=(448, 448), freeze_tower=True, precision=precision
+    ).replace(device="cpu")
+    m, _ = hf_models.measure(TINY_QWEN25_VL, "tiny25", spec, setup, device="fake", census=False)
+    assert any("1024 patches, 256 tokens" in n for n in m.notes)
+    estimate = refined.estimate(spec, setup).execution.total
+    assert abs(estimate / m.peak_bytes - 1) < 0.03, (m.peak_bytes, estimate)

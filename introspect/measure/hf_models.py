@@ -116,7 +116,11 @@ def model_class(model_type: str, config: dict[str, Any], where: str):
             f"{where}: transformers {_version()} does not know model_type {model_type!r}; "
             "upgrade transformers or use --impl reference"
         )
-    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    from introspect.adapters.multimodal import is_wrapper
+
+    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not is_wrapper(
+        config, model_type
+    ):  # Qwen3.5 with a vision_config is its wrapper, tower included, as it is counted
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM

@@ -8,7 +8,9 @@ Per sample: ``seq_len`` text tokens, among them ``<|vision_start|>`` and
 the tower to its own dtype) and ``image_grid_thw`` one ``(1, h, w)`` row per image. The
 multimodal rotary positions (3, B, T) are the model's own ``get_rope_index``, computed on
 real tensors before the step, as the data collator's processor call precedes it; passed
-as ``position_ids``, so the forward does not recompute them.
+as ``position_ids``, so the forward does not recompute them. Qwen2.5-VL's window
+partition (``get_vision_window_index``) is computed the same way and passed as the
+``window_index`` / ``cu_window_seqlens`` keywords that function itself accepts.
 
 Under FakeTensorMode the Qwen vision code reads values of small integer tensors (the
 grid's ``tolist()``, the per-image ``cu_seqlens`` split, the image-token mask that
@@ -96,11 +98,33 @@ def make_batch(model, spec, setup, vocab: int, device: str):
         inner = _language_owner(model)
         mm = (ids == image).int()
         position_ids, _ = inner.get_rope_index(ids, image_grid_thw=thw, mm_token_type_ids=mm)
+        windows = _windows(model, thw)
     values = tower.in_channels * tower.temporal_patch_size * tower.patch_size**2
     pixels = torch.randn(B * n * grid.patches, values, dtype=torch.float32)
     ids, targets, thw, position_ids = (_keep(t, device) for t in (ids, targets, thw, position_ids))
     extra = {"pixel_values": pixels, "image_grid_thw": thw, "position_ids": position_ids}
+    extra.update({k: _keep(v, device) for k, v in windows.items()})
     return ids, targets, extra
+
+
+def _windows(model, thw: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Qwen2.5-VL's windowed attention: the tower's own ``get_vision_window_index``
+    (``transformers/vision_utils.py``) on the real grid, handed to the forward the way
+    the function itself takes them (``window_index``, ``cu_window_seqlens`` in its
+    kwargs); ``{}`` for a tower without windows."""
+    vision = getattr(model.config, "vision_config", None)
+    window = getattr(vision, "window_size", None)
+    if not window:
+        return {}
+    from transformers.vision_utils import get_vision_window_index
+
+    index, seqlens = get_vision_window_index(
+        thw,
+        spatial_merge_size=vision.spatial_merge_size,
+        window_size=window,
+        patch_size=vision.patch_size,
+    )
+    return {"window_index": index, "cu_window_seqlens": seqlens}
 
 
 def _language_owner(model):
