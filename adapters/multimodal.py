@@ -24,7 +24,7 @@ refused: the class would build its default language model, not the one meant.
 
 from __future__ import annotations
 
-from introspect.errors import ConfigError, IntrospectError
+from introspect.errors import ConfigError, IntrospectError, UnsupportedArchitecture
 from introspect.spec import ModelSpec
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
@@ -37,8 +37,9 @@ FLAT_TEXT_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads")
 
 def is_wrapper(config: dict[str, Any], model_type: str) -> bool:
     """Whether transformers builds ``model_type`` through its image-text auto class: it
-    has no causal-LM class, or its causal-LM class is text-only while the config has a
-    ``vision_config`` (Qwen3.5)."""
+    has no causal-LM class, its causal-LM class is that class too (GOT-OCR2, Fuyu), or
+    its causal-LM class is text-only while the config has a ``vision_config``
+    (Qwen3.5)."""
     try:
         from transformers.models.auto import modeling_auto
     except ImportError:
@@ -49,7 +50,8 @@ def is_wrapper(config: dict[str, Any], model_type: str) -> bool:
         return True
     causal = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
     wrapper = modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type]
-    return causal != wrapper and isinstance(config.get("vision_config"), dict)
+    # One class for both (GOT-OCR2, Fuyu, Gemma 4): the wrapper, its tower read apart.
+    return causal == wrapper or isinstance(config.get("vision_config"), dict)
 
 
 def check_layout(config: dict[str, Any], model_type: str, where: str) -> None:
@@ -77,7 +79,7 @@ def spec_from_wrapper(
 ) -> ModelSpec:
     """The spec of a vision-language wrapper: the language model and head walked from the
     meta-device build, the tower counted apart, N the wrapper's exact count."""
-    from .hf_transformers import build_on_meta, frame_spec, unique_parameters
+    from .hf_transformers import build_on_meta, frame_spec, refuse_encoder, unique_parameters
     from .module_walk import ModuleTree, describe_tree, unmodelled_parts
     from .torch_module import torch_tree
 
@@ -86,11 +88,10 @@ def spec_from_wrapper(
     exact = unique_parameters(model)
     tree = torch_tree(model)
     names = {id(m): n for n, m in model.named_modules()}
-    language = getattr(model, "language_model", None)
-    if language is None or id(language) not in names:
-        language = model.get_decoder()
-    head = model.get_output_embeddings()
-    keep = [names[id(language)]] + ([names[id(head)]] if id(head) in names else [])
+    keep = kept_prefixes(model)
+    language = model.get_submodule(keep[0])
+    if _causal_class(model_type):  # GIT's text model attends both ways; PaliGemma's
+        refuse_encoder(language, model_type, where)  # prefix is bidirectional by design
 
     def kept(name: str) -> bool:
         return any(name == k or name.startswith(k + ".") for k in keep)
@@ -120,7 +121,14 @@ def spec_from_wrapper(
             cls = type(language).__name__
             parts = (f"{cls}'s blocks, which the module walker cannot read ({e})",)
     if parts:
-        spec = frame_spec(model, text_tree, parts, exact=exact, source=source)
+        try:
+            spec = frame_spec(model, text_tree, parts, exact=exact, source=source)
+        except (NotImplementedError, AttributeError, TypeError) as e:
+            raise UnsupportedArchitecture(
+                f"{where}: {type(model).__name__}'s language model cannot be read (no token "
+                f"embedding to take d and V from: {' '.join(str(e).split())[:120]}), and its "
+                f"blocks are not modelled ({'; '.join(parts)})"
+            ) from e
     from introspect.vision import tower_facts
 
     return spec.replace(
@@ -132,6 +140,30 @@ def spec_from_wrapper(
         vision=tower_facts(model_type, config),
         assumptions=(built, *spec.assumptions),
     )
+
+
+def _causal_class(model_type: str) -> bool:
+    """Whether transformers also lists ``model_type`` as a causal LM."""
+    from transformers.models.auto import modeling_auto
+
+    return model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def kept_prefixes(model) -> list[str]:
+    """Qualified names of the wrapper's language model and output head: the module
+    ``language_model`` (the wrapper's property, else the shallowest submodule of that
+    name: GOT-OCR2 and Fuyu keep it at ``model.language_model`` with the property
+    unset), else ``get_decoder()``; the head is ``get_output_embeddings()``."""
+    names = {id(m): n for n, m in model.named_modules()}
+    language = getattr(model, "language_model", None)
+    if language is None or id(language) not in names:
+        found = sorted(
+            (n for n in names.values() if n.rpartition(".")[2] == "language_model"),
+            key=lambda n: n.count("."),
+        )
+        language = model.get_submodule(found[0]) if found else model.get_decoder()
+    head = model.get_output_embeddings()
+    return [names[id(language)]] + ([names[id(head)]] if id(head) in names else [])
 
 
 def describe_tower(model, names: dict[int, str], keep: list[str]) -> str:

@@ -170,12 +170,9 @@ def with_images(model, extra: dict):
 def freeze_tower(model) -> int:
     """``--freeze-tower`` on the real class: every parameter outside the language model
     and the head stops requiring a gradient; returns how many weights it froze."""
-    names = {id(m): n for n, m in model.named_modules()}
-    language = getattr(model, "language_model", None)
-    if language is None or id(language) not in names:
-        language = model.get_decoder()
-    head = model.get_output_embeddings()
-    keep = [names[id(language)]] + ([names[id(head)]] if id(head) in names else [])
+    from introspect.adapters.multimodal import kept_prefixes
+
+    keep = kept_prefixes(model)
     frozen = 0
     for name, p in model.named_parameters():
         if not any(name.startswith(k + ".") for k in keep):
