@@ -84,6 +84,12 @@ def spec_from_config(
     family = ALIASES.get(model_type, model_type)
     read = REGISTRY.get(family)
     if read is None:
+        from . import multimodal
+
+        if with_hf and hft.knows(model_type) and multimodal.is_wrapper(config, model_type):
+            return multimodal.spec_from_wrapper(
+                config, model_type, where=where, source=source or where
+            )
         if with_hf and hft.knows(model_type):
             return hft.spec_from_build(config, model_type, where=where, source=source or where)
         hint = (

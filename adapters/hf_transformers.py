@@ -221,16 +221,19 @@ def frame_spec(model, tree, parts: tuple[str, ...], *, exact: int, source: str) 
     )
 
 
-def model_class(model_type: str):
+def model_class(model_type: str, *, wrapper: bool = False):
     """transformers' causal-LM class for ``model_type`` (else its image-text-to-text
-    class), as ``AutoModelForCausalLM`` picks it; ``None`` when it has neither."""
+    class), as ``AutoModelForCausalLM`` picks it; ``None`` when it has neither.
+    ``wrapper``: the image-text class first (a vision-language wrapper built with its
+    tower, :mod:`introspect.adapters.multimodal`)."""
     import transformers
     from transformers.models.auto import modeling_auto
 
-    for names in (
+    order = [
         modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-    ):
+    ]
+    for names in order[::-1] if wrapper else order:
         name = names.get(model_type)
         if isinstance(name, str):
             try:

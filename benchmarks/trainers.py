@@ -113,6 +113,7 @@ def setup_kwargs(row: dict) -> dict:
 
 def run_row(row: dict) -> dict:
     from introspect.adapters.hf_config import spec_from_config
+
     from introspect.measure import trainer_run
     from introspect.measure.compare import by_category, refined_estimate
     from introspect.refined.implementations import resolve_attention

@@ -535,6 +535,8 @@ def check_model(spec: Any, setup: Any) -> None:
             "priced or run with; use --cross-entropy standard"
         )
     check_state_space(spec, setup)
+    if setup.images:
+        check_images(spec, setup)
     check_parallel(spec, setup)
 
 
@@ -574,6 +576,24 @@ def check_state_space(spec: Any, setup: Any) -> None:
                 f"transformers' torch path in full training only ({needs} is not "
                 f"modelled); drop {flag}"
             )
+
+
+def check_images(spec: Any, setup: Any) -> None:
+    """``--images`` only where the model's processor is modelled
+    (:func:`introspect.vision.check_images`), and only with the tower frozen: a trained
+    tower's own saved activations are not modelled."""
+    from introspect.vision import check_images as why
+
+    where = spec.source or spec.model_type
+    reason = why(getattr(spec, "vision", None), setup.images, setup.image_size, where)
+    if reason:
+        raise NotApplicable(reason)
+    if setup.finetune == "full" and not setup.freeze_tower:
+        raise NotApplicable(
+            f"--images with the tower trained: {where}'s vision tower would save its own "
+            "activations for backward, which are not modelled; add --freeze-tower (or "
+            "train adapters: --finetune lora keeps the tower frozen)"
+        )
 
 
 def check_parallel(spec: Any, setup: Any) -> None:
@@ -633,7 +653,6 @@ UNMEASURED: tuple[tuple[Callable[[Any], bool], Callable[[Any], str]], ...] = (
     (lambda s: s.tensor_parallel > 1, lambda s: f"--tp {s.tensor_parallel}"),
     (lambda s: s.pipeline_parallel > 1, lambda s: f"--pp {s.pipeline_parallel}"),
     (lambda s: s.offload != "none", lambda s: f"--offload {s.offload}"),
-    (lambda s: s.freeze_tower, lambda s: "--freeze-tower"),
 )
 
 

@@ -135,6 +135,8 @@ FLAGS = {
     "grad_accum": "--grad-accum",
     "offload_activations": "--offload-activations",
     "adapter_dtype": "--adapter-dtype",
+    "images": "--images",
+    "image_size": "--image-size",
     "trainer": "--trainer",
     "dpo_reference": "--dpo-reference",
     "packed_sequences": "--packed-sequences",
@@ -207,6 +209,14 @@ class TrainingSetup:
     #: Freeze a multimodal wrapper's vision/audio tower (``ModelSpec.tower_parameters``):
     #: its weights stay, it gets no gradients, master copy or optimizer state.
     freeze_tower: bool = False
+    #: Images per sample and their size (H, W) before the processor resizes them
+    #: (:mod:`introspect.vision`): the language model reads ``seq_len`` text tokens plus
+    #: the visual tokens; 0 images: a text-only batch.
+    images: int = 0
+    image_size: tuple[int, int] | None = None
+    #: The FP32 ``pixel_values`` the batch holds through the step, in bytes: set by
+    #: :func:`introspect.vision.language_setup` when it spends the images (no flag).
+    image_input_bytes: int = 0
 
     # --- sharding and model parallelism (introspect.refined.sharding) ---------------------
     #: ``none``, ``ddp``, ``zero`` or ``fsdp`` (see :data:`SHARDINGS`); ``zero`` with
@@ -280,6 +290,8 @@ class TrainingSetup:
             raise ValueError(
                 f"--micro-batches must be a positive integer, got {self.micro_batches!r}"
             )
+        if isinstance(self.image_size, list):
+            object.__setattr__(self, "image_size", tuple(self.image_size))
         if self.activation_bytes_override is not None and self.activation_bytes_override <= 0:
             raise ValueError(f"--act-bytes must be positive, got {self.activation_bytes_override}")
         if self.implementation is None:

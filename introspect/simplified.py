@@ -91,6 +91,9 @@ def estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown:
     FP32. With 16-bit working weights the seed's mixed-precision arrangement applies: 2N
     weights + 2N grads + 4N FP32 master + 8N Adam = the same 16N.
     """
+    from introspect.vision import language_setup
+
+    setup = language_setup(spec, setup)  # T_text + the visual tokens
     N, L, d, h, V = (
         spec.n_params,
         spec.num_hidden_layers,

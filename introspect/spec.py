@@ -14,6 +14,7 @@ from introspect import _record
 from introspect._record import field, record
 from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
 from introspect.params import parameter_count, standard_parameters
+from introspect.vision import VisionTower
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
@@ -96,6 +97,9 @@ class ModelSpec:
     #: N but reported apart, and what they are.
     tower_parameters: int = 0
     tower: str = ""
+    #: A vision-language wrapper's processor rule and tower geometry: images → visual
+    #: tokens (:mod:`introspect.vision`); ``None`` for a text model.
+    vision: VisionTower | None = None
     #: Parameters a published checkpoint holds that the built model lacks (DeepSeek-V3's
     #: multi-token-prediction layers): not in N, said in reports.
     unbuilt_parameters: int = 0
@@ -350,6 +354,8 @@ class ModelSpec:
         fields["assumptions"] = tuple(fields.get("assumptions", ()))
         fields["fused_linears"] = tuple(fields.get("fused_linears", ()))
         fields["unmodelled"] = tuple(fields.get("unmodelled", ()))
+        if isinstance(fields.get("vision"), dict):
+            fields["vision"] = VisionTower(**fields["vision"])
         return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:

@@ -133,6 +133,16 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/inputs/pixel_values",
+            category="activations",
+            equation="B·images·patches·C·t·p²·4: the image batch's FP32 pixel_values, held by the training loop through the step (on CUDA in every precision; the CPU/dry-run tracker sees it where an FP32 tower views it)",
+            source="transformers/models/qwen3_vl/modeling_qwen3_vl.py: Qwen3VLVisionModel.forward, Qwen3VLVisionPatchEmbed.forward; transformers/models/qwen2_vl/image_processing_qwen2_vl.py: smart_resize",
+            computed_by=("introspect/refined/execution.py: embedding_saved",),
+            tests=(
+                "tests/test_vision.py::test_qwen3_vl_image_step_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
             name="activations/embedding",
             category="activations",
             equation="s·B·T·d: layer 0's input (seed); refined: the embedding's output as its first norm keeps it",

@@ -117,6 +117,7 @@ SETUPS = {
     "mlx lora bf16 weights": dict(framework="mlx", finetune="lora", weights_dtype="bf16"),
     "mlx sgd": dict(framework="mlx", optimizer="sgd"),
     "frozen tower": dict(freeze_tower=True),
+    "image batch's pixel input": dict(image_input_bytes=9_633_792),
     "grad accum logits loop": dict(grad_accum=4, loop="logits"),
     "grad accum lora embeddings": dict(grad_accum=2, finetune="lora", train_embeddings=True),
     "offload activations amp": dict(offload_activations=True, precision="amp"),

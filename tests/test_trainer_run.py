@@ -59,6 +59,7 @@ def test_accumulation_keeps_the_first_micro_batch_gradients(tmp_path):
     the gradients made by then; with it all of them (4 bytes per trainable parameter,
     FP32) are alive at that moment, so the peak rises by at least the rest."""
     from introspect.adapters.hf_config import spec_from_config
+
     from introspect.measure import trainer_run
     from introspect.setup import TrainingSetup
 

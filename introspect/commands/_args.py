@@ -723,6 +723,22 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         "gradients, master copy or optimizer state",
     )
     g.add_argument(
+        "--images",
+        type=int,
+        default=0,
+        metavar="N",
+        help="images per sample for a vision-language model: the language model reads "
+        "--seq text tokens plus each image's visual tokens (the model's processor rule)",
+    )
+    g.add_argument(
+        "--image-size",
+        type=image_size,
+        default=None,
+        metavar="HxW",
+        help="each image's height x width in pixels before the processor resizes it "
+        "(default 448x448 with --images)",
+    )
+    g.add_argument(
         "--optimizer-in-backward",
         action="store_true",
         help="step each parameter as its gradient is made (gradients never all exist)",
@@ -760,7 +776,39 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         optimizer_in_backward=args.optimizer_in_backward,
         offload_activations=args.offload_activations,
         freeze_tower=args.freeze_tower,
+        **image_fields(args),
     )
+
+
+def image_size(text: str) -> tuple[int, int]:
+    """``HxW`` (``448x448``) as two positive integers; anything else is one line."""
+    parts = text.lower().replace("×", "x").split("x")
+    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"--image-size: {text!r} is not HxW with two positive integers (e.g. 448x448)"
+        )
+    return int(parts[0]), int(parts[1])
+
+
+#: The image size ``--images`` alone means.
+DEFAULT_IMAGE_SIZE = (448, 448)
+
+
+def image_fields(args: argparse.Namespace) -> dict:
+    """``images`` and ``image_size`` from ``--images`` / ``--image-size``: a size without
+    images, or fewer than one image, is one line."""
+    from introspect.errors import IntrospectError
+
+    images = getattr(args, "images", 0) or 0
+    size = getattr(args, "image_size", None)
+    if images < 0 or (images == 0 and size is not None):
+        raise IntrospectError(
+            f"--images {images}: --image-size sizes the images of each sample; give "
+            "--images 1 or more with it (or drop --image-size)"
+        )
+    if not images:
+        return {}
+    return {"images": images, "image_size": size or DEFAULT_IMAGE_SIZE}
 
 
 def add_config_flag(parser: argparse.ArgumentParser) -> None:

@@ -198,13 +198,21 @@ def _source_json(model) -> dict[str, Any]:
 def to_json_unmodelled(model, setup: TrainingSetup, answer: dict[str, Any]) -> dict[str, Any]:
     """profile's JSON for an unmodelled stack: ``modelled`` false, the ``unmodelled``
     parts, ``answer`` "dry_run" and the ``dry_run`` itself; ``estimates`` null (none
-    applies) and no split by component (only the total is read)."""
+    applies) and no split by component (only the total is read) — but a multimodal
+    wrapper's, whose tower the build counts apart: the language model and the tower."""
     from introspect import unmodelled
 
+    spec = model.spec
+    split = None
+    if spec.tower_parameters:
+        split = {
+            "language_model": spec.n_params - spec.tower_parameters,
+            "vision_tower": spec.tower_parameters,
+        }
     return {
         "source": _source_json(model),
-        "spec": model.spec.to_dict(),
-        "params": {"total": model.spec.n_params, "active_per_token": None, "by_component": None},
+        "spec": spec.to_dict(),
+        "params": {"total": spec.n_params, "active_per_token": None, "by_component": split},
         **unmodelled.to_json(model.spec, answer),
         "estimates": None,
         "dry_run": answer,
@@ -224,6 +232,8 @@ def render_unmodelled(model, answer: dict[str, Any]) -> str:
         ("tied embeddings", "yes" if spec.tie_word_embeddings else "no"),
         ("parameters (exact)", f"{spec.n_params:,}"),
     ]
+    if spec.tower_parameters:
+        pairs.append(("tower (apart)", f"{spec.tower}: {spec.tower_parameters:,}"))
     lines = [f"not modelled: {part}" for part in spec.unmodelled]
     return "\n\n".join(
         (
@@ -398,6 +408,10 @@ def _params_section(model) -> str:
 def _estimates_section(spec: ModelSpec, setup: TrainingSetup, results: dict[str, Breakdown]) -> str:
     unit = "decimal GB" if report.display_unit() == "GB" else "GiB"
     head = f"training memory for {report.setup_line(setup)} ({unit})"
+    if setup.images:
+        from introspect.vision import describe
+
+        head += "\n  images: " + describe(spec, setup)
     parts = [head]
     for name, b in results.items():
         if not isinstance(b, Breakdown):

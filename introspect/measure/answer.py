@@ -47,7 +47,7 @@ def dry_run_answer(source: str, spec: ModelSpec, setup: TrainingSetup) -> dict[s
         census=False,
         config=source_config(source, spec),
     )
-    cls = model_class(spec.model_type)
+    cls = model_class(spec.model_type, wrapper=bool(spec.tower_parameters))
     return {
         "answer": "dry_run",
         "implementation": f"transformers' {cls.__name__}" if cls else "transformers' class",

@@ -87,6 +87,9 @@ def refined_saved(spec: ModelSpec, setup: TrainingSetup) -> Breakdown | None:
         from introspect.refined.execution import saved_terms
     except ImportError:
         return None
+    from introspect.vision import language_setup
+
+    setup = language_setup(spec, setup)  # the language model's T_text + visual tokens
     return Breakdown(saved_terms(spec, setup), label="refined: saved for backward")
 
 

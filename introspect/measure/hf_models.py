@@ -116,7 +116,13 @@ def model_class(model_type: str, config: dict[str, Any], where: str):
             f"{where}: transformers {_version()} does not know model_type {model_type!r}; "
             "upgrade transformers or use --impl reference"
         )
-    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    from introspect.adapters.families import REGISTRY
+    from introspect.adapters.multimodal import is_wrapper
+
+    # Qwen3.5 with a vision_config is its wrapper, tower included, as it is counted; the
+    # hand-read families (Llama 4) keep the class their readers were checked against.
+    wrapper = model_type not in REGISTRY and is_wrapper(config, model_type)
+    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not wrapper:
         from transformers import AutoModelForCausalLM
 
         return AutoModelForCausalLM
@@ -269,7 +275,14 @@ def measure(
             "measured there; use --device cpu, or --device fake for a dry run (not cuda)"
         )
     vocab = spec.vocab_size
-    with fake_mode() if device == "fake" else contextlib.nullcontext(), unpacked_rows(device):
+    images = bool(setup.images)
+    if images:
+        from introspect.measure import vision_batch
+    with (
+        fake_mode() if device == "fake" else contextlib.nullcontext(),
+        unpacked_rows(device),
+        vision_batch.constant_inputs(device) if images else contextlib.nullcontext(),
+    ):
         model = build(
             raw,
             where,
@@ -279,10 +292,21 @@ def measure(
             overrides=overrides,
         )
         built = type(model).__name__
+        if setup.freeze_tower:
+            from introspect.measure import vision_batch
+
+            vision_batch.freeze_tower(model)
+        inputs = None
+        if images:
+            vocab = model.config.get_text_config().vocab_size
+            *inputs, extra = vision_batch.make_batch(model, spec, setup, vocab, device)
+            inputs = tuple(inputs)
         if lora:
             from introspect.measure import peft_step
 
             model = peft_step.wrap(model, spec, setup, dtype)
+        if images:
+            model = vision_batch.with_images(model, extra)
         if device == "cuda":
             model = model.to("cuda")
         vocab = model.config.get_text_config().vocab_size
@@ -295,6 +319,7 @@ def measure(
                 forward=torch_step.hf_forward,
                 implementation="transformers+peft" if lora else "transformers",
                 loop=setup.loop,
+                inputs=inputs,
             )
         except AttributeError as err:
             if not lora:
@@ -309,9 +334,25 @@ def measure(
         saved = None
         if census:
             saved = torch_step.run_census(
-                model, setup, spec, device, torch_step.hf_forward, loop=setup.loop
+                model, setup, spec, device, torch_step.hf_forward, loop=setup.loop, inputs=inputs
             )
     notes = [f"transformers {built} from {where}"]
+    if images:
+        from introspect.vision import describe
+
+        notes.append("images: " + describe(spec, setup))
+        notes.append(
+            "image-and-text batch: ids with the image tokens, pixel_values and image_grid_thw "
+            "as the processor shapes them, M-RoPE position_ids from the model's get_rope_index"
+            + (
+                "; dry run: ids, grid and positions as value-keeping fake tensors "
+                "(introspect.measure.vision_batch)"
+                if device == "fake"
+                else ""
+            )
+        )
+    if setup.freeze_tower:
+        notes.append("--freeze-tower: every weight outside the language model and head frozen")
     experts = experts_implementation(model)
     if experts is not None:
         notes.append(f"MoE experts implementation: {experts}")

@@ -50,7 +50,16 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
         lora_dropout=setup.lora_dropout,
         fan_in_fan_out=fan_in_fan_out,
         modules_to_save=["embed_tokens", "lm_head"] if setup.train_embeddings else None,
+        # LoRA on the language model only, as users adapt a vision-language wrapper: the
+        # tower's and projector's linears are left out of all-linear.
+        exclude_modules=TOWER_MODULES if spec.tower_parameters else None,
     )
+
+
+#: peft ``exclude_modules`` (a regex matched against each module's full name): a
+#: wrapper's vision tower and projector (Qwen's ``visual``, Llava's and Mistral 3's
+#: ``vision_tower`` and ``multi_modal_projector``, Gemma 3's too).
+TOWER_MODULES = r"(.*\.)?(visual|vision_tower|vision_model|multi_modal_projector)(\..*)?"
 
 
 def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:

@@ -339,6 +339,7 @@ def measure_step(
     implementation: str = "reference",
     loop: str | None = None,
     witness: Callable[[nn.Module, torch.optim.Optimizer, list], Any] | None = None,
+    inputs: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Measurement:
     """Warm up, reset, measure one step of ``model`` (already on ``device``).
 
@@ -352,6 +353,8 @@ def measure_step(
     ``labels`` (:func:`logits_loss`, :func:`labels_loss`); None follows the
     implementation: the setup's own loop when the model is the setup's implementation,
     else that implementation's default (the reference model's loop is ``logits``).
+    ``inputs`` replaces the random (ids, targets) batch (an image-and-text batch:
+    :mod:`introspect.measure.vision_batch`).
     """
     check_setup(setup)
     if loop is None:
@@ -363,7 +366,7 @@ def measure_step(
     tensor_device = "cpu" if device == "fake" else device
     step = make_step(model, setup, device=device, forward=forward, loop=loop)
     optimizer = step.optimizer
-    input_ids, targets = batch(vocab, setup, tensor_device)
+    input_ids, targets = inputs or batch(vocab, setup, tensor_device)
     cuda = device == "cuda"
     # The optimizer's state made directly (no warm-up step) except on CUDA, whose first
     # step also sets up the allocator's and cuBLAS's workspaces, and with a master copy,
@@ -500,12 +503,15 @@ def run_census(
     device: str = "cpu",
     forward: Forward = reference_forward,
     loop: str = "logits",
+    inputs: tuple[torch.Tensor, torch.Tensor] | None = None,
 ):
     """The saved-tensor census of one forward pass and loss of ``model`` (the loop's
-    loss, under autocast for ``amp``)."""
+    loss, under autocast for ``amp``); ``inputs`` as :func:`measure_step` takes them."""
     from introspect.measure.census import census
 
-    input_ids, targets = batch(spec.vocab_size, setup, "cpu" if device == "fake" else device)
+    input_ids, targets = inputs or batch(
+        spec.vocab_size, setup, "cpu" if device == "fake" else device
+    )
     loss = _loop_loss(setup, loop, forward)
 
     def run():
@@ -517,8 +523,8 @@ def run_census(
     return census(
         model,
         run,
-        tokens=setup.tokens,
-        seq_len=setup.seq_len,
+        tokens=input_ids.numel(),
+        seq_len=input_ids.shape[-1],
         head_size=spec.head_size,
         heads=spec.num_attention_heads,
     )

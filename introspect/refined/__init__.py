@@ -133,8 +133,11 @@ def execution_estimate(
 
 def estimate(spec: ModelSpec, setup: TrainingSetup) -> RefinedEstimate:
     """The refined estimate of training ``spec`` as ``setup``: the architecture layer and
-    the execution layer, with the causes of every term."""
-    setup = resolve_attention(spec, setup)
+    the execution layer, with the causes of every term. Images (``--images``) lengthen
+    the language model's sequence first (:func:`introspect.vision.language_setup`)."""
+    from introspect.vision import language_setup
+
+    setup = resolve_attention(spec, language_setup(spec, setup))
     arch = architecture.estimate(spec, setup)
     exe = execution_estimate(spec, setup)
     why = {f"architecture:{k}": v for k, v in arch.notes.items()}

@@ -313,7 +313,30 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms = dict(terms) | {EMBEDDING: 0}
     if _lora(setup):  # LoRA on embed_tokens: its own saved tensor
         terms = dict(terms) | lora.embedding_terms(spec, setup)
+    held = pixel_input(setup)
+    if held:
+        terms = dict(terms) | {PIXEL_VALUES: held}
     return terms
+
+
+#: The image batch's FP32 pixel_values, held by the training loop through the step.
+PIXEL_VALUES = "activations/inputs/pixel_values"
+
+
+def pixel_input(setup: TrainingSetup) -> int:
+    """Bytes of the batch's FP32 ``pixel_values`` (:func:`introspect.vision.pixel_bytes`)
+    a step's meter holds through forward and backward. On CUDA the training loop moves
+    the batch to the device, so it is allocated whatever the precision. The live-storage
+    tracker of a CPU step or a dry run (and torch's MemTracker, by the same rule) counts a
+    storage from its first sight as an operation's output: an FP32 tower reads the input
+    through a view (``pixel_values.type(fp32)`` is the tensor itself, then ``view``), so
+    it is counted; a BF16 tower casts it to a new tensor and the FP32 original is never
+    an output (``modeling_qwen3_vl.py``: ``Qwen3VLVisionModel.forward``,
+    ``Qwen3VLVisionPatchEmbed.forward``)."""
+    if not setup.image_input_bytes:
+        return 0
+    on_cuda = setup.device in ("cuda", "auto")
+    return setup.image_input_bytes if on_cuda or working_weight_bytes(setup) == 4 else 0
 
 
 def _prefixed(terms: dict[str, int]) -> dict[str, int]:

@@ -16,6 +16,9 @@ from .cases import BUNDLED, Case
 QWEN = BUNDLED
 #: A multimodal bundled model (vision tower), for --freeze-tower.
 MULTIMODAL = "google/gemma-3-4b-pt"
+#: A vision-language wrapper whose processor is modelled, for --images / --image-size.
+VLM = "Qwen/Qwen3-VL-8B-Instruct"
+FROZEN = ("--freeze-tower", "--seq", "512")
 SHAPE = ("--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "128", "--seq", "8")
 #: A valid call of each command, to which a case appends its flags.
 BASE: dict[str, tuple[str, ...]] = {
@@ -289,6 +292,11 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     + (("--no-double-quant",),),
     ("train-embeddings-full", ("--train-embeddings",), ("--train-embeddings",)),
     ("freeze-tower-text-model", ("--freeze-tower",), ("--freeze-tower",)),
+    ("images-text-model", ("--images", "1"), ("--images",)),
+    ("image-size-without-images", ("--image-size", "448x448"), ("--images",)),
+    ("images-zero-with-size", ("--images", "0", "--image-size", "448x448"), ("--images",)),
+    ("image-size-not-hxw", ("--image-size", "448"), ("--image-size",)),
+    ("image-size-zero", ("--image-size", "0x448"), ("--image-size",)),
     ("optimizer-none-in-backward", ("--optimizer", "none", "--optimizer-in-backward"))
     + (("--optimizer-in-backward", "--optimizer"),),
     ("optimizer-none-offload", ("--optimizer", "none", "--offload", "optimizer"))
@@ -426,6 +434,9 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
     ),
     ("freeze-tower-text-model", (*BASE["measure"], "--freeze-tower"), "refused")
     + (("--freeze-tower",),),
+    ("images-text-model", (*BASE["measure"], "--images", "1"), "refused", ("--images",)),
+    ("image-size-without-images", (*BASE["measure"], "--image-size", "448x448"), "refused")
+    + (("--images",),),
     ("no-double-quant-without-qlora", (*BASE["measure"], "--no-double-quant"), "refused")
     + (("--no-double-quant",),),
     ("train-embeddings-full", (*BASE["measure"], "--train-embeddings"), "refused")
@@ -555,6 +566,9 @@ def good_value_cases() -> list[Case]:
         ("nominal", ("fit", "7B", "--gpu", "h100-80gb")),
         ("max-devices-2", ("fit", QWEN, "--gpu", "h200", "--max-devices", "2")),
         ("freeze-tower-multimodal", ("fit", MULTIMODAL, "--gpu", "h200", "--freeze-tower")),
+        ("images-vlm", ("profile", VLM, "--images", "2", "--image-size", "448x448", *FROZEN)),
+        ("images-vlm", ("table", VLM, "--images", "2", *FROZEN)),
+        ("images-vlm", ("fit", VLM, "--gpu", "h200", "--images", "1", *FROZEN)),
     ):
         out.append(_case("ok", argv[0], label, argv, "ok"))
     return out
