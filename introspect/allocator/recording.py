@@ -1,0 +1,49 @@
+"""Whether a step's allocation stream is wanted, and what to replay it with.
+
+``measure --device fake`` (torch) asks for it around its dry run; every other measure
+leaves it off, so its tracker records nothing (:class:`LiveStorageTracker` ``record``).
+A context variable rather than one more argument through every step builder: the
+reference, transformers and peft steps all reach ``torch_step.measure_step``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from introspect.allocator.config import AllocatorConfig
+
+_WANTED: ContextVar[tuple[AllocatorConfig, int | None] | None] = ContextVar(
+    "introspect_allocator_replay", default=None
+)
+
+
+def wanted() -> tuple[AllocatorConfig, int | None] | None:
+    """The config and capacity to replay with, or None (record nothing)."""
+    return _WANTED.get()
+
+
+@contextmanager
+def replaying(cfg: AllocatorConfig, capacity: int | None = None) -> Iterator[None]:
+    """Inside: steps record their stream and replay it with ``cfg`` at ``capacity``."""
+    token = _WANTED.set((cfg, capacity))
+    try:
+        yield
+    finally:
+        _WANTED.reset(token)
+
+
+def summarize(streams: dict[str, list[tuple]], cfg: AllocatorConfig, capacity: int | None) -> dict:
+    """Per device: the replay with expandable segments off and on (JSON-ready)."""
+    from introspect.allocator.replay import both
+
+    out = {}
+    for device, events in streams.items():
+        off, on = both(events, cfg, capacity)
+        out[device] = {
+            "events": len(events),
+            "expandable_off": off.to_json(),
+            "expandable_on": on.to_json(),
+        }
+    return out
