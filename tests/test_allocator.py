@@ -1,0 +1,227 @@
+"""The caching-allocator model against what torch's own allocator tests assert.
+
+Scenarios from pytorch/pytorch ``test/test_cuda.py`` (``TestCuda.test_allocator_settings``,
+``test_max_split_expandable``, ``test_garbage_collect_expandable``,
+``TestMemPool.test_mempool_with_allocator``), each with the reserved/allocated figure or
+verdict the test states; plus the rules of ``c10/cuda/CUDACachingAllocator.cpp`` the
+model names, and the recorder in the live tracker on a real CPU step.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from introspect.allocator import config, synthetic
+from introspect.allocator.caching import CachingAllocator, OutOfMemory
+from introspect.allocator.config import AllocatorConfig, parse
+from introspect.allocator.replay import both, replay
+from introspect.errors import IntrospectError
+
+MiB = 2**20
+
+
+def power2_div(size: int, div_factor: int) -> int:
+    """test_allocator_settings' own reference rounding."""
+    pow2 = 1
+    while pow2 < size:
+        pow2 *= 2
+    if pow2 == size:
+        return pow2
+    step = pow2 / 2 / div_factor
+    ret = pow2 / 2
+    while ret < size:
+        ret += step
+    return int(ret)
+
+
+def test_roundup_power2_divisions_as_torch_asserts():
+    nbytes = 4 * 21 * MiB  # test_allocator_settings' nelems = 21 Mi floats
+    assert CachingAllocator(parse("")).malloc(nbytes).size == nbytes
+    assert CachingAllocator(parse("roundup_power2_divisions:4")).malloc(nbytes).size == power2_div(
+        nbytes, 4
+    )
+    knobs = "garbage_collection_threshold:0.5,"
+    knobs += "roundup_power2_divisions:[64:8,128:2,256:2,512:2,1024:1,>:1]"
+    alloc = CachingAllocator(parse(knobs))
+    assert alloc.malloc(nbytes).size == power2_div(nbytes, 8)
+    assert alloc.malloc(4 * 100 * MiB).size == power2_div(4 * 100 * MiB, 2)
+    # each parseArgs resets the divisions: max_split_size_mb alone rounds to 512 B again
+    later = parse("garbage_collection_threshold:0.5,max_split_size_mb:40")
+    assert CachingAllocator(later).malloc(nbytes).size == nbytes
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("foo:1,bar:2", "Unrecognized key 'foo'"),
+        ("garbage_collection_threshold:1.2", "garbage_collect_threshold is invalid"),
+        ("max_split_size_mb:2", "max_split_size_mb too small, must be >= 20"),
+        ("expandable_segments:yes", "Expected 'True' or 'False'"),
+        ("roundup_power2_divisions:3", "power of 2"),
+        ("backend:cudaMallocAsync", "not modelled"),
+    ],
+)
+def test_settings_torch_refuses_are_one_line(text, words):
+    with pytest.raises(IntrospectError) as err:
+        parse(text)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_environment_read_as_torch_reads_it():
+    cfg, name = config.from_environ({"PYTORCH_ALLOC_CONF": "expandable_segments:True"})
+    assert (name, cfg.expandable_segments) == ("PYTORCH_ALLOC_CONF", True)
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_ALLOC_CONF": "x:1"}
+    cfg, name = config.from_environ(env)  # CUDAAllocatorConfig::instance: CUDA's first
+    assert (name, cfg.max_split_size) == ("PYTORCH_CUDA_ALLOC_CONF", 64 * MiB)
+    assert config.from_environ({}) == (AllocatorConfig(), None)
+
+
+def test_max_split_expandable():
+    """120 MiB allowed, max_split_size_mb:40: three 40 MiB blocks (expandable off, on,
+    off) fit, a fourth raises; freed, 120 MiB fits after the cached blocks are released."""
+    alloc = CachingAllocator(parse("expandable_segments:False,max_split_size_mb:40"), 2**40)
+    alloc.set_memory_fraction(120 * MiB / 2**40)
+    a = alloc.malloc(40 * MiB)
+    alloc.cfg = parse("expandable_segments:True,max_split_size_mb:40")
+    b = alloc.malloc(40 * MiB)
+    alloc.cfg = parse("expandable_segments:False,max_split_size_mb:40")
+    c = alloc.malloc(40 * MiB)
+    with pytest.raises(OutOfMemory):
+        alloc.malloc(40 * MiB)
+    for block in (a, b, c):
+        alloc.free(block)
+    alloc.malloc(120 * MiB)  # release_cached_blocks with an expandable block in the list
+    assert alloc.reserved == 120 * MiB and alloc.num_alloc_retries >= 1
+
+
+def test_garbage_collect_expandable():
+    alloc = CachingAllocator(
+        parse("expandable_segments:False,garbage_collection_threshold:0.5"), 2**40
+    )
+    alloc.set_memory_fraction(120 * MiB / 2**40)
+    a = alloc.malloc(40 * MiB)
+    alloc.cfg = parse("expandable_segments:True,garbage_collection_threshold:0.5")
+    b = alloc.malloc(40 * MiB)
+    alloc.free(a)
+    alloc.free(b)
+    alloc.malloc(80 * MiB)  # GC runs: frees the unsplit 40 MiB segment, not the expandable
+    assert alloc.reserved <= 120 * MiB
+
+
+def test_small_requests_share_2mib_segments():
+    """test_mempool_with_allocator: 1 MiB requests — one 2 MiB segment for two, a second
+    for the third."""
+    alloc = CachingAllocator(AllocatorConfig())
+    counts = []
+    for _ in range(3):
+        alloc.malloc(MiB)
+        counts.append(alloc.segments)
+    assert counts == [1, 1, 2] and alloc.reserved == 4 * MiB
+
+
+def test_segment_sizes_and_splitting():
+    alloc = CachingAllocator(AllocatorConfig())
+    alloc.malloc(11 * MiB + 1)  # >= 10 MiB: its own segment rounded to 2 MiB; the
+    assert alloc.reserved == alloc.allocated == 12 * MiB  # remainder (< 1 MiB) stays in it
+    alloc.malloc(5 * MiB)  # 1-10 MiB: a 20 MiB segment, split
+    assert alloc.reserved == 32 * MiB and alloc.allocated == 17 * MiB
+    alloc.malloc(11 * MiB)  # best fit: the 15 MiB left of the 20 MiB segment
+    assert alloc.reserved == 32 * MiB and alloc.allocated == 28 * MiB
+
+
+def test_oversize_blocks_are_not_split():
+    alloc = CachingAllocator(parse("max_split_size_mb:20"))
+    big = alloc.malloc(100 * MiB)
+    alloc.free(big)
+    alloc.malloc(30 * MiB)  # a smaller request: the 100 MiB oversize block is not used
+    assert alloc.reserved == 130 * MiB
+    alloc.malloc(95 * MiB)  # within 20 MiB of it: rounded up into it, unsplit
+    assert alloc.reserved == 130 * MiB and alloc.allocated == 130 * MiB
+
+
+def test_free_blocks_coalesce_and_empty_cache_returns_them():
+    alloc = CachingAllocator(AllocatorConfig())
+    blocks = [alloc.malloc(2 * MiB) for _ in range(5)]  # five from one 20 MiB segment
+    assert alloc.segments == 1
+    for b in blocks:
+        alloc.free(b)
+    alloc.malloc(9 * MiB)  # the merged free block serves it: no new segment
+    assert alloc.segments == 1
+    alloc2 = CachingAllocator(AllocatorConfig())
+    alloc2.free(alloc2.malloc(64 * MiB))
+    alloc2.empty_cache()
+    assert alloc2.reserved == 0
+
+
+def test_expandable_segments_grow_one_segment_and_unmap_pages():
+    alloc = CachingAllocator(parse("expandable_segments:True"))
+    blocks = [alloc.malloc(30 * MiB) for _ in range(3)]
+    assert alloc.reserved == 100 * MiB  # 90 MiB in 20 MiB pages of one growing segment
+    for b in blocks:
+        alloc.free(b)
+    alloc.empty_cache()
+    assert alloc.reserved == 0
+
+
+def test_fragmentation_is_what_expandable_segments_remove():
+    """The allocator's own rationale (Note [Expandable Segments]): requests that grow by a
+    little each time leave slivers in per-request segments, not in one growing segment."""
+    events, key = [], 0
+    for step in range(6):
+        live = []
+        for layer in range(8):
+            key += 1
+            events.append(("alloc", key, (40 + step) * MiB + layer * 4096, "forward"))
+            live.append(key)
+        events += [("free", k) for k in live]
+    off, on = both(events, AllocatorConfig())
+    assert off.reserved_peak > on.reserved_peak
+    assert on.allocated_peak <= off.allocated_peak
+
+
+def test_first_failure_at_a_capacity():
+    events = [("alloc", i, 30 * MiB, "forward") for i in range(5)]
+    r = replay(events, AllocatorConfig(), capacity=100 * MiB)
+    assert r.failure is not None and r.failure.index == 3 and r.failure.reserved == 90 * MiB
+    assert replay(events, AllocatorConfig(), capacity=200 * MiB).failure is None
+
+
+def test_synthetic_stream_holds_the_peaks_bytes():
+    from introspect.spec import ModelSpec
+
+    spec = ModelSpec(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, vocab_size=1000)
+    terms = {"weights": 4_000_000, "activations/layer/x": 4 * 3 * MiB, "logits": 5 * MiB}
+    events = synthetic.stream(spec, terms)
+    assert sum(e[2] for e in events) == sum(terms.values())
+    r = synthetic.reserve(spec, terms, AllocatorConfig())
+    assert r.reserved_peak >= r.allocated_peak >= sum(terms.values())
+
+
+def test_tracker_records_the_stream_of_a_real_step():
+    torch = pytest.importorskip("torch")
+    from introspect.measure.live_tracker import LiveStorageTracker
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    opt = torch.optim.Adam(model.parameters())
+    x = torch.randn(16, 32)
+    off = LiveStorageTracker(model, opt)
+    with off:
+        model(x).sum().backward()
+    assert off.events == []
+    tracker = LiveStorageTracker(model, opt, record=True)
+    with tracker:
+        model(x).sum().backward()
+        opt.step()
+    (events,) = tracker.stream().values()
+    allocs = [e for e in events if e[0] == "alloc"]
+    assert {e[3] for e in allocs} >= {"state", "forward", "backward", "optimizer"}
+    # the stream's live bytes at its highest are the tracker's own peak
+    live, now, peak = {}, 0, 0
+    for e in events:
+        if e[0] == "alloc":
+            live[e[1]] = e[2]
+            now += e[2]
+            peak = max(peak, now)
+        else:
+            now -= live.pop(e[1])
+    assert peak == tracker.peak_bytes
