@@ -14,7 +14,7 @@ import pytest
 from introspect.allocator import config, synthetic
 from introspect.allocator.caching import CachingAllocator, OutOfMemory
 from introspect.allocator.config import AllocatorConfig, parse
-from introspect.allocator.replay import both, replay
+from introspect.allocator.replay import both, replay, steps
 from introspect.errors import IntrospectError
 
 MiB = 2**20
@@ -225,3 +225,55 @@ def test_tracker_records_the_stream_of_a_real_step():
         else:
             now -= live.pop(e[1])
     assert peak == tracker.peak_bytes
+
+
+def test_config_as_torchs_own_cpp_test_reads_it():
+    """c10/test/core/AllocatorConfig_test.cpp (allocator_config_test)'s setting and values."""
+    cfg = parse(
+        "max_split_size_mb:40,max_non_split_rounding_mb:30,garbage_collection_threshold:0.5,"
+        "roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1],"
+        "expandable_segments:True,pinned_use_background_threads:True"
+    )
+    assert cfg.large_segment_size == 20 * MiB and cfg.max_split_size == 40 * MiB
+    assert cfg.max_non_split_rounding_size == 30 * MiB
+    assert cfg.garbage_collection_threshold == 0.5 and cfg.expandable_segments
+    got = [cfg.divisions(mb * MiB) for mb in (32, 64, 128, 256, 512, 1024, 2048)]
+    assert got == [8, 8, 2, 4, 2, 4, 1]
+
+
+def test_a_second_step_meets_the_firsts_cache():
+    """steps(): the state once, the step twice; what the first step left alive (its
+    gradients) is freed before the second, as zero_grad(set_to_none=True) does."""
+    events = [
+        ("alloc", "w", 30 * MiB, "state"),
+        ("alloc", "a", 64 * MiB, "forward"),
+        ("alloc", "g", 30 * MiB, "backward"),
+        ("free", "a"),
+    ]
+    two = steps(events, 2)
+    assert [e[0] for e in two].count("alloc") == 5 and ("free", (0, "g")) in two
+    one, again = replay(events, AllocatorConfig()), replay(two, AllocatorConfig())
+    assert again.reserved_peak == one.reserved_peak  # the cache serves the second step
+
+
+def test_measure_dry_run_prints_the_replay(capsys):
+    pytest.importorskip("torch")
+    import json
+
+    from introspect.cli import main
+
+    argv = ["measure", "--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "128"]
+    argv += ["--seq", "8", "--framework", "torch", "--device", "fake", "--no-census"]
+    assert main([*argv, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    (replays,) = row["measurement"]["allocator_replay"].values()
+    for key in ("expandable_off", "expandable_on"):
+        r = replays[key]
+        assert (
+            r["reserved_peak_bytes"]
+            >= r["allocated_peak_bytes"]
+            >= row["measurement"]["peak_bytes"]
+        )
+        assert r["source"] == "derived from torch's source, not measured on a GPU"
+    assert main(argv) == 0
+    assert "caching allocator replay" in capsys.readouterr().out

@@ -34,15 +34,21 @@ def replaying(cfg: AllocatorConfig, capacity: int | None = None) -> Iterator[Non
         _WANTED.reset(token)
 
 
+#: Steps replayed: the second meets the cache the first left, as a training loop's does.
+STEPS = 2
+
+
 def summarize(streams: dict[str, list[tuple]], cfg: AllocatorConfig, capacity: int | None) -> dict:
-    """Per device: the replay with expandable segments off and on (JSON-ready)."""
+    """Per device: the replay of :data:`STEPS` steps with expandable segments off and on
+    (JSON-ready)."""
     from introspect.allocator.replay import both
 
     out = {}
     for device, events in streams.items():
-        off, on = both(events, cfg, capacity)
+        off, on = both(events, cfg, capacity, STEPS)
         out[device] = {
             "events": len(events),
+            "steps": STEPS,
             "expandable_off": off.to_json(),
             "expandable_on": on.to_json(),
         }

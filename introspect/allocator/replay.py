@@ -70,6 +70,35 @@ class Replay:
         }
 
 
+def steps(events: list[tuple], count: int) -> list[tuple]:
+    """``events`` as ``count`` training steps: what existed before the step (the leading
+    ``state`` allocations) once, then the step's own events ``count`` times; before each
+    repeat, what the previous one left alive is freed first, in the order it was made —
+    as ``optimizer.zero_grad(set_to_none=True)`` frees the gradients at the start of a
+    step (``torch_step.TrainStep``) — so a later step meets the cache the earlier left."""
+    start = 0
+    while start < len(events) and events[start][0] == "alloc" and events[start][3] == "state":
+        start += 1
+    prelude, body = events[:start], events[start:]
+    out = list(prelude)
+    alive: dict = {}
+    for k in range(count):
+        if k:
+            out += [("free", key) for key in alive]
+        alive = {}
+        for e in body:
+            key = (k, e[1])
+            if e[0] == "alloc":
+                out.append(("alloc", key, e[2], e[3]))
+                alive[key] = None
+            elif key in alive:
+                out.append(("free", key))
+                del alive[key]
+            elif k == 0:  # a prelude storage the step frees (once: it is gone after)
+                out.append(("free", e[1]))
+    return out
+
+
 def replay(events: Iterable[tuple], cfg: AllocatorConfig, capacity: int | None = None) -> Replay:
     """Run ``events`` through the allocator with ``cfg`` and ``capacity`` bytes (None: no
     limit). Stops at the first request that does not fit, as the step would."""
@@ -109,9 +138,12 @@ def replay(events: Iterable[tuple], cfg: AllocatorConfig, capacity: int | None =
 
 
 def both(
-    events: list[tuple], cfg: AllocatorConfig, capacity: int | None = None
+    events: list[tuple], cfg: AllocatorConfig, capacity: int | None = None, count: int = 1
 ) -> tuple[Replay, Replay]:
-    """The replay with expandable segments off, then on (the rest of ``cfg`` kept)."""
+    """The replay with expandable segments off, then on (the rest of ``cfg`` kept), of
+    ``count`` steps (:func:`steps`)."""
+    if count > 1:
+        events = steps(events, count)
     return (
         replay(events, with_expandable(cfg, False), capacity),
         replay(events, with_expandable(cfg, True), capacity),

@@ -258,7 +258,8 @@ def allocator_lines(replays: dict) -> list[str]:
     for device, r in replays.items():
         out += [
             "",
-            f"caching allocator replay of the step's {r['events']:,} events on {device} ({LABEL}):",
+            f"caching allocator replay of the step's {r['events']:,} events on {device}, "
+            f"{r['steps']} steps ({LABEL}):",
         ]
         for key in ("expandable_off", "expandable_on"):
             x = r[key]
@@ -273,9 +274,10 @@ def allocator_lines(replays: dict) -> list[str]:
             )
     if out:
         out.append(
-            "  (allocated here: each storage rounded to torch's 512-byte blocks; the state that "
-            "existed before the step is allocated first, in registration order; a previous "
-            "step's cache is not replayed)"
+            "  (each storage is a request rounded as torch rounds it; the state that existed "
+            "before the step is allocated first, in registration order, then the step twice, "
+            "the second meeting the first's cache; kernels' own workspaces are not in the "
+            "stream)"
         )
     return out
 
