@@ -277,3 +277,41 @@ def test_measure_dry_run_prints_the_replay(capsys):
         assert r["source"] == "derived from torch's source, not measured on a GPU"
     assert main(argv) == 0
     assert "caching allocator replay" in capsys.readouterr().out
+
+
+def _issue_123548(cfg: str, cycles: int, capacity: int | None = None):
+    """pytorch/pytorch#123548 (and PR #193400)'s reproducer: a 64 MiB canary, then per
+    cycle A = 91 MiB, B = 45.5 MiB, a 2 MiB block kept alive, A and B freed."""
+    alloc = CachingAllocator(parse(cfg), capacity)
+    kept = [alloc.malloc(64 * MiB)]
+    seen = {}
+    for cycle in range(cycles):
+        retries = alloc.num_alloc_retries
+        a, b = alloc.malloc(91 * MiB), alloc.malloc(int(45.5 * MiB))
+        kept.append(alloc.malloc(2 * MiB))
+        alloc.free(a)
+        alloc.free(b)
+        seen[cycle] = (alloc.allocated // MiB, alloc.reserved // MiB, alloc.num_alloc_retries)
+        if alloc.num_alloc_retries > retries:
+            break
+    return alloc, seen
+
+
+def test_reserved_growth_of_max_split_with_expandable_segments():
+    """The published table (torch 2.12, git 13eab2b3): reserved 220 → 14,060 MiB over 100
+    cycles while allocated goes 66 → 266 MiB; either option alone stays under 500 MiB."""
+    _, seen = _issue_123548("max_split_size_mb:128,expandable_segments:True", 101)
+    table = [seen[c][:2] for c in (0, 20, 40, 60, 80, 100)]
+    assert table == [(66, 220), (106, 2980), (146, 5760), (186, 8520), (226, 11300), (266, 14060)]
+    for alone in ("max_split_size_mb:128", "expandable_segments:True", ""):
+        _, seen = _issue_123548(alone, 101)
+        assert seen[100][1] < 500
+
+
+def test_the_retry_that_empties_the_cache():
+    """The same reproducer's JSON line at a 16,000 MiB ceiling (its max_reserved_mib): the
+    first retry at cycle 115, then 296 MiB allocated, 2,680 MiB reserved, no OOM."""
+    alloc, seen = _issue_123548("max_split_size_mb:128,expandable_segments:True", 200, 16000 * MiB)
+    last = max(seen)
+    assert (last, *seen[last]) == (115, 296, 2680, 1)
+    assert alloc.peak_reserved == 16000 * MiB and alloc.num_ooms == 0

@@ -429,18 +429,19 @@ class CachingAllocator:
             return False
         key = max(size, cut)
         i = pool.lower_bound(key)
-        if i < len(pool.keys):
-            b = pool.blocks[pool.keys[i]]
-            if b.segment is None and not b.is_split():
-                self._release_block(b)
-                return True
-            return False
+        # pytorch/pytorch#134338: an expandable block found is never released; the
+        # search falls back to the oversize blocks below it. (A free oversize block is a
+        # whole segment: oversize requests are never split, smaller ones get segments
+        # rounded to 2 MiB.)
+        if i < len(pool.keys) and pool.blocks[pool.keys[i]].segment is None:
+            self._release_block(pool.blocks[pool.keys[i]])
+            return True
         released = 0
         for k in reversed(pool.keys[:i]):
             if released >= key or k[0] < cut:
                 break
             b = pool.blocks[k]
-            if b.segment is None and not b.is_split():
+            if b.segment is None:
                 released += b.size
                 self._release_block(b)
         return released >= key
