@@ -47,7 +47,13 @@ class Failure:
 
 @record
 class Replay:
-    """What one replay read; ``failure`` is None when every request fit."""
+    """What one replay read; ``failure`` is None when every request fit.
+
+    ``fragmentation`` is reserved − allocated at the moment the reserved peak was reached
+    (cached free blocks included: torch's "reserved by PyTorch but unallocated" then);
+    ``max_memory_reserved() − max_memory_allocated()`` is ``reserved_peak −
+    allocated_peak`` (``peaks_gap_bytes`` in JSON): the two peaks may fall at different
+    moments."""
 
     expandable_segments: bool
     allocated_peak: int
@@ -64,6 +70,7 @@ class Replay:
             "reserved_peak_bytes": self.reserved_peak,
             "fragmentation_bytes": self.fragmentation,
             "reserved_peak_phase": self.peak_phase,
+            "peaks_gap_bytes": self.reserved_peak - self.allocated_peak,
             "requests": self.requests,
             "failure": self.failure.to_json() if self.failure else None,
             "source": LABEL,

@@ -269,7 +269,8 @@ def allocator_lines(replays: dict) -> list[str]:
                 f"allocated peak {report.gb(x['allocated_peak_bytes'])} GB, reserved peak "
                 f"{report.gb(x['reserved_peak_bytes'])} GB, fragmentation "
                 f"{report.gb(x['fragmentation_bytes'])} GB at the reserved peak "
-                f"({x['reserved_peak_phase'] or 'before the step'})"
+                f"({x['reserved_peak_phase'] or 'before the step'}), reserved − allocated "
+                f"peaks {report.gb(x['peaks_gap_bytes'])} GB"
                 + (f"; first failure: {fail['bytes']:,} bytes in {fail['phase']}" if fail else "")
             )
     if out:
