@@ -315,3 +315,21 @@ def test_the_retry_that_empties_the_cache():
     last = max(seen)
     assert (last, *seen[last]) == (115, 296, 2680, 1)
     assert alloc.peak_reserved == 16000 * MiB and alloc.num_ooms == 0
+
+
+@pytest.mark.parametrize("sharding", [("--fsdp",), ("--zero", "1")])
+def test_sharded_dry_run_replays_every_rank_run(capsys, sharding):
+    pytest.importorskip("torch")
+    import json
+
+    from introspect.cli import main
+
+    argv = ["measure", "--layers", "2", "--d-emb", "64", "--heads", "4", "--vocab", "128"]
+    argv += ["--seq", "8", "--framework", "torch", "--device", "fake", "--no-census"]
+    assert main([*argv, *sharding, "--devices", "2", "--json"]) == 0
+    ranks = json.loads(capsys.readouterr().out)["rows"][0]["measured"]["ranks"]
+    assert len(ranks) == (2 if "--zero" in sharding else 1)
+    for rank in ranks:
+        (replays,) = rank["allocator_replay"].values()
+        off = replays["expandable_off"]
+        assert off["reserved_peak_bytes"] >= off["allocated_peak_bytes"] > 0
