@@ -333,3 +333,18 @@ def test_sharded_dry_run_replays_every_rank_run(capsys, sharding):
         (replays,) = rank["allocator_replay"].values()
         off = replays["expandable_off"]
         assert off["reserved_peak_bytes"] >= off["allocated_peak_bytes"] > 0
+
+
+def test_environment_setting_is_read_and_a_bad_one_refused(capsys, monkeypatch):
+    from introspect.cli import main
+
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    assert main(["profile", "Qwen/Qwen2.5-0.5B"]) == 0
+    out = capsys.readouterr().out
+    assert "read PYTORCH_CUDA_ALLOC_CONF='expandable_segments:True'" in out
+    assert "expandable on *" in out
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:2")
+    assert main(["fit", "Qwen/Qwen2.5-0.5B", "--gpu", "h200"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "max_split_size_mb too small" in err and len(err.splitlines()) == 1

@@ -12,7 +12,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from introspect.allocator.config import AllocatorConfig, from_environ, with_expandable
+from introspect.allocator.config import (
+    ENV_NAMES,
+    AllocatorConfig,
+    from_environ,
+    with_expandable,
+)
 from introspect.errors import IntrospectError
 
 
@@ -35,6 +40,10 @@ def resolve(args: argparse.Namespace, framework: str) -> tuple[AllocatorConfig, 
             "such allocator (its buffer cache keeps freed buffers); drop it or use "
             "--framework torch"
         )
+    if framework.startswith("mlx"):
+        name = next((n for n in ENV_NAMES if n in os.environ), None)
+        unused = f"{name} is set, but MLX has no CUDA caching allocator: not used"
+        return AllocatorConfig(), [unused] if name else []
     cfg, name = from_environ(os.environ)
     notes = []
     if name is not None:

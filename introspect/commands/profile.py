@@ -131,11 +131,13 @@ def run(args: argparse.Namespace) -> int:
             out["notes"] = notes
         if config is not None:
             out["config"] = _config.to_json(config, setup)
-        if args.expandable_segments or allocator_notes:  # the contract's keys stay otherwise
+        cuda = not setup.framework.startswith("mlx")
+        if cuda and (args.expandable_segments or allocator_notes):  # else the keys stay
             out["cuda_device"] = {
                 "chosen_expandable_segments": allocator.expandable_segments,
                 **{k: v.to_json() for k, v in _cuda_views(model.spec, setup, allocator).items()},
             }
+        if allocator_notes:
             out.setdefault("notes", []).extend(allocator_notes)
         print(report.dumps(out))
     else:
