@@ -9,14 +9,15 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
   (``kSmallSize``) are carved from 2 MiB segments (``kSmallBuffer``); requests between
   1 and 10 MiB (``kMinLargeAlloc``) from 20 MiB segments (``kLargeBuffer``); larger ones
   get a segment of their own rounded up to 2 MiB (``kRoundLarge``), and a large block is
-  split only when more than 1 MiB would be left. :func:`cuda_reserve` replays the
-  peak's own tensors through the allocator model (:mod:`introspect.allocator.synthetic`:
-  the state, then the saved activations layer by layer, then the rest) with the given
-  ``PYTORCH_CUDA_ALLOC_CONF`` (expandable segments on or off), and takes the reserved
-  peak less the allocated bytes. Blocks freed in one phase and too small or too
-  fragmented for the next stay reserved too; the closed form does not know the order of
-  the frees, so that part is read only by replaying a recorded step (``measure --device
-  fake``) (:data:`RESERVE_MODEL`).
+  split only when more than 1 MiB would be left. :func:`cuda_reserve` walks the closed
+  form's moments in step order (forward, each backward layer, the update), turns each
+  change of a term into frees and allocations of its tensors
+  (:func:`introspect.allocator.synthetic.moment_stream`) and replays them through the
+  allocator model with the given ``PYTORCH_CUDA_ALLOC_CONF`` (expandable segments on or
+  off): blocks one phase frees and the next cannot use stay reserved. The reserve is
+  the reserved peak less the allocated bytes. What happens between two moments (the
+  operations' own temporaries, their order) is read only by replaying a recorded step
+  (``measure --device fake``) (:data:`RESERVE_MODEL`).
 * **CUDA context**: the driver's and runtime's own allocations, the loaded kernels
   (lazy module loading, ``CUDA_MODULE_LOADING=LAZY``, the default since CUDA 11.7) and
   the cuBLAS workspace; none of it passes through torch's allocator.
@@ -54,10 +55,9 @@ CUDA_CONTEXT_SOURCE = (
     "reports 781 MB with eager loading); measure with nvidia-smi on the target GPU"
 )
 RESERVE_MODEL = (
-    "the peak's tensors replayed through a model of torch 2.13's CUDACachingAllocator "
+    "the step's moments replayed through a model of torch 2.13's CUDACachingAllocator "
     "(512 B blocks, 2 MiB / 20 MiB segments, splitting, expandable segments {expandable}); "
-    "holes left by earlier phases' frees not in it; derived from torch's source, not "
-    "measured on a GPU"
+    "derived from torch's source, not measured on a GPU"
 )
 #: Fraction of a Mac's unified memory Metal recommends as the GPU's working set.
 METAL_WORKING_SET_FRACTION = 0.75
@@ -121,15 +121,28 @@ def cuda_reserve(
     spec: ModelSpec, setup: TrainingSetup, peak_terms: dict[str, int], allocator=None
 ) -> int:
     """The caching allocator's reserve at the peak, beyond the allocated bytes: the
-    reserved peak of the peak's tensors replayed through the allocator model with
+    reserved peak of the step's moments replayed through the allocator model with
     ``allocator`` (an :class:`introspect.allocator.config.AllocatorConfig`; None: torch's
-    defaults), less their bytes (:mod:`introspect.allocator.synthetic`)."""
+    defaults), less the peak's bytes (``peak_terms``)
+    (:func:`introspect.allocator.synthetic.moment_stream`)."""
     from introspect.allocator import synthetic
     from introspect.allocator.config import AllocatorConfig
 
     cfg = allocator if allocator is not None else AllocatorConfig()
-    replayed = synthetic.reserve(spec, peak_terms, cfg)
+    replayed = synthetic.moment_reserve(spec, step_moments(spec, setup), cfg)
     return max(0, replayed.reserved_peak - sum(v for v in peak_terms.values() if v > 0))
+
+
+def step_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
+    """The closed form's moments in step order, each on the largest model-parallel rank,
+    as :func:`introspect.refined.execution_estimate` builds them for torch."""
+    from introspect.refined import execution, memo, model_parallel
+    from introspect.refined.implementations import resolve_attention
+
+    setup = resolve_attention(spec, setup)
+    with memo.scope():
+        moments = execution.moments(spec, setup, None)
+    return [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in moments]
 
 
 def rounding_reserve(spec: ModelSpec, peak_terms: dict[str, int]) -> int:

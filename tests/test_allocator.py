@@ -348,3 +348,31 @@ def test_environment_setting_is_read_and_a_bad_one_refused(capsys, monkeypatch):
     assert main(["fit", "Qwen/Qwen2.5-0.5B", "--gpu", "h200"]) == 2
     err = capsys.readouterr().err.strip()
     assert "max_split_size_mb too small" in err and len(err.splitlines()) == 1
+
+
+def test_moment_stream_walks_the_closed_forms_moments():
+    """The closed form's moments as frees and allocations: the stream's live bytes at
+    each moment are that moment's total, so its highest is the closed-form peak; the
+    backward frees activations the optimizer's temporaries cannot all reuse."""
+    from introspect import overhead, refined
+    from introspect.setup import TrainingSetup
+    from introspect.spec import ModelSpec
+
+    spec = ModelSpec(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, vocab_size=8000)
+    spec = spec.replace(num_parameters=None)
+    setup = TrainingSetup(seq_len=512)
+    moments = overhead.step_moments(spec, setup)
+    events = synthetic.moment_stream(spec, moments)
+    live, now, peak = {}, 0, 0
+    for e in events:
+        if e[0] == "alloc":
+            live[e[1]] = e[2]
+            now += e[2]
+            peak = max(peak, now)
+        else:
+            now -= live.pop(e[1])
+    assert peak == refined.execution_estimate(spec, setup, notes=False).total
+    assert any(e[0] == "free" for e in events)
+    off = synthetic.moment_reserve(spec, moments, AllocatorConfig())
+    on = synthetic.moment_reserve(spec, moments, AllocatorConfig(expandable_segments=True))
+    assert off.reserved_peak >= on.reserved_peak >= peak

@@ -147,19 +147,23 @@ class Pool:
         self.blocks: dict[tuple[int, int], Block] = {}
         self.unmapped: dict[int, Block] = {}
         self.gc_calls = 0
-        self.ages: dict[int, int] = {}  # id(block) -> gc_calls when it was inserted
+        #: id(block) -> gc_calls when it was inserted (``gc_count_base``); kept only while
+        #: garbage collection can run (a fraction and a threshold set).
+        self.ages: dict[int, int] | None = None
 
     def insert(self, b: Block) -> None:
         key = (b.size, b.addr)
         bisect.insort(self.keys, key)
         self.blocks[key] = b
-        self.ages[id(b)] = self.gc_calls
+        if self.ages is not None:
+            self.ages[id(b)] = self.gc_calls
 
     def remove(self, b: Block) -> None:
         key = (b.size, b.addr)
         del self.blocks[key]
         del self.keys[bisect.bisect_left(self.keys, key)]
-        self.ages.pop(id(b), None)
+        if self.ages is not None:
+            self.ages.pop(id(b), None)
 
     def lower_bound(self, size: int) -> int:
         return bisect.bisect_left(self.keys, (size, -1))
@@ -172,7 +176,6 @@ class CachingAllocator:
     """One device's ``DeviceCachingAllocator``; sizes in bytes, blocks are handles."""
 
     def __init__(self, cfg: AllocatorConfig, capacity: int | None = None) -> None:
-        self.cfg = cfg
         self.capacity = capacity
         self.small, self.large = Pool(True), Pool(False)
         self.allocated = self.reserved = self.requested = 0
@@ -181,10 +184,20 @@ class CachingAllocator:
         self.num_alloc_retries = self.num_ooms = 0
         self._next_addr = 1 << 40
         self._expandable: dict[bool, list[Segment]] = {True: [], False: []}
-        fraction = cfg.per_process_memory_fraction
         self.allowed = None
-        if capacity is not None and fraction < 1.0:
-            self.allowed = int(fraction * capacity)
+        if capacity is not None and cfg.per_process_memory_fraction < 1.0:
+            self.allowed = int(cfg.per_process_memory_fraction * capacity)
+        self.cfg = cfg  # settable between calls, as torch.cuda.memory._set_allocator_settings
+
+    @property
+    def cfg(self) -> AllocatorConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, cfg: AllocatorConfig) -> None:
+        self._cfg = cfg
+        self._plain_rounding = not any(d > 1 for d in cfg.roundup_power2_divisions)
+        self._track_ages()
 
     # -- the public calls ---------------------------------------------------------------
 
@@ -193,10 +206,23 @@ class CachingAllocator:
         if self.capacity is None:
             raise ValueError("a memory fraction needs a capacity")
         self.allowed = int(fraction * self.capacity)
+        self._track_ages()
+
+    def _track_ages(self) -> None:
+        """Free blocks' ages are kept once garbage collection can run (torch counts them
+        only then: ``get_free_block``'s ``get_free_blocks_call_count``)."""
+        if self.allowed is None or self._cfg.garbage_collection_threshold <= 0:
+            return
+        for pool in (self.small, self.large):
+            if pool.ages is None:
+                pool.ages = {id(b): pool.gc_calls for b in pool.blocks.values()}
 
     def malloc(self, orig_size: int) -> Block:
         """``malloc``: the block for a request, or :class:`OutOfMemory`."""
-        size = round_size(orig_size, self.cfg)
+        if orig_size >= K_MIN_BLOCK and self._plain_rounding:
+            size = -(-orig_size // K_MIN_BLOCK) * K_MIN_BLOCK  # round_size, no divisions
+        else:
+            size = round_size(orig_size, self.cfg)
         pool = self.small if size <= K_SMALL_SIZE else self.large
         alloc_size = allocation_size(size, self.cfg)
         block = self._get_free_block(pool, size)
@@ -478,7 +504,7 @@ class CachingAllocator:
         ]
         if not candidates:
             return
-        age = {id(b): pool.gc_calls - pool.ages[id(b)] for b in candidates}
+        age = {id(b): pool.gc_calls - pool.ages.get(id(b), pool.gc_calls) for b in candidates}
         total, count, reclaimed, freed = sum(age.values()), len(candidates), 0, True
         while reclaimed < target and freed and count > 0:
             mean = total / count

@@ -1,15 +1,26 @@
-"""A stream for the closed form: the peak's tensors, in the order a step makes them.
+"""Streams for the closed form: the step's tensors, in the order a step makes them.
 
-The closed form knows the bytes of every term at the peak, not the order of the step's
-allocations and frees, so the stream it can replay is the one without frees: the state
-first (every parameter tensor of the model and, for each state term — weights, gradients,
-each optimizer state — one tensor per parameter tensor, sized in proportion to its
-elements), then the saved activations layer by layer (each ``activations/layer/...``
-term as one tensor per layer), then every other term as one tensor. Replayed through
-:class:`~introspect.allocator.caching.CachingAllocator`, it reads what the allocator's
-block rounding, segment sizes and partly used pools add at the peak; the holes a freed
-earlier phase leaves (what a recorded stream shows: ``measure --device fake``) are not
-in it. Derived from torch's source, not measured on a GPU.
+The closed form knows the bytes of every term at each of the step's moments
+(``introspect.refined.execution.moments``: the forward's end, each backward layer, the
+optimizer step), not the allocation and free calls between them. Two streams follow:
+
+* :func:`moment_stream` walks the moments in order and turns each change of a term into
+  frees and allocations: a term that shrinks frees its newest tensors first (backward
+  frees the last layer's activations first), one that grows allocates new ones. A term's
+  tensors are: for the state (weights, gradients, each optimizer state, a master copy)
+  one per parameter tensor, sized in proportion to its elements (gradients appear in the
+  reverse order, as backward makes them); for ``activations/layer/...`` one per layer
+  (its largest bytes ÷ L); any other term one tensor. Frees come before the allocations
+  of the same step, so the stream's live bytes at each moment are the moment's own
+  total: its allocated peak is the closed form's (up to torch's block rounding).
+  Replayed, the blocks one phase frees and the next cannot use (activations' sizes are
+  not the optimizer's) stay reserved, as on the GPU.
+* :func:`stream`: the peak moment's tensors alone, no frees (block and segment rounding
+  only).
+
+What no closed form has: the order of the operations inside a moment and the
+operations' own temporaries between moments (a recorded dry-run stream has both:
+``measure --device fake``). Derived from torch's source, not measured on a GPU.
 """
 
 from __future__ import annotations
@@ -81,3 +92,70 @@ def stream(spec, terms: dict[str, int]) -> list[tuple]:
 def reserve(spec, terms: dict[str, int], cfg: AllocatorConfig) -> Replay:
     """The replay of :func:`stream` with ``cfg``: its reserved peak and fragmentation."""
     return replay(stream(spec, terms), cfg)
+
+
+def _sizes(name: str, largest: int, tensors: list[int], layers: int) -> list[int] | None:
+    """The sizes of term ``name``'s tensors in the order they are made (None: one tensor
+    of whatever the term needs)."""
+    if name.startswith(STATE_PREFIXES):
+        sizes = _split(largest, tensors)
+        return sizes[::-1] if name.startswith("grads") else sizes  # backward: last first
+    if name.startswith("activations/layer/"):
+        return [max(largest // layers, 1)] * layers
+    return None
+
+
+def _pieces(sizes: list[int] | None, need: int, start: int) -> list[int]:
+    """The next tensors, from the ``start``-th, adding up to ``need`` bytes (the last
+    one cut to fit)."""
+    out = []
+    for size in (sizes or ())[start:]:
+        if need <= 0:
+            break
+        out.append(min(size, need))
+        need -= out[-1]
+    if need > 0:
+        out.append(need)
+    return out
+
+
+def moment_stream(spec, moments: list[tuple[str, dict[str, int]]]) -> list[tuple]:
+    """The stream through the closed form's ``moments`` (phase, terms), in order; within
+    a moment the state's allocations come first."""
+    tensors = parameter_tensors(spec)
+    layers = max(spec.num_hidden_layers, 1)
+    largest: dict[str, int] = {}
+    for _, terms in moments:
+        for name, value in terms.items():
+            largest[name] = max(largest.get(name, 0), value)
+    sizes = {name: _sizes(name, value, tensors, layers) for name, value in largest.items()}
+    live: dict[str, list[tuple[int, int]]] = {}
+    held_bytes: dict[str, int] = {}
+    events: list[tuple] = []
+    serial = 0
+    for phase, terms in moments:
+        grow = []
+        for name in [*live, *(n for n in terms if n not in live)]:
+            held = live.setdefault(name, [])
+            have, target = held_bytes.get(name, 0), max(terms.get(name, 0), 0)
+            while held and have > target:  # newest first
+                key, nbytes = held.pop()
+                events.append(("free", key))
+                have -= nbytes
+            held_bytes[name] = have
+            if target > have:
+                grow.append((name, target - have))
+        grow.sort(key=lambda g: not g[0].startswith(STATE_PREFIXES))  # the state first
+        for name, need in grow:
+            held = live[name]
+            for nbytes in _pieces(sizes[name], need, len(held)):
+                serial += 1
+                events.append(("alloc", serial, nbytes, phase))
+                held.append((serial, nbytes))
+            held_bytes[name] += need
+    return events
+
+
+def moment_reserve(spec, moments: list[tuple[str, dict[str, int]]], cfg: AllocatorConfig) -> Replay:
+    """The replay of :func:`moment_stream` with ``cfg``."""
+    return replay(moment_stream(spec, moments), cfg)

@@ -189,7 +189,7 @@ def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator) -> str:
         colalign=("left", "right", "right"),
     )
     return (
-        f"{table}\n  reserve: {LABEL} (the peak's tensors replayed through torch 2.13's "
+        f"{table}\n  reserve: {LABEL} (the step's moments replayed through torch 2.13's "
         f"caching allocator; * = the setting in force)\n  context: {off.sources['context']}"
     )
 

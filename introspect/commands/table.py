@@ -321,7 +321,7 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
         "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "
         "refined = the seed's bookkeeping for the real architecture; exec. peak = what "
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
-        "holds at its peak, and when; CUDA reserved = that peak's tensors replayed through "
+        "holds at its peak, and when; CUDA reserved = the step's moments replayed through "
         "torch 2.13's caching allocator (derived from torch's source, not measured on a GPU; "
         "nvidia-smi adds the CUDA context)."
     )
