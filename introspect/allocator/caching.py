@@ -222,12 +222,12 @@ class CachingAllocator:
         if orig_size >= K_MIN_BLOCK and self._plain_rounding:
             size = -(-orig_size // K_MIN_BLOCK) * K_MIN_BLOCK  # round_size, no divisions
         else:
-            size = round_size(orig_size, self.cfg)
+            size = round_size(orig_size, self._cfg)
         pool = self.small if size <= K_SMALL_SIZE else self.large
-        alloc_size = allocation_size(size, self.cfg)
+        alloc_size = allocation_size(size, self._cfg)
         block = self._get_free_block(pool, size)
         if block is None:
-            if self.allowed is not None and self.cfg.garbage_collection_threshold > 0:
+            if self.allowed is not None and self._cfg.garbage_collection_threshold > 0:
                 self._garbage_collect()
             block = self._alloc_block(pool, size, alloc_size, retry=False)
             if block is None and self._release_available_cached_blocks(pool, size):
@@ -256,7 +256,7 @@ class CachingAllocator:
     # -- finding and making blocks ------------------------------------------------------
 
     def _get_free_block(self, pool: Pool, size: int) -> Block | None:
-        cfg = self.cfg
+        cfg = self._cfg
         if self.allowed is not None and cfg.garbage_collection_threshold > 0:
             pool.gc_calls += 1
         i = pool.lower_bound(size)
@@ -296,14 +296,15 @@ class CachingAllocator:
             self.num_alloc_retries += 1
         if self.allowed is not None and self.reserved + alloc_size > self.allowed:
             return None
-        if self.cfg.expandable_segments:
+        if self._cfg.expandable_segments:
             return self._try_allocate_expandable(pool, size)
         if not self._fits(alloc_size):
             return None
         block = Block(self._take_address(alloc_size), alloc_size, pool, None)
         self.reserved += alloc_size
         self.segments += 1
-        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
         return block
 
     def _take_address(self, size: int) -> int:
@@ -313,10 +314,10 @@ class CachingAllocator:
 
     def _alloc_found_block(self, block: Block, size: int, orig_size: int) -> Block:
         remaining = block.size - size
-        if self.cfg.expandable_segments or block.pool.small:
+        if self._cfg.expandable_segments or block.pool.small:
             split = remaining >= K_MIN_BLOCK
         else:
-            split = size < self.cfg.max_split_size and remaining > K_SMALL_SIZE
+            split = size < self._cfg.max_split_size and remaining > K_SMALL_SIZE
         if split:
             used = Block(block.addr, size, block.pool, block.segment)
             used.splice(block.prev, block)
@@ -327,7 +328,8 @@ class CachingAllocator:
         block.allocated = True
         self.allocated += block.size
         self.requested += orig_size
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
         return block
 
     def _try_merge(self, dst: Block, src: Block | None, pool: Pool) -> int:
@@ -368,7 +370,7 @@ class CachingAllocator:
                 c = c.prev
             if room(c):
                 return c
-        page = K_SMALL_BUFFER if pool.small else self.cfg.large_segment_size
+        page = K_SMALL_BUFFER if pool.small else self._cfg.large_segment_size
         space = self.capacity if self.capacity is not None else 2**46
         space += space // 8
         seg = Segment(self._take_address(space), page, -(-space // page))
@@ -450,7 +452,7 @@ class CachingAllocator:
 
     def _release_available_cached_blocks(self, pool: Pool, size: int) -> bool:
         """Free oversize cached blocks, the largest first, until ``size`` is covered."""
-        cut = self.cfg.max_split_size
+        cut = self._cfg.max_split_size
         if cut == UNLIMITED:
             return False
         key = max(size, cut)
@@ -493,7 +495,7 @@ class CachingAllocator:
         """``garbage_collect_cached_blocks``: above ``threshold × allowed``, free unsplit
         cached large segments at least as old (in free-block searches) as their mean."""
         pool = self.large
-        threshold = int(self.cfg.garbage_collection_threshold * self.allowed)
+        threshold = int(self._cfg.garbage_collection_threshold * self.allowed)
         if self.reserved <= threshold:
             return
         target = self.reserved - threshold

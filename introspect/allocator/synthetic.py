@@ -34,18 +34,22 @@ STATE_PREFIXES = ("weights", "grads", "optimizer/", "master")
 
 def parameter_tensors(spec) -> list[int]:
     """Element counts of the model's parameter tensors: per layer the four attention
-    projections (and their biases), the feed-forward's linears for every expert (and a
-    router), the norms; the embedding, the final norm and an untied head."""
+    projections (and their biases), the feed-forward's linears, the norms; the embedding,
+    the final norm and an untied head. A mixture of experts holds its experts as two 3-D
+    tensors and a router (transformers 5.24, e.g. ``MixtralExperts`` in
+    ``models/mixtral/modeling_mixtral.py``: ``gate_up_proj`` (E, 2I, d) and
+    ``down_proj`` (E, d, I))."""
     d, h, kv, hd = spec.hidden_size, spec.num_attention_heads, spec.kv_heads, spec.head_size
     inner = spec.intermediate_size or 4 * d
-    experts = spec.num_local_experts or 1
+    experts = spec.num_local_experts
     per_layer = [d * h * hd, d * kv * hd, d * kv * hd, h * hd * d]
     if spec.qkv_bias:
         per_layer += [h * hd, kv * hd, kv * hd]
     linears = 3 if spec.ffn == "gated" else 2
-    per_layer += [d * inner] * (linears * experts)
-    if spec.num_local_experts:
-        per_layer.append(d * spec.num_local_experts)
+    if experts:
+        per_layer += [experts * (linears - 1) * inner * d, experts * d * inner, d * experts]
+    else:
+        per_layer += [d * inner] * linears
     per_layer += [d] * max(spec.norms_per_layer, 1)
     out = per_layer * spec.num_hidden_layers
     out += [spec.vocab_size * d, d]
