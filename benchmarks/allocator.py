@@ -19,8 +19,10 @@ measured. Three kinds of row:
 3. **Training runs that published ``torch.cuda.max_memory_reserved``**
    (``benchmarks/data/published_runs.json``, the rows whose statistic is the reserved
    peak): the closed form's allocated peak (``benchmarks/published.py``'s own path) plus
-   the reserve the allocator model gives the peak's tensors
+   the reserve of the closed form's moments replayed through the allocator model
    (:func:`introspect.overhead.cuda_reserve`), expandable segments off and on.
+4. **The closed form beside the dry run**: that reserve beside the replay of the dry
+   run's own recorded stream (``measure --device fake``), for the same setups.
 """
 
 from __future__ import annotations
@@ -147,6 +149,62 @@ def training_rows() -> list[dict]:
     return out
 
 
+#: Dry runs whose recorded stream is set beside the closed form's moment stream:
+#: (model, flags). The dry run's Adam is torch's CPU default (single-tensor), so the
+#: closed form is asked for the same update.
+DRY_RUNS = (
+    ("meta-llama/Llama-2-7b-hf", ("--seq", "2048")),
+    ("Qwen/Qwen2.5-0.5B", ("--seq", "2048", "--precision", "bf16")),
+    ("Qwen/Qwen2.5-0.5B", ("--seq", "4096", "--checkpointing")),
+)
+
+
+def dry_run_rows() -> list[dict]:
+    """Each dry run's recorded stream replayed, beside the closed form's moments
+    replayed, both with expandable segments off and on (GB)."""
+    import json
+    import subprocess
+
+    from introspect import overhead
+    from introspect.adapters import resolve
+    from introspect.allocator import synthetic
+    from introspect.cli import build_parser
+    from introspect.commands._args import setup_from_args
+
+    out = []
+    for model, flags in DRY_RUNS:
+        argv = ["measure", model, *flags, "--impl", "transformers", "--framework", "torch"]
+        argv += ["--device", "fake", "--no-census", "--json"]
+        run = subprocess.run(
+            [sys.executable, "-m", "introspect", *argv],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+        )
+        m = json.loads(run.stdout)["rows"][0]["measurement"]
+        (rec,) = m["allocator_replay"].values()
+        prof = ["profile", model, *flags, "--optimizer-impl", "single-tensor"]
+        setup = setup_from_args(build_parser("profile").parse_args(prof))
+        spec = resolve(model).spec
+        moments = overhead.step_moments(spec, setup)
+        closed = {
+            on: synthetic.moment_reserve(spec, moments, AllocatorConfig(expandable_segments=on))
+            for on in (False, True)
+        }
+        out.append(
+            {
+                "run": f"{model} {' '.join(flags)}",
+                "dry_allocated": rec["expandable_off"]["allocated_peak_bytes"],
+                "dry_off": rec["expandable_off"]["reserved_peak_bytes"],
+                "dry_on": rec["expandable_on"]["reserved_peak_bytes"],
+                "closed_allocated": closed[False].allocated_peak,
+                "closed_off": closed[False].reserved_peak,
+                "closed_on": closed[True].reserved_peak,
+            }
+        )
+    return out
+
+
 def render(markdown: bool) -> str:
     lines = [
         "# The caching-allocator model beside published figures",
@@ -199,9 +257,9 @@ def render(markdown: bool) -> str:
         "## 3. Training runs that published torch.cuda.max_memory_reserved (GB, 1e9)",
         "",
         "Allocated: the closed form's per-device peak (benchmarks/published.py's path); "
-        "reserved: that plus the reserve the allocator model gives the peak's own tensors "
-        "(introspect.overhead.cuda_reserve; the holes earlier phases' frees leave are not "
-        "in a closed form).",
+        "reserved: that plus the reserve of the closed form's moments replayed through the "
+        "allocator model (introspect.overhead.cuda_reserve), as profile, fit and table "
+        "print it.",
         "",
         "| row | closed-form allocated | reserved (exp. off) | reserved (exp. on) | "
         "published reserved | off / published |",
@@ -219,6 +277,24 @@ def render(markdown: bool) -> str:
         "(reserved within ±10% where the allocated part is within ±5%) cannot be checked on "
         "them: the ratio mixes the closed form's allocated error with the reserve's. Sources "
         "and what each row's flags cannot express: benchmarks/results/published.md.",
+        "",
+        "## 4. The closed form's reserve beside the dry run's recorded stream (GB)",
+        "",
+        "Both derived: the dry run's own allocation stream (`introspect measure MODEL FLAGS "
+        "--impl transformers --device fake`, two steps) and the closed form's moments walked "
+        "as frees and allocations (introspect.allocator.synthetic.moment_stream), each "
+        "replayed with expandable segments off and on; the closed form with the dry run's "
+        "single-tensor Adam.",
+        "",
+        "| run | dry-run allocated | closed allocated | dry-run reserved off | closed off | "
+        "dry-run reserved on | closed on |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['run']} | {r['dry_allocated'] / 1e9:.3f} | {r['closed_allocated'] / 1e9:.3f}"
+            f" | {r['dry_off'] / 1e9:.3f} | {r['closed_off'] / 1e9:.3f} | "
+            f"{r['dry_on'] / 1e9:.3f} | {r['closed_on'] / 1e9:.3f} |"
+            for r in dry_run_rows()
+        ),
         "",
         "## On a GPU",
         "",
