@@ -8,6 +8,7 @@ reference, transformers and peft steps all reach ``torch_step.measure_step``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -17,6 +18,24 @@ from introspect.allocator.config import AllocatorConfig
 _WANTED: ContextVar[tuple[AllocatorConfig, int | None] | None] = ContextVar(
     "introspect_allocator_replay", default=None
 )
+
+
+def for_command(args):
+    """For ``measure``: a torch dry run records its allocation stream and replays it
+    with the ``PYTORCH_CUDA_ALLOC_CONF`` of this environment (read as torch reads it, and
+    said so on stderr); any other measure records nothing. A context-manager factory."""
+    import functools
+    import os
+    import sys
+
+    from introspect.allocator import config
+
+    if args.device != "fake" or getattr(args, "framework", "torch") != "torch":
+        return contextlib.nullcontext
+    cfg, name = config.from_environ(os.environ)
+    if name is not None:
+        print(f"read {name}={cfg.text!r} from the environment, as torch would", file=sys.stderr)
+    return functools.partial(replaying, cfg, None)
 
 
 def wanted() -> tuple[AllocatorConfig, int | None] | None:

@@ -183,9 +183,9 @@ def run(args: argparse.Namespace, spec: ModelSpec, config: tuple[dict, str] | No
         applies.check_model(spec, s)
         check(s)  # before unmeasured: its own line for --offload
         applies.unmeasured(s, "measure")
-    from introspect.commands.measure import _allocator_replay
+    from introspect.allocator.recording import for_command
 
-    replay = _allocator_replay(args)  # each rank's stream through the allocator model
+    replay = for_command(args)  # each rank's stream through the allocator model
     with replay():
         rows = [compare(spec, s, config) for s in chosen]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))

@@ -395,7 +395,9 @@ def run(args: argparse.Namespace) -> int:
     overrides = shape_overrides(args) if args.source else None
     results = []
     bar = _progress(len(setups))
-    replay = _allocator_replay(args)
+    from introspect.allocator.recording import for_command
+
+    replay = for_command(args)
     for s in setups:
         if bar is not None:
             bar.set_description(f"B={s.batch_size} T={s.seq_len}")
@@ -450,25 +452,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(runner.render(spec, args.impl, results))
     return 0
-
-
-def _allocator_replay(args: argparse.Namespace):
-    """A torch dry run records its allocation stream and replays it through torch's
-    caching-allocator model with the ``PYTORCH_CUDA_ALLOC_CONF`` of this environment
-    (read as torch reads it, and said so on stderr); other measures record nothing."""
-    import contextlib
-
-    if args.device != "fake" or getattr(args, "framework", "torch") != "torch":
-        return contextlib.nullcontext
-    import functools
-    import os
-
-    from introspect.allocator import config, recording
-
-    cfg, name = config.from_environ(os.environ)
-    if name is not None:
-        print(f"read {name}={cfg.text!r} from the environment, as torch would", file=sys.stderr)
-    return functools.partial(recording.replaying, cfg, None)
 
 
 def _progress(total: int):
