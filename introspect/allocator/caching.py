@@ -371,7 +371,9 @@ class CachingAllocator:
             if room(c):
                 return c
         page = K_SMALL_BUFFER if pool.small else self._cfg.large_segment_size
-        space = self.capacity if self.capacity is not None else 2**46
+        # 9/8 of the device's memory (find_expandable_block); with no device, room for
+        # the request (a capacity-free replay never runs out of address space)
+        space = self.capacity if self.capacity is not None else max(2**46, size)
         space += space // 8
         seg = Segment(self._take_address(space), page, -(-space // page))
         self._expandable[pool.small].append(seg)
@@ -412,7 +414,7 @@ class CachingAllocator:
             return None
         while c.size < size:
             nxt = c.next
-            if not self._map(nxt, min(size - c.size, nxt.size)):
+            if nxt is None or not self._map(nxt, min(size - c.size, nxt.size)):
                 return None
             c = nxt
         pool.remove(c)
