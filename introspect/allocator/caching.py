@@ -123,13 +123,13 @@ class Block:
 
 
 class Segment:
-    """An expandable segment's address space and its mapped pages (``ExpandableSegment``)."""
+    """An expandable segment's address space (``ExpandableSegment``): which pages are
+    mapped is read from its blocks (``Block.mapped``), never a list of pages."""
 
-    __slots__ = ("base", "page", "pages", "mapped")
+    __slots__ = ("base", "page", "pages")
 
     def __init__(self, base: int, page: int, pages: int) -> None:
         self.base, self.page, self.pages = base, page, pages
-        self.mapped: set[int] = set()
 
     @property
     def size(self) -> int:
@@ -392,7 +392,6 @@ class CachingAllocator:
         if not self._fits(mapped):
             return False
         pool = to_map.pool
-        seg.mapped.update(range(begin, end))
         del pool.unmapped[to_map.addr]
         to_map.mapped = True
         if mapped < to_map.size:
@@ -437,7 +436,6 @@ class CachingAllocator:
             after = Block(stop, block.addr + block.size - stop, pool, seg)
             after.splice(block, block.next)
             pool.insert(after)
-        seg.mapped.difference_update(range(begin, end))
         block.addr, block.size, block.mapped = start, stop - start, False
         self._try_merge(block, block.prev, pool)
         self._try_merge(block, block.next, pool)
