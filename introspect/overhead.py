@@ -8,11 +8,16 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
   up to a multiple of 512 bytes (``kMinBlockSize``); requests up to 1 MiB
   (``kSmallSize``) are carved from 2 MiB segments (``kSmallBuffer``); requests between
   1 and 10 MiB (``kMinLargeAlloc``) from 20 MiB segments (``kLargeBuffer``); larger ones
-  get a segment of their own rounded up to 2 MiB (``kRoundLarge``). So each large tensor
-  wastes on average half of 2 MiB, and one partly used segment of each pool is held.
-  Blocks freed in one phase and too small or too fragmented for the next stay reserved;
-  no closed form knows the order of the allocations, so that part is not modelled
-  (:data:`RESERVE_MODEL`).
+  get a segment of their own rounded up to 2 MiB (``kRoundLarge``), and a large block is
+  split only when more than 1 MiB would be left. :func:`cuda_reserve` walks the closed
+  form's moments in step order (forward, each backward layer, the update), turns each
+  change of a term into frees and allocations of its tensors
+  (:func:`introspect.allocator.synthetic.moment_stream`) and replays them through the
+  allocator model with the given ``PYTORCH_CUDA_ALLOC_CONF`` (expandable segments on or
+  off): blocks one phase frees and the next cannot use stay reserved. The reserve is
+  the reserved peak less the allocated bytes. What happens between two moments (the
+  operations' own temporaries, their order) is read only by replaying a recorded step
+  (``measure --device fake``) (:data:`RESERVE_MODEL`).
 * **CUDA context**: the driver's and runtime's own allocations, the loaded kernels
   (lazy module loading, ``CUDA_MODULE_LOADING=LAZY``, the default since CUDA 11.7) and
   the cuBLAS workspace; none of it passes through torch's allocator.
@@ -50,9 +55,9 @@ CUDA_CONTEXT_SOURCE = (
     "reports 781 MB with eager loading); measure with nvidia-smi on the target GPU"
 )
 RESERVE_MODEL = (
-    "block rounding and segment sizes of torch's CUDACachingAllocator (512 B blocks; "
-    "2 MiB small / 20 MiB large segments; >10 MiB rounded to 2 MiB); fragmentation "
-    "across phases not modelled; not yet checked on a GPU (pending)"
+    "the step's moments replayed through a model of torch 2.13's CUDACachingAllocator "
+    "(512 B blocks, 2 MiB / 20 MiB segments, splitting, expandable segments {expandable}); "
+    "derived from torch's source, not measured on a GPU"
 )
 #: Fraction of a Mac's unified memory Metal recommends as the GPU's working set.
 METAL_WORKING_SET_FRACTION = 0.75
@@ -112,11 +117,37 @@ def segment_waste(size: int) -> int:
     return K_ROUND_LARGE // 2 if size >= K_MIN_LARGE_ALLOC else 0
 
 
-def cuda_reserve(spec: ModelSpec, setup: TrainingSetup, peak_terms: dict[str, int]) -> int:
+def cuda_reserve(
+    spec: ModelSpec, setup: TrainingSetup, peak_terms: dict[str, int], allocator=None
+) -> int:
     """The caching allocator's reserve at the peak, beyond the allocated bytes: the
-    per-tensor 2 MiB rounding of the large tensors alive (state tensors: one per
-    parameter tensor and state kind; saved activations: one per term and layer) and one
-    partly used segment of each pool."""
+    reserved peak of the step's moments replayed through the allocator model with
+    ``allocator`` (an :class:`introspect.allocator.config.AllocatorConfig`; None: torch's
+    defaults), less the peak's bytes (``peak_terms``)
+    (:func:`introspect.allocator.synthetic.moment_stream`)."""
+    from introspect.allocator import synthetic
+    from introspect.allocator.config import AllocatorConfig
+
+    cfg = allocator if allocator is not None else AllocatorConfig()
+    replayed = synthetic.moment_reserve(spec, step_moments(spec, setup), cfg)
+    return max(0, replayed.reserved_peak - sum(v for v in peak_terms.values() if v > 0))
+
+
+def step_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
+    """The closed form's moments in step order, each on the largest model-parallel rank,
+    as :func:`introspect.refined.execution_estimate` builds them for torch."""
+    from introspect.refined import execution, memo, model_parallel
+    from introspect.refined.implementations import resolve_attention
+
+    setup = resolve_attention(spec, setup)
+    with memo.scope():
+        moments = execution.moments(spec, setup, None)
+    return [(ph, model_parallel.model_parallel(spec, setup, t)) for ph, t in moments]
+
+
+def rounding_reserve(spec: ModelSpec, peak_terms: dict[str, int]) -> int:
+    """The earlier rule of thumb, kept for comparison: half of 2 MiB per large tensor
+    alive and one partly used segment of each pool."""
     params = tensor_count(spec)
     big = 0
     for name, value in peak_terms.items():
@@ -138,9 +169,10 @@ def metal_usable(device) -> int:
     return int(METAL_WORKING_SET_FRACTION * device.memory_bytes)
 
 
-def device_view(spec: ModelSpec, setup: TrainingSetup, device=None) -> DeviceView:
+def device_view(spec: ModelSpec, setup: TrainingSetup, device=None, allocator=None) -> DeviceView:
     """The refined estimate's allocated peak and what ``device`` (an
-    :class:`introspect.devices.Device`, or the setup's own kind when None) shows."""
+    :class:`introspect.devices.Device`, or the setup's own kind when None) shows;
+    ``allocator`` is the caching allocator's config (None: torch's defaults)."""
     from introspect import refined
 
     # The execution layer alone: its total is the refined estimate's (RefinedEstimate.total)
@@ -163,7 +195,8 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None) -> DeviceVie
                 "usable": METAL_SOURCE,
             },
         )
-    reserve = cuda_reserve(spec, setup, dict(est.terms))
+    reserve = cuda_reserve(spec, setup, dict(est.terms), allocator)
+    expandable = bool(allocator is not None and allocator.expandable_segments)
     return DeviceView(
         est.total,
         reserve,
@@ -171,7 +204,7 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None) -> DeviceVie
         device.memory_bytes if device is not None else None,
         {
             "allocated": "refined estimate (torch.cuda.max_memory_allocated())",
-            "reserve": RESERVE_MODEL,
+            "reserve": RESERVE_MODEL.format(expandable="on" if expandable else "off"),
             "context": CUDA_CONTEXT_SOURCE,
         },
     )

@@ -144,6 +144,14 @@ def render(spec: ModelSpec, rows: list[dict]) -> str:
         ]
         cat.append(["total", "", report.gb(big.peak_bytes, 4), f"{big.peak_bytes:,}"])
         lines.append(report.table(cat, ["category", "tracker kinds", "GB", "bytes"]))
+    from introspect.measure.runner import allocator_lines
+
+    for r in rows:
+        for rank in r["measurement"].ranks:
+            lines += [
+                line.replace("the step's", f"{label(r['setup'])} rank {rank.rank}'s", 1)
+                for line in allocator_lines(rank.allocator_replay)
+            ]
     lines += [""] + [f"note: {n}" for n in first.notes]
     return "\n".join(lines)
 
@@ -175,6 +183,10 @@ def run(args: argparse.Namespace, spec: ModelSpec, config: tuple[dict, str] | No
         applies.check_model(spec, s)
         check(s)  # before unmeasured: its own line for --offload
         applies.unmeasured(s, "measure")
-    rows = [compare(spec, s, config) for s in chosen]
+    from introspect.allocator.recording import for_command
+
+    replay = for_command(args)  # each rank's stream through the allocator model
+    with replay():
+        rows = [compare(spec, s, config) for s in chosen]
     print(report.dumps(to_json(spec, rows)) if args.json else render(spec, rows))
     return 0

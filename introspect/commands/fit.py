@@ -4,6 +4,7 @@ and B that do, and a ranked table of what to change (alone and in combinations).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from introspect import applies, bounds, fit, report
 from introspect.commands._args import (
@@ -90,6 +91,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_setup_flags(p, sweep=False)
     add_config_flag(p)
     add_plot_flag(p, "memory vs T and vs B with the budget line and where T² takes over")
+    from introspect.allocator import flags as allocator_flags
+
+    allocator_flags.add_flag(p)
     add_common(p, json_help="print JSON: the budget, the verdict, largest T and B, the changes")
     p.set_defaults(run=run)
 
@@ -116,14 +120,15 @@ def resolve_budget(args: argparse.Namespace, setup: TrainingSetup):
     return device.memory_bytes, device, where
 
 
-def need_function(device, setup: TrainingSetup) -> fit.Need:
+def need_function(device, setup: TrainingSetup, allocator=None) -> fit.Need:
     """What is compared with the budget: the allocated peak, plus the device's own
-    overhead when a device is named (:mod:`introspect.overhead`)."""
+    overhead when a device is named (:mod:`introspect.overhead`: on CUDA the caching
+    allocator's reserve replayed with ``allocator``, and the context)."""
     if device is None:
         return fit.peak
     from introspect import overhead
 
-    return lambda spec, s: overhead.device_view(spec, s, device).shown
+    return lambda spec, s: overhead.device_view(spec, s, device, allocator).shown
 
 
 def remembered(need: fit.Need) -> fit.Need:
@@ -142,17 +147,21 @@ def remembered(need: fit.Need) -> fit.Need:
     return cached
 
 
-def analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int):
+def analyse(
+    spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int, allocator=None
+):
     """Every figure the command prints, as plain data. One memo for the whole search
     (:mod:`introspect.refined.memo`): the spec's own figures are computed once."""
     from introspect.refined import memo
 
     with memo.scope():
-        return _analyse(spec, setup, budget, device, max_devices)
+        return _analyse(spec, setup, budget, device, max_devices, allocator)
 
 
-def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int):
-    need = remembered(need_function(device, setup))
+def _analyse(
+    spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_devices: int, allocator=None
+):
+    need = remembered(need_function(device, setup, allocator))
     candidates = fit.changes(max_devices, setup.lora_rank, setup.framework)
     # Never propose what the model refuses (a Mamba-2 stack's LoRA or TP: applies.
     # check_state_space), as fit.changes never proposes what the flags refuse.
@@ -162,7 +171,7 @@ def _analyse(spec: ModelSpec, setup: TrainingSetup, budget: int, device, max_dev
     if device is not None:
         from introspect import overhead
 
-        view = overhead.device_view(spec, setup, device)
+        view = overhead.device_view(spec, setup, device, allocator)
     free, combos = [], []
     if now > budget:
         free, combos = fit.combinations(spec, setup, budget, candidates, need)
@@ -238,6 +247,9 @@ def run(args: argparse.Namespace) -> int:
     if args.budget is None and args.gpu is None:
         raise IntrospectError("fit needs a budget: --budget MEM (80GB or 80GiB) or --gpu NAME")
     check_plot(args.plot)
+    from introspect.allocator import flags as allocator_flags
+
+    allocator, allocator_notes = allocator_flags.resolve(args, setup.framework)
     budget, device, where = resolve_budget(args, setup)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     from introspect.refined.implementations import resolve_attention
@@ -245,11 +257,15 @@ def run(args: argparse.Namespace) -> int:
 
     setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
     check_closed_form(model.spec, setup)
-    result = analyse(model.spec, setup, budget, device, max_devices)
+    result = analyse(model.spec, setup, budget, device, max_devices, allocator)
+    if allocator_notes:
+        print("\n".join(f"note: {n}" for n in allocator_notes), file=sys.stderr)
     if args.plot:
         from introspect import plot
 
-        plot.fit_curves(model.spec, setup, budget, need_function(device, setup), args.plot)
+        plot.fit_curves(
+            model.spec, setup, budget, need_function(device, setup, allocator), args.plot
+        )
     if args.json:
         out = to_json(model, setup, budget, device, result)
         if config is not None:
@@ -320,7 +336,10 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
     ]
     shown = ""
     if need != peak:
-        shown = f" (allocated peak {fmt_memory(peak)}, plus the device's overhead)"
+        shown = (
+            f" (allocated peak {fmt_memory(peak)}, plus the device's overhead: fit decides "
+            "on what the device holds, reserved + context)"
+        )
     if result["fits"]:
         verdict = f"FITS: needs {fmt_memory(need)} of {fmt_memory(budget)}{shown}; "
         verdict += f"{fmt_memory(budget - need)} to spare"

@@ -409,6 +409,9 @@ def run(args: argparse.Namespace) -> int:
     overrides = shape_overrides(args) if args.source else None
     results = []
     bar = _progress(len(setups))
+    from introspect.allocator.recording import for_command
+
+    replay = for_command(args)
     for s in setups:
         if bar is not None:
             bar.set_description(f"B={s.batch_size} T={s.seq_len}")
@@ -416,16 +419,17 @@ def run(args: argparse.Namespace) -> int:
             if s.trainer != "loop":
                 row = _trainer_row(spec, s, config, overrides)
             else:
-                row = runner.run_one(
-                    spec,
-                    s,
-                    device=device,
-                    impl=args.impl,
-                    census=not args.no_census,
-                    repeats=args.repeats or MLX_STEPS,
-                    config=config,
-                    overrides=overrides,
-                )
+                with replay():
+                    row = runner.run_one(
+                        spec,
+                        s,
+                        device=device,
+                        impl=args.impl,
+                        census=not args.no_census,
+                        repeats=args.repeats or MLX_STEPS,
+                        config=config,
+                        overrides=overrides,
+                    )
         except MemoryError as e:
             raise IntrospectError(
                 f"B={s.batch_size}, T={s.seq_len}: the step ran out of memory on {device}; "

@@ -70,6 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from introspect.commands import _exact
 
     _exact.add_flag(p)
+    from introspect.allocator import flags as allocator_flags
+
+    allocator_flags.add_flag(p)
     add_common(
         p,
         json_help="print JSON: source, spec, params (exact integers), estimates (bytes)",
@@ -103,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
     from introspect.unmodelled import check_closed_form
 
     check_closed_form(model.spec, setup)
+    from introspect.allocator import flags as allocator_flags
+
+    allocator, allocator_notes = allocator_flags.resolve(args, setup.framework)
     results = estimates(model.spec, setup)
     if args.plot:
         from introspect import plot
@@ -125,6 +131,14 @@ def run(args: argparse.Namespace) -> int:
             out["notes"] = notes
         if config is not None:
             out["config"] = _config.to_json(config, setup)
+        cuda = not setup.framework.startswith("mlx")
+        if cuda and (args.expandable_segments or allocator_notes):  # else the keys stay
+            out["cuda_device"] = {
+                "chosen_expandable_segments": allocator.expandable_segments,
+                **{k: v.to_json() for k, v in _cuda_views(model.spec, setup, allocator).items()},
+            }
+        if allocator_notes:
+            out.setdefault("notes", []).extend(allocator_notes)
         print(report.dumps(out))
     else:
         if config is not None:
@@ -134,9 +148,50 @@ def run(args: argparse.Namespace) -> int:
             from introspect.commands import _exact
 
             print("\n" + _exact.render(exact))
+        if not setup.framework.startswith("mlx"):
+            print("\n" + cuda_section(model.spec, setup, allocator))
+        notes = [*notes, *allocator_notes]
         if notes:
             print("\n" + "\n".join(f"note: {n}" for n in notes))
     return 0
+
+
+def _cuda_views(spec: ModelSpec, setup: TrainingSetup, allocator) -> dict:
+    from introspect import overhead
+    from introspect.allocator.config import with_expandable
+
+    return {
+        f"expandable_{'on' if on else 'off'}": overhead.device_view(
+            spec, setup, None, with_expandable(allocator, on)
+        )
+        for on in (False, True)
+    }
+
+
+def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator) -> str:
+    """Allocated, reserved (with fragmentation), context and what nvidia-smi shows, with
+    expandable segments off and on; the setting in force is marked."""
+    from introspect.allocator.replay import LABEL
+
+    views = _cuda_views(spec, setup, allocator)
+    off, on = views["expandable_off"], views["expandable_on"]
+    mark = ("", " *") if allocator.expandable_segments else (" *", "")
+    rows = [
+        ("allocated peak", off.allocated, on.allocated),
+        ("+ allocator reserve (fragmentation)", off.reserve, on.reserve),
+        ("= reserved peak", off.allocated + off.reserve, on.allocated + on.reserve),
+        ("+ CUDA context", off.context, on.context),
+        ("= what nvidia-smi shows", off.shown, on.shown),
+    ]
+    table = report.table(
+        [(name, report.gb(a), report.gb(b)) for name, a, b in rows],
+        ["on a CUDA GPU (GB)", f"expandable off{mark[0]}", f"expandable on{mark[1]}"],
+        colalign=("left", "right", "right"),
+    )
+    return (
+        f"{table}\n  reserve: {LABEL} (the step's moments replayed through torch 2.13's "
+        f"caching allocator; * = the setting in force)\n  context: {off.sources['context']}"
+    )
 
 
 def check_list(args: argparse.Namespace) -> None:

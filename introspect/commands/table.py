@@ -80,6 +80,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt.add_argument("--csv", action="store_true", help="print CSV")
     add_setup_flags(p, act_default="bf16", sweep=False)
     add_plot_flag(p, "one pair of bars per model: the seed's total and the refined peak")
+    from introspect.allocator import flags as allocator_flags
+
+    allocator_flags.add_flag(p)
     add_common(p, exact_bytes=True)
     p.set_defaults(run=run)
 
@@ -135,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         if args.sources:
             raise IntrospectError("--reported takes no SOURCE; it names its own model")
         dropped = given_setup_flags(args) + ["--plot"] * bool(args.plot)
+        dropped += ["--expandable-segments"] * bool(args.expandable_segments)
         dropped += ["--units bytes"] * (args.units == "bytes")
         if dropped:
             raise IntrospectError(
@@ -153,12 +157,20 @@ def run(args: argparse.Namespace) -> int:
         if args.plot or args.units == "bytes":
             flag = "--plot" if args.plot else "--units bytes"
             raise IntrospectError(f"--seed-example prints GB and draws nothing; drop {flag}")
+        if args.expandable_segments:
+            raise IntrospectError(
+                "--seed-example prints the seed's allocated figures only, no CUDA reserve; "
+                "drop --expandable-segments"
+            )
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
         return 0
     check_plot(args.plot)
+    from introspect.allocator import flags as allocator_flags
+
+    allocator, allocator_notes = allocator_flags.resolve(args, setup.framework)
     sources = args.sources or default_sources()
-    rows = [_row_or_error(s, setup, args.force, args.timeout) for s in sources]
+    rows = [_row_or_error(s, setup, args.force, args.timeout, allocator) for s in sources]
     good = [r for r in rows if "error" not in r]
     if not good:  # nothing to tabulate: the reason alone, one line
         if len(rows) == 1:
@@ -180,9 +192,12 @@ def run(args: argparse.Namespace) -> int:
         )
     if fmt == "json":
         out = {"setup": setup.to_dict(), "rows": rows, "notes": applies.notes(setup) + notes(good)}
+        out["notes"] += allocator_notes
         print(report.dumps(out))
     else:
         print(render(rows, setup, fmt, args.units or "gb"))
+        if allocator_notes and fmt != "csv":
+            print("\n".join(f"note: {n}" for n in allocator_notes))
     failed = [r for r in rows if "error" in r]
     if failed:
         raise IntrospectError(
@@ -193,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _row_or_error(
-    source: str, setup: TrainingSetup, force: bool, timeout: float | None
+    source: str, setup: TrainingSetup, force: bool, timeout: float | None, allocator=None
 ) -> dict[str, Any]:
     """The source's row, or ``{"source", "error"}`` when it cannot be read."""
     from introspect.adapters import resolve
@@ -206,7 +221,7 @@ def _row_or_error(
 
         setup = resolve_attention(model.spec, setup)  # each class's own default
         check_closed_form(model.spec, setup)
-        return row(model, setup)
+        return row(model, setup, allocator)
     except (IntrospectError, ValueError, OverflowError, RecursionError) as err:
         out: dict[str, Any] = {"source": source, "error": str(err)}
         if model is not None and model.spec.unmodelled:
@@ -215,11 +230,18 @@ def _row_or_error(
         return out
 
 
-def row(model: Any, setup: TrainingSetup) -> dict[str, Any]:
-    """One model's row, bytes as integers."""
+def row(model: Any, setup: TrainingSetup, allocator=None) -> dict[str, Any]:
+    """One model's row, bytes as integers; on torch the execution peak's CUDA reserve
+    replayed through the caching-allocator model with ``allocator``
+    (:func:`introspect.overhead.cuda_reserve`)."""
     spec = model.spec
     seed = simplified.estimate(spec, setup)
     est = refined.estimate(spec, setup)
+    reserve = None
+    if not setup.framework.startswith("mlx"):
+        from introspect import overhead
+
+        reserve = overhead.cuda_reserve(spec, setup, dict(est.execution.terms), allocator)
     sm = report.summary(seed)
     flags = divergence.flags(spec, setup)
     return {
@@ -237,6 +259,7 @@ def row(model: Any, setup: TrainingSetup) -> dict[str, Any]:
             "architecture_total_bytes": est.architecture.total,
             "execution_total_bytes": est.execution.total,
             "peak_phase": est.peak_phase,
+            "cuda_reserve_bytes": reserve,
         },
         "flags": [f.to_json() for f in flags],
     }
@@ -266,6 +289,7 @@ HEADERS = [
     "refined act. GB",
     "refined total GB",
     "exec. peak GB",
+    "CUDA reserved GB",
     "peak phase",
     "flags",
 ]
@@ -281,7 +305,7 @@ def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
     if "error" in r:
         total = r.get("params", {}).get("total")
         count = "" if total is None else str(total) if fmt == "csv" else fmt_count(total)
-        return (r["source"], count, *([""] * 7), f"error: {r['error']}")
+        return (r["source"], count, *([""] * 8), f"error: {r['error']}")
 
     def size(n: int) -> str:
         return str(n) if units == "bytes" else report.gb(n, 2)
@@ -296,6 +320,9 @@ def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
         size(ref["activations_bytes"]),
         size(ref["architecture_total_bytes"]),
         size(ref["execution_total_bytes"]),
+        "n/a"
+        if ref["cuda_reserve_bytes"] is None
+        else size(ref["execution_total_bytes"] + ref["cuda_reserve_bytes"]),
         ref["peak_phase"],
         ", ".join(_short(f) for f in r["flags"]),
     )
@@ -304,7 +331,7 @@ def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
 def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: str = "gb") -> str:
     cells = [_cells(r, fmt, units) for r in rows]
     headers = [h.replace(" GB", " bytes") for h in HEADERS] if units == "bytes" else HEADERS
-    body = report.table(cells, headers, fmt, colalign=("left",) + ("right",) * 7 + ("left",) * 2)
+    body = report.table(cells, headers, fmt, colalign=("left",) + ("right",) * 8 + ("left",) * 2)
     if fmt == "csv":
         return body
     optimizer_impl = setup.resolved_optimizer_impl.replace("_", "-")
@@ -314,7 +341,9 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
         "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "
         "refined = the seed's bookkeeping for the real architecture; exec. peak = what "
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
-        "holds at its peak, and when."
+        "holds at its peak, and when; CUDA reserved = the step's moments replayed through "
+        "torch 2.13's caching allocator (derived from torch's source, not measured on a GPU; "
+        "nvidia-smi adds the CUDA context)."
     )
     answered = [r for r in rows if "error" not in r]
     tail = "\n".join(notes(answered) + [f"note: {n}" for n in applies.notes(setup)])

@@ -60,6 +60,9 @@ class RankPeak:
     phase_peaks: dict[str, int] = field(default_factory=dict)
     #: ZeRO-1: parameters per rank in ZeroRedundancyOptimizer's own partition.
     partition: list[int] = field(default_factory=list)
+    #: The dry run's allocation stream replayed through the caching-allocator model
+    #: (:mod:`introspect.allocator.recording`); empty unless a dry run asked for it.
+    allocator_replay: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

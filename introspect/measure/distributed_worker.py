@@ -196,7 +196,19 @@ def _optimizer(model, setup: TrainingSetup):
 
 
 def _measured_step(model, optimizer, step, setup, buckets) -> dict[str, Any]:
-    from introspect.measure.live_tracker import storage_bytes
+    from introspect.allocator import recording
+    from introspect.measure.live_tracker import LiveStorageTracker, storage_bytes
+
+    replay_with = recording.wanted()  # a dry run's allocation stream, when asked
+    if replay_with is not None:
+        local_opt = optimizer.optim if hasattr(optimizer, "optim") else optimizer
+        # DDP's buckets exist before the step: allocated first, with the state.
+        recorder = LiveStorageTracker(model, local_opt, external=buckets, record=True)
+        inner = step
+
+        def step() -> None:
+            with recorder:  # inside the tracker below: both see the same operations
+                inner()
 
     if setup.resolved_sharding == "fsdp":
         from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -231,12 +243,15 @@ def _measured_step(model, optimizer, step, setup, buckets) -> dict[str, Any]:
             # The gradients are views into the buckets: one storage, counted as buckets.
             cats["comm"] += cats.pop("gradients")
             cats["gradients"] = 0
-    return {
+    out = {
         "peak_bytes": sum(cats.values()),
         "peak_phase": phase.phase,
         "categories": cats,
         "phase_peaks": phase.phase_peaks,
     }
+    if replay_with is not None:
+        out["allocator_replay"] = recording.summarize(recorder.stream(), *replay_with)
+    return out
 
 
 def _classify_unsharded_grads(model, tracker) -> list:

@@ -91,8 +91,16 @@ class LiveStorageTracker(TorchDispatchMode):
         model: nn.Module,
         optimizer: torch.optim.Optimizer | None,
         external: Iterable[torch.Tensor] = (),
+        *,
+        record: bool = False,
     ) -> None:
         super().__init__()
+        #: With ``record``: the ordered allocation stream of the tracked step, per device
+        #: (:meth:`stream`); off by default, so other measures pay nothing for it.
+        self.record = record
+        self.events: list[tuple] = []
+        self._serial = 0
+        self._phase = "state"
         self.model, self.optimizer = model, optimizer
         #: Tensors outside the model and the optimizer's state that exist before the step
         #: (a mixed-precision step's FP32 master copy), counted as ``Other`` as
@@ -122,6 +130,11 @@ class LiveStorageTracker(TorchDispatchMode):
                 size = st.nbytes()
                 nbytes = _rounded(size, entry[2])
                 if nbytes != entry[0]:  # resized inside an operation
+                    if self.record:  # a resize is a new block: the old one freed
+                        self._serial += 1
+                        self.events.append(("free", entry[4], entry[2]))
+                        self.events.append(("alloc", self._serial, size, self._phase, entry[2]))
+                        entry[4] = self._serial
                     snap = self._current[entry[2]]
                     snap[entry[1]] += nbytes - entry[0]
                     snap["Total"] += nbytes - entry[0]
@@ -139,6 +152,10 @@ class LiveStorageTracker(TorchDispatchMode):
             key = id(st)
             ref = weakref.ref(st, lambda _, key=key: self._free(key))
             self._live[key] = [nbytes, kind, device, ref]
+            if self.record:
+                self._serial += 1
+                self._live[key].append(self._serial)
+                self.events.append(("alloc", self._serial, st.nbytes(), self._phase, device))
             snap = self._current.get(device)
             if snap is None:
                 snap = self._current[device] = dict.fromkeys(KINDS, 0) | {"Total": 0}
@@ -148,6 +165,8 @@ class LiveStorageTracker(TorchDispatchMode):
     def _free(self, key: int) -> None:
         entry = self._live.pop(key, None)
         if entry is not None:
+            if self.record:
+                self.events.append(("free", entry[4], entry[2]))
             snap = self._current[entry[2]]
             snap[entry[1]] -= entry[0]
             snap["Total"] -= entry[0]
@@ -160,6 +179,8 @@ class LiveStorageTracker(TorchDispatchMode):
             key = id(st)
             entry = self._live.pop(key, None)
             if entry is not None:
+                if self.record:
+                    self.events.append(("free", entry[4], entry[2]))
                 snap = self._current[entry[2]]
                 snap[entry[1]] -= entry[0]
                 snap["Total"] -= entry[0]
@@ -265,6 +286,7 @@ class LiveStorageTracker(TorchDispatchMode):
             kind, phase = "Activation", "optimizer" if self._backward_seen else "forward"
         if phase not in self.marks:
             self.marks[phase] = sum(s["Total"] for s in self._current.values())
+        self._phase = phase
         self._add_outputs(out, kind)
         for device, snap in self._current.items():
             if snap["Total"] > self._peak.get(device, 0):
@@ -313,6 +335,16 @@ class LiveStorageTracker(TorchDispatchMode):
         run of several, or the next micro-batch): its operations are ``forward`` again,
         not the previous update's preparation."""
         self._backward_seen = False
+    def stream(self) -> dict[str, list[tuple]]:
+        """The recorded events by device: ``("alloc", id, nbytes, phase)`` and
+        ``("free", id)`` in the order they happened, ``nbytes`` the storage's own (the
+        allocator rounds). What existed before the step comes first, in the order it was
+        registered (phase ``state``); a storage resized inside an operation is a free and
+        a new allocation."""
+        out: dict[str, list[tuple]] = {}
+        for event in self.events:
+            out.setdefault(str(event[-1]), []).append(event[:-1])
+        return out
 
     def live_bytes(self) -> int:
         """Bytes alive now, over devices."""

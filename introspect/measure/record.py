@@ -68,6 +68,10 @@ class Measurement:
     #: Host memory the step's offloaded activations held at most (``--offload-activations``:
     #: the packed saved tensors), apart from the device's ``peak_bytes``; None without.
     host_peak_bytes: int | None = None
+    #: The dry run's allocation stream replayed through torch's caching-allocator model
+    #: (:mod:`introspect.allocator`), per device, expandable segments off and on; empty
+    #: unless asked (``measure --device fake`` on torch).
+    allocator_replay: dict[str, Any] = field(default_factory=dict)
 
     @property
     def framework(self) -> str:

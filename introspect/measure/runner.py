@@ -247,7 +247,41 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
         name, gap = last.comparison.largest_gap
         parts += ["", f"largest gap: {name}, measured − estimate = {report.gb(gap)} GB"]
     parts += [f"note: {n}" for n in last.comparison.measurement.notes]
+    parts += allocator_lines(last.comparison.measurement.allocator_replay)
     return "\n".join(parts)
+
+
+def allocator_lines(replays: dict) -> list[str]:
+    """The dry run's stream through torch's caching-allocator model, per device."""
+    from introspect.allocator.replay import LABEL
+
+    out = []
+    for device, r in replays.items():
+        out += [
+            "",
+            f"caching allocator replay of the step's {r['events']:,} events on {device}, "
+            f"{r['steps']} steps ({LABEL}):",
+        ]
+        for key in ("expandable_off", "expandable_on"):
+            x = r[key]
+            fail = x["failure"]
+            out.append(
+                f"  expandable_segments {'on ' if x['expandable_segments'] else 'off'}: "
+                f"allocated peak {report.gb(x['allocated_peak_bytes'])} GB, reserved peak "
+                f"{report.gb(x['reserved_peak_bytes'])} GB, fragmentation "
+                f"{report.gb(x['fragmentation_bytes'])} GB at the reserved peak "
+                f"({x['reserved_peak_phase'] or 'before the step'}), reserved − allocated "
+                f"peaks {report.gb(x['peaks_gap_bytes'])} GB"
+                + (f"; first failure: {fail['bytes']:,} bytes in {fail['phase']}" if fail else "")
+            )
+    if out:
+        out.append(
+            "  (each storage is a request rounded as torch rounds it; the state that existed "
+            "before the step is allocated first, in registration order, then the step twice, "
+            "the second meeting the first's cache; kernels' own workspaces are not in the "
+            "stream)"
+        )
+    return out
 
 
 def _categories(r: Row) -> str:

@@ -376,7 +376,12 @@ def measure_step(
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    tracker = live_tracker.LiveStorageTracker(model, optimizer, external=step.master)
+    from introspect.allocator import recording
+
+    replay_with = recording.wanted() if device != "cuda" else None
+    tracker = live_tracker.LiveStorageTracker(
+        model, optimizer, external=step.master, record=replay_with is not None
+    )
     outer = witness(model, optimizer, step.master) if witness else contextlib.nullcontext()
     step.on_host = tracker.to_host
     start = time.perf_counter()
@@ -435,6 +440,9 @@ def measure_step(
         setup=setup.to_dict(),
         notes=tuple(notes),
         host_peak_bytes=tracker.host_peak_bytes if setup.offload_activations else None,
+        allocator_replay=recording.summarize(tracker.stream(), *replay_with)
+        if replay_with is not None
+        else {},
     )
 
 

@@ -345,6 +345,25 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     ("estimate", "units-gib-json", ("--units", "gib", "--json"), ("--units",)),
     ("estimate", "params-below-embeddings", ("--params", "1"), ("--params",)),
     ("sizes", "timeout-without-hub", ("--timeout", "5"), ("--timeout",)),
+    # torch's CUDA caching allocator's setting: MLX has no such allocator.
+    (
+        "profile",
+        "expandable-segments-mlx",
+        ("--expandable-segments", "--framework", "mlx"),
+        ("--expandable-segments",),
+    ),
+    (
+        "fit",
+        "expandable-segments-mlx",
+        ("--expandable-segments", "--framework", "mlx"),
+        ("--expandable-segments",),
+    ),
+    (
+        "table",
+        "expandable-segments-mlx",
+        ("--expandable-segments", "--framework", "mlx"),
+        ("--expandable-segments",),
+    ),
     ("sizes", "units-gib-json", ("--units", "gib", "--json"), ("--units",)),
     ("sizes", "seq-1e9", ("--seq", "1e9"), ("--seq",)),
     ("table", "csv-and-json", ("--csv", "--json"), ("--csv", "--json")),
@@ -517,6 +536,9 @@ def good_value_cases() -> list[Case]:
         for label, flags in GOOD:
             base = None if label in SAME_BY_COMMAND[command] else BASE[command]
             out.append(_case("ok", command, label, (*BASE[command], *flags), "ok", base=base))
+    for command in ("profile", "fit", "table"):  # the reserve replayed, expandable segments
+        argv = (*BASE[command], "--expandable-segments")
+        out.append(_case("ok", command, "expandable-segments", argv, "ok", base=BASE[command]))
     measure = dict(GOOD)
     for label in MEASURE_OK:
         out.append(_case("ok", "measure", label, (*BASE["measure"], *measure[label]), "ok"))
@@ -584,6 +606,12 @@ def contradiction_cases() -> list[Case]:
     for label, argv, expect, names in MEASURE_CALLS:
         group = "ok" if expect == "ok" else "contra"
         out.append(_case(group, "measure", label, argv, expect, names))
+    for label, argv in (  # table's own figures, no CUDA reserve: the flag would be ignored
+        ("reported-expandable-segments", ("table", "--reported", "qwen-7b")),
+        ("seed-example-expandable-segments", ("table", "--seed-example")),
+    ):
+        argv = (*argv, "--expandable-segments")
+        out.append(_case("contra", "table", label, argv, "refused", ("--expandable-segments",)))
     return out
 
 

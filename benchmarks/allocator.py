@@ -1,0 +1,324 @@
+"""The caching-allocator model beside published allocated / reserved figures.
+
+Run:  .venv/bin/python benchmarks/allocator.py            # the tables
+      .venv/bin/python benchmarks/allocator.py --write    # also benchmarks/results/allocator.md
+
+Every replayed figure is derived from torch's source (``introspect.allocator``), not
+measured on a GPU; every published figure is quoted with its source and what it
+measured. Three kinds of row:
+
+1. **Streams a source states exactly** (the tensors made and freed, in order) and the
+   ``torch.cuda.memory_allocated()`` / ``memory_reserved()`` it printed: the stream is
+   replayed as stated. The cuBLAS workspace a first matmul takes through the caching
+   allocator (``aten/src/ATen/cuda/CublasHandlePool.cpp`` ``getNewWorkspace``, size
+   ``parseChosenWorkspaceSize``: 4096·1024·2 + 16·1024·8 = 8,519,680 bytes off sm90) is
+   part of the stated stream where the source ran one.
+2. **pytorch/pytorch#123548**'s reproducer (PR #193400's table; torch 2.12 on ROCm, the
+   same ``CUDACachingAllocator.cpp``): reserved memory per cycle, and at a ceiling the
+   first retry that empties the cache.
+3. **Training runs that published ``torch.cuda.max_memory_reserved``**
+   (``benchmarks/data/published_runs.json``, the rows whose statistic is the reserved
+   peak): the closed form's allocated peak (``benchmarks/published.py``'s own path) plus
+   the reserve of the closed form's moments replayed through the allocator model
+   (:func:`introspect.overhead.cuda_reserve`), expandable segments off and on.
+4. **The closed form beside the dry run**: that reserve beside the replay of the dry
+   run's own recorded stream (``measure --device fake``), for the same setups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from introspect.allocator.caching import CachingAllocator  # noqa: E402
+from introspect.allocator.config import AllocatorConfig, parse  # noqa: E402
+from introspect.allocator.replay import LABEL  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "allocator.md"
+MiB = 2**20
+DIVE = (
+    "https://github.com/ZeroKnighting/Dive-into-GPU-memory/blob/"
+    "195afab9ff1e1997c65c41a9b8488e973847e5db/cn/code/1.ipynb (Colab T4)"
+)
+ISSUE = "https://github.com/pytorch/pytorch/pull/193400 (table; issue #123548)"
+ISSUE_JSON = "https://github.com/ROCm/legacy-rocm-build/issues/6603 (cycle-115 JSON line)"
+CUBLAS_WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+def stated_streams() -> list[tuple[str, str, str, int, int, str]]:
+    """(id, what, statistic, published bytes, replayed bytes, source) per figure."""
+    rows = []
+    a = CachingAllocator(AllocatorConfig())
+    x = a.malloc(4)  # torch.zeros(1).to('cuda')
+    rows += [
+        ("zeros(1)", "allocated", "memory_allocated", 512, a.allocated, DIVE),  # 512 B
+        ("zeros(1)", "reserved", "memory_reserved", 2097152, a.reserved, DIVE),
+    ]
+    a.free(x)
+    rows.append(("del; zeros(1)", "reserved", "memory_reserved", 2097152, a.reserved, DIVE))
+    a.empty_cache()
+    rows.append(("empty_cache()", "reserved", "memory_reserved", 0, a.reserved, DIVE))
+    b = CachingAllocator(AllocatorConfig())
+    b.malloc(10240 * 1050 * 4)  # torch.zeros(10240, 1050).to('cuda')
+    rows += [
+        ("zeros(10240,1050)", "allocated", "memory_allocated", 42 * MiB, b.allocated, DIVE),
+        ("zeros(10240,1050)", "reserved", "memory_reserved", 42 * MiB, b.reserved, DIVE),
+    ]
+    c = CachingAllocator(AllocatorConfig())
+    c.malloc(10 * 1024 * 4)  # Linear(1024, 10).to('cuda'): weight, then bias
+    c.malloc(10 * 4)
+    rows.append(("Linear(1024,10)", "allocated", "memory_allocated", 41472, c.allocated, DIVE))
+    c.malloc(10240 * 1024 * 4)  # data = torch.zeros(10240, 1024)
+    rows.append(("+ input", "allocated", "memory_allocated", 41984512, c.allocated, DIVE))
+    c.malloc(CUBLAS_WORKSPACE)  # the first matmul's cuBLAS workspace, then the output
+    c.malloc(10240 * 10 * 4)
+    published = round((40.03955078125 + 8.515625) * MiB)
+    rows += [
+        ("+ model(data)", "allocated", "memory_allocated", published, c.allocated, DIVE),
+        ("+ model(data)", "reserved", "memory_reserved", 62 * MiB, c.reserved, DIVE),
+    ]
+    return rows
+
+
+#: PR #193400's table: cycle → (allocated MiB, reserved MiB).
+ISSUE_TABLE = {
+    0: (66, 220),
+    20: (106, 2980),
+    40: (146, 5760),
+    60: (186, 8520),
+    80: (226, 11300),
+    100: (266, 14060),
+}
+
+
+def issue_123548(text: str, cycles: int, capacity: int | None = None) -> dict:
+    """The reproducer: a 64 MiB canary, then per cycle A = 91 MiB, B = 45.5 MiB, a 2 MiB
+    block kept alive, A and B freed. cycle → (allocated, reserved, retries) in MiB."""
+    a = CachingAllocator(parse(text), capacity)
+    kept = [a.malloc(64 * MiB)]
+    seen = {}
+    for cycle in range(cycles):
+        retries = a.num_alloc_retries
+        big, mid = a.malloc(91 * MiB), a.malloc(int(45.5 * MiB))
+        kept.append(a.malloc(2 * MiB))
+        a.free(big)
+        a.free(mid)
+        seen[cycle] = (a.allocated // MiB, a.reserved // MiB, a.num_alloc_retries, a.peak_reserved)
+        if a.num_alloc_retries > retries:
+            break
+    return seen
+
+
+def training_rows() -> list[dict]:
+    """The published max_memory_reserved rows beside allocated + replayed reserve."""
+    import published
+    from introspect.adapters import resolve
+
+    from introspect import overhead
+    from introspect.allocator.config import with_expandable
+
+    out = []
+    for row in published.load_rows():
+        if row["statistic"] != "reserved":
+            continue
+        est = published.estimate_row(row)
+        setup = published.setup_for(row)
+        spec = resolve(row["model"]).spec
+        from introspect import refined
+
+        terms = dict(refined.execution_estimate(spec, setup, notes=False).terms)
+        reserve = {
+            on: overhead.cuda_reserve(spec, setup, terms, with_expandable(AllocatorConfig(), on))
+            for on in (False, True)
+        }
+        allocated = est["compared_bytes"]
+        out.append(
+            {
+                "id": row["id"],
+                "published": est["published_bytes"],
+                "allocated": allocated,
+                "reserved_off": allocated + reserve[False],
+                "reserved_on": allocated + reserve[True],
+                "url": row["url"],
+                "not_expressed": row["not_expressed"],
+            }
+        )
+    return out
+
+
+#: Dry runs whose recorded stream is set beside the closed form's moment stream:
+#: (model, flags). The dry run's Adam is torch's CPU default (single-tensor), so the
+#: closed form is asked for the same update.
+DRY_RUNS = (
+    ("meta-llama/Llama-2-7b-hf", ("--seq", "2048")),
+    ("Qwen/Qwen2.5-0.5B", ("--seq", "2048", "--precision", "bf16")),
+    ("Qwen/Qwen2.5-0.5B", ("--seq", "4096", "--checkpointing")),
+)
+
+
+def dry_run_rows() -> list[dict]:
+    """Each dry run's recorded stream replayed, beside the closed form's moments
+    replayed, both with expandable segments off and on (GB)."""
+    import json
+    import subprocess
+
+    from introspect.adapters import resolve
+
+    from introspect import overhead
+    from introspect.allocator import synthetic
+    from introspect.cli import build_parser
+    from introspect.commands._args import setup_from_args
+
+    out = []
+    for model, flags in DRY_RUNS:
+        argv = ["measure", model, *flags, "--impl", "transformers", "--framework", "torch"]
+        argv += ["--device", "fake", "--no-census", "--json"]
+        run = subprocess.run(
+            [sys.executable, "-m", "introspect", *argv],
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"},
+        )
+        m = json.loads(run.stdout)["rows"][0]["measurement"]
+        (rec,) = m["allocator_replay"].values()
+        prof = ["profile", model, *flags, "--optimizer-impl", "single-tensor"]
+        setup = setup_from_args(build_parser("profile").parse_args(prof))
+        spec = resolve(model).spec
+        moments = overhead.step_moments(spec, setup)
+        closed = {
+            on: synthetic.moment_reserve(spec, moments, AllocatorConfig(expandable_segments=on))
+            for on in (False, True)
+        }
+        out.append(
+            {
+                "run": f"{model} {' '.join(flags)}",
+                "dry_allocated": rec["expandable_off"]["allocated_peak_bytes"],
+                "dry_off": rec["expandable_off"]["reserved_peak_bytes"],
+                "dry_on": rec["expandable_on"]["reserved_peak_bytes"],
+                "closed_allocated": closed[False].allocated_peak,
+                "closed_off": closed[False].reserved_peak,
+                "closed_on": closed[True].reserved_peak,
+            }
+        )
+    return out
+
+
+def render(markdown: bool) -> str:
+    lines = [
+        "# The caching-allocator model beside published figures",
+        "",
+        f"Replayed figures: {LABEL}. Command: `.venv/bin/python benchmarks/allocator.py --write`.",
+        "",
+        "## 1. Streams a source states, replayed as stated (bytes)",
+        "",
+        "| step | statistic | published | replayed | source |",
+        "|---|---|---:|---:|---|",
+    ]
+    ok = 0
+    rows = stated_streams()
+    for name, _what, stat, pub, rep, src in rows:
+        ok += pub == rep
+        lines.append(f"| {name} | {stat} | {pub:,} | {rep:,} | {src} |")
+    lines += ["", f"{ok} of {len(rows)} equal to the byte.", ""]
+    lines += [
+        "## 2. pytorch/pytorch#123548: max_split_size_mb:128 with expandable_segments:True",
+        "",
+        "| cycle | published allocated | replayed | published reserved | replayed |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    seen = issue_123548("max_split_size_mb:128,expandable_segments:True", 101)
+    for cycle, (alloc, res) in ISSUE_TABLE.items():
+        got = seen[cycle]
+        lines.append(f"| {cycle} | {alloc} | {got[0]} | {res:,} | {got[1]:,} |")
+    alone = {
+        text or "defaults": issue_123548(text, 101)[100][1]
+        for text in ("max_split_size_mb:128", "expandable_segments:True", "")
+    }
+    lines += [
+        "",
+        "Published: either option alone, or defaults, stay under 500 MiB reserved. Replayed "
+        "at cycle 100: " + ", ".join(f"{k} {v:,} MiB" for k, v in alone.items()) + f". ({ISSUE})",
+        "",
+    ]
+    capped = issue_123548("max_split_size_mb:128,expandable_segments:True", 200, 16000 * MiB)
+    last = max(capped)
+    alloc, res, retries, peak = capped[last]
+    lines += [
+        "At a 16,000 MiB ceiling (the JSON line's `max_reserved_mib`, taken as the device's "
+        "reservable memory): published first retry at cycle 115 with allocated 296 MiB, "
+        "reserved 2,680 MiB, max reserved 16,000 MiB, 1 retry, 0 OOMs; replayed: cycle "
+        f"{last}, allocated {alloc} MiB, reserved {res:,} MiB, max reserved "
+        f"{peak // MiB:,} MiB, {retries} retry. ({ISSUE_JSON})",
+        "",
+    ]
+    lines += [
+        "## 3. Training runs that published torch.cuda.max_memory_reserved (GB, 1e9)",
+        "",
+        "Allocated: the closed form's per-device peak (benchmarks/published.py's path); "
+        "reserved: that plus the reserve of the closed form's moments replayed through the "
+        "allocator model (introspect.overhead.cuda_reserve), as profile, fit and table "
+        "print it.",
+        "",
+        "| row | closed-form allocated | reserved (exp. off) | reserved (exp. on) | "
+        "published reserved | off / published |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in training_rows():
+        ratio = r["reserved_off"] / r["published"]
+        lines.append(
+            f"| {r['id']} | {r['allocated'] / 1e9:.2f} | {r['reserved_off'] / 1e9:.2f} | "
+            f"{r['reserved_on'] / 1e9:.2f} | {r['published'] / 1e9:.2f} | {ratio:.3f} |"
+        )
+    lines += [
+        "",
+        "None of these sources publishes the allocated peak of the same run, so the target "
+        "(reserved within ±10% where the allocated part is within ±5%) cannot be checked on "
+        "them: the ratio mixes the closed form's allocated error with the reserve's. Sources "
+        "and what each row's flags cannot express: benchmarks/results/published.md.",
+        "",
+        "## 4. The closed form's reserve beside the dry run's recorded stream (GB)",
+        "",
+        "Both derived: the dry run's own allocation stream (`introspect measure MODEL FLAGS "
+        "--impl transformers --device fake`, two steps) and the closed form's moments walked "
+        "as frees and allocations (introspect.allocator.synthetic.moment_stream), each "
+        "replayed with expandable segments off and on; the closed form with the dry run's "
+        "single-tensor Adam.",
+        "",
+        "| run | dry-run allocated | closed allocated | dry-run reserved off | closed off | "
+        "dry-run reserved on | closed on |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['run']} | {r['dry_allocated'] / 1e9:.3f} | {r['closed_allocated'] / 1e9:.3f}"
+            f" | {r['dry_off'] / 1e9:.3f} | {r['closed_off'] / 1e9:.3f} | "
+            f"{r['dry_on'] / 1e9:.3f} | {r['closed_on'] / 1e9:.3f} |"
+            for r in dry_run_rows()
+        ),
+        "",
+        "## On a GPU",
+        "",
+        "benchmarks/device/allocator_grid.py measures max_memory_allocated, "
+        "max_memory_reserved and NVML's used memory for a grid of real steps beside the "
+        "replay; its results file (benchmarks/results/allocator-grid.md) is pending: no GPU "
+        "was lent to this work.",
+    ]
+    text = "\n".join(lines) + "\n"
+    return text if markdown else text.replace("|", " ").replace("---:", "").replace("---", "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--write", action="store_true", help=f"also write {RESULTS}")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    text = render(markdown=True)
+    print(text)
+    if args.write:
+        RESULTS.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
