@@ -580,6 +580,7 @@ def candidate_terms(
 
 def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
     """Every derived candidate moment of the step, as (phase, terms)."""
+    from introspect.refined.lora import adapted_layers
     from introspect.refined.mlx_counts import candidates as counts
 
     structure = structure_of(spec, setup)
@@ -597,10 +598,14 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     state = state_terms(spec, setup)
     x = dims(spec, setup)
     upcasts = lora_upcast_bytes(spec, setup) if lora else 0
+    # --num-layers K: the graph beyond the state is a K-layer LoRA step's (the frozen
+    # blocks below depend on no trained array, so value_and_grad makes no VJP for them:
+    # lora.first_recorded); their weights are in the state.
+    depth = adapted_layers(spec, setup) if lora else spec.num_hidden_layers
     out = []
     for c in candidates:
         terms = dict(state)
-        terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
+        terms.update(candidate_terms(c, depth, x, structure))
         if upcasts:
             terms["activations/mlx/hidden/lora_upcasts"] = upcasts
         out.append((c.phase, terms))
@@ -631,12 +636,12 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     with mlx-lm's FP32 adapters 8.4% under (qwen2 d=128 L=8, B=2, T=256)."""
     if dtype_of(setup) != "bf16" or compiled(setup):
         return 0
-    from introspect.refined.lora import targets
+    from introspect.refined.lora import adapted_layers, targets
 
     chosen = set(targets(spec, setup))
     extra = sum(max(0, len(chosen.intersection(group)) - 1) for group in SHARED_INPUTS)
     tokens = setup.batch_size * setup.seq_len
-    return spec.num_hidden_layers * extra * tokens * spec.hidden_size * 4
+    return adapted_layers(spec, setup) * extra * tokens * spec.hidden_size * 4
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
