@@ -357,3 +357,30 @@ def test_axolotl_layers_to_transform(tmp_path, capsys):
     bad = _config(tmp_path, "bad.yaml", base + "peft_layers_to_transform: [a]\n")
     assert main(["profile", "--config", bad]) == 2
     assert "peft_layers_to_transform" in capsys.readouterr().err
+
+
+QWEN2_MOE = dict(
+    model_type="qwen2_moe", hidden_size=64, num_hidden_layers=3, intermediate_size=128,
+    num_attention_heads=4, num_key_value_heads=2, vocab_size=512, num_experts=4,
+    num_experts_per_tok=2, moe_intermediate_size=48, shared_expert_intermediate_size=64,
+)  # fmt: skip
+
+
+def test_moe_with_linear_experts_and_the_converted_ones():
+    """Qwen2-MoE (peft adapts its shared expert's linears, the experts stay frozen): the
+    top-K step within 3%. A model whose experts peft adapts as parameters (Qwen3-MoE)
+    gets none from ``layers_to_transform``: refused, naming the flag."""
+    pytest.importorskip("peft")
+    from introspect.applies import NotApplicable, check_model
+    from introspect.measure import hf_models
+
+    spec = _spec(QWEN2_MOE)
+    s = torch_setup(1)
+    m, _ = hf_models.measure(QWEN2_MOE, "qwen2_moe", spec, s, device="cpu", census=False)
+    assert m.trainable_params == lora.trainable_parameters(spec, s)
+    assert refined.estimate(spec, s).total == pytest.approx(m.peak_bytes, rel=0.03)
+    converted = _spec(
+        dict(QWEN2_MOE, model_type="qwen3_moe", head_dim=16, moe_intermediate_size=48)
+    )
+    with pytest.raises(NotApplicable, match="--num-layers 1: peft adapts"):
+        check_model(converted, s)

@@ -37,6 +37,11 @@ From peft's source (``peft/tuners/lora/layer.py``, ``Linear.forward``, peft 0.21
   quantized: embeddings, the output head and norms stay at the working dtype
   (transformers' bitsandbytes integration skips the output head).
 
+With ``--num-layers K`` (peft's ``layers_to_transform``, mlx-lm's ``num_layers``) the
+adapters sit in the top K blocks only, and the blocks below the first adapted one keep
+nothing for the backward (:func:`first_recorded`): measured on peft steps, every peak
+within 0.02% of the closed form at K = 1, 3 and L (``tests/test_num_layers.py``).
+
 Every function returns bytes for all L layers, per device.
 """
 

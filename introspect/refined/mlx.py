@@ -112,6 +112,12 @@ replay itself within 2.5%: hence the counts at L = 2), and the BF16 eager rows w
 4.6–9.4% under — the replay's own miss, the FP32 input copies that the trace merges and
 an eager step does not (:func:`lora_upcast_bytes`). 49 with the L = 2 counts alone;
 with both, 56 of 56, −2.0% to +1.8%.
+With ``num_layers`` K below L (``--num-layers``: ``linear_to_lora_layers`` on
+``model.layers[-K:]``) the frozen blocks below depend on no trained array, so
+``value_and_grad`` makes no VJP for them and their forward outputs are freed as they are
+consumed: the candidates are read at depth K over the whole model's state (measured: a
+K = 2 step on a 5-block model holds, beyond its state, a 2-block model's step within 2%,
+``tests/test_num_layers.py``).
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
