@@ -544,16 +544,6 @@ def check_model(spec: Any, setup: Any) -> None:
             "priced or run with; use --cross-entropy standard"
         )
     k = getattr(setup, "num_layers", None)
-    if k is not None and setup.framework == "torch" and spec.is_moe:
-        from introspect.refined import lora_moe
-
-        if lora_moe.converts(spec):
-            raise NotApplicable(
-                f"--num-layers {k}: peft adapts {spec.source or spec.model_type}'s experts as "
-                "parameters (target_parameters), which layers_to_transform with the blocks' "
-                "linear names leaves out (measured: the experts get no adapter); not modelled, "
-                "drop --num-layers"
-            )
     if k is not None and k > spec.num_hidden_layers:
         raise NotApplicable(
             f"--num-layers {k}: {spec.source or spec.model_type} has "

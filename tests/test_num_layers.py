@@ -198,8 +198,10 @@ def test_checkpointing_makes_every_block_recorded_through_peft():
         (2, dict(lora_dropout=0.1)),
         (1, dict(activation_checkpointing=True)),
         (2, dict(precision="bf16", weights_dtype="bf16", lora_targets=("q_proj", "v_proj"))),
+        (1, dict(precision="amp")),
+        (1, dict(grad_accum=2)),
     ],
-    ids=["k1", "k3", "eager", "dropout", "checkpointing", "bf16-qv"],
+    ids=["k1", "k3", "eager", "dropout", "checkpointing", "bf16-qv", "amp", "grad-accum"],
 )
 def test_torch_step_within_3_percent(k, kw):
     """Real transformers + peft steps on CPU (layers_to_transform = the top K) and the
@@ -371,7 +373,7 @@ def test_moe_with_linear_experts_and_the_converted_ones():
     top-K step within 3%. A model whose experts peft adapts as parameters (Qwen3-MoE)
     gets none from ``layers_to_transform``: refused, naming the flag."""
     pytest.importorskip("peft")
-    from introspect.applies import NotApplicable, check_model
+    from introspect.errors import IntrospectError
     from introspect.measure import hf_models
 
     spec = _spec(QWEN2_MOE)
@@ -382,5 +384,10 @@ def test_moe_with_linear_experts_and_the_converted_ones():
     converted = _spec(
         dict(QWEN2_MOE, model_type="qwen3_moe", head_dim=16, moe_intermediate_size=48)
     )
-    with pytest.raises(NotApplicable, match="--num-layers 1: peft adapts"):
-        check_model(converted, s)
+    with pytest.raises(IntrospectError, match="--num-layers 1: peft adapts"):
+        refined.estimate(converted, s)
+    with pytest.raises(IntrospectError, match="--num-layers 1: peft adapts"):
+        hf_models.measure(
+            dict(QWEN2_MOE, model_type="qwen3_moe", head_dim=16), "qwen3_moe", converted, s,
+            device="fake", census=False,
+        )  # fmt: skip

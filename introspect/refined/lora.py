@@ -339,6 +339,7 @@ def _check_moe_names(spec: ModelSpec, setup: TrainingSetup) -> None:
 
 
 def _moe_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
+    lora_moe.check(spec, setup)  # what peft refuses (or adapts otherwise) on the experts
     _check_moe_names(spec, setup)  # else an unknown name adapts nothing, silently
     r = setup.lora_rank
     total = 0
