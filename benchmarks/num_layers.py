@@ -6,10 +6,11 @@ torch rows: each family's transformers class from ``benchmarks/families.py``'s s
 configs (d=256, V=1000) at L=6 blocks, wrapped by ``get_peft_model`` with
 ``layers_to_transform`` = the top K blocks (peft's all-linear as the model's linear
 names: peft refuses the string beside ``layers_to_transform``), rank 4, B=2, T=64, one
-real CPU step of ``model(input_ids=x, labels=x).loss`` with Adam (live storages) — FP32,
-FP32 checkpointed, and QLoRA (bitsandbytes NF4 on CPU) over a BF16 base. K = 6 is every
-block (the same step as without ``--num-layers``). MoE models whose experts peft adapts
-as parameters are refused with ``--num-layers`` and are left out.
+real CPU step of ``model(input_ids=x, labels=x).loss`` with Adam (live storages): FP32 at
+K = 1, 3 and 6 (every block: the same step as without ``--num-layers``), FP32
+checkpointed and QLoRA (bitsandbytes NF4 on CPU) over a BF16 base at K = 2. MoE models
+whose experts peft adapts as parameters are refused with ``--num-layers`` (said, not
+run).
 
 MLX rows: mlx-lm's llama and qwen2 at d=128, f=256, 4 heads (2 K/V), V=2048, L=6,
 ``linear_to_lora_layers(model, K, {rank 8})``, B=2, T=128, eager and compiled, on the
@@ -30,13 +31,14 @@ from families import CONFIGS, report  # noqa: E402
 
 OUT = Path(__file__).parent / "results" / "num-layers.md"
 LAYERS = 6
-KS = (1, 3, 6)
 BF16 = dict(precision="bf16", weights_dtype="bf16", activation_dtype="bf16")
 SETUPS = {
     "FP32": {},
     "FP32 ckpt": dict(activation_checkpointing=True),
     "QLoRA BF16": dict(finetune="qlora", **BF16),
 }
+#: (setup, K) per family: FP32 at K = 1, 3 and every block, the others at K = 2.
+PLAN = (("FP32", 1), ("FP32", 3), ("FP32", 6), ("FP32 ckpt", 2), ("QLoRA BF16", 2))
 MLX_FAMILIES = ("llama", "qwen2")
 MLX_KS = (1, 2, 3, 6)
 
@@ -114,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--no-mlx", action="store_true", help="torch rows only")
+    parser.add_argument("--only", help="families whose name starts with this (comma list)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     import logging
@@ -122,11 +125,11 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.perf_counter()
     torch_rows, mlx_rows = [], []
-    for name in CONFIGS:
-        for setup_name in SETUPS:
-            for k in KS:
-                torch_rows.append(torch_row(name, setup_name, k))
-                print(" | ".join(torch_rows[-1]), file=sys.stderr, flush=True)
+    names = [n for n in CONFIGS if not args.only or n.startswith(tuple(args.only.split(",")))]
+    for name in names:
+        for setup_name, k in PLAN:
+            torch_rows.append(torch_row(name, setup_name, k))
+            print(" | ".join(torch_rows[-1]), file=sys.stderr, flush=True)
     if not args.no_mlx:
         for family in MLX_FAMILIES:
             for framework in ("mlx", "mlx_compiled"):

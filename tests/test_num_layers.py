@@ -199,9 +199,13 @@ def test_checkpointing_makes_every_block_recorded_through_peft():
         (1, dict(activation_checkpointing=True)),
         (2, dict(precision="bf16", weights_dtype="bf16", lora_targets=("q_proj", "v_proj"))),
         (1, dict(precision="amp")),
+        (2, dict(precision="amp", activation_checkpointing=True)),
         (1, dict(grad_accum=2)),
     ],
-    ids=["k1", "k3", "eager", "dropout", "checkpointing", "bf16-qv", "amp", "grad-accum"],
+    ids=[
+        *("k1", "k3", "eager", "dropout", "checkpointing", "bf16-qv", "amp"),
+        *("amp-checkpointing", "grad-accum"),
+    ],
 )
 def test_torch_step_within_3_percent(k, kw):
     """Real transformers + peft steps on CPU (layers_to_transform = the top K) and the
