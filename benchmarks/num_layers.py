@@ -51,7 +51,10 @@ def torch_row(name: str, setup_name: str, k: int) -> list[str]:
     from introspect.refined import lora
     from introspect.setup import TrainingSetup
 
-    raw = dict(CONFIGS[name], num_hidden_layers=LAYERS)
+    raw = dict(CONFIGS[name])
+    # The family's own key for the depth (GPT-2's n_layer: transformers reads
+    # num_hidden_layers as an alias of it, the spec reader would keep n_layer's 2).
+    raw["n_layer" if "n_layer" in raw else "num_hidden_layers"] = LAYERS
     label = [name, setup_name, str(k)]
     try:
         spec = spec_from_config(raw)
