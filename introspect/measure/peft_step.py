@@ -71,6 +71,8 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
 #: wrapper's vision tower and projector (Qwen's ``visual``, Llava's and Mistral 3's
 #: ``vision_tower`` and ``multi_modal_projector``, Gemma 3's too).
 TOWER_MODULES = r"(.*\.)?(visual|vision_tower|vision_model|multi_modal_projector)(\..*)?"
+
+
 def block_linear_names(model: nn.Module) -> list[str]:
     """The last name of every ``nn.Linear``/``Conv1D`` (and bitsandbytes' 4-bit linear)
     but the output head: the module names peft's all-linear would adapt
