@@ -368,6 +368,37 @@ RULES = (
         "is the adapters' dropout; it needs --finetune lora or qlora",
     ),
     (
+        lambda s: f"--num-layers {s.num_layers}",
+        lambda s: s.num_layers is not None,
+        lambda s: s.finetune != "full",
+        "puts LoRA's adapters on the top K blocks; full fine-tuning trains every block: "
+        "add --finetune lora or qlora, or drop it",
+    ),
+    (
+        lambda s: f"--num-layers {s.num_layers} and --train-embeddings",
+        lambda s: s.num_layers is not None and s.train_embeddings,
+        lambda s: False,
+        "are not modelled together: a trained embedding needs its gradient through every "
+        "frozen block below the adapted ones, which then keep activations; drop one",
+    ),
+    (
+        lambda s: (
+            f"--num-layers {s.num_layers} and --lora-targets "
+            + " ".join(t for t in s.lora_targets if t in _HEADS)
+        ),
+        lambda s: s.num_layers is not None and any(t in _HEADS for t in s.lora_targets),
+        lambda s: False,
+        "contradict: peft's layers_to_transform adapts numbered blocks only, so lm_head and "
+        "embed_tokens would get no adapter; drop one",
+    ),
+    (
+        lambda s: f"--num-layers {s.num_layers}",
+        lambda s: s.num_layers is not None,
+        lambda s: s.resolved_sharding in ("none", "ddp") and s.offload == "none",
+        "is not modelled with FSDP/ZeRO sharding or --offload (their per-block moments "
+        "assume adapters in every block); drop one",
+    ),
+    (
         lambda s: "--train-embeddings",
         lambda s: s.train_embeddings,
         lambda s: s.finetune != "full",
@@ -537,6 +568,13 @@ def check_model(spec: Any, setup: Any) -> None:
     check_state_space(spec, setup)
     if setup.images:
         check_images(spec, setup)
+    k = getattr(setup, "num_layers", None)
+    if k is not None and k > spec.num_hidden_layers:
+        raise NotApplicable(
+            f"--num-layers {k}: {spec.source or spec.model_type} has "
+            f"{spec.num_hidden_layers} layers; use --num-layers {spec.num_hidden_layers} "
+            "or less"
+        )
     check_parallel(spec, setup)
 
 

@@ -85,12 +85,17 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False)
 
 
+def _top_k(setup: Any) -> bool:
+    return getattr(setup, "num_layers", None) is not None and setup.finetune != "full"
+
+
 def setup_line(setup: Any) -> str:
     """Every setting of a TrainingSetup that changes the figures, on one line."""
     parts = [
         f"B={setup.batch_size}",
         f"T={setup.seq_len}",
         *([f"{setup.grad_accum} micro-batches per step"] if setup.grad_accum > 1 else []),
+        *([f"adapters on the top {setup.num_layers} blocks"] if _top_k(setup) else []),
         f"s={setup.activation_bytes} bytes ({setup.activation_dtype} activations)",
         f"weights {setup.weights_dtype}",
         f"precision {setup.precision}",

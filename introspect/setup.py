@@ -140,6 +140,7 @@ FLAGS = {
     "trainer": "--trainer",
     "dpo_reference": "--dpo-reference",
     "packed_sequences": "--packed-sequences",
+    "num_layers": "--num-layers",
 }
 
 #: Optimizer state bytes per parameter (FP32 moments unless the name says otherwise).
@@ -244,6 +245,11 @@ class TrainingSetup:
     lora_targets: tuple[str, ...] = ("all-linear",)
     #: peft's ``lora_dropout``; above 0 each adapter keeps its dropped input and mask.
     lora_dropout: float = 0.0
+    #: Adapters on the top K blocks only (mlx-lm's ``num_layers``, peft's
+    #: ``layers_to_transform=range(L-K, L)``); None: every block (mlx-lm's -1). The
+    #: blocks below the first adapted one are frozen and need no gradient, so they keep
+    #: no activations (:mod:`introspect.refined.lora`).
+    num_layers: int | None = None
     #: Storage of the frozen base: ``auto`` = nf4 for qlora, the working dtype for lora.
     base_quant: str = "auto"
     #: bitsandbytes' ``bnb_4bit_use_double_quant``: the absmax constants in 8 bits.
@@ -368,6 +374,11 @@ class TrainingSetup:
             )
         if not self.lora_targets:
             raise ValueError("--lora-targets is empty; name modules or use all-linear")
+        k = self.num_layers
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
+            raise ValueError(
+                f"--num-layers must be a positive integer (adapters on the top K blocks), got {k!r}"
+            )
 
     @property
     def resolved_base_quant(self) -> str:

@@ -124,12 +124,13 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/autocast_cache",
             category="activations",
-            equation="spec.num_hidden_layers * per_layer  (loss_forward)",
-            source="transformers 5 (introspect/refined/hf_saved.py module docstring): torch.autocast: each nn.Linear casts its weight to BF16 once (the cast cache), the copy saved by the matmul",
+            equation="spec.num_hidden_layers * per_layer  (loss_forward); under LoRA 2 * lora.adapter_parameters(spec, setup)  (loss_forward)",
+            source="transformers 5 (introspect/refined/hf_saved.py module docstring): torch.autocast: each nn.Linear casts its weight to BF16 once (the cast cache), the copy saved by the matmul; the cache takes only leaf FP32 tensors that require grad (aten/src/ATen/autocast_mode.cpp cached_cast), so under LoRA the adapters alone",
             computed_by=("introspect/refined/execution.py: loss_forward",),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+                "tests/test_num_layers.py::test_torch_step_within_3_percent",
             ),
         ),
         Term(
@@ -1980,6 +1981,8 @@ def _records() -> tuple[Term, ...]:
                 "tests/test_lora.py::test_lora_step_peak",
                 "tests/test_lora.py::test_peft_all_linear_on_other_blocks",
                 "tests/test_mlx_lora.py::test_lora_closed_form_within_5_percent_of_the_replay",
+                "tests/test_num_layers.py::test_torch_step_within_3_percent",
+                "tests/test_num_layers.py::test_mlx_step_within_5_percent",
                 "tests/test_lora_sharded.py::test_lora_weights_per_rank_are_fsdp2_shards_of_every_parameter",
                 "tests/test_adapter_dtype.py::test_bf16_adapter_step_peak",
             ),

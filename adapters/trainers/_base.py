@@ -63,6 +63,9 @@ class Resolved:
         #: What the user typed that brought these values: ``--config`` (a file), or
         #: ``--trainer hf`` (that trainer's defaults, no file).
         self.flag = "--config"
+        #: peft's ``layers_to_transform`` as the file lists it (sorted indices, origin),
+        #: read as ``num_layers``; checked against the model's top blocks once it is known.
+        self.layer_indices: tuple[list[int], str] | None = None
 
     def set(self, field: str, value: Any, origin: str) -> None:
         self.fields[field] = Value(value, origin)

@@ -214,6 +214,28 @@ def _lora(keys: Keys, resolved: Resolved) -> None:
                 "linear in the closed form: not modelled"
             )
     keys.get("lora_alpha", (int, float))
+    _layers_to_transform(keys, resolved)
+
+
+def _layers_to_transform(keys: Keys, resolved: Resolved) -> None:
+    """``peft_layers_to_transform`` (``{_S}/peft.py``, passed to peft's
+    ``LoraConfig(layers_to_transform=…)``): a block index or a list of them. Read onto
+    ``--num-layers K`` as the top K blocks; whether the indices *are* the model's top
+    ones is checked once the model is known (``resolved.layer_indices``, checked by
+    :func:`introspect.commands._config.check_model`). ``peft_layers_pattern`` only
+    names the blocks' module list."""
+    key = "peft_layers_to_transform"
+    value = keys.get(key, (int, list))
+    keys.get("peft_layers_pattern", (str, list))
+    if value is None:
+        return
+    indices = [value] if isinstance(value, int) else value
+    if not indices or not all(isinstance(i, int) and not isinstance(i, bool) for i in indices):
+        raise keys.error(key, f"is {value!r}, not a block index or a list of them")
+    if min(indices) < 0:
+        raise keys.error(key, f"is {value!r}, with a negative block index")
+    resolved.layer_indices = (sorted(set(indices)), keys.origin(key))
+    resolved.set("num_layers", len(set(indices)), keys.origin(key) + " (the top blocks)")
 
 
 def _loss(keys: Keys, resolved: Resolved) -> None:

@@ -2,7 +2,9 @@
 ``CONFIG_DEFAULTS`` lines 44-81): ``model`` (default Qwen/Qwen3-0.6b), ``fine_tune_type``
 (lora), ``batch_size`` (4), ``max_seq_length`` (2048), ``grad_checkpoint`` (off),
 ``grad_accumulation_steps`` (1), ``optimizer`` (adam), ``lora_parameters`` (rank 8,
-dropout 0), ``num_layers`` (16: adapters on the last 16 blocks)."""
+dropout 0), ``num_layers`` (16: adapters on the last 16 blocks, ``CONFIG_DEFAULTS`` line 59
+in the venv's mlx-lm 0.32.2; ``model.layers[-max(num_layers, 0):]``, so -1 or 0 is every
+block; above the model's layers ``train_model`` refuses it, lora.py:234)."""
 
 from __future__ import annotations
 
@@ -117,10 +119,24 @@ def read(keys: Keys, resolved: Resolved) -> None:
             resolved.set("lora_targets", targets, sub.origin("keys"))
             if other:
                 resolved.note(f"`lora_parameters.keys: {', '.join(other)}` — not modelled")
-        layers = keys.get("num_layers", (int,), 16)
+    layers = keys.get("num_layers", (int,), 16)
+    if kind != "full":
+        _num_layers(keys, resolved, layers)
+    elif layers > 0:
         resolved.note(
-            f"`num_layers: {layers}` — adapters on the last {layers} blocks "
-            "only: not modelled yet (priced on every block)"
+            f"`num_layers: {layers}` with fine_tune_type full unfreezes the top {layers} "
+            f"blocks only ({_L}:240): not modelled (priced with every block trained)"
         )
     keys.get("clear_cache_threshold", (int,))
     keys.finish(KNOWN, resolved)
+
+
+def _num_layers(keys: Keys, resolved: Resolved, layers: int) -> None:
+    """``num_layers`` onto ``--num-layers``: K > 0 the top K blocks; -1 (or any K ≤ 0,
+    ``model.layers[-max(num_layers, 0):]`` in ``mlx_lm/tuner/utils.py``) every block."""
+    given = keys.has("num_layers")
+    where = keys.origin("num_layers") if given else f"mlx-lm 0.32.2 default ({_L}:59)"
+    if layers > 0:
+        resolved.set("num_layers", layers, where)
+    else:
+        resolved.set("num_layers", None, f"{where}: {layers} is every block")

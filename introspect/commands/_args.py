@@ -685,6 +685,15 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         help="peft's lora_dropout (default 0); above 0 each adapter keeps its dropped input",
     )
     g.add_argument(
+        "--num-layers",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="adapters on the top K blocks only (mlx-lm's num_layers, peft's "
+        "layers_to_transform); default every block. The frozen blocks below keep no "
+        "activations",
+    )
+    g.add_argument(
         "--adapter-dtype",
         type=choice(ADAPTER_DTYPES),
         default="fp32",
@@ -757,7 +766,8 @@ def finetune_fields(args: argparse.Namespace) -> dict:
 
     if not hasattr(args, "finetune"):
         return {}
-    finetune = args.finetune or ("lora" if args.lora_rank or args.lora_targets else "full")
+    implied = args.lora_rank or args.lora_targets or args.num_layers
+    finetune = args.finetune or ("lora" if implied else "full")
     if finetune == "full" and (args.lora_rank or args.lora_targets):
         raise IntrospectError("--lora-rank/--lora-targets need --finetune lora or qlora")
     targets = tuple(
@@ -768,6 +778,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         lora_rank=args.lora_rank or 16,
         lora_targets=targets or ("all-linear",),
         lora_dropout=args.lora_dropout,
+        num_layers=args.num_layers,
         adapter_dtype=args.adapter_dtype,
         base_quant=args.base_quant,
         double_quant=not args.no_double_quant,

@@ -33,7 +33,8 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "framework": ("--framework",),
     "device": ("--device",),
     "implementation": ("--impl",),
-    "finetune": ("--finetune", "--lora-rank", "--lora-targets"),
+    "num_layers": ("--num-layers",),  # before finetune: a refusal naming it is its own
+    "finetune": ("--finetune", "--lora-rank", "--lora-targets", "--num-layers"),
     "lora_rank": ("--lora-rank",),
     "lora_targets": ("--lora-targets",),
     "lora_dropout": ("--lora-dropout",),
@@ -56,7 +57,8 @@ SHOWN = (
     "devices", "sharding", "zero_stage", "offload", "optimizer_in_backward", "finetune",
     "grad_accum", "offload_activations",
 )  # fmt: skip
-LORA = ("lora_rank", "lora_targets", "lora_dropout", "base_quant", "double_quant", "adapter_dtype")
+LORA = ("lora_rank", "lora_targets", "lora_dropout", "num_layers", "base_quant", "double_quant")
+LORA += ("adapter_dtype",)
 
 
 def _set(args: argparse.Namespace, field: str, value: Any) -> None:
@@ -251,6 +253,8 @@ def render(resolved: Resolved, setup: TrainingSetup) -> str:
     lines.append(f"  {'model':<26} {resolved.model_used.value:<24} ← {resolved.model_used.origin}")
     for field, value, origin in setup_fields(resolved, setup):
         text = ",".join(value) if isinstance(value, tuple) else str(value)
+        if field == "num_layers" and value is None:
+            text = "all"  # every block
         lines.append(f"  {field:<26} {text:<24} ← {origin}")
     if resolved.ignored:
         lines.append(
@@ -285,7 +289,37 @@ SOFT = {
     "lora_dropout": 0.0,
     "adapter_dtype": "fp32",
     "optimizer_in_backward": False,
+    "num_layers": None,
 }
+
+
+def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
+    """Checks of the file's values that need the model: ``--num-layers`` above its
+    layers (mlx-lm refuses it too, ``mlx_lm/lora.py:234``), and peft's
+    ``layers_to_transform`` indices that are not the model's top blocks (only those are
+    modelled), each naming the key that set it."""
+    if resolved is None:
+        return
+    L = spec.num_hidden_layers
+    k = setup.num_layers
+    if k is not None and k > L and "num_layers" not in resolved.overridden:
+        value = resolved.fields.get("num_layers")
+        if value is not None:
+            raise IntrospectError(
+                f"--num-layers {k}: {spec.source or spec.model_type} has {L} layers "
+                f"(set by {resolved.flag} {value.origin}; mlx-lm refuses it too); give "
+                f"--num-layers {L} or less"
+            )
+    if resolved.layer_indices is None or "num_layers" in resolved.overridden:
+        return
+    indices, where = resolved.layer_indices
+    top = list(range(L - len(indices), L))
+    if indices != top:
+        raise IntrospectError(
+            f"--config {where}: {indices} are not the top {len(indices)} blocks of "
+            f"{spec.source or spec.model_type} ({L} layers: {top[0]}..{L - 1}); only "
+            "adapters on the top blocks are modelled: give --num-layers K"
+        )
 
 
 def build(args: argparse.Namespace, resolved: Resolved | None, make):

@@ -256,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.unmodelled import check_closed_form
 
     setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
+    _config.check_model(config, model.spec, setup)  # the file's values against it
     check_closed_form(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, max_devices, allocator)
     if allocator_notes:
@@ -314,7 +315,8 @@ def _describe(setup: TrainingSetup) -> str:
         parts.append("checkpointing")
     if setup.finetune != "full":
         targets = ",".join(setup.lora_targets)
-        parts.append(f"{setup.finetune} r={setup.lora_rank} on {targets}")
+        top = f" of the top {setup.num_layers} blocks" if setup.num_layers is not None else ""
+        parts.append(f"{setup.finetune} r={setup.lora_rank} on {targets}{top}")
     how = setup.resolved_sharding
     if setup.devices > 1 or how != "none":
         plural = "s" if setup.devices > 1 else ""

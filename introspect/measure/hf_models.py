@@ -367,7 +367,12 @@ def measure(
         from introspect.measure import peft_step
         from introspect.refined.lora import targets
 
-        notes.append(f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))}")
+        top = ""
+        if setup.num_layers is not None:
+            L = spec.num_hidden_layers
+            top = f" of blocks {L - setup.num_layers}..{L - 1} (layers_to_transform: the top "
+            top += f"{setup.num_layers} of {L})"
+        notes.append(f"peft LoRA r={setup.lora_rank} on {', '.join(targets(spec, setup))}{top}")
         if device == "fake":
             quant = setup.resolved_base_quant == "nf4"
             notes.append(

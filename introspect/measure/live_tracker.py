@@ -335,6 +335,7 @@ class LiveStorageTracker(TorchDispatchMode):
         run of several, or the next micro-batch): its operations are ``forward`` again,
         not the previous update's preparation."""
         self._backward_seen = False
+
     def stream(self) -> dict[str, list[tuple]]:
         """The recorded events by device: ``("alloc", id, nbytes, phase)`` and
         ``("free", id)`` in the order they happened, ``nbytes`` the storage's own (the

@@ -19,7 +19,8 @@ the measurement. mlx-lm's attention is always ``mx.fast.scaled_dot_product_atten
     linear_to_lora_layers(model, num_layers, {"rank": r, "scale": 20.0,
                                               "dropout": p, "keys": keys})
 
-with ``--num-layers -1`` (every block: ``model.layers[-max(num_layers, 0):]``). Each
+with ``num_layers`` = ``--num-layers K`` (the top K blocks: ``model.layers[-max(num_layers,
+0):]``), -1 without it (every block). Each
 targeted ``nn.Linear`` becomes ``LoRALinear`` (``mlx_lm/tuner/lora.py``): the frozen
 linear, ``lora_a`` (d_in × r, uniform) and ``lora_b`` (r × d_out, zeros), both FP32
 whatever the base's dtype, and ``y + (scale · (dropout(x) @ lora_a) @ lora_b).astype(x.dtype)``.
@@ -191,16 +192,22 @@ def to_lora(model, setup) -> str:
     if keys is not None:
         config["keys"] = keys
     model.freeze()
-    linear_to_lora_layers(model, -1, config)
+    num_layers = -1 if setup.num_layers is None else setup.num_layers
+    linear_to_lora_layers(model, num_layers, config)
     which = (
         "mlx-lm's default keys (every nn.Linear of each block)"
         if keys is None
         else "keys " + ", ".join(keys)
     )
+    blocks = len(_layers(model))
+    where = (
+        f"all {blocks} blocks (num_layers -1)"
+        if num_layers < 0 or num_layers >= blocks
+        else f"the top {num_layers} of {blocks} blocks (num_layers {num_layers})"
+    )
     return (
-        f"LoRA: mlx_lm.tuner.utils.linear_to_lora_layers on all {len(_layers(model))} blocks "
-        f"(--num-layers -1), rank {setup.lora_rank}, dropout {setup.lora_dropout}, {which}; "
-        "base frozen, FP32 adapters"
+        f"LoRA: mlx_lm.tuner.utils.linear_to_lora_layers on {where}, rank "
+        f"{setup.lora_rank}, dropout {setup.lora_dropout}, {which}; base frozen, FP32 adapters"
     )
 
 

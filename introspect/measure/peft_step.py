@@ -29,24 +29,35 @@ from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
 
-def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = False):
+def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = False, model=None):
     """peft's LoraConfig for ``setup`` (the refined estimate's targets, rank, dropout;
-    trainable embeddings as ``modules_to_save``); ``fan_in_fan_out`` for a model whose
-    linears are transformers' ``Conv1D`` (GPT-2: weights stored d_in × d_out)."""
+    trainable embeddings as ``modules_to_save``; ``--num-layers K`` as
+    ``layers_to_transform`` = the top K block indices, which peft matches against the
+    first number in each module's name, ``peft/tuners/tuners_utils.py``
+    ``check_target_module_exists``); ``fan_in_fan_out`` for a model whose linears are
+    transformers' ``Conv1D`` (GPT-2: weights stored d_in × d_out). peft refuses
+    ``layers_to_transform`` beside ``target_modules="all-linear"`` (``LoraConfig.__post_init__``:
+    a str), so under ``--num-layers`` all-linear is the names of ``model``'s own
+    linears, as a user writes them (:func:`block_linear_names`)."""
     from peft import LoraConfig
 
-    from introspect.refined.lora import head_targets, targets
+    from introspect.refined.lora import adapted_layers, head_targets, targets
 
     chosen = targets(spec, setup)  # checks the names and the rank
     heads = list(head_targets(setup))  # lm_head / embed_tokens, never in all-linear
-    return LoraConfig(
-        r=setup.lora_rank,
-        lora_alpha=2 * setup.lora_rank,
+    L = spec.num_hidden_layers
+    top = None if setup.num_layers is None else list(range(L - adapted_layers(spec, setup), L))
+    if "all-linear" in setup.lora_targets and not heads:
         # peft's own "all-linear" (every nn.Linear/Conv1D but the output head), as users
         # write it: the model's names, whatever its family calls them.
-        target_modules="all-linear"
-        if "all-linear" in setup.lora_targets and not heads
-        else list(chosen) + heads,
+        wanted = "all-linear" if top is None or model is None else block_linear_names(model)
+    else:
+        wanted = list(chosen) + heads
+    return LoraConfig(
+        layers_to_transform=top,
+        r=setup.lora_rank,
+        lora_alpha=2 * setup.lora_rank,
+        target_modules=wanted,
         lora_dropout=setup.lora_dropout,
         fan_in_fan_out=fan_in_fan_out,
         modules_to_save=["embed_tokens", "lm_head"] if setup.train_embeddings else None,
@@ -60,6 +71,20 @@ def lora_config(spec: ModelSpec, setup: TrainingSetup, fan_in_fan_out: bool = Fa
 #: wrapper's vision tower and projector (Qwen's ``visual``, Llava's and Mistral 3's
 #: ``vision_tower`` and ``multi_modal_projector``, Gemma 3's too).
 TOWER_MODULES = r"(.*\.)?(visual|vision_tower|vision_model|multi_modal_projector)(\..*)?"
+
+
+def block_linear_names(model: nn.Module) -> list[str]:
+    """The last name of every ``nn.Linear``/``Conv1D`` (and bitsandbytes' 4-bit linear)
+    but the output head: the module names peft's all-linear would adapt
+    (``peft/tuners/tuners_utils.py`` ``_maybe_include_all_linear_layers``), as a list of
+    suffixes ``layers_to_transform`` can filter."""
+    head = model.get_output_embeddings()
+    names = []
+    for name, module in model.named_modules():
+        linear = isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+        if linear and module is not head and name.rsplit(".", 1)[-1] not in names:
+            names.append(name.rsplit(".", 1)[-1])
+    return names
 
 
 def quantize_blocks_nf4(model: nn.Module, setup: TrainingSetup, dtype) -> None:
@@ -184,7 +209,7 @@ def _wrap(model: nn.Module, spec: ModelSpec, setup: TrainingSetup, dtype) -> nn.
             # a parameter (not a module) name, and then warns that no module matched.
             warnings.filterwarnings("ignore", "The following (rank|alpha)_pattern keys")
             conv1d = any(type(m).__name__ == "Conv1D" for m in model.modules())
-            config = lora_config(spec, setup, fan_in_fan_out=conv1d)
+            config = lora_config(spec, setup, fan_in_fan_out=conv1d, model=model)
             # --adapter-dtype bf16: the adapters stay at the base layer's dtype.
             autocast = setup.adapter_dtype == "fp32"
             model = get_peft_model(model, config, autocast_adapter_dtype=autocast)

@@ -76,9 +76,19 @@ def experts_targeted(spec: ModelSpec, setup: TrainingSetup) -> bool:
 def check(spec: ModelSpec, setup: TrainingSetup) -> None:
     """peft's ParamWrapper refuses dropout (``lora_dropout`` cannot be factored out of
     ``lora_B(lora_A(dropout(x)))`` for a parameter); and gate and up are fused, so one
-    named without the other is peft's ValueError."""
+    named without the other is peft's ValueError. ``--num-layers`` (peft's
+    ``layers_to_transform``) is not modelled here: with the blocks' linear names beside it
+    (peft refuses ``"all-linear"`` there) the experts get no adapter (measured on
+    Qwen3-MoE), and peft's ``target_parameters`` is not filtered the same way."""
     if not converts(spec):
         return
+    if setup.num_layers is not None:
+        raise IntrospectError(
+            f"--num-layers {setup.num_layers}: peft adapts {spec.source or spec.model_type}'s "
+            "experts as parameters (target_parameters), which layers_to_transform with the "
+            "blocks' linear names leaves out (measured: the experts get no adapter); not "
+            "modelled, drop --num-layers"
+        )
     all_linear = "all-linear" in setup.lora_targets
     named = set() if all_linear else set(CONSUMED) & set(setup.lora_targets)
     if len(named & {"gate_proj", "up_proj"}) == 1:

@@ -112,6 +112,12 @@ replay itself within 2.5%: hence the counts at L = 2), and the BF16 eager rows w
 4.6–9.4% under — the replay's own miss, the FP32 input copies that the trace merges and
 an eager step does not (:func:`lora_upcast_bytes`). 49 with the L = 2 counts alone;
 with both, 56 of 56, −2.0% to +1.8%.
+With ``num_layers`` K below L (``--num-layers``: ``linear_to_lora_layers`` on
+``model.layers[-K:]``) the frozen blocks below depend on no trained array, so
+``value_and_grad`` makes no VJP for them and their forward outputs are freed as they are
+consumed: the candidates are read at depth K over the whole model's state (measured: a
+K = 2 step on a 5-block model holds, beyond its state, a 2-block model's step within 2%,
+``tests/test_num_layers.py``).
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
@@ -580,6 +586,7 @@ def candidate_terms(
 
 def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
     """Every derived candidate moment of the step, as (phase, terms)."""
+    from introspect.refined.lora import adapted_layers
     from introspect.refined.mlx_counts import candidates as counts
 
     structure = structure_of(spec, setup)
@@ -597,10 +604,14 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     state = state_terms(spec, setup)
     x = dims(spec, setup)
     upcasts = lora_upcast_bytes(spec, setup) if lora else 0
+    # --num-layers K: the graph beyond the state is a K-layer LoRA step's (the frozen
+    # blocks below depend on no trained array, so value_and_grad makes no VJP for them:
+    # lora.first_recorded); their weights are in the state.
+    depth = adapted_layers(spec, setup) if lora else spec.num_hidden_layers
     out = []
     for c in candidates:
         terms = dict(state)
-        terms.update(candidate_terms(c, spec.num_hidden_layers, x, structure))
+        terms.update(candidate_terms(c, depth, x, structure))
         if upcasts:
             terms["activations/mlx/hidden/lora_upcasts"] = upcasts
         out.append((c.phase, terms))
@@ -631,12 +642,12 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     with mlx-lm's FP32 adapters 8.4% under (qwen2 d=128 L=8, B=2, T=256)."""
     if dtype_of(setup) != "bf16" or compiled(setup):
         return 0
-    from introspect.refined.lora import targets
+    from introspect.refined.lora import adapted_layers, targets
 
     chosen = set(targets(spec, setup))
     extra = sum(max(0, len(chosen.intersection(group)) - 1) for group in SHARED_INPUTS)
     tokens = setup.batch_size * setup.seq_len
-    return spec.num_hidden_layers * extra * tokens * spec.hidden_size * 4
+    return adapted_layers(spec, setup) * extra * tokens * spec.hidden_size * 4
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:

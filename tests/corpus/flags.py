@@ -79,13 +79,13 @@ COUNTS = {
     + ("--act-bytes", "--grad-accum"),
     "sizes": ("--seq", "--batch"),
     "profile": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp")
-    + ("--micro-batches", "--lora-rank", "--grad-accum"),
+    + ("--micro-batches", "--lora-rank", "--grad-accum", "--num-layers"),
     "fit": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp", "--micro-batches")
-    + ("--lora-rank", "--max-devices", "--grad-accum"),
+    + ("--lora-rank", "--max-devices", "--grad-accum", "--num-layers"),
     "measure": ("--batch", "--seq", "--act-bytes", "--devices", "--tp", "--pp")
     + ("--micro-batches", "--lora-rank", "--repeats", "--layers", "--d-emb", "--heads")
     + ("--vocab", "--kv-heads", "--head-dim", "--intermediate", "--step-timeout")
-    + ("--grad-accum",),
+    + ("--grad-accum", "--num-layers"),
 }
 COUNTS["table"] = COUNTS["profile"]
 #: (command, flag) where 10^9 is a plausible value: a 10^9 vocabulary or parameter count.
@@ -97,6 +97,7 @@ ALSO_NAMED = {
     ("measure", "--lora-rank"): ("--finetune", "--impl"),
     ("measure", "--lora-targets"): ("--finetune", "--impl"),
     ("measure", "--lora-dropout"): ("--finetune", "--impl"),
+    ("measure", "--num-layers"): ("--finetune", "--impl"),
     ("measure", "--devices"): ("--device",),
 }
 
@@ -199,6 +200,9 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("--finetune", "lora", "--precision", "bf16", "--adapter-dtype", "bf16"),
     ),
     ("lora-train-embeddings", ("--lora-rank", "8", "--train-embeddings")),
+    ("num-layers-4", ("--num-layers", "4")),
+    ("num-layers-qlora", ("--finetune", "qlora", "--num-layers", "8")),
+    ("num-layers-every-block", ("--finetune", "lora", "--num-layers", "24")),
     ("offload-optimizer", ("--offload", "optimizer")),
     ("offload-parameters", ("--offload", "parameters")),
     ("optimizer-in-backward", ("--optimizer-in-backward",)),
@@ -291,6 +295,14 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("no-double-quant-int8", ("--finetune", "lora", "--base-quant", "int8", "--no-double-quant"))
     + (("--no-double-quant",),),
     ("train-embeddings-full", ("--train-embeddings",), ("--train-embeddings",)),
+    ("num-layers-full", ("--finetune", "full", "--num-layers", "4"), ("--num-layers",)),
+    ("num-layers-above-layers", ("--num-layers", "25"), ("--num-layers",)),
+    ("num-layers-train-embeddings", ("--num-layers", "4", "--train-embeddings"))
+    + (("--num-layers", "--train-embeddings"),),
+    ("num-layers-lm-head", ("--num-layers", "4", "--lora-targets", "q_proj", "lm_head"))
+    + (("--num-layers", "--lora-targets"),),
+    ("num-layers-fsdp", ("--num-layers", "4", "--fsdp", "--devices", "2"), ("--num-layers",)),
+    ("num-layers-offload", ("--num-layers", "4", "--offload", "optimizer"), ("--num-layers",)),
     ("freeze-tower-text-model", ("--freeze-tower",), ("--freeze-tower",)),
     ("images-text-model", ("--images", "1"), ("--images",)),
     ("image-size-without-images", ("--image-size", "448x448"), ("--images",)),
@@ -431,6 +443,26 @@ MEASURE_CALLS: tuple[tuple[str, tuple[str, ...], str, tuple[str, ...]], ...] = (
         ("--optimizer-in-backward",),
     ),
     ("fake-debug", (*BASE["measure"], "--debug"), "ok", ()),
+    (
+        "fake-lora-num-layers",
+        ("measure", *SHAPE, "--llama", "--impl", "transformers", "--device", "fake")
+        + ("--no-census", "--num-layers", "1"),
+        "ok",
+        (),
+    ),
+    (
+        "fake-lora-num-layers-above-layers",
+        ("measure", *SHAPE, "--llama", "--impl", "transformers", "--device", "fake")
+        + ("--no-census", "--num-layers", "3"),
+        "refused",
+        ("--num-layers",),
+    ),
+    (
+        "num-layers-full",
+        (*BASE["measure"], "--finetune", "full", "--num-layers", "1"),
+        "refused",
+        ("--num-layers",),
+    ),
     # The sharded step as a dry run in one process (introspect.measure.fake_sharded).
     ("fake-ddp", (*BASE["measure"], "--ddp", "--devices", "2"), "ok", ()),
     ("fake-fsdp-no-reshard", (*BASE["measure"], "--fsdp", "--devices", "2", "--no-reshard"))
