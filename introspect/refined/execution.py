@@ -67,6 +67,7 @@ from introspect.refined import (
     saved,
     saved_feed_forward,
     sharding,
+    trainers,
 )
 from introspect.refined.implementations import implementation_of
 from introspect.refined.memo import per_estimate
@@ -154,12 +155,17 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
     * MLX: the update is part of the step's graph; see :mod:`introspect.refined.mlx`.
     SGD (with or without momentum) and 8-bit Adam update in place. Adafactor:
-    :func:`optimizers.temporaries`.
+    :func:`optimizers.temporaries`. Under the HF Trainer the update runs once per
+    parameter group (weights, then biases and norms):
+    :func:`trainers.optimizer_temporaries`.
     """
     if optimizers.is_adafactor(setup):
         return optimizers.temporaries(spec, setup)
     if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
+    grouped = trainers.optimizer_temporaries(spec, setup)  # the HF Trainer's two groups
+    if grouped is not None:
+        return grouped
     impl = setup.resolved_optimizer_impl
     state = state_value_bytes(setup)
     if impl == "single_tensor":
@@ -974,8 +980,12 @@ def framework_extra(
     spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]
 ) -> tuple[dict[str, int], int]:
     """The peak moment's terms plus what the framework holds beyond these moments, and
-    that extra in bytes (added to every phase): nothing. MLX's step is not torch's
-    moments plus an extra; :mod:`introspect.refined.mlx` builds its own moments (what
-    the lazy graph holds when ``mx.eval`` runs it), used by
+    that extra in bytes (added to every phase): the HF Trainer's collated batch, bound
+    through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop. MLX's
+    step is not torch's moments plus an extra; :mod:`introspect.refined.mlx` builds its
+    own moments (what the lazy graph holds when ``mx.eval`` runs it), used by
     :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
-    return terms, 0
+    extra = trainers.extra_terms(spec, setup)
+    if not extra:
+        return terms, 0
+    return _add(terms, extra), sum(extra.values())
