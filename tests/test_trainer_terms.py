@@ -203,6 +203,8 @@ def test_override_is_the_trainers_alone():
         ("llama", {"checkpointing": True}),
         ("llama", {"accum": 2}),
         ("llama", {"lora": True}),
+        # The checkpoint keeps the frozen embedding's output; the final norm its input.
+        ("llama", {"lora": True, "checkpointing": True}),
         ("llama", {"lora": True, "optim": "adamw_bnb_8bit", "bf16": True}),
     ],
     ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()),

@@ -311,9 +311,12 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What is kept before the first layer (:func:`saved.embedding`: the embedding output,
     and for transformers' classes the embedding dropout's mask and the shared rotary
     tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
-    frozen) nothing keeps the output itself."""
+    frozen) nothing keeps the output itself — unless layer 0 is checkpointed: the
+    checkpoint keeps its input to recompute it, gradient or not (measured under the HF
+    Trainer, ``tests/test_trainer_terms.py``)."""
     terms = saved.embedding(spec, setup)
-    if _lora(setup) and not setup.train_embeddings and not lora.embedding_terms(spec, setup):
+    frozen = not setup.train_embeddings and not lora.embedding_terms(spec, setup)
+    if _lora(setup) and frozen and not setup.activation_checkpointing:
         terms = dict(terms) | {EMBEDDING: 0}
     if _lora(setup):  # LoRA on embed_tokens: its own saved tensor
         terms = dict(terms) | lora.embedding_terms(spec, setup)
@@ -330,10 +333,21 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 
 @per_estimate
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Every saved activation at the end of forward, as breakdown terms (all layers)."""
+    """Every saved activation at the end of forward, as breakdown terms (all layers).
+
+    Checkpointed transformers' classes: the embedding's output is layer 0's checkpointed
+    input and each layer's output the next one's, so L - 1 layer outputs are kept by
+    checkpoints; the last layer's output is kept by the final norm alone
+    (``final_norm/input``: the stream itself, or its FP32 copy with the 16-bit stream
+    freed). L outputs double-counted the last one: measured on real CPU steps of the
+    llama, qwen2, qwen3, gemma, phi, gpt2, mistral and olmo2 classes (``tests/hf_steps.py``
+    configs, B=2, T=128, FP32 eager, autocast and BF16 SDPA), ~+1% before and within 0.1%
+    after wherever the peak is forward's end (GPT-2's is in backward), and under the HF
+    Trainer, full and LoRA (``tests/test_trainer_terms.py``)."""
     L = spec.num_hidden_layers
     if setup.activation_checkpointing:
-        layers = {k: L * v for k, v in saved.checkpointed_layer(spec, setup).items()}
+        kept = L - 1 if setup.implementation == "transformers" else L
+        layers = {k: kept * v for k, v in saved.checkpointed_layer(spec, setup).items()}
     elif _lora(setup):
         layers = {}  # each kind's LoRA set, times its count
         for kind, count in spec.kinds:
