@@ -545,6 +545,16 @@ def notes(setup: Any) -> list[str]:
         )
     if str(setup.optimizer).startswith("paged_"):
         out.append(PAGED_NOTE)
+    trainer = getattr(setup, "trainer", "loop")
+    if trainer != "loop" and setup.optimizer in ("adam8bit", "paged_adamw_8bit"):
+        whole = setup.resolved_sharding in ("none", "ddp") and setup.offload == "none"
+        if not whole or setup.freeze_tower:
+            out.append(
+                f"--trainer {trainer} with --optimizer {_dash(setup.optimizer)}: the Trainer's "
+                "32-bit state for every nn.Embedding (transformers/trainer.py create_optimizer) "
+                "is not modelled with sharded, offloaded or partly frozen state; priced at "
+                "8-bit Adam's 2 bytes a value"
+            )
     return out
 
 

@@ -1716,7 +1716,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="optimizer/adam_m",
             category="optimizer",
-            equation="4·N (FP32; 2·N under pure BF16; 1·N for 8-bit Adam), ÷D when sharded",
+            equation="4·N (FP32; 2·N under pure BF16; 1·N for 8-bit Adam), ÷D when sharded; under the HF Trainer's 8-bit bitsandbytes AdamW per tensor: n (uint8, n ≥ 4096) or 4n (FP32 below), embeddings apart (optimizer/bnb_embedding_state)",
             source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: estimate: FP32·N each); torch/optim/adam.py state (introspect/refined/execution.py: optimizer_state)",
             computed_by=(
                 "introspect/simplified.py: estimate",
@@ -1725,8 +1725,10 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/lora.py: optimizer_state",
                 "introspect/refined/mlx.py: state_terms",
                 "introspect/refined/mlx.py: lora_state_terms",
+                "introspect/refined/trainers.py: bnb_state",
             ),
             tests=(
+                "tests/test_trainer_terms.py::test_bnb_state_after_real_trainer_steps_is_the_closed_form_to_the_byte",
                 "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1739,7 +1741,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="optimizer/adam_v",
             category="optimizer",
-            equation="4·N (FP32; 2·N under pure BF16; 1·N for 8-bit Adam), ÷D when sharded",
+            equation="4·N (FP32; 2·N under pure BF16; 1·N for 8-bit Adam), ÷D when sharded; under the HF Trainer's 8-bit bitsandbytes AdamW per tensor: n (uint8, n ≥ 4096) or 4n (FP32 below), embeddings apart (optimizer/bnb_embedding_state)",
             source="the seed, 'Memory to Train a Transformer' (introspect/simplified.py: estimate: FP32·N each); torch/optim/adam.py state (introspect/refined/execution.py: optimizer_state)",
             computed_by=(
                 "introspect/simplified.py: estimate",
@@ -1748,8 +1750,10 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/lora.py: optimizer_state",
                 "introspect/refined/mlx.py: state_terms",
                 "introspect/refined/mlx.py: lora_state_terms",
+                "introspect/refined/trainers.py: bnb_state",
             ),
             tests=(
+                "tests/test_trainer_terms.py::test_bnb_state_after_real_trainer_steps_is_the_closed_form_to_the_byte",
                 "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1795,9 +1799,11 @@ def _records() -> tuple[Term, ...]:
             computed_by=(
                 "introspect/refined/execution.py: optimizer_step",
                 "introspect/refined/execution.py: _in_backward_steps",
+                "introspect/refined/trainers.py: optimizer_temporaries",
             ),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
+                "tests/test_trainer_terms.py::test_trainer_peak_is_the_closed_form",
                 "tests/test_optimizer_state.py::test_measure_step_peak_matches_the_warm_up_form",
                 "tests/test_accumulation.py::test_optimizer_in_backward_real_equals_dry_run_and_closed_form",
             ),
@@ -1881,6 +1887,38 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_optimizers.py::test_paged_state_split_follows_bitsandbytes_thresholds",
             ),
+        ),
+        Term(
+            name="optimizer/bnb_embedding_state",
+            category="optimizer",
+            equation="8 · Σ over trainable nn.Embedding weights of n (a tied embedding once; GPT-2's wpe too): two FP32 moments under the HF Trainer's 8-bit bitsandbytes AdamW, where the loop's Adam8bit keeps 2 bytes a value",
+            source="transformers/trainer.py:1328-1340 create_optimizer (GlobalOptimManager.register_module_override(module, 'weight', {'optim_bits': 32}) for every nn.Embedding when optim_bits == 8); transformers/trainer_optimizer.py:256-257; bitsandbytes/optim/optimizer.py: check_overrides, Optimizer2State.init_state (introspect/refined/trainers.py: bnb_state)",
+            computed_by=("introspect/refined/trainers.py: bnb_state",),
+            tests=(
+                "tests/test_trainer_terms.py::test_bnb_state_after_real_trainer_steps_is_the_closed_form_to_the_byte",
+                "tests/test_trainer_terms.py::test_trainer_peak_is_the_closed_form",
+            ),
+        ),
+        Term(
+            name="optimizer/bnb_block_scales",
+            category="optimizer",
+            equation="Σ over 8-bit tensors (n ≥ 4096) of 2 · 4 · ⌈n/256⌉ (FP32 absmax1, absmax2) + 2 · 256 · 4 once (the shared qmap1/qmap2)",
+            source="bitsandbytes/optim/optimizer.py: Optimizer2State.init_state (blocksize 256, name2qmap['dynamic'|'udynamic']) (introspect/refined/trainers.py: bnb_state)",
+            computed_by=("introspect/refined/trainers.py: bnb_state",),
+            tests=(
+                "tests/test_trainer_terms.py::test_bnb_state_after_real_trainer_steps_is_the_closed_form_to_the_byte",
+            ),
+        ),
+        Term(
+            name="activations/trainer/batch",
+            category="activations",
+            equation="8 · 3 · B·T · M: input_ids, attention_mask and labels (int64) of each of the M = gradient_accumulation_steps micro-batches, bound through the whole step",
+            source="transformers/trainer.py:1881 _inner_training_loop (batch_samples, num_items_in_batch = self.get_batch_samples(...), kept through training_step and optimizer.step); get_batch_samples:2289 (introspect/refined/trainers.py: batch_bytes)",
+            computed_by=(
+                "introspect/refined/trainers.py: extra_terms",
+                "introspect/refined/execution.py: framework_extra",
+            ),
+            tests=("tests/test_trainer_terms.py::test_trainer_peak_is_the_closed_form",),
         ),
         Term(
             name="weights",

@@ -121,6 +121,8 @@ SETUPS = {
     "grad accum logits loop": dict(grad_accum=4, loop="logits"),
     "grad accum lora embeddings": dict(grad_accum=2, finetune="lora", train_embeddings=True),
     "offload activations amp": dict(offload_activations=True, precision="amp"),
+    "hf trainer adam8bit": dict(trainer="hf", optimizer="adam8bit"),
+    "hf trainer adamw accum": dict(trainer="hf", optimizer="adamw", grad_accum=2),
 }  # fmt: skip
 
 

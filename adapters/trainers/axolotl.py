@@ -135,7 +135,7 @@ def _model(keys: Keys):
 def _optimizer(keys: Keys, resolved: Resolved) -> None:
     name = keys.get("optimizer", (str,))
     sub = Keys(keys.path, {"optim": name or "adamw_torch_fused"}, "axolotl")
-    hf_trainer._optimizer(sub, resolved, "optimizer")
+    hf_trainer._optimizer(sub, resolved)
     for field in ("optimizer", "optimizer_impl"):
         if field in resolved.fields:
             origin = (

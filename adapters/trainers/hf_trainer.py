@@ -33,22 +33,25 @@ TRANSFORMERS = "transformers 5.24.0"
 TRL = "TRL 1.16.0"
 _TA = "training_args.py"
 
-#: HF ``optim`` names the closed form prices → (optimizer, optimizer_impl, note or None).
+#: HF ``optim`` names the closed form prices → (optimizer, optimizer_impl).
 #: adamw_torch: ``torch.optim.AdamW`` with torch's own implementation choice;
-#: adamw_torch_fused: ``fused=True`` (trainer.py ``get_optimizer_cls_and_kwargs``).
-OPTIM: dict[str, tuple[str, str, str | None]] = {
-    "adamw_torch": ("adamw", "auto", None),
-    "adamw_torch_fused": ("adamw", "fused", None),
-    "adamw_hf": ("adamw", "auto", None),  # 4.x's own AdamW, the same two FP32 moments
-    "adamw_bnb_8bit": ("adam8bit", "auto", "bnb_embedding"),
-    "adamw_8bit": ("adam8bit", "auto", "bnb_embedding"),
-    "paged_adamw_8bit": ("adam8bit", "auto", "paged"),
-    "paged_adamw_32bit": ("adamw", "auto", "paged"),
-    "sgd": ("sgd", "auto", None),
+#: adamw_torch_fused: ``fused=True`` (trainer.py ``get_optimizer_cls_and_kwargs``);
+#: adamw_bnb_8bit / adamw_8bit: bitsandbytes' ``AdamW(optim_bits=8)``
+#: (trainer_optimizer.py:246-292), with the Trainer's 32-bit state for every
+#: ``nn.Embedding`` (trainer.py:1328-1340), priced under ``--trainer hf|trl``
+#: (introspect/refined/trainers.py).
+OPTIM: dict[str, tuple[str, str]] = {
+    "adamw_torch": ("adamw", "auto"),
+    "adamw_torch_fused": ("adamw", "fused"),
+    "adamw_hf": ("adamw", "auto"),  # 4.x's own AdamW, the same two FP32 moments
+    "adamw_bnb_8bit": ("adam8bit", "auto"),
+    "adamw_8bit": ("adam8bit", "auto"),
+    "sgd": ("sgd", "auto"),
 }
-#: Trainer names the setup models under the same name once ``setup.OPTIMIZERS`` has them
-#: (transformers' Adafactor; bitsandbytes' paged AdamW, whose state lives outside torch's
-#: allocator); until then the entries of :data:`OPTIM` (or a refusal) stand.
+#: Trainer names the setup models under the same name (``setup.OPTIMIZERS``):
+#: transformers' Adafactor; bitsandbytes' paged AdamW (``AdamW(optim_bits=8|32,
+#: is_paged=True)``, state outside torch's allocator; the 8-bit one with the Trainer's
+#: embedding override too).
 OWN_STATE_MODEL = ("adafactor", "paged_adamw_8bit", "paged_adamw_32bit")
 #: Every other name of transformers 5.24.0 ``OptimizerNames`` (training_args.py:113-160):
 #: the Trainer takes them, the closed form has no state model for them.
@@ -239,7 +242,9 @@ def _model_config(keys: Keys, resolved: Resolved, flavour: str = "sft") -> None:
     keys.taken.update(_keys.TRL_MODEL_CONFIG & set(keys.data))
 
 
-def _optimizer(keys: Keys, resolved: Resolved, shown_key: str = "optim") -> None:
+def _optimizer(keys: Keys, resolved: Resolved) -> None:
+    """``optim`` → the setup's optimizer (:data:`OPTIM`, :data:`OWN_STATE_MODEL`), the
+    Trainer's own default when absent; a name without a state model is refused."""
     name = keys.get("optim", (str,))
     origin = keys.origin("optim")
     if keys.get("adafactor", (bool,), False):  # 4.x's flag for optim="adafactor"
@@ -253,18 +258,9 @@ def _optimizer(keys: Keys, resolved: Resolved, shown_key: str = "optim") -> None
         resolved.set("optimizer", name, origin)
         return
     if name in OPTIM:
-        optimizer, impl, extra = OPTIM[name]
+        optimizer, impl = OPTIM[name]
         resolved.set("optimizer", optimizer, origin)
         resolved.set("optimizer_impl", impl, origin)
-        if extra == "bnb_embedding":
-            resolved.note(
-                f"`{shown_key}: {name}` — the Trainer keeps 32-bit state for every nn.Embedding "
-                "(bitsandbytes' GlobalOptimManager override): not modelled yet"
-            )
-        if extra == "paged":
-            resolved.note(
-                f"`{shown_key}: {name}` — paged (unified-memory) optimizer state: not modelled yet"
-            )
         return
     if name in OTHER_OPTIM or name in OWN_STATE_MODEL:
         resolved.refuse(

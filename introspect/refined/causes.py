@@ -31,6 +31,12 @@ CAUSES: dict[str, str] = {
     "FP32, the FP32 partition's gradient (freed after the step)",
     "optimizer/paged_state": "bitsandbytes' paged m and v (cudaMallocManaged): torch's "
     "allocator does not count it, nvidia-smi does while resident",
+    "optimizer/bnb_embedding_state": "the HF Trainer's 32-bit m and v for every trainable "
+    "nn.Embedding under its 8-bit bitsandbytes AdamW (trainer.py create_optimizer)",
+    "optimizer/bnb_block_scales": "bitsandbytes' FP32 absmax per 256 values of each 8-bit "
+    "m and v, and the shared quantization maps",
+    "activations/trainer/batch": "the HF Trainer's collated micro-batches (input_ids, "
+    "attention_mask, labels: int64), all of the step's bound through it (get_batch_samples)",
     "activations/embedding": "layer 0's input, saved by its first norm",
     "activations/layer/layernorm": "norm outputs, saved by the next matmul",
     "activations/layer/layernorm/statistics": "{norm} statistics, FP32 per token "

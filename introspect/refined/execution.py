@@ -68,6 +68,7 @@ from introspect.refined import (
     saved,
     saved_feed_forward,
     sharding,
+    trainers,
 )
 from introspect.refined.implementations import implementation_of
 from introspect.refined.memo import per_estimate
@@ -155,12 +156,17 @@ def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: i
     * ``fused`` (``torch._fused_adam_``): updates in place, no temporaries.
     * MLX: the update is part of the step's graph; see :mod:`introspect.refined.mlx`.
     SGD (with or without momentum) and 8-bit Adam update in place. Adafactor:
-    :func:`optimizers.temporaries`.
+    :func:`optimizers.temporaries`. Under the HF Trainer the update runs once per
+    parameter group (weights, then biases and norms):
+    :func:`trainers.optimizer_temporaries`.
     """
     if optimizers.is_adafactor(setup):
         return optimizers.temporaries(spec, setup)
     if setup.optimizer not in ("adam", "adamw") or setup.offload != "none":
         return 0
+    grouped = trainers.optimizer_temporaries(spec, setup)  # the HF Trainer's two groups
+    if grouped is not None:
+        return grouped
     impl = setup.resolved_optimizer_impl
     state = state_value_bytes(setup)
     if impl == "single_tensor":
@@ -307,9 +313,12 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What is kept before the first layer (:func:`saved.embedding`: the embedding output,
     and for transformers' classes the embedding dropout's mask and the shared rotary
     tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
-    frozen) nothing keeps the output itself."""
+    frozen) nothing keeps the output itself — unless layer 0 is checkpointed: the
+    checkpoint keeps its input to recompute it, gradient or not (measured under the HF
+    Trainer, ``tests/test_trainer_terms.py``)."""
     terms = saved.embedding(spec, setup)
-    if _lora(setup) and not setup.train_embeddings and not lora.embedding_terms(spec, setup):
+    frozen = not setup.train_embeddings and not lora.embedding_terms(spec, setup)
+    if _lora(setup) and frozen and not setup.activation_checkpointing:
         terms = dict(terms) | {EMBEDDING: 0}
     if _lora(setup):  # LoRA on embed_tokens: its own saved tensor
         terms = dict(terms) | lora.embedding_terms(spec, setup)
@@ -349,10 +358,21 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
 
 @per_estimate
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Every saved activation at the end of forward, as breakdown terms (all layers)."""
+    """Every saved activation at the end of forward, as breakdown terms (all layers).
+
+    Checkpointed transformers' classes: the embedding's output is layer 0's checkpointed
+    input and each layer's output the next one's, so L - 1 layer outputs are kept by
+    checkpoints; the last layer's output is kept by the final norm alone
+    (``final_norm/input``: the stream itself, or its FP32 copy with the 16-bit stream
+    freed). L outputs double-counted the last one: measured on real CPU steps of the
+    llama, qwen2, qwen3, gemma, phi, gpt2, mistral and olmo2 classes (``tests/hf_steps.py``
+    configs, B=2, T=128, FP32 eager, autocast and BF16 SDPA), ~+1% before and within 0.1%
+    after wherever the peak is forward's end (GPT-2's is in backward), and under the HF
+    Trainer, full and LoRA (``tests/test_trainer_terms.py``)."""
     L = spec.num_hidden_layers
     if setup.activation_checkpointing:
-        layers = {k: L * v for k, v in saved.checkpointed_layer(spec, setup).items()}
+        kept = L - 1 if setup.implementation == "transformers" else L
+        layers = {k: kept * v for k, v in saved.checkpointed_layer(spec, setup).items()}
     elif _lora(setup):
         layers = {}  # each kind's LoRA set, times its count among the recorded blocks
         for kind, count in lora.recorded_kinds(spec, setup):
@@ -1040,8 +1060,12 @@ def framework_extra(
     spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]
 ) -> tuple[dict[str, int], int]:
     """The peak moment's terms plus what the framework holds beyond these moments, and
-    that extra in bytes (added to every phase): nothing. MLX's step is not torch's
-    moments plus an extra; :mod:`introspect.refined.mlx` builds its own moments (what
-    the lazy graph holds when ``mx.eval`` runs it), used by
+    that extra in bytes (added to every phase): the HF Trainer's collated batch, bound
+    through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop. MLX's
+    step is not torch's moments plus an extra; :mod:`introspect.refined.mlx` builds its
+    own moments (what the lazy graph holds when ``mx.eval`` runs it), used by
     :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
-    return terms, 0
+    extra = trainers.extra_terms(spec, setup)
+    if not extra:
+        return terms, 0
+    return _add(terms, extra), sum(extra.values())

@@ -724,6 +724,8 @@ def final_terms(spec: ModelSpec, setup: TrainingSetup, final: dict[str, int]) ->
     over the final norm's output: ``lora_A``'s input — its own cast (or dropped) copy, or
     the output itself when shared — and ``lora_A``'s output (B·T·r)."""
     kept = ("final_norm/statistics", "logits/autocast_weight")
+    if setup.activation_checkpointing:  # the norm's input, for the input's gradient
+        kept += ("final_norm/input",)
     out = dict(final) if setup.train_embeddings else {k: v for k, v in final.items() if k in kept}
     if "lm_head" in head_targets(setup):
         BT, own = setup.tokens, adapter_input_bytes(setup)

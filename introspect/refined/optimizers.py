@@ -166,14 +166,17 @@ PAGED_FROM = 100_000
 MIN_8BIT_SIZE = 4096
 
 
-def paged_state(sizes: list[int], optimizer: str) -> dict[str, int]:
+def paged_state(sizes: list[int], optimizer: str, wide: list[bool] | None = None) -> dict[str, int]:
     """The paged optimizer's m and v over parameters of ``sizes`` values: the paged
-    buffers as :data:`PAGED_STATE`, the rest as ordinary m and v (module docstring)."""
+    buffers as :data:`PAGED_STATE`, the rest as ordinary m and v (module docstring).
+    ``wide`` flags tensors kept at 32 bits whatever their size (the HF Trainer's
+    ``nn.Embedding`` override: :mod:`introspect.refined.trainers`); their state is paged
+    like any other (``get_state_buffer`` is asked for it)."""
     from introspect.terms import ADAM_M, ADAM_V
 
     paged = small = 0
-    for n in sizes:
-        eight = optimizer == "paged_adamw_8bit" and n >= MIN_8BIT_SIZE
+    for i, n in enumerate(sizes):
+        eight = optimizer == "paged_adamw_8bit" and n >= MIN_8BIT_SIZE and not (wide and wide[i])
         value = (2 if eight else 8) * n
         if n >= PAGED_FROM:
             paged += value
@@ -187,11 +190,22 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """The optimizer-state terms :func:`introspect.refined.execution.optimizer_state`'s
     per-parameter bytes cannot express: Adafactor's (:func:`adafactor_state`) and the
     paged AdamW's (:func:`paged_state`; over the largest rank's tensors where the state is
-    sharded, :func:`sharding.local_tensors`). Empty for every other optimizer."""
+    sharded, :func:`sharding.local_tensors`); under the HF Trainer, bitsandbytes' 8-bit
+    AdamW per tensor with its ``nn.Embedding`` override
+    (:func:`introspect.refined.trainers.bnb_state`). Empty for every other optimizer."""
+    from introspect.refined import trainers
+
     if is_adafactor(setup):
         return adafactor_state(trainable_shapes(spec, setup))
     if is_paged(setup):
-        return paged_state([math.prod(s) for s in local_shapes(spec, setup)], setup.optimizer)
+        shapes = local_shapes(spec, setup)
+        wide = None
+        if trainers.exact_state(spec, setup):  # whole tensors: the Trainer's override
+            wide = trainers.paged_embeddings(spec, setup, trainable_shapes(spec, setup))
+        return paged_state([math.prod(s) for s in shapes], setup.optimizer, wide)
+    if trainers.embedding_override(setup) and trainers.exact_state(spec, setup):
+        # the Trainer's bitsandbytes AdamW8bit, per tensor
+        return trainers.bnb_state(spec, setup, trainable_shapes(spec, setup))
     return {}
 
 
@@ -216,4 +230,7 @@ def temporaries(spec: ModelSpec, setup: TrainingSetup) -> int:
     place in its CUDA kernel)."""
     if not is_adafactor(setup):
         return 0
-    return adafactor_temporaries(trainable_shapes(spec, setup), setup.precision == "bf16")
+    from introspect.refined import trainers
+
+    shapes = trainers.adafactor_order(setup, trainable_shapes(spec, setup))
+    return adafactor_temporaries(shapes, setup.precision == "bf16")
