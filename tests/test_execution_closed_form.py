@@ -8,6 +8,7 @@ import pytest
 
 from introspect import refined
 from introspect.breakdown import Breakdown
+from introspect.errors import IntrospectError
 from introspect.refined import execution
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -159,7 +160,12 @@ def test_candidates_at_small_l_give_every_layers_estimate(setup):
             continue
         assert execution.builds_candidates_only(spec, setup)
         assert spec.num_hidden_layers <= execution.ALL_LAYERS_UP_TO
-        new = refined.execution_estimate(spec, setup)
+        try:
+            new = refined.execution_estimate(spec, setup)
+        except IntrospectError:  # refused for this model (peft's MoE experts and dropout)
+            with pytest.raises(IntrospectError):
+                old_execution_estimate(spec, setup)
+            continue
         old = old_execution_estimate(spec, setup)
         assert (new.terms, new.notes, new.meta) == (old.terms, old.notes, old.meta), spec.source
         narrowed += len(execution.candidate_layers(spec, setup)) < spec.num_hidden_layers

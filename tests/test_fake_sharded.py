@@ -61,7 +61,11 @@ def test_the_dry_run_is_the_real_step_to_the_byte_on_every_rank(real, name):
     fake = dry_run(CONFIG, "tiny qwen2", _spec(), setup, ranks=(0, 1))
     for measured, dry in zip(real[name].ranks, fake.ranks, strict=True):
         assert dry.rank == measured.rank
-        assert dry.peak_phase == measured.peak_phase
+        if setup.resolved_sharding != "fsdp" or dry.peak_phase == measured.peak_phase:
+            assert dry.peak_phase == measured.peak_phase
+        else:  # gloo's late-freed copy (below) lifted another phase past the dry run's peak
+            lift = measured.phase_peaks[measured.peak_phase] - dry.peak_bytes
+            assert 0 <= lift <= _root_reduce_scatter_bytes()
         if setup.resolved_sharding == "fsdp":
             # gloo's worker thread frees its reduce-scatter copy when it gets to it (see
             # below): on a loaded machine the real peak may differ by a few small tensors.
