@@ -552,7 +552,8 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
       outermost autocast region exits (``cached_cast``, ``aten/src/ATen/autocast_mode.cpp``;
       grad mode is not consulted), and forward and loss run inside that region; without
       checkpointing the copies are in the saved set already, and after the region they
-      are freed (checkpointing saved none of them).
+      are freed (checkpointing saved none of them). Under LoRA the frozen base weights
+      are not cached, only the FP32 adapters (:func:`lora.autocast_cache_per_layer`).
 
     Measured: Qwen3-0.6B, T=2048, amp, checkpointing, labels loop (dry run): peak in the
     forward at 11.723 GB — weights and Adam 7.152, the saved set 0.27, the cache 0.88 and
@@ -578,6 +579,8 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     cached = setup.activation_checkpointing or setup.offload_activations  # not saved here
     if hf_saved.is_amp(setup) and cached:
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
+        if _lora(setup):  # only weights that require grad are cached: the adapters
+            per_layer = lora.autocast_cache_per_layer(spec, setup)
         terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
     terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
