@@ -307,9 +307,14 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What is kept before the first layer (:func:`saved.embedding`: the embedding output,
     and for transformers' classes the embedding dropout's mask and the shared rotary
     tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
-    frozen) nothing keeps the output itself."""
+    frozen) nothing keeps the output itself — except with checkpointing: layer 0's
+    checkpoint holds its input (the embedding's output, after GPT-2's dropout) to recompute
+    the layer in backward, whatever needs a gradient (``torch/utils/checkpoint.py``,
+    non-reentrant: the recompute closure keeps ``args``). Census of a GPT-2 LoRA step with
+    checkpointing: the dropout's output beside its mask, B·T·d each."""
     terms = saved.embedding(spec, setup)
-    if _lora(setup) and not setup.train_embeddings and not lora.embedding_terms(spec, setup):
+    frozen = not setup.train_embeddings and not lora.embedding_terms(spec, setup)
+    if _lora(setup) and frozen and not setup.activation_checkpointing:
         terms = dict(terms) | {EMBEDDING: 0}
     if _lora(setup):  # LoRA on embed_tokens: its own saved tensor
         terms = dict(terms) | lora.embedding_terms(spec, setup)
