@@ -170,6 +170,10 @@ def run_row(row: dict) -> dict:
     }
 
 
+#: The keys ``--only`` prints for each row.
+SHOWN = ("measured", "estimate", "ratio", "phase", "cause", "cause_bytes", "refused")
+
+
 def label(r: dict) -> str:
     bits = [r["trainer"], r["family"], r["optim"]]
     bits += ["bf16" if r["bf16"] else "fp32"]
@@ -236,13 +240,22 @@ def markdown(rows: list[dict], seconds: float, versions: dict) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--limit", type=int, default=None, help="only the first N rows (a smoke run)")
+    p.add_argument(
+        "--only",
+        metavar="SUBSTRING",
+        default=None,
+        help="only the rows whose label contains SUBSTRING (printed, results files untouched)",
+    )
     args = p.parse_args()
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from introspect.measure.record import versions
 
-    rows = grid()[: args.limit]
+    rows = grid()
+    if args.only is not None:
+        rows = [r for r in rows if args.only in label(r)]
+    rows = rows[: args.limit]
     start = time.perf_counter()
     results = []
     for i, row in enumerate(rows, 1):
@@ -250,6 +263,10 @@ def main() -> int:
         results.append(r)
         shown = f"{r['ratio']:.4f}" if "ratio" in r else "refused"
         print(f"[{i}/{len(rows)}] {label(r)}: {shown}", file=sys.stderr, flush=True)
+        if args.only is not None:
+            print(json.dumps({k: r.get(k) for k in SHOWN}, default=str), flush=True)
+    if args.only is not None:
+        return 0
     seconds = time.perf_counter() - start
     v = versions("torch", "transformers", "trl", "accelerate", "peft", "bitsandbytes")
     v = {k: v[k] for k in ("torch", "transformers", "trl", "accelerate", "peft", "bitsandbytes")}

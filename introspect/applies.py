@@ -569,11 +569,13 @@ def check_model(spec: Any, setup: Any) -> None:
             f"--freeze-tower freezes a multimodal model's vision/audio tower, and "
             f"{spec.source or spec.model_type} has none; drop it"
         )
-    if setup.cross_entropy in ("torchtune", "trl", "liger") and spec.final_logit_softcapping:
+    # TRL's fused head runs the softcap (add_fused_lm_head reads final_logit_softcapping;
+    # introspect.refined.losses prices its tanh); torchtune's and Liger's losses here do not.
+    if setup.cross_entropy in ("torchtune", "liger") and spec.final_logit_softcapping:
         raise NotApplicable(
             f"--cross-entropy {setup.cross_entropy}: {spec.source or spec.model_type} caps "
-            "its logits (final_logit_softcapping), which the library losses here are not "
-            "priced or run with; use --cross-entropy standard"
+            "its logits (final_logit_softcapping), which this library loss is not priced "
+            "or run with; use --cross-entropy standard or trl"
         )
     check_state_space(spec, setup)
     if setup.images:

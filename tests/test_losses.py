@@ -147,11 +147,12 @@ def test_liger_chunk_matches_its_source_formula():
 
 
 def test_soft_capped_logits_are_refused_with_a_library_loss():
-    """Gemma 2's final_logit_softcapping is not in the library losses' pricing or steps:
-    one line naming the flag, before anything is priced."""
+    """Gemma 2's final_logit_softcapping is not in torchtune's and Liger's pricing or
+    steps: one line naming the flag, before anything is priced (TRL's head runs it)."""
     from introspect import applies
 
     spec = spec_from_config(dict(llama(8000), model_type="gemma2", final_logit_softcapping=30.0))
     with pytest.raises(applies.NotApplicable, match="--cross-entropy liger: .*final_logit"):
         applies.check_model(spec, TrainingSetup(cross_entropy="liger"))
     applies.check_model(spec, TrainingSetup(cross_entropy="fused"))
+    applies.check_model(spec, TrainingSetup(cross_entropy="trl"))  # TRL runs the softcap

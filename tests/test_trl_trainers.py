@@ -237,3 +237,34 @@ def test_packed_sequences_under_sdpa_keep_their_mask(bf16, checkpointing):
     if not checkpointing:
         unmasked = execution_estimate(spec, setup.replace(packed_sequences=False)).total
         assert abs(unmasked / step.peak_bytes - 1) > 2 * TOLERANCE
+
+
+GEMMA2 = dict(
+    model_type="gemma2", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, intermediate_size=160, vocab_size=8000,
+    sliding_window=32, final_logit_softcapping=30.0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp"])
+def test_trls_soft_capped_head_is_priced(precision):
+    """Gemma 2's final_logit_softcapping through TRL's own fused head (CPU: its torch
+    fallback): the tanh keeps one more FP32 tile in the backward (and, under autocast, the
+    forward transform holds the tile's FP32 copy); priced, the estimate is within the
+    tolerance, and the tile it adds is more than twice the tolerance of the peak."""
+    from introspect import applies
+    from introspect.measure import hf_models
+    from introspect.refined import execution_estimate
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(GEMMA2, source="gemma2-small")
+    setup = TrainingSetup(
+        batch_size=2, seq_len=128, implementation="transformers", loop="labels",
+        cross_entropy="trl", device="cpu", precision=precision, attention="eager",
+    )  # fmt: skip
+    applies.check_model(spec, setup)  # TRL runs the softcap: priced, not refused
+    m = hf_models.measure(GEMMA2, "gemma2-small", spec, setup, device="cpu", census=False)[0]
+    est = execution_estimate(spec, setup)
+    assert abs(est.total / m.peak_bytes - 1) < TOLERANCE, (est.total, m.peak_bytes)
+    tile = 4 * setup.batch_size * (setup.seq_len - 1) * spec.vocab_size
+    assert tile > 2 * TOLERANCE * m.peak_bytes

@@ -97,8 +97,9 @@ CAUSES: dict[str, str] = {
     "gradient exists (the copy runs in parameter order)",
     "activations/logits/upcast": "FP32 copy of the 16-bit logits the log-softmax reads "
     "(logits.float() in ForCausalLMLoss, or autocast's cast); saved by nothing",
-    "activations/autocast_cache": "autocast's cached BF16 copies of every block's weights, "
-    "freed when the autocast region exits (with checkpointing nothing saves them)",
+    "activations/autocast_cache": "autocast's cached BF16 copies of every block's weights "
+    "that require grad (under LoRA the adapters only), freed when the autocast region "
+    "exits (with checkpointing nothing saves them)",
     "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
     "activations/layer/layernorm/input": "the norm's FP32 copy of its input (RMSNorm's "
     "upcast; OLMo2's post-norms; with checkpointing, remade for the recomputed layer)",

@@ -314,8 +314,10 @@ def embedding_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     and for transformers' classes the embedding dropout's mask and the shared rotary
     tables). A frozen embedding's output needs no gradient, so under LoRA (embeddings
     frozen) nothing keeps the output itself — unless layer 0 is checkpointed: the
-    checkpoint keeps its input to recompute it, gradient or not (measured under the HF
-    Trainer, ``tests/test_trainer_terms.py``)."""
+    checkpoint keeps its input to recompute it, gradient or not (``torch/utils/
+    checkpoint.py``, non-reentrant: the recompute closure keeps ``args``; measured under
+    the HF Trainer, ``tests/test_trainer_terms.py``, and in a GPT-2 LoRA census: the
+    dropout's output beside its mask, B·T·d each)."""
     terms = saved.embedding(spec, setup)
     frozen = not setup.train_embeddings and not lora.embedding_terms(spec, setup)
     if _lora(setup) and frozen and not setup.activation_checkpointing:
@@ -599,9 +601,10 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
       checkpointing the copies are in the saved set already, and after the region they
       are freed (checkpointing saved none of them). The cache takes only leaf FP32
       tensors that require grad (``cached_cast``: ``arg.requires_grad() && arg.is_leaf()``),
-      so under LoRA it holds the adapters' copies alone (measured: LoRA and QLoRA under
-      autocast with checkpointing within −2.1% of real steps, where every frozen block's
-      copies counted put it 11% over; ``tests/test_num_layers.py``);
+      so under LoRA it holds the FP32 adapters' copies alone, over the adapted layers
+      (:func:`lora.autocast_cache_bytes`; measured: LoRA and QLoRA under autocast with
+      checkpointing within −2.1% of real steps, where every frozen block's copies counted
+      put it 11% over; ``tests/test_num_layers.py``, ``tests/test_lora.py``);
 
     Measured: Qwen3-0.6B, T=2048, amp, checkpointing, labels loop (dry run): peak in the
     forward at 11.723 GB — weights and Adam 7.152, the saved set 0.27, the cache 0.88 and
@@ -629,7 +632,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
         terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
         if _lora(setup):  # only the adapters require grad: a frozen weight is not cached
-            terms["activations/autocast_cache"] = 2 * lora.adapter_parameters(spec, setup)
+            terms["activations/autocast_cache"] = lora.autocast_cache_bytes(spec, setup)
     terms[GRADS] = 0
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms

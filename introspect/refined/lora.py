@@ -607,14 +607,36 @@ def autocast_weight_bytes(spec: ModelSpec, setup: TrainingSetup, full: int) -> i
     ``lora_B`` weights get one each (census: r·(d_in + d_out) BF16 per adapter)."""
     if not full:
         return 0
-    moe = peft_moe(spec, setup)
-    shapes = module_shapes(spec) if moe else linear_shapes(spec)
-    order = _kind_targets(spec, setup) if moe else targets(spec, setup)
-    adapters = sum(setup.lora_rank * sum(shapes[t]) for t in order)
+    shapes = module_shapes(spec) if peft_moe(spec, setup) else linear_shapes(spec)
     base = full
     if setup.resolved_base_quant == "nf4":
         base -= 2 * sum(i * o for i, o in shapes.values())
-    return max(0, base) + 2 * adapters
+    return max(0, base) + 2 * _layer_adapter_elements(spec, setup)
+
+
+def _layer_adapter_elements(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """One layer's adapter weight elements, ``Σ r·(d_in + d_out)`` over its targets."""
+    moe = peft_moe(spec, setup)
+    shapes = module_shapes(spec) if moe else linear_shapes(spec)
+    order = _kind_targets(spec, setup) if moe else targets(spec, setup)
+    return sum(setup.lora_rank * sum(shapes[t]) for t in order)
+
+
+def autocast_cache_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """autocast's weight cache under LoRA: 2 bytes for every FP32 adapter parameter
+    (:func:`adapter_parameters`, the adapted layers only under ``--num-layers``).
+
+    autocast caches a cast only for a leaf FP32 tensor that requires grad
+    (``cached_cast``, ``aten/src/ATen/autocast_mode.cpp``: ``arg.requires_grad() &&
+    arg.is_leaf()``), so the frozen base weights are cast anew at every use and freed
+    with their ``mm`` (under checkpointing nothing saves them); only the FP32 adapters'
+    ``lora_A`` and ``lora_B`` copies stay cached until the outermost region exits.
+    16-bit adapters (``--adapter-dtype bf16``) are not cast, so nothing is cached.
+    Checked on torch 2.13: two ``F.linear`` calls under autocast share the saved BF16
+    copy of a trainable weight and make two of a frozen one."""
+    if adapter_bytes(setup) != FP32:
+        return 0
+    return 2 * adapter_parameters(spec, setup)
 
 
 #: Outputs of a dense feed-forward's base linears (and the activation of one).

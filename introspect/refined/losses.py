@@ -156,8 +156,31 @@ def forward_transients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     N = trl_tokens(setup)
     out = {"logits/statistics": 5 * N * FP32, "logits/buffer": n * TRL_VOCAB * c}
     if not _on_cuda(setup):
-        out["logits/tile_temporaries"] = TRL_FOLD_BYTES * n * cols
+        out["logits/tile_temporaries"] = trl_fold_bytes(spec, setup) * n * cols
     return out
+
+
+def trl_fold_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes per tile element at the forward fold's largest in TRL's torch fallback.
+
+    The fold (``_forward_tile``) holds z, z − max and exp(z − max): 12. Its transform
+    first (``_torch_transform``) holds 8 without a softcap (z·scale, z·inv_t) and 12 with
+    one (``softcap * torch.tanh(z / softcap)``: z, z / softcap, its tanh; then z, the tanh,
+    their product); under 16-bit compute ``tile.float()``'s FP32 copy, the call's argument,
+    is alive through the transform (+4): 16 with a softcap, beyond the fold's 12."""
+    if not spec.final_logit_softcapping:
+        return TRL_FOLD_BYTES
+    upcast = FP32 if _compute_bytes(setup) < FP32 else 0
+    return max(TRL_FOLD_BYTES, 3 * FP32 + upcast)
+
+
+def trl_backward_tile_bytes(spec: ModelSpec) -> int:
+    """Bytes per tile element at the backward tile's largest in TRL's torch fallback
+    (``_backward_tile``, chunked_logprob.py): 29 (module docstring); a softcap keeps
+    ``t = torch.tanh(y / softcap)`` (FP32) alive to the end for the chain rule's
+    ``grad * (1 - t * t)``: 4 more through the same largest moment (the target mask's
+    FP32 copy and the difference beside y, t, z, log p, p and the gradient)."""
+    return TRL_BACKWARD_TILE_BYTES + (FP32 if spec.final_logit_softcapping else 0)
 
 
 def backward_start(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -179,7 +202,7 @@ def backward_start(spec: ModelSpec, setup: TrainingSetup) -> int:
     N = trl_tokens(setup)
     out = (N * d + _trl_weight_grad(spec, setup)) * FP32 + n * TRL_VOCAB * c + N * FP32
     if not _on_cuda(setup):
-        out += TRL_BACKWARD_TILE_BYTES * n * cols
+        out += trl_backward_tile_bytes(spec) * n * cols
     return out
 
 
