@@ -59,23 +59,29 @@ STEPS = 2
 #: Why ``--trainer`` has no dry run (tried: see the module docstring).
 FAKE_REFUSAL = TRAINER_NO_DRY_RUN
 
-#: (TrainingSetup.optimizer, optimizer_impl) → the Trainer's ``optim`` name
-#: (transformers/training_args.py ``OptimizerNames``; trainer.py
-#: ``get_optimizer_cls_and_kwargs``: adamw_torch is ``torch.optim.AdamW`` with torch's
-#: own implementation choice, the single-tensor loop on CPU; adamw_torch_fused adds
-#: ``fused=True``; adamw_bnb_8bit is bitsandbytes' ``AdamW`` with ``optim_bits=8``;
-#: sgd is ``torch.optim.SGD`` without momentum; adafactor is transformers' own).
-OPTIM = {
-    ("adamw", "auto"): "adamw_torch",
-    ("adamw", "single_tensor"): "adamw_torch",
-    ("adamw", "fused"): "adamw_torch_fused",
-    ("adam8bit", "auto"): "adamw_bnb_8bit",
-    ("adafactor", "auto"): "adafactor",
-    ("sgd", "auto"): "sgd",
-    ("sgd", "single_tensor"): "sgd",
-    ("paged_adamw_8bit", "auto"): "paged_adamw_8bit",
-    ("paged_adamw_32bit", "auto"): "paged_adamw_32bit",
-}
+
+def _optim_names() -> dict[tuple[str, str], str]:
+    """(TrainingSetup.optimizer, optimizer_impl) → the Trainer's ``optim`` name: the
+    config reader's table (:data:`introspect.adapters.trainers.hf_trainer.OPTIM`, and the
+    names the setup models as they are) read backwards, the first name of each setup
+    kept (adamw_torch before 4.x's adamw_hf, adamw_bnb_8bit before adamw_8bit). On the
+    CPU torch's own choice (``auto``) is the single-tensor loop, so that spelling maps to
+    the same name (transformers/training_args.py ``OptimizerNames``; trainer.py
+    ``get_optimizer_cls_and_kwargs``)."""
+    from introspect.adapters.trainers import hf_trainer
+
+    names: dict[tuple[str, str], str] = {}
+    for name, key in hf_trainer.OPTIM.items():
+        names.setdefault(key, name)
+    for name in hf_trainer.OWN_STATE_MODEL:
+        names.setdefault((name, "auto"), name)
+    for (optimizer, impl), name in list(names.items()):
+        if impl == "auto" and optimizer in ("adamw", "sgd"):
+            names[(optimizer, "single_tensor")] = name
+    return names
+
+
+OPTIM = _optim_names()
 
 
 def optim_name(setup: TrainingSetup) -> str:
