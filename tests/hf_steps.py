@@ -207,3 +207,25 @@ def spec_for(config: dict):
     from introspect.adapters.hf_config import spec_from_config
 
     return spec_from_config(dict(config))
+
+
+def mixer_saved_bytes(layer, name: str, precision: str, B: int, T: int, hidden: int) -> int:
+    """Bytes one real sequence mixer (transformers' Gated DeltaNet, Mamba-2 …) saves for
+    backward: every storage produced inside it, as the census tags each with its
+    producing module, so neither its input nor its parameters. Its input is not a leaf,
+    as a norm's output in a model is (autocast caches leaf casts)."""
+    from introspect.measure.census import census
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    holder = torch.nn.ModuleDict({name: layer.to(dtype)})
+    leaf = torch.randn(B, T, hidden, dtype=dtype, requires_grad=True)
+    x = leaf * 1.0
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    ctx = autocast if precision == "amp" else contextlib.nullcontext()
+
+    def forward():
+        with ctx:
+            return holder[name](x).sum()
+
+    cen = census(holder, forward, tokens=B * T, seq_len=T)
+    return sum(row[4] for row in cen.rows if row[0].startswith(name))

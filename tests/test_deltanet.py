@@ -7,15 +7,14 @@ and one to three chunks."""
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_steps import mixer_saved_bytes  # noqa: E402
+
 from introspect.layers import Attention  # noqa: E402
-from introspect.measure.census import census  # noqa: E402
 from introspect.refined import deltanet  # noqa: E402
 from introspect.setup import TrainingSetup  # noqa: E402
 
@@ -41,22 +40,9 @@ def _layer(nk: int, nv: int, dk: int, dv: int):
 
 
 def _census_bytes(precision: str, B: int, T: int, heads=(2, 4), widths=(16, 16)) -> int:
-    """Bytes the real layer saves: every storage produced inside it (the census tags each
-    with its producing module), so neither its input nor its parameters."""
+    """Bytes the real layer saves (:func:`hf_steps.mixer_saved_bytes`)."""
     _, layer = _layer(*heads, *widths)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    holder = torch.nn.ModuleDict({"linear_attn": layer.to(dtype)})
-    leaf = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True)
-    x = leaf * 1.0  # not a leaf, as a norm's output in a model (autocast caches leaf casts)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    ctx = autocast if precision == "amp" else contextlib.nullcontext()
-
-    def forward():
-        with ctx:
-            return holder["linear_attn"](x).sum()
-
-    cen = census(holder, forward, tokens=B * T, seq_len=T)
-    return sum(row[4] for row in cen.rows if row[0].startswith("linear_attn"))
+    return mixer_saved_bytes(layer, "linear_attn", precision, B, T, HIDDEN)
 
 
 def _closed_form(precision: str, B: int, T: int, heads=(2, 4), widths=(16, 16)) -> dict:

@@ -8,7 +8,6 @@ BF16 SDPA, within ±3%. Bad state-space sizes are one line naming the file and k
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
@@ -16,11 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from hf_steps import mixer_saved_bytes  # noqa: E402
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
 
 from introspect.cli import main  # noqa: E402
 from introspect.layers import Attention  # noqa: E402
-from introspect.measure.census import census  # noqa: E402
 from introspect.refined import mamba2  # noqa: E402
 from introspect.setup import TrainingSetup  # noqa: E402
 
@@ -94,21 +93,8 @@ def _mixer(heads: int, head_dim: int, groups: int, state: int, chunk: int):
 
 
 def _census_bytes(layer, precision: str, B: int, T: int) -> int:
-    """Bytes the real mixer saves: every storage produced inside it (the census tags each
-    with its producing module), so neither its input nor its parameters."""
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    holder = torch.nn.ModuleDict({"mamba": layer.to(dtype)})
-    leaf = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True)
-    x = leaf * 1.0  # not a leaf, as a norm's output in a model (autocast caches leaf casts)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    ctx = autocast if precision == "amp" else contextlib.nullcontext()
-
-    def forward():
-        with ctx:
-            return holder["mamba"](x).sum()
-
-    cen = census(holder, forward, tokens=B * T, seq_len=T)
-    return sum(row[4] for row in cen.rows if row[0].startswith("mamba"))
+    """Bytes the real mixer saves (:func:`hf_steps.mixer_saved_bytes`)."""
+    return mixer_saved_bytes(layer, "mamba", precision, B, T, HIDDEN)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
