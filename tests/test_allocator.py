@@ -216,15 +216,7 @@ def test_tracker_records_the_stream_of_a_real_step():
     allocs = [e for e in events if e[0] == "alloc"]
     assert {e[3] for e in allocs} >= {"state", "forward", "backward", "optimizer"}
     # the stream's live bytes at its highest are the tracker's own peak
-    live, now, peak = {}, 0, 0
-    for e in events:
-        if e[0] == "alloc":
-            live[e[1]] = e[2]
-            now += e[2]
-            peak = max(peak, now)
-        else:
-            now -= live.pop(e[1])
-    assert peak == tracker.peak_bytes
+    assert _live_peak(events) == tracker.peak_bytes
 
 
 def test_config_as_torchs_own_cpp_test_reads_it():
@@ -363,6 +355,17 @@ def test_moment_stream_walks_the_closed_forms_moments():
     setup = TrainingSetup(seq_len=512)
     moments = overhead.step_moments(spec, setup)
     events = synthetic.moment_stream(spec, moments)
+    peak = _live_peak(events)
+    assert peak == refined.execution_estimate(spec, setup, notes=False).total
+    assert any(e[0] == "free" for e in events)
+    off = synthetic.moment_reserve(spec, moments, AllocatorConfig())
+    on = synthetic.moment_reserve(spec, moments, AllocatorConfig(expandable_segments=True))
+    assert off.reserved_peak >= on.reserved_peak >= peak
+
+
+def _live_peak(events) -> int:
+    """The most bytes alive at once over a stream of ``("alloc", id, nbytes, …)`` and
+    ``("free", id)`` events, counted here apart from the allocator model."""
     live, now, peak = {}, 0, 0
     for e in events:
         if e[0] == "alloc":
@@ -371,8 +374,4 @@ def test_moment_stream_walks_the_closed_forms_moments():
             peak = max(peak, now)
         else:
             now -= live.pop(e[1])
-    assert peak == refined.execution_estimate(spec, setup, notes=False).total
-    assert any(e[0] == "free" for e in events)
-    off = synthetic.moment_reserve(spec, moments, AllocatorConfig())
-    on = synthetic.moment_reserve(spec, moments, AllocatorConfig(expandable_segments=True))
-    assert off.reserved_peak >= on.reserved_peak >= peak
+    return peak
