@@ -49,13 +49,17 @@ def knows(model_type: str) -> bool:
 
 
 def hf_config(config: dict[str, Any], model_type: str):
-    """The transformers configuration object for ``config``."""
+    """The transformers configuration object for ``config``, its JSON special floats
+    (``{"__float__": "Infinity"}``, as ``save_pretrained`` writes Falcon-H1's and
+    Nemotron-H's ``time_step_limit``) decoded by transformers' own reader
+    (``PretrainedConfig._decode_special_floats``, configuration_utils.py)."""
     import warnings
 
-    from transformers import AutoConfig
+    from transformers import AutoConfig, PretrainedConfig
 
     _quiet()
-    keys = {k: v for k, v in config.items() if k != "model_type"}
+    decoded = PretrainedConfig._decode_special_floats(config)
+    keys = {k: v for k, v in decoded.items() if k != "model_type"}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecated keys in published configs
         return AutoConfig.for_model(model_type, **keys)

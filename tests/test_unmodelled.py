@@ -256,3 +256,54 @@ def test_the_hand_read_families_sdpa_table_is_their_classes():
         if not getattr(cls, "_supports_sdpa", False):
             no_sdpa[ALIASES.get(model_type, model_type)] = cls.__name__
     assert no_sdpa == hft.NO_SDPA
+
+
+def test_a_config_with_json_special_floats_is_read(capsys, tmp_path):
+    """transformers writes ``float('inf')`` as ``{"__float__": "Infinity"}``
+    (Falcon-H1's ``time_step_limit``); the reader decodes it as transformers does."""
+    config = {
+        "model_type": "falcon_h1",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 256,
+        "intermediate_size": 128,
+        "mamba_d_ssm": 64,
+        "mamba_n_heads": 4,
+        "mamba_d_head": 16,
+        "mamba_d_state": 8,
+        "mamba_chunk_size": 16,
+        "time_step_limit": [0.0, {"__float__": "Infinity"}],
+    }
+    assert main(["profile", _write(tmp_path, config), "--seq", "32", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["answer"] == "dry_run" and out["dry_run"]["peak_bytes"] > 0
+
+
+def test_a_dry_run_the_class_itself_fails_is_one_line(capsys, tmp_path):
+    """DeepSeek-V2's default ``num_experts_per_tok`` is None: its router's ``topk`` raises
+    inside the class's forward. The answer says so in one line, not a traceback."""
+    config = {
+        "model_type": "deepseek_v2",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "vocab_size": 256,
+        "intermediate_size": 128,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": None,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 16,
+        "q_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 16,
+    }
+    assert main(["profile", _write(tmp_path, config), "--seq", "32", "--batch", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "dry run of transformers' own class failed" in err and "TypeError" in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from introspect import unmodelled
 from introspect.adapters.hf_transformers import model_class
+from introspect.errors import IntrospectError
 from introspect.measure import runner
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -39,14 +40,19 @@ def dry_run_answer(source: str, spec: ModelSpec, setup: TrainingSetup) -> dict[s
     from introspect.measure.hf_models import source_config
 
     step = setup.replace(device="cpu", optimizer_impl=setup.resolved_optimizer_impl)
-    m, _ = runner.measure(
-        spec,
-        step,
-        device="fake",
-        impl="transformers",
-        census=False,
-        config=source_config(source, spec),
-    )
+    try:
+        m, _ = runner.measure(
+            spec,
+            step,
+            device="fake",
+            impl="transformers",
+            census=False,
+            config=source_config(source, spec),
+        )
+    except IntrospectError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the class's own code fails; say where, in one line
+        raise NotModelled(dry_run_failure(spec, e)) from e
     cls = model_class(spec.model_type, wrapper=bool(spec.tower_parameters))
     return {
         "answer": "dry_run",
@@ -57,3 +63,23 @@ def dry_run_answer(source: str, spec: ModelSpec, setup: TrainingSetup) -> dict[s
         "categories": dict(m.categories),
         "notes": list(m.notes),
     }
+
+
+def dry_run_failure(spec: ModelSpec, error: BaseException) -> str:
+    """The one line for a dry run that transformers' class itself fails: the closed form
+    does not model the stack, and the class's step raised under FakeTensorMode (a value
+    read from a tensor, such as a routing count, is data-dependent there; a default config
+    the class cannot run, such as DeepSeek-V2's ``num_experts_per_tok`` of None)."""
+    text = " ".join(str(error).split())[:200] or type(error).__name__
+    kind = (
+        "it reads a tensor's value, which fake tensors do not have"
+        if "DataDependent" in type(error).__name__
+        else f"{type(error).__name__}: {text}"
+    )
+    where = spec.source or "the model"
+    return (
+        f"{where}: not modelled by the closed form (not modelled: {parts(spec)}), and the dry "
+        f"run of transformers' own class failed in its step ({kind}); run "
+        "`introspect measure --impl transformers --device cpu` at a small --seq for a real "
+        "step, or --debug for the traceback"
+    )

@@ -149,10 +149,10 @@ def build_config(raw: dict[str, Any], where: str, overrides: dict[str, Any] | No
         raise IntrospectError(f"{where}: no model_type; --impl transformers needs one")
     model_class(model_type, raw, where)
     raw.pop("auto_map", None)
-    from transformers import AutoConfig
+    from introspect.adapters.hf_transformers import hf_config
 
     try:
-        config = AutoConfig.for_model(model_type, **raw)
+        config = hf_config(raw, model_type)
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         for key, value in (overrides or {}).items():
             setattr(text, key, value)
