@@ -18,10 +18,16 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
   the reserved peak less the allocated bytes. What happens between two moments (the
   operations' own temporaries, their order) is read only by replaying a recorded step
   (``measure --device fake``) (:data:`RESERVE_MODEL`).
-* **CUDA context**: the driver's and runtime's own allocations, the loaded kernels
-  (lazy module loading, ``CUDA_MODULE_LOADING=LAZY``, the default since CUDA 11.7) and
-  the cuBLAS workspace; none of it passes through torch's allocator.
-  :data:`CUDA_CONTEXT_BYTES`, with its source.
+* **cuBLAS / cuBLASLt workspaces**: blocks of the caching allocator itself, one pair per
+  handle (forward and backward threads), held for the process's life
+  (:func:`introspect.cuda_libraries.cublas_workspaces`); allocated at the first moment
+  (forward) and the first backward moment of the replay, so they are in the reserved peak.
+* **CUDA context**: the driver's and runtime's own allocations and the loaded kernels,
+  outside torch's allocator: a published measurement for the GPU's generation and
+  module loading (``CUDA_MODULE_LOADING``, read as torch and CUDA read it;
+  :mod:`introspect.cuda_context`), the nearest generation where none is published.
+* **NCCL buffers** (``--devices`` > 1): per rank, outside torch's allocator
+  (:func:`introspect.cuda_libraries.nccl_buffers`).
 * **MLX on a Mac**: the GPU may use only Metal's ``recommendedMaxWorkingSetSize``
   (``mx.metal.device_info()["max_recommended_working_set_size"]``; about 75% of the
   unified memory: 19,069 MB on a 24 GB Mac, about 6 GB on 8 GB — reports quoted in the
@@ -34,6 +40,7 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
 from __future__ import annotations
 
 from introspect._record import record
+from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -45,15 +52,6 @@ K_MIN_LARGE_ALLOC = 10 * MiB
 K_LARGE_BUFFER = 20 * MiB
 K_ROUND_LARGE = 2 * MiB
 
-#: The CUDA context of a torch process, outside the caching allocator. Until a GPU
-#: measurement replaces it: about 500 MiB, the order torch issues report for a process
-#: that has initialised CUDA and run one kernel (pytorch/pytorch#34323: 781 MB in
-#: nvidia-smi before lazy loading).
-CUDA_CONTEXT_BYTES = 500 * MiB
-CUDA_CONTEXT_SOURCE = (
-    "assumed ~500 MiB (torch CUDA context with lazy module loading; pytorch/pytorch#34323 "
-    "reports 781 MB with eager loading); measure with nvidia-smi on the target GPU"
-)
 RESERVE_MODEL = (
     "the step's moments replayed through a model of torch 2.13's CUDACachingAllocator "
     "(512 B blocks, 2 MiB / 20 MiB segments, splitting, expandable segments {expandable}); "
@@ -69,28 +67,104 @@ METAL_SOURCE = (
 
 @record
 class DeviceView:
-    """The allocated peak and what the device shows, each with its source."""
+    """The allocated peak and what the device shows, each with its source.
+
+    On CUDA: ``allocated`` (the step's tensors) + ``workspaces`` (cuBLAS's, the
+    allocator's blocks) + ``reserve`` (the allocator's fragmentation) is
+    ``torch.cuda.max_memory_reserved()``; + ``context`` + ``nccl`` (outside the allocator)
+    is what ``nvidia-smi`` shows."""
 
     allocated: int
     reserve: int
     context: int
     usable: int | None
     sources: dict[str, str]
+    workspaces: int = 0
+    nccl: int = 0
+
+    @property
+    def reserved(self) -> int:
+        """``torch.cuda.max_memory_reserved()`` at the peak."""
+        return self.allocated + self.workspaces + self.reserve
 
     @property
     def shown(self) -> int:
         """What ``nvidia-smi`` (or the Mac's GPU) will show at the peak."""
-        return self.allocated + self.reserve + self.context
+        return self.reserved + self.context + self.nccl
 
     def to_json(self) -> dict:
         return {
             "allocated_peak_bytes": self.allocated,
+            "cublas_workspace_bytes": self.workspaces,
             "allocator_reserve_bytes": self.reserve,
+            "reserved_peak_bytes": self.reserved,
             "context_bytes": self.context,
+            "nccl_buffer_bytes": self.nccl,
             "shown_bytes": self.shown,
             "usable_bytes": self.usable,
             "sources": dict(self.sources),
         }
+
+
+def module_loading(environ) -> tuple[str, str]:
+    """``lazy`` or ``eager``, and why: torch sets ``CUDA_MODULE_LOADING=LAZY`` when unset
+    (pytorch/pytorch#86509); ``DEFAULT`` is lazy since CUDA 12.2 (every current torch
+    wheel's CUDA); ``EAGER`` loads every module at start. Any other value is refused:
+    CUDA documents only these three."""
+    text = environ.get("CUDA_MODULE_LOADING")
+    if text is None:
+        return "lazy", "CUDA_MODULE_LOADING unset: torch sets LAZY"
+    value = text.strip().upper()
+    if value in ("LAZY", "DEFAULT"):
+        return "lazy", f"read CUDA_MODULE_LOADING={text!r}: lazy (CUDA >= 12.2)"
+    if value == "EAGER":
+        return "eager", f"read CUDA_MODULE_LOADING={text!r}: eager"
+    raise IntrospectError(
+        f"CUDA_MODULE_LOADING={text!r}: CUDA takes DEFAULT, LAZY or EAGER; fix the "
+        "setting or unset it"
+    )
+
+
+def capability(device) -> tuple[tuple[int, int], str]:
+    """The compute capability of ``device`` (None: no GPU named) and how it was chosen."""
+    from introspect import cuda_context as cc
+
+    if device is None:
+        return cc.UNNAMED, "GPU not named: taken as an H100 (sm90)"
+    cap = cc.COMPUTE_CAPABILITY.get(device.name)
+    if cap is None:
+        return cc.UNNAMED, f"{device.name}: compute capability not listed, taken as sm90"
+    return cap, f"{device.description}: sm{cap[0]}{cap[1]} ({cc.GENERATION[cap]})"
+
+
+def cuda_context(device, environ) -> tuple[int, str]:
+    """The CUDA context for ``device`` (an :class:`introspect.devices.Device`, None: not
+    named) with ``environ``'s module loading: the published measurement of the same
+    compute capability and loading, else the nearest capability's (a tie: the larger),
+    with the line saying which and from where."""
+    from introspect import cuda_context as cc
+
+    cap, chosen = capability(device)
+    loading, why = module_loading(environ)
+    rows = [m for m in cc.MEASUREMENTS if m.loading == loading and m.capability is not None]
+
+    def distance(m) -> tuple[int, int]:
+        a, b = cap[0] * 10 + cap[1], m.capability[0] * 10 + m.capability[1]
+        return abs(a - b), -m.context_bytes
+
+    best = min(rows, key=distance)
+    same = best.capability == cap
+    where = "measured on" if same else "no published figure for this generation; nearest:"
+    line = (
+        f"{chosen}; {why}; {where} {best.gpu} (sm{best.capability[0]}{best.capability[1]}, "
+        f"{best.stack}): {best.run}"
+    )
+    if best.segment_bytes:
+        line += f", less its tensor's {best.segment_bytes // MiB} MiB segment"
+    line += f" [{best.source}]"
+    if loading == "lazy":
+        line += "; kernels the step loads on first use add to it (not modelled)"
+    return best.context_bytes, line
 
 
 def tensor_count(spec: ModelSpec) -> int:
@@ -118,19 +192,46 @@ def segment_waste(size: int) -> int:
 
 
 def cuda_reserve(
-    spec: ModelSpec, setup: TrainingSetup, peak_terms: dict[str, int], allocator=None
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    peak_terms: dict[str, int],
+    allocator=None,
+    workspaces: tuple[int, ...] = (),
 ) -> int:
     """The caching allocator's reserve at the peak, beyond the allocated bytes: the
     reserved peak of the step's moments replayed through the allocator model with
     ``allocator`` (an :class:`introspect.allocator.config.AllocatorConfig`; None: torch's
-    defaults), less the peak's bytes (``peak_terms``)
+    defaults), less the peak's bytes (``peak_terms``) and the cuBLAS workspaces
+    (``workspaces``: each handle's requests, cuBLAS's and cuBLASLt's; two handles,
+    allocated at the forward's first moment and the backward's, held to the end)
     (:func:`introspect.allocator.synthetic.moment_stream`)."""
     from introspect.allocator import synthetic
     from introspect.allocator.config import AllocatorConfig
+    from introspect.allocator.replay import replay
 
     cfg = allocator if allocator is not None else AllocatorConfig()
-    replayed = synthetic.moment_reserve(spec, step_moments(spec, setup), cfg)
-    return max(0, replayed.reserved_peak - sum(v for v in peak_terms.values() if v > 0))
+    moments = step_moments(spec, setup)
+    events = synthetic.moment_stream(spec, moments)
+    if workspaces:
+        events = _with_workspaces(events, workspaces)
+    replayed = replay(events, cfg)
+    held = sum(v for v in peak_terms.values() if v > 0) + 2 * sum(workspaces)
+    return max(0, replayed.reserved_peak - held)
+
+
+def _with_workspaces(events: list[tuple], sizes: tuple[int, ...]) -> list[tuple]:
+    """``events`` with one handle's workspaces (``sizes``) allocated before the first
+    event and another's before the first backward event (the autograd thread's)."""
+    first = [("alloc", ("workspace", 0, i), n, "forward") for i, n in enumerate(sizes)]
+    out, added = first, False
+    for event in events:
+        if not added and event[0] == "alloc" and event[3].startswith("backward"):
+            out += [("alloc", ("workspace", 1, i), n, event[3]) for i, n in enumerate(sizes)]
+            added = True
+        out.append(event)
+    if not added:
+        out += [("alloc", ("workspace", 1, i), n, "backward") for i, n in enumerate(sizes)]
+    return out
 
 
 def step_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
@@ -169,10 +270,13 @@ def metal_usable(device) -> int:
     return int(METAL_WORKING_SET_FRACTION * device.memory_bytes)
 
 
-def device_view(spec: ModelSpec, setup: TrainingSetup, device=None, allocator=None) -> DeviceView:
+def device_view(
+    spec: ModelSpec, setup: TrainingSetup, device=None, allocator=None, environ=None
+) -> DeviceView:
     """The refined estimate's allocated peak and what ``device`` (an
-    :class:`introspect.devices.Device`, or the setup's own kind when None) shows;
-    ``allocator`` is the caching allocator's config (None: torch's defaults)."""
+    :class:`introspect.devices.Device`, or the setup's own kind when None) shows, per
+    rank; ``allocator`` is the caching allocator's config (None: torch's defaults),
+    ``environ`` the variables CUDA, cuBLAS and NCCL read (None: ``os.environ``)."""
     from introspect import refined
 
     # The execution layer alone: its total is the refined estimate's (RefinedEstimate.total)
@@ -195,16 +299,37 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None, allocator=No
                 "usable": METAL_SOURCE,
             },
         )
-    reserve = cuda_reserve(spec, setup, dict(est.terms), allocator)
+    import os
+
+    from introspect import cuda_libraries
+
+    environ = os.environ if environ is None else environ
+    cap, _ = capability(device)
+    spaces = cuda_libraries.cublas_workspaces(cap, environ)
+    each = tuple(n for n in (spaces.cublas, spaces.cublaslt) if n)
+    reserve = cuda_reserve(spec, setup, dict(est.terms), allocator, each)
     expandable = bool(allocator is not None and allocator.expandable_segments)
+    context, context_line = cuda_context(device, environ)
+    nccl, nccl_line = cuda_libraries.nccl_buffers(setup.devices, environ)
+    workspace_line = (
+        f"{cuda_libraries.STEP_HANDLES} handles (forward and backward threads) × "
+        f"(cuBLAS {spaces.cublas:,} + cuBLASLt {spaces.cublaslt:,} bytes) on sm{cap[0]}{cap[1]}; "
+        f"{cuda_libraries.CUBLAS_SOURCE}"
+    )
+    if spaces.notes:
+        workspace_line += "; " + "; ".join(spaces.notes)
     return DeviceView(
         est.total,
         reserve,
-        CUDA_CONTEXT_BYTES,
+        context,
         device.memory_bytes if device is not None else None,
         {
             "allocated": "refined estimate (torch.cuda.max_memory_allocated())",
+            "workspaces": workspace_line,
             "reserve": RESERVE_MODEL.format(expandable="on" if expandable else "off"),
-            "context": CUDA_CONTEXT_SOURCE,
+            "context": context_line,
+            "nccl": nccl_line,
         },
+        spaces.per_step,
+        nccl,
     )

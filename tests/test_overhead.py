@@ -65,11 +65,12 @@ def test_cuda_view_keeps_the_tensors_apart():
     spec = ModelSpec(hidden_size=512, num_hidden_layers=8, num_attention_heads=8, vocab_size=32000)
     spec = spec.replace(num_parameters=None)
     setup = TrainingSetup(seq_len=1024)
-    view = overhead.device_view(spec, setup, lookup("a100-80gb"))
+    device = lookup("a100-80gb")
+    view = overhead.device_view(spec, setup, device, environ={})
     assert view.allocated == refined.estimate(spec, setup).total
-    assert view.reserve > 0 and view.context == overhead.CUDA_CONTEXT_BYTES
-    assert view.shown == view.allocated + view.reserve + view.context
-    assert set(view.sources) == {"allocated", "reserve", "context"}
+    assert view.reserve > 0 and view.context == overhead.cuda_context(device, {})[0]
+    assert view.shown == view.allocated + view.workspaces + view.reserve + view.context
+    assert set(view.sources) == {"allocated", "workspaces", "reserve", "context", "nccl"}
 
 
 def test_mac_view_uses_the_working_set():

@@ -352,12 +352,17 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
     view = result["device_view"]
     if view is not None and view.shown != view.allocated:
         src = view.sources
-        lines += [
-            f"  allocated peak              {fmt_memory(view.allocated):>10}  ({src['allocated']})",
-            f"  + allocator reserve         {fmt_memory(view.reserve):>10}  ({src['reserve']})",
-            f"  + CUDA context              {fmt_memory(view.context):>10}  ({src['context']})",
-            f"  = what nvidia-smi will show {fmt_memory(view.shown):>10}",
+        rows = [
+            ("allocated peak", view.allocated, src["allocated"]),
+            ("+ cuBLAS workspaces", view.workspaces, src["workspaces"]),
+            ("+ allocator reserve", view.reserve, src["reserve"]),
+            ("= reserved peak", view.reserved, "torch.cuda.max_memory_reserved()"),
+            ("+ CUDA context", view.context, src["context"]),
         ]
+        if setup.devices > 1:
+            rows.append(("+ NCCL buffers", view.nccl, src["nccl"]))
+        rows.append(("= what nvidia-smi will show", view.shown, "what fit decides on"))
+        lines += [f"  {name:<28}{fmt_memory(value):>10}  ({why})" for name, value, why in rows]
     for n, cap, what, at in (
         (result["largest_seq"], result["caps"]["seq_len"], "T", f"B={setup.batch_size}"),
         (result["largest_batch"], result["caps"]["batch_size"], "B", f"T={setup.seq_len}"),

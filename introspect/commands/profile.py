@@ -170,29 +170,41 @@ def _cuda_views(spec: ModelSpec, setup: TrainingSetup, allocator) -> dict:
 
 
 def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator) -> str:
-    """Allocated, reserved (with fragmentation), context and what nvidia-smi shows, with
-    expandable segments off and on; the setting in force is marked."""
+    """Allocated, reserved (with the cuBLAS workspaces and fragmentation), context, NCCL's
+    buffers and what nvidia-smi shows, per rank, with expandable segments off and on;
+    the setting in force is marked."""
     from introspect.allocator.replay import LABEL
 
     views = _cuda_views(spec, setup, allocator)
     off, on = views["expandable_off"], views["expandable_on"]
     mark = ("", " *") if allocator.expandable_segments else (" *", "")
     rows = [
-        ("allocated peak", off.allocated, on.allocated),
+        ("allocated peak (tensors)", off.allocated, on.allocated),
+        ("+ cuBLAS workspaces", off.workspaces, on.workspaces),
         ("+ allocator reserve (fragmentation)", off.reserve, on.reserve),
-        ("= reserved peak", off.allocated + off.reserve, on.allocated + on.reserve),
+        ("= reserved peak", off.reserved, on.reserved),
         ("+ CUDA context", off.context, on.context),
-        ("= what nvidia-smi shows", off.shown, on.shown),
     ]
+    if setup.devices > 1:
+        rows.append(("+ NCCL buffers", off.nccl, on.nccl))
+    rows.append(("= what nvidia-smi shows", off.shown, on.shown))
+    rank = " per rank" if setup.devices > 1 else ""
     table = report.table(
         [(name, report.gb(a), report.gb(b)) for name, a, b in rows],
-        ["on a CUDA GPU (GB)", f"expandable off{mark[0]}", f"expandable on{mark[1]}"],
+        [f"on a CUDA GPU{rank} (GB)", f"expandable off{mark[0]}", f"expandable on{mark[1]}"],
         colalign=("left", "right", "right"),
     )
-    return (
-        f"{table}\n  reserve: {LABEL} (the step's moments replayed through torch 2.13's "
-        f"caching allocator; * = the setting in force)\n  context: {off.sources['context']}"
-    )
+    src = off.sources
+    lines = [
+        table,
+        f"  reserve: {LABEL} (the step's moments replayed through torch 2.13's caching "
+        "allocator; * = the setting in force)",
+        f"  workspaces: {src['workspaces']}",
+        f"  context: {src['context']}",
+    ]
+    if setup.devices > 1:
+        lines.append(f"  NCCL: {src['nccl']}")
+    return "\n".join(lines)
 
 
 def check_list(args: argparse.Namespace) -> None:
