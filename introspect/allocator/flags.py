@@ -45,6 +45,9 @@ def resolve(args: argparse.Namespace, framework: str) -> tuple[AllocatorConfig, 
         unused = f"{name} is set, but MLX has no CUDA caching allocator: not used"
         return AllocatorConfig(), [unused] if name else []
     cfg, name = from_environ(os.environ)
+    from introspect.overhead import module_loading
+
+    module_loading(os.environ)  # a value CUDA does not take is refused before any work
     notes = []
     if name is not None:
         notes.append(f"read {name}={cfg.text!r} from the environment, as torch would")

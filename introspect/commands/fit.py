@@ -105,6 +105,8 @@ def resolve_budget(args: argparse.Namespace, setup: TrainingSetup):
             budget = parse_memory(args.budget)
         except ValueError as err:
             raise IntrospectError(f"--budget: {err}") from None
+        if setup.resolved_device == "cuda":
+            check_budget_holds_context(args.budget, budget)
         return budget, None, f"budget {args.budget} = {budget:,} bytes per device"
     from introspect.devices import lookup
 
@@ -118,6 +120,21 @@ def resolve_budget(args: argparse.Namespace, setup: TrainingSetup):
         where += f"\n  budget: the GPU working set, {fmt_memory(usable)} ({overhead.METAL_SOURCE})"
         return usable, device, where
     return device.memory_bytes, device, where
+
+
+def check_budget_holds_context(text: str, budget: int) -> None:
+    """A CUDA budget at or below the smallest published CUDA context
+    (:mod:`introspect.cuda_context`) holds nothing: one line, not a search that fits
+    nothing."""
+    from introspect import cuda_context
+
+    least = min(m.context_bytes for m in cuda_context.MEASUREMENTS)
+    if budget <= least:
+        raise IntrospectError(
+            f"--budget {text}: {fmt_memory(budget)} is not more than a CUDA context alone "
+            f"(the smallest published is {fmt_memory(least)}): no step fits on a CUDA GPU; "
+            "give the device's memory (e.g. --budget 24GB) or --gpu NAME"
+        )
 
 
 def need_function(device, setup: TrainingSetup, allocator=None) -> fit.Need:
