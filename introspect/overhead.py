@@ -154,7 +154,11 @@ def cuda_context(device, environ) -> tuple[int, str]:
 
     best = min(rows, key=distance)
     same = best.capability == cap
-    where = "measured on" if same else "no published figure for this generation; nearest:"
+    where = (
+        "published for this compute capability:"
+        if same
+        else f"no published figure for sm{cap[0]}{cap[1]}; nearest:"
+    )
     line = (
         f"{chosen}; {why}; {where} {best.gpu} (sm{best.capability[0]}{best.capability[1]}, "
         f"{best.stack}): {best.run}"

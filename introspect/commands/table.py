@@ -231,17 +231,18 @@ def _row_or_error(
 
 
 def row(model: Any, setup: TrainingSetup, allocator=None) -> dict[str, Any]:
-    """One model's row, bytes as integers; on torch the execution peak's CUDA reserve
-    replayed through the caching-allocator model with ``allocator``
-    (:func:`introspect.overhead.cuda_reserve`)."""
+    """One model's row, bytes as integers; on torch what a CUDA GPU (not named: taken as
+    an H100) holds per rank: the execution peak's reserve replayed through the
+    caching-allocator model with ``allocator`` and the cuBLAS workspaces (reserved), the
+    context and NCCL's buffers (what nvidia-smi shows) (:func:`introspect.overhead.device_view`)."""
     spec = model.spec
     seed = simplified.estimate(spec, setup)
     est = refined.estimate(spec, setup)
-    reserve = None
+    view = None
     if not setup.framework.startswith("mlx"):
         from introspect import overhead
 
-        reserve = overhead.cuda_reserve(spec, setup, dict(est.execution.terms), allocator)
+        view = overhead.device_view(spec, setup, None, allocator)
     sm = report.summary(seed)
     flags = divergence.flags(spec, setup)
     return {
@@ -259,7 +260,9 @@ def row(model: Any, setup: TrainingSetup, allocator=None) -> dict[str, Any]:
             "architecture_total_bytes": est.architecture.total,
             "execution_total_bytes": est.execution.total,
             "peak_phase": est.peak_phase,
-            "cuda_reserve_bytes": reserve,
+            "cuda_reserve_bytes": view.reserve if view else None,
+            "cuda_reserved_bytes": view.reserved if view else None,
+            "cuda_shown_bytes": view.shown if view else None,
         },
         "flags": [f.to_json() for f in flags],
     }
@@ -290,6 +293,7 @@ HEADERS = [
     "refined total GB",
     "exec. peak GB",
     "CUDA reserved GB",
+    "nvidia-smi GB",
     "peak phase",
     "flags",
 ]
@@ -320,9 +324,8 @@ def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
         size(ref["activations_bytes"]),
         size(ref["architecture_total_bytes"]),
         size(ref["execution_total_bytes"]),
-        "n/a"
-        if ref["cuda_reserve_bytes"] is None
-        else size(ref["execution_total_bytes"] + ref["cuda_reserve_bytes"]),
+        "n/a" if ref["cuda_reserved_bytes"] is None else size(ref["cuda_reserved_bytes"]),
+        "n/a" if ref["cuda_shown_bytes"] is None else size(ref["cuda_shown_bytes"]),
         ref["peak_phase"],
         ", ".join(_short(f) for f in r["flags"]),
     )
@@ -331,7 +334,7 @@ def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
 def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: str = "gb") -> str:
     cells = [_cells(r, fmt, units) for r in rows]
     headers = [h.replace(" GB", " bytes") for h in HEADERS] if units == "bytes" else HEADERS
-    body = report.table(cells, headers, fmt, colalign=("left",) + ("right",) * 8 + ("left",) * 2)
+    body = report.table(cells, headers, fmt, colalign=("left",) + ("right",) * 9 + ("left",) * 2)
     if fmt == "csv":
         return body
     optimizer_impl = setup.resolved_optimizer_impl.replace("_", "-")
@@ -341,9 +344,10 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
         "16N = weights + gradients + Adam (eq:backward_values); seed = eq:training_memory; "
         "refined = the seed's bookkeeping for the real architecture; exec. peak = what "
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
-        "holds at its peak, and when; CUDA reserved = the step's moments replayed through "
-        "torch 2.13's caching allocator (derived from torch's source, not measured on a GPU; "
-        "nvidia-smi adds the CUDA context)."
+        "holds at its peak, and when; CUDA reserved = the step's moments and cuBLAS's "
+        "workspaces replayed through torch 2.13's caching allocator (derived from torch's "
+        "source, not measured on a GPU); nvidia-smi adds the CUDA context (a GPU not named: "
+        "an H100's, nearest published) and NCCL's buffers, per rank."
     )
     answered = [r for r in rows if "error" not in r]
     tail = "\n".join(notes(answered) + [f"note: {n}" for n in applies.notes(setup)])
