@@ -393,13 +393,16 @@ def combinations(
     candidates: tuple[Change, ...],
     need: Need = peak,
     limit: int = 5,
+    floor: Need | None = None,
 ) -> tuple[list[Change], list[Row]]:
     """The free changes taken, and the cheapest combinations that fit on top of them.
 
     Every free change that helps is taken first; then subsets of at most
     :data:`MAX_COMBINATION` other changes (one per group) are tried. Only minimal ones
     are kept (no smaller subset of the same changes fits), ranked by their costliest
-    tier, their size, then their need."""
+    tier, their size, then their need. ``floor`` is a cheap bound the need never goes
+    below: a combination whose floor is over the budget cannot fit and is not priced
+    (the answer is the same, without the need's cost)."""
     base = need(spec, setup)
     free = [c for c in candidates if c.tier == "free"]
     start, taken = setup, []
@@ -423,6 +426,8 @@ def combinations(
             for c in combo:
                 s = c.apply(s) if s is not None else None
             if s is None:
+                continue
+            if floor is not None and floor(spec, s) > budget:
                 continue
             n = need(spec, s)
             if n <= budget:

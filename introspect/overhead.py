@@ -337,3 +337,25 @@ def device_view(
         spaces.per_step,
         nccl,
     )
+
+
+def device_floor(spec: ModelSpec, setup: TrainingSetup, device=None, environ=None) -> int:
+    """What :func:`device_view` shows less the allocator's reserve (never negative): the
+    allocated peak, the cuBLAS workspaces, the context and NCCL's buffers — a lower bound
+    of ``device_view(...).shown`` without the replay."""
+    from introspect import refined
+
+    allocated = refined.execution_estimate(spec, setup, notes=False).total
+    kind = device.kind if device is not None else "cuda"
+    if kind == "metal" or setup.framework.startswith("mlx"):
+        return allocated
+    import os
+
+    from introspect import cuda_libraries
+
+    environ = os.environ if environ is None else environ
+    cap, _ = capability(device)
+    spaces = cuda_libraries.cublas_workspaces(cap, environ)
+    context, _ = cuda_context(device, environ)
+    nccl, _ = cuda_libraries.nccl_buffers(setup.devices, environ)
+    return allocated + spaces.per_step + context + nccl

@@ -175,3 +175,23 @@ def test_bad_input_is_one_line(capsys, monkeypatch, argv, env, words):
     assert main(["fit", "Qwen/Qwen2.5-0.5B", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
+
+
+def test_floor_never_exceeds_what_the_device_shows():
+    """fit skips pricing a combination whose floor is over the budget: sound only if the
+    floor is at most the need."""
+    from introspect.setup import TrainingSetup
+    from introspect.spec import ModelSpec
+
+    spec = ModelSpec(hidden_size=512, num_hidden_layers=4, num_attention_heads=8, vocab_size=8000)
+    spec = spec.replace(num_parameters=None)
+    for setup in (
+        TrainingSetup(seq_len=512),
+        TrainingSetup(seq_len=2048, activation_checkpointing=True, precision="bf16"),
+        TrainingSetup(seq_len=1024, devices=4, sharding="fsdp"),
+    ):
+        for name in ("h100-80gb", "t4"):
+            device = lookup(name)
+            view = overhead.device_view(spec, setup, device, environ={})
+            floor = overhead.device_floor(spec, setup, device, environ={})
+            assert floor == view.shown - view.reserve <= view.shown

@@ -148,6 +148,18 @@ def need_function(device, setup: TrainingSetup, allocator=None) -> fit.Need:
     return lambda spec, s: overhead.device_view(spec, s, device, allocator).shown
 
 
+def floor_function(device, allocator=None) -> fit.Need | None:
+    """A bound the device's need never goes below, without the allocator replay: the
+    allocated peak plus what the device holds whatever the fragmentation (cuBLAS
+    workspaces, context, NCCL; :func:`introspect.overhead.device_floor`). None without a
+    device (the need is the peak itself)."""
+    if device is None:
+        return None
+    from introspect import overhead
+
+    return lambda spec, s: overhead.device_floor(spec, s, device)
+
+
 def remembered(need: fit.Need) -> fit.Need:
     """``need`` computed once per distinct setup: the search asks again for setups it has
     seen (the start of every combination, a change that is already made). Safe: a need
@@ -191,7 +203,8 @@ def _analyse(
         view = overhead.device_view(spec, setup, device, allocator)
     free, combos = [], []
     if now > budget:
-        free, combos = fit.combinations(spec, setup, budget, candidates, need)
+        floor = floor_function(device, allocator)
+        free, combos = fit.combinations(spec, setup, budget, candidates, need, floor=floor)
     caps = {field: fit.search_cap(spec, field) for field in ("seq_len", "batch_size")}
     largest = {
         field: fit.largest(spec, setup, budget, field, need, limit=cap)
