@@ -19,8 +19,11 @@ measured. Three kinds of row:
 3. **Training runs that published ``torch.cuda.max_memory_reserved``**
    (``benchmarks/data/published_runs.json``, the rows whose statistic is the reserved
    peak): the closed form's allocated peak (``benchmarks/published.py``'s own path) plus
-   the reserve of the closed form's moments replayed through the allocator model
-   (:func:`introspect.overhead.cuda_reserve`), expandable segments off and on.
+   the cuBLAS workspaces and the reserve of the closed form's moments replayed with them
+   through the allocator model (:func:`introspect.overhead.device_view`, a GPU not
+   named: an H100's workspaces), expandable segments off and on.
+5. **The CUDA context**: the published measurements (:mod:`introspect.cuda_context`) and
+   the figure each ``--gpu`` device is given.
 4. **The closed form beside the dry run**: that reserve beside the replay of the dry
    run's own recorded stream (``measure --device fake``), for the same setups.
 """
@@ -127,13 +130,15 @@ def training_rows() -> list[dict]:
         est = published.estimate_row(row)
         setup = published.setup_for(row)
         spec = resolve(row["model"]).spec
-        from introspect import refined
 
-        terms = dict(refined.execution_estimate(spec, setup, notes=False).terms)
-        reserve = {
-            on: overhead.cuda_reserve(spec, setup, terms, with_expandable(AllocatorConfig(), on))
+        views = {
+            on: overhead.device_view(
+                spec, setup, None, with_expandable(AllocatorConfig(), on), environ={}
+            )
             for on in (False, True)
         }
+        # the cuBLAS workspaces are the allocator's blocks: in the reserved peak
+        reserve = {on: v.workspaces + v.reserve for on, v in views.items()}
         allocated = est["compared_bytes"]
         out.append(
             {
@@ -206,6 +211,35 @@ def dry_run_rows() -> list[dict]:
     return out
 
 
+def context_rows() -> list[str]:
+    """The published CUDA contexts, one row each."""
+    from introspect import cuda_context
+
+    out = []
+    for m in cuda_context.MEASUREMENTS:
+        sm = f"{m.capability[0]}{m.capability[1]}" if m.capability else "?"
+        out.append(
+            f"| {m.gpu} | {sm} | {m.loading} | {m.stack} | {m.shown_bytes / MiB:,.0f} | "
+            f"{m.context_bytes / MiB:,.0f} | {m.source} |"
+        )
+    return out
+
+
+def device_context_rows() -> list[str]:
+    """The context each --gpu device is given, lazy and eager."""
+    from introspect import cuda_context, overhead
+    from introspect.devices import lookup
+
+    out = []
+    for name in cuda_context.COMPUTE_CAPABILITY:
+        device = lookup(name)
+        lazy, line = overhead.cuda_context(device, {})
+        eager, _ = overhead.cuda_context(device, {"CUDA_MODULE_LOADING": "EAGER"})
+        where = "published" if "for this compute capability" in line else "nearest"
+        out.append(f"| {name} | {lazy / MiB:,.0f} | {eager / MiB:,.0f} | {where} |")
+    return out
+
+
 def render(markdown: bool) -> str:
     lines = [
         "# The caching-allocator model beside published figures",
@@ -258,9 +292,9 @@ def render(markdown: bool) -> str:
         "## 3. Training runs that published torch.cuda.max_memory_reserved (GB, 1e9)",
         "",
         "Allocated: the closed form's per-device peak (benchmarks/published.py's path); "
-        "reserved: that plus the reserve of the closed form's moments replayed through the "
-        "allocator model (introspect.overhead.cuda_reserve), as profile, fit and table "
-        "print it.",
+        "reserved: that plus the cuBLAS workspaces (an H100's: 2 × (32 + 1) MiB) and the "
+        "reserve of the closed form's moments replayed with them through the allocator "
+        "model (introspect.overhead.device_view), as profile, fit and table print it.",
         "",
         "| row | closed-form allocated | reserved (exp. off) | reserved (exp. on) | "
         "published reserved | off / published |",
@@ -296,6 +330,28 @@ def render(markdown: bool) -> str:
             f"{r['dry_on'] / 1e9:.3f} | {r['closed_on'] / 1e9:.3f} |"
             for r in dry_run_rows()
         ),
+        "",
+        "## 5. The CUDA context: published measurements (MiB)",
+        "",
+        "introspect.cuda_context: what each source ran and read; `context` is the figure "
+        "less the run's own tensor's allocator segment. The device view takes the entry of "
+        "the GPU's compute capability and CUDA_MODULE_LOADING (lazy unless EAGER), else the "
+        "nearest capability's.",
+        "",
+        "| GPU | sm | loading | stack | shown | context | source |",
+        "|---|---|---|---|---:|---:|---|",
+        *context_rows(),
+        "",
+        "| --gpu | lazy context MiB | eager context MiB | lazy figure: same sm or nearest |",
+        "|---|---:|---:|---|",
+        *device_context_rows(),
+        "",
+        "Published runs that state allocated AND reserved (or nvidia-smi) for one training "
+        "step, searched for beside sections 1–3: torchtune#389 (after model setup, not a step), "
+        "torchtune#961 (reserved 'similar', no figure), llama-cookbook#206 (length-based "
+        "batches: no fixed T), peft#1469 (BERT: not a modelled stack), transformers' "
+        "model_memory_anatomy (bert-large, nvidia-smi only). None gives a row the flags can "
+        "express, so the ±10% reserved target stays unchecked off a GPU.",
         "",
         "## On a GPU",
         "",
