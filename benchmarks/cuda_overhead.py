@@ -37,6 +37,7 @@ def main() -> None:
         "nvidia-smi (meas./est.) GB |",
         "|---|---|---|---|---|",
     ]
+    name = torch.cuda.get_device_name()
     for size, variant, T in ROWS:
         spec = nominal_spec(size)
         spec = llama_style(spec) if variant == "llama" else spec
@@ -46,14 +47,13 @@ def main() -> None:
         m = torch_step.measure_reference(spec, setup, device="cuda")
         reserved = torch.cuda.max_memory_reserved()
         used = torch.cuda.device_memory_used()
-        view = overhead.device_view(spec, setup)
+        view = overhead.device_view(spec, setup)  # GPU not named: an H100's context
         lines.append(
             f"| {size} {variant} | {T} | {report.gb(m.peak_bytes)} / {report.gb(view.allocated)}"
-            f" | {report.gb(reserved)} / {report.gb(view.allocated + view.reserve)}"
+            f" | {report.gb(reserved)} / {report.gb(view.reserved)}"
             f" | {report.gb(used)} / {report.gb(view.shown)} |"
         )
         print(lines[-1], flush=True)
-    name = torch.cuda.get_device_name()
     RESULTS.mkdir(exist_ok=True)
     text = f"# CUDA overhead on {name}\n\n" + "\n".join(lines) + "\n"
     (RESULTS / "cuda_overhead.md").write_text(text)

@@ -204,11 +204,7 @@ def render(rows: list[dict]) -> str:
     lines = ["# Allocator replay on a GPU", "", head, "|" + "---|" * 15]
     for r in rows:
         m, p, c = r["measured"], r["replayed"], r["closed_form"]
-        closed_reserved = (
-            c.get("allocated_peak_bytes", 0) + c.get("allocator_reserve_bytes", 0)
-            if "error" not in c
-            else None
-        )
+        closed_reserved = c.get("reserved_peak_bytes") if "error" not in c else None
         lines.append(
             f"| {r['model']} | {r['finetune']} | {r['checkpointing']} | {r['batch']} | "
             f"{r['seq']} | {r['expandable_segments']} | {m.get('max_memory_allocated')} | "
