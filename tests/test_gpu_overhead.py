@@ -195,3 +195,12 @@ def test_floor_never_exceeds_what_the_device_shows():
             view = overhead.device_view(spec, setup, device, environ={})
             floor = overhead.device_floor(spec, setup, device, environ={})
             assert floor == view.shown - view.reserve <= view.shown
+
+
+def test_a_budget_says_what_it_is_compared_with(capsys, monkeypatch):
+    from introspect.cli import main
+
+    _clean(monkeypatch)
+    assert main(["fit", "Qwen/Qwen2.5-0.5B", "--budget", "24GB", "--seq", "512"]) == 0
+    out = capsys.readouterr().out
+    assert "compared with the allocated peak: a budget names no GPU" in out

@@ -105,9 +105,15 @@ def resolve_budget(args: argparse.Namespace, setup: TrainingSetup):
             budget = parse_memory(args.budget)
         except ValueError as err:
             raise IntrospectError(f"--budget: {err}") from None
+        where = f"budget {args.budget} = {budget:,} bytes per device"
         if setup.resolved_device == "cuda":
             check_budget_holds_context(args.budget, budget)
-        return budget, None, f"budget {args.budget} = {budget:,} bytes per device"
+            where += (
+                "\n  compared with the allocated peak: a budget names no GPU, so the "
+                "allocator's reserve, cuBLAS workspaces and CUDA context are not counted "
+                "(--gpu NAME counts them)"
+            )
+        return budget, None, where
     from introspect.devices import lookup
 
     device = lookup(args.gpu)
@@ -370,7 +376,8 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
     if need != peak:
         shown = (
             f" (allocated peak {fmt_memory(peak)}, plus the device's overhead: fit decides "
-            "on what the device holds, reserved + context)"
+            "on what the device holds, reserved + context"
+            + (" + NCCL's buffers, per rank)" if setup.devices > 1 else ")")
         )
     if result["fits"]:
         verdict = f"FITS: needs {fmt_memory(need)} of {fmt_memory(budget)}{shown}; "
