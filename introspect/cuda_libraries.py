@@ -1,7 +1,8 @@
 """cuBLAS workspaces and NCCL buffers: what the libraries a torch step calls hold on the
 device besides its tensors. Derived from the libraries' source, not measured on a GPU.
 
-**cuBLAS / cuBLASLt** (pytorch/pytorch ``aten/src/ATen/cuda/CublasHandlePool.cpp``,
+**cuBLAS / cuBLASLt** (pytorch/pytorch ``aten/src/ATen/cuda/CublasHandlePool.cpp`` at
+commit 26a39059ec58, the version read; the wheel ships no .cpp to check torch 2.13's against,
 ``parseChosenWorkspaceSize``, ``parseCUDABlasLtWorkspaceSize``,
 ``getCUDABlasLtWorkspaceSize``, ``setWorkspaceForHandle``, ``getCUDABlasLtWorkspace``):
 
@@ -44,7 +45,7 @@ CUBLAS_SM90 = 4096 * KiB * 8  # :4096:8
 CUBLASLT_DEFAULT = 1024 * KiB
 STEP_HANDLES = 2
 CUBLAS_SOURCE = (
-    "pytorch/pytorch aten/src/ATen/cuda/CublasHandlePool.cpp (parseChosenWorkspaceSize, "
+    "pytorch/pytorch@26a39059 aten/src/ATen/cuda/CublasHandlePool.cpp (parseChosenWorkspaceSize, "
     "getCUDABlasLtWorkspaceSize); through the caching allocator, so in reserved; derived "
     "from torch's source, not measured on a GPU"
 )
