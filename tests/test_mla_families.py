@@ -1,0 +1,77 @@
+"""The multi-head latent attention families beside DeepSeek-V3 — DeepSeek-V2 and
+MiniCPM3 (``adapters/families/deepseek.py``) — in the closed form: their readers' layer
+kinds, and the refined estimate against a dry run of transformers' own class
+(FakeTensorMode, :func:`introspect.measure.hf_models.measure`) within ±3% for three
+setups: FP32 eager; autocast with checkpointing; pure BF16 with SDPA. B = 2, T = 128,
+the labels loop and Adam. (Their parameter counts are exact in
+``tests/test_hf_config_transformers.py``, which counts :data:`small_configs.MLA`.)"""
+
+from __future__ import annotations
+
+import pytest
+from introspect.adapters.hf_config import spec_from_config
+from small_configs import MLA
+
+from introspect.setup import TrainingSetup
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+SETUPS = {
+    "eager FP32": dict(attention="eager", precision="fp32"),
+    "amp ckpt": dict(precision="amp", activation_checkpointing=True),
+    "BF16 SDPA": dict(attention="memory_efficient", precision="bf16"),
+}
+
+
+def test_deepseek_v2_dense_first_then_softmax_routed_and_shared_experts():
+    spec = spec_from_config(MLA["deepseek_v2, q latent"])
+    (dense, n_dense), (moe, n_moe) = spec.kinds
+    assert (n_dense, n_moe) == (1, 2)
+    assert dense.feed_forward.num_experts == 0 and dense.feed_forward.intermediate_size == 640
+    ff = moe.feed_forward
+    assert (ff.num_experts, ff.top_k, ff.router) == (8, 2, "softmax")
+    assert ff.shared_intermediate_size == 2 * 64  # n_shared_experts: the class's default 2
+    assert not ff.router_correction_bias  # V3's e_score_correction_bias: not in V2
+    assert moe.attention.kind == "mla" and moe.attention.q_lora_rank == 96
+    plain_q = spec_from_config(MLA["deepseek_v2, q_proj, group-limited"])
+    assert plain_q.runs[0].kind.attention.q_lora_rank is None
+    assert not spec.unmodelled and not spec.unbuilt  # no multi-token-prediction layers
+
+
+def test_deepseek_v2_null_top_k_is_left_to_the_dry_run():
+    """DeepseekV2Config's default ``num_experts_per_tok`` is None, which the router's
+    ``topk`` cannot take: the spec comes from the build, and says why."""
+    config = dict(MLA["deepseek_v2, q latent"], num_experts_per_tok=None)
+    spec = spec_from_config(config)
+    assert any("num_experts_per_tok null" in part for part in spec.unmodelled)
+
+
+def test_minicpm3_is_mla_with_a_dense_mlp_and_the_class_v_head_default():
+    spec = spec_from_config(MLA["minicpm3, q_proj, bias, untied"])
+    ((kind, n),) = spec.kinds
+    assert n == 2 and kind.feed_forward.num_experts == 0 and kind.feed_forward.bias
+    att = kind.attention
+    assert att.kind == "mla" and att.q_lora_rank is None
+    assert att.v_head_dim == 256 // 8  # MiniCPM3Config: hidden_size / num_attention_heads
+    assert not spec.tie_word_embeddings
+
+
+@pytest.mark.parametrize("setup_name", list(SETUPS))
+@pytest.mark.parametrize("name", list(MLA))
+def test_refined_within_three_percent_of_the_dry_run(name, setup_name):
+    from introspect import refined
+    from introspect.measure import hf_models
+
+    raw = MLA[name]
+    spec = spec_from_config(raw)
+    assert not spec.unmodelled
+    setup = TrainingSetup(
+        batch_size=2, seq_len=128, implementation="transformers", loop="labels",
+        device="cpu", **SETUPS[setup_name],
+    )  # fmt: skip
+    measured, _ = hf_models.measure(raw, name, spec, setup, device="fake", census=False)
+    estimate = refined.execution_estimate(spec, setup)
+    assert estimate.total == pytest.approx(measured.peak_bytes, rel=0.03)
