@@ -59,6 +59,35 @@ def test_minicpm3_is_mla_with_a_dense_mlp_and_the_class_v_head_default():
     assert not spec.tie_word_embeddings
 
 
+@pytest.mark.parametrize("name", ["deepseek_v2, q latent", "deepseek_v3, MLA"])
+def test_deepseek_router_keeps_an_fp32_copy_of_its_bf16_input(name):
+    """``F.linear(hidden_states.type(torch.float32), ...)`` in a BF16 build: a census of
+    the real CPU step finds the B·T·d FP32 copy under each MoE layer's ``mlp.gate`` —
+    the closed form's ``router_copies`` — and no copy of the weight, which
+    ``_keep_in_fp32_modules_strict`` keeps FP32."""
+    from small_configs import FAMILIES
+
+    from introspect.measure.census import census
+    from introspect.refined.saved_feed_forward import router_copies
+
+    raw = {**MLA, **FAMILIES}[name]
+    keys = {k: v for k, v in raw.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model(raw["model_type"], **keys, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    x = torch.randint(0, raw["vocab_size"], (2, 64))
+    cen = census(model, lambda: model(input_ids=x, labels=x).loss, tokens=128, seq_len=64)
+    copies = [r for r in cen.rows if ".mlp.gate" in r[0] and r[1] == "_to_copy"]
+    spec = spec_from_config(raw)
+    setup = TrainingSetup(batch_size=2, seq_len=64, precision="bf16", device="cpu")
+    moe = [k.feed_forward for k, n in spec.kinds for _ in range(n) if k.feed_forward.num_experts]
+    assert [r[4] for r in copies] == [router_copies(spec, setup, ff) for ff in moe]
+    assert all(r[3] == "torch.float32" and r[2] == (128, 256) for r in copies)
+    fp32 = setup.replace(precision="fp32", activation_dtype="fp32")
+    for other in (setup.replace(precision="amp"), fp32):
+        assert router_copies(spec, other, moe[0]) == 0
+
+
 @pytest.mark.parametrize("setup_name", list(SETUPS))
 @pytest.mark.parametrize("name", list(MLA))
 def test_refined_within_three_percent_of_the_dry_run(name, setup_name):

@@ -64,6 +64,7 @@ def deepseek_v3(r: Reader) -> dict:
         shared_intermediate_size=shared * width,
         router_correction_bias=True,
         router="sigmoid",
+        router_fp32_input=True,
     )
     kinds = [
         LayerKind(attention=att, feed_forward=dense(fields) if i < first_dense else moe)
@@ -128,6 +129,7 @@ def deepseek_v2(r: Reader) -> dict:
             num_experts=experts,
             top_k=r.integer("num_experts_per_tok"),
             shared_intermediate_size=shared * width,
+            router_fp32_input=True,
         )
     kinds = [
         LayerKind(attention=att, feed_forward=dense(fields) if i < first_dense else moe)
