@@ -144,6 +144,10 @@ def spec_from_build(
         except (IntrospectError, ValueError) as e:
             parts = (f"{type(model).__name__}'s blocks, which the module walker cannot read ({e})",)
     if parts:
+        from .families import NOT_MODELLED
+
+        why = NOT_MODELLED.get(model_type)
+        parts = (why, *parts) if why else parts
         spec = frame_spec(model, tree, parts, exact=exact, source=source)
     return spec.replace(
         model_type=model_type,

@@ -207,6 +207,10 @@ class FeedForward:
     router_bias: bool = False
     #: DeepSeek-V3: ``e_score_correction_bias`` (E values), a buffer, not a parameter.
     router_correction_bias: bool = False
+    #: DeepSeek-V2/V3's router scores an FP32 copy of its input (``F.linear(hidden_states
+    #: .type(torch.float32), self.weight.type(torch.float32))`` in ``DeepseekV2TopkRouter``
+    #: / ``DeepseekV3TopkRouter``): under a 16-bit stream a new B·T·d tensor it keeps.
+    router_fp32_input: bool = False
     #: How the router scores: a softmax over all E (Qwen, Mixtral), a softmax over the
     #: top-k logits only (gpt-oss), or a sigmoid over E (DeepSeek-V3, Llama 4).
     router: str = "softmax"

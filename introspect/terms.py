@@ -1002,14 +1002,18 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/feed_forward/router",
             category="activations",
-            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * scored * FP32  (feed_forward); BT * E * FP32  (all_experts)",
-            source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes)",
+            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * scored * FP32 + router_copies  (feed_forward; router_copies: BT * d * FP32 for DeepSeek's FP32 router input under a 16-bit stream without autocast); BT * E * FP32  (all_experts)",
+            source="transformers/integrations/moe.py: grouped_mm experts (use_experts_implementation), the router's softmax/sigmoid; models/deepseek_v2/modeling_deepseek_v2.py: DeepseekV2TopkRouter.forward (hidden_states.type(torch.float32)) (introspect/refined/saved_feed_forward.py: feed_forward, expert_bytes, router_copies)",
             computed_by=(
                 "introspect/refined/architecture.py: _kind_terms",
                 "introspect/refined/saved_feed_forward.py: feed_forward",
+                "introspect/refined/saved_feed_forward.py: router_copies",
                 "introspect/refined/saved_feed_forward.py: all_experts",
             ),
-            tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+            tests=(
+                "tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",
+                "tests/test_mla_families.py::test_deepseek_router_keeps_an_fp32_copy_of_its_bf16_input",
+            ),
         ),
         Term(
             name="activations/layer/feed_forward/routing",

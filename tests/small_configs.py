@@ -105,6 +105,34 @@ FAMILIES: dict[str, dict] = {
     ),
 }  # fmt: skip
 
+#: The MLA families beside DeepSeek-V3 (tests/test_mla_families.py steps them; the
+#: parameter-count test counts them): DeepSeek-V2 with a q latent and greedy routing, and
+#: with a plain q_proj and group-limited routing; MiniCPM3 with its multipliers, and with
+#: a plain q_proj, MLP biases, untied head and v_head_dim left to the class.
+#: ``num_key_value_heads`` = heads: MLA's K/V have every head (MiniCPM3's default is 40).
+MLA: dict[str, dict] = {
+    "deepseek_v2, q latent": small(
+        "deepseek_v2", num_hidden_layers=3, n_routed_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=64, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16,
+        qk_nope_head_dim=32, v_head_dim=32, first_k_dense_replace=1,
+    ),
+    "deepseek_v2, q_proj, group-limited": small(
+        "deepseek_v2", num_hidden_layers=3, n_routed_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=64, q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16,
+        qk_nope_head_dim=32, v_head_dim=32, first_k_dense_replace=1, n_shared_experts=1,
+        topk_method="group_limited_greedy", n_group=4, topk_group=2,
+    ),
+    "minicpm3, multipliers": small(
+        "minicpm3", num_hidden_layers=3, num_key_value_heads=8, q_lora_rank=96,
+        kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+        scale_emb=12, scale_depth=1.4, dim_model_base=64,
+    ),
+    "minicpm3, q_proj, bias, untied": small(
+        "minicpm3", num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=64,
+        qk_rope_head_dim=16, qk_nope_head_dim=32, mlp_bias=True, tie_word_embeddings=False,
+    ),
+}  # fmt: skip
+
 #: mlx-lm's classes at d = 64 (the keys their ModelArgs need, which transformers defaults).
 MLX_LM: dict[str, dict] = {
     "qwen2": dict(

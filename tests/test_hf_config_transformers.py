@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config, supported_model_types
-from small_configs import FAMILIES, small
+from small_configs import FAMILIES, MLA, small
 from test_ssm import BAMBA, GRANITE, MOE, NEMOTRON_H
 
 from introspect.params import active_parameter_count, parameter_count, parameters_by_component
@@ -187,7 +187,7 @@ _BUNDLED = {
     # (adapters/multimodal.py; tests/test_vision.py), not by a hand-written reader
     and m.model_type in supported_model_types()
 }
-CASES = {**_BUNDLED, **VARIATIONS}
+CASES = {**_BUNDLED, **VARIATIONS, **MLA}
 
 
 def hf_model(config: dict, auto: str = "AutoModelForCausalLM"):

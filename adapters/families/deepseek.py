@@ -1,6 +1,7 @@
-"""DeepSeek-V3 (and DeepSeek-V2-style MLA configs that share its keys) and Llama 4.
+"""DeepSeek-V3, DeepSeek-V2 and MiniCPM3 (multi-head latent attention) and Llama 4.
 
-Sources: ``transformers/models/deepseek_v3/{configuration,modeling}_deepseek_v3.py`` and
+Sources: ``transformers/models/deepseek_v3/{configuration,modeling}_deepseek_v3.py``,
+``deepseek_v2/``, ``minicpm3/`` and
 ``transformers/models/llama4/{configuration,modeling}_llama4.py`` (5.x); see
 :mod:`introspect.adapters.families.moe` for the structures in words.
 """
@@ -13,26 +14,34 @@ from introspect.layers import Attention, FeedForward, LayerKind, runs_from_list
 
 from ._common import LAYER_TYPES, attention, context, dense, rmsnorm_gated
 
+#: DeepseekV3Config's MLA defaults (q_lora_rank, kv_lora_rank, qk_rope_head_dim,
+#: qk_nope_head_dim, v_head_dim); DeepseekV2Config's are the same.
+_DEEPSEEK_MLA = (1536, 512, 64, 128, 128)
 
-def _mla(r: Reader, heads: int, cls: str) -> Attention:
-    """Multi-head latent attention; ``q_lora_rank: null`` means a plain q_proj."""
+
+def _mla(r: Reader, heads: int, cls: str, defaults: tuple = _DEEPSEEK_MLA) -> Attention:
+    """Multi-head latent attention; ``q_lora_rank: null`` means a plain q_proj.
+    ``defaults`` are the class's for the five MLA keys (a None v_head_dim: the class
+    computes it, the caller passes the value)."""
+    q_default, kv_default, rope_default, nope_default, v_default = defaults
     if "q_lora_rank" in r.config and r.config["q_lora_rank"] is None:
         q_rank = None
     else:
-        q_rank = r.integer("q_lora_rank", default=1536, why=f"{cls} default 1536")
+        q_rank = r.integer("q_lora_rank", default=q_default, why=f"{cls} default {q_default}")
     bias = r.flag("attention_bias", False)
+    v_head = r.integer("v_head_dim", default=v_default, why=f"{cls} default {v_default}")
     return Attention(
         kind="mla",
         num_attention_heads=heads,
         num_key_value_heads=heads,
-        head_dim=r.integer("v_head_dim", default=128, why=f"{cls} default 128"),
+        head_dim=v_head,
         qkv_bias=bias,
         o_bias=bias,
         q_lora_rank=q_rank,
-        kv_lora_rank=r.integer("kv_lora_rank", default=512, why=f"{cls} default 512"),
-        qk_rope_head_dim=r.integer("qk_rope_head_dim", default=64, why=f"{cls} default 64"),
-        qk_nope_head_dim=r.integer("qk_nope_head_dim", default=128, why=f"{cls} default 128"),
-        v_head_dim=r.integer("v_head_dim", default=128),
+        kv_lora_rank=r.integer("kv_lora_rank", default=kv_default, why=f"{cls} default"),
+        qk_rope_head_dim=r.integer("qk_rope_head_dim", default=rope_default, why=f"{cls} default"),
+        qk_nope_head_dim=r.integer("qk_nope_head_dim", default=nope_default, why=f"{cls} default"),
+        v_head_dim=v_head,
     )
 
 
@@ -55,6 +64,7 @@ def deepseek_v3(r: Reader) -> dict:
         shared_intermediate_size=shared * width,
         router_correction_bias=True,
         router="sigmoid",
+        router_fp32_input=True,
     )
     kinds = [
         LayerKind(attention=att, feed_forward=dense(fields) if i < first_dense else moe)
@@ -74,6 +84,97 @@ def deepseek_v3(r: Reader) -> dict:
     if mtp:
         fields["unbuilt"] = f"{mtp} multi-token-prediction layer(s)"
         fields["_mtp"] = (mtp, kinds[-1])
+    return fields
+
+
+def deepseek_v2(r: Reader) -> dict:
+    """DeepseekV2Config: DeepSeek-V3's MLA (``DeepseekV2Attention`` holds the same
+    projections and norms; ``q_lora_rank: null`` gives a plain q_proj), dense first
+    ``first_k_dense_replace`` layers, then routed + shared experts behind a softmax
+    router over E (``DeepseekV2TopkRouter``: ``F.linear`` on the FP32 hidden state,
+    ``softmax(dtype=torch.float32)``, ``topk``; ``group_limited_greedy`` masks the
+    groups it drops with ``masked_fill`` before the same ``topk``), no correction bias
+    and no multi-token-prediction layers. The rotary is complex (``apply_rotary_emb``:
+    ``view_as_complex`` of the FP32 rotary slice times ``freqs_cis``, cast back with
+    ``type_as``), which keeps no per-layer tensor the real-valued rotary does not.
+
+    The class's default ``num_experts_per_tok`` is None, which its router's ``topk``
+    cannot take: such a config is read from the build and answered by the dry run, whose
+    one line names the class's error. Source: ``transformers/models/deepseek_v2/
+    {configuration,modeling}_deepseek_v2.py`` (5.x)."""
+    from . import BuildInstead
+
+    cls = "DeepseekV2Config"
+    fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
+    L, h = fields["num_hidden_layers"], fields["num_attention_heads"]
+    att = _mla(r, h, cls)
+    first_dense = min(r.count("first_k_dense_replace", 0, f"{cls} default 0"), L)
+    fields["mlp_bias"] = r.flag("mlp_bias", False, f"{cls} default false")
+    moe = None
+    if first_dense < L:
+        if r.config.get("num_experts_per_tok") is None:
+            raise BuildInstead(
+                "DeepseekV2TopkRouter with num_experts_per_tok null (DeepseekV2Config's "
+                "default): its topk needs an integer k"
+            )
+        if fields["mlp_bias"]:
+            raise BuildInstead(
+                "DeepseekV2Moe with mlp_bias: biased shared experts beside unbiased routed experts"
+            )
+        experts = r.integer("n_routed_experts", default=64, why=f"{cls} default 64")
+        width = r.integer("moe_intermediate_size", default=1407, why=f"{cls} default 1407")
+        shared = r.count("n_shared_experts", 2, f"{cls} default 2")
+        moe = FeedForward(
+            intermediate_size=width,
+            num_experts=experts,
+            top_k=r.integer("num_experts_per_tok"),
+            shared_intermediate_size=shared * width,
+            router_fp32_input=True,
+        )
+    kinds = [
+        LayerKind(attention=att, feed_forward=dense(fields) if i < first_dense else moe)
+        for i in range(L)
+    ]
+    fields.update(
+        num_key_value_heads=None,
+        head_dim=att.qk_head_dim,
+        tie_word_embeddings=r.tied(False, cls),
+        max_position_embeddings=context(r, 2048),
+        layers=runs_from_list(kinds),
+    )
+    if moe is not None:
+        fields.update(
+            intermediate_size=moe.intermediate_size,
+            num_local_experts=moe.num_experts,
+            num_experts_per_tok=moe.top_k,
+        )
+    return fields
+
+
+def minicpm3(r: Reader) -> dict:
+    """MiniCPM3Config: ``MiniCPM3Attention`` is DeepseekV2Attention's MLA with the
+    real-valued rotary (``apply_rotary_pos_emb``), on every layer, before Llama's dense
+    gated MLP (``mlp_bias`` on its projections). Its multipliers save nothing a Llama
+    block does not: ``embed_tokens`` times the ``scale_emb`` buffer (a 0-dim tensor
+    with no grad: the multiply keeps only it), each branch times ``scale_depth /
+    sqrt(L)`` before the residual add (a Python float: nothing kept) and the final
+    norm's output divided by ``hidden_size / dim_model_base`` before the head (the
+    quotient replaces the norm output as the head's saved input). ``v_head_dim`` null
+    is ``hidden_size / num_attention_heads`` (``MiniCPM3Config.__post_init__``).
+    Source: ``transformers/models/minicpm3/{configuration,modeling}_minicpm3.py``."""
+    cls = "MiniCPM3Config"
+    fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
+    h = fields["num_attention_heads"]
+    att = _mla(r, h, cls, (768, 256, 32, 64, fields["hidden_size"] // h))
+    fields["mlp_bias"] = r.flag("mlp_bias", False, f"{cls} default false")
+    kind = LayerKind(attention=att, feed_forward=dense(fields))
+    fields.update(
+        num_key_value_heads=None,
+        head_dim=att.qk_head_dim,
+        tie_word_embeddings=r.tied(True, cls),
+        max_position_embeddings=context(r, 32768),
+        layers=runs_from_list([kind] * fields["num_hidden_layers"]),
+    )
     return fields
 
 

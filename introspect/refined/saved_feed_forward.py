@@ -64,7 +64,7 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
         out["feed_forward/expert_down"] = k * BT * d * s
         # The router's FP32 softmax (or sigmoid) output; gpt-oss softmaxes the top-k only.
         scored = ff.top_k if ff.router == "topk_softmax" else ff.num_experts
-        out["feed_forward/router"] = BT * scored * FP32
+        out["feed_forward/router"] = BT * scored * FP32 + router_copies(spec, setup, ff)
         # The grouped-mm dispatch's bookkeeping: the routing weight gathered per row, and
         # integer indices — three int64 vectors over the rows (sort, its inverse, token
         # ids), the router's top-k (int64) and the per-expert offsets (int32).
@@ -83,6 +83,21 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
                 shared += BT * d * a + BT * a
             out["feed_forward/shared"] = shared
     return out
+
+
+def router_copies(spec: ModelSpec, setup: TrainingSetup, ff) -> int:
+    """DeepSeek-V2/V3's router input cast to FP32 (``router_fp32_input``): under a
+    16-bit stream without autocast, ``hidden_states.type(torch.float32)`` is a new
+    B·T·d FP32 tensor ``F.linear`` keeps for the weight's gradient (a census of
+    DeepseekV2ForCausalLM in BF16 shows it as a ``_to_copy`` row under ``mlp.gate``).
+    The weight's cast returns the weight itself: ``_keep_in_fp32_modules_strict =
+    ["gate.weight"]`` keeps it FP32 in a BF16 build. In FP32 the input's cast returns
+    the input; under autocast the linear runs on autocast's BF16 copies instead."""
+    if not ff.router_fp32_input or setup.implementation != "transformers":
+        return 0
+    if setup.precision == "amp" or setup.activation_bytes >= FP32:
+        return 0
+    return setup.tokens * spec.hidden_size * FP32
 
 
 def all_experts(spec: ModelSpec, setup: TrainingSetup, ff) -> dict[str, int]:
