@@ -33,6 +33,7 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
 
 from __future__ import annotations
 
+from introspect import metal
 from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -60,7 +61,7 @@ RESERVE_MODEL = (
     "derived from torch's source, not measured on a GPU"
 )
 #: Fraction of a Mac's unified memory Metal recommends as the GPU's working set.
-METAL_WORKING_SET_FRACTION = 0.75
+METAL_WORKING_SET_FRACTION = metal.WORKING_SET_FRACTION
 METAL_SOURCE = (
     "Metal's recommendedMaxWorkingSetSize, about 75% of unified memory (19,069 MB reported "
     "on a 24 GB Mac); raise with sudo sysctl iogpu.wired_limit_mb"
@@ -186,11 +187,13 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None, allocator=No
         usable = metal_usable(device) if device is not None else None
         return DeviceView(
             est.total,
-            0,
+            metal.rounding_bytes(spec, setup),
             0,
             usable,
             {
-                "allocated": "refined estimate (mx.get_peak_memory())",
+                "allocated": "refined estimate (mx.get_peak_memory(), verified on the CPU)",
+                "reserve": "Metal's 16 KiB page rounding of the step's long-lived buffers "
+                f"(metal/allocator.cpp:123-126; {metal.DERIVED})",
                 "cache": "MLX buffer cache reuses freed buffers; footprint ≈ peak",
                 "usable": METAL_SOURCE,
             },

@@ -350,7 +350,15 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
         verdict += f"{fmt_memory(budget)}{shown}"
     lines.append(verdict)
     view = result["device_view"]
-    if view is not None and view.shown != view.allocated:
+    if view is not None and "cache" in view.sources:  # an Apple device (introspect.metal)
+        from introspect import metal
+
+        lines.append(
+            f"  Metal: {metal.DERIVED}; {metal.VERIFIED}; + page rounding "
+            f"{fmt_memory(view.reserve)} applied; command-buffer pinning and fused norm/rope "
+            "kernels not applied (introspect/metal.py)"
+        )
+    elif view is not None and view.shown != view.allocated:
         src = view.sources
         lines += [
             f"  allocated peak              {fmt_memory(view.allocated):>10}  ({src['allocated']})",
