@@ -44,9 +44,12 @@ Everything MLX says about an MLX step in this project (the replay,
   kept: the estimate is high by those. Attention under ``value_and_grad`` runs the
   *unfused* graph on Metal since MLX 0.25.0 (``fast.cpp:826-843``;
   ``metal/scaled_dot_product_attention.cpp:739-743``; ml-explore/mlx e5d35aa18,
-  2025-04-08), so its T×T probabilities are kept per layer as on the CPU; before 0.25 the
-  fused forward ran and its VJP recomputed one layer's attention at a time
-  (:func:`attention_kept_in_training`). Not applied: no Metal count of either exists here.
+  2025-04-08), and before 0.24 the fused kernel took no mask, so its T×T probabilities
+  are kept per layer as on the CPU; on 0.24.x the fused forward ran and its VJP
+  recomputed one layer's attention at a time (:func:`attention_kept_in_training`,
+  :func:`fused_attention_peak`: the T×T kinds at one layer). Not applied by ``profile``,
+  which knows no MLX version; the fused norm kernels are not applied anywhere (no Metal
+  count of them exists here).
 * **Limits.** ``set_memory_limit`` defaults to min(1.5 × recommendedMaxWorkingSetSize,
   0.95 × RAM) and past it the evaluator waits for buffers to finish
   (``transforms.cpp:272-283``); ``set_wired_limit`` (default 0, at most the working set,
@@ -73,7 +76,9 @@ MAX_ACTIVE_TASKS = 10
 #: (``metal/device.cpp:600-626``); anything else takes the default.
 COMMIT_LIMITS = {"p": (20, 40), "g": (40, 40), "s": (50, 50), "d": (50, 50)}
 DEFAULT_COMMIT = (40, 40)
-#: The first MLX release whose Metal SDPA falls back to the unfused graph under grad.
+#: The first MLX release whose fused Metal SDPA takes a causal mask (2025-03-20), and
+#: the first whose SDPA falls back to the unfused graph under grad (2025-04-17).
+FUSED_CAUSAL_ATTENTION = (0, 24, 0)
 UNFUSED_TRAINING_ATTENTION = (0, 25, 0)
 
 #: Fraction of unified memory Metal recommends as the GPU's working set (the figure
@@ -125,16 +130,24 @@ def memory_limits(memory_bytes: int, working_set: int) -> dict[str, int]:
     }
 
 
-def attention_kept_in_training(mlx_version: str | None) -> bool | None:
-    """Whether Metal keeps the T×T probabilities per layer under ``value_and_grad``
-    (unfused SDPA, MLX ≥ 0.25.0); None when the version is not known."""
-    if not mlx_version:
-        return None
+def _version(text: str) -> tuple[int, int, int]:
     parts = []
-    for piece in mlx_version.split(".")[:3]:
+    for piece in text.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits) if digits else 0)
-    return tuple(parts + [0] * (3 - len(parts))) >= UNFUSED_TRAINING_ATTENTION
+    return tuple(parts + [0] * (3 - len(parts)))  # type: ignore[return-value]
+
+
+def attention_kept_in_training(mlx_version: str | None) -> bool | None:
+    """Whether Metal keeps each layer's T×T probabilities under ``value_and_grad`` as the
+    CPU graph does (None when the version is not known). Before 0.24 the fused kernel
+    took no mask (v0.23.2 ``fast.cpp:715``: ``!mask``), and a training step has a causal
+    one, so the unfused graph ran; 0.24.x fused causal attention under grad too
+    (v0.24.2 ``fast.cpp:743-783``); from 0.25.0 grad tracing takes the unfused graph
+    again (:data:`UNFUSED_TRAINING_ATTENTION`)."""
+    if not mlx_version:
+        return None
+    return not (FUSED_CAUSAL_ATTENTION <= _version(mlx_version) < UNFUSED_TRAINING_ATTENTION)
 
 
 def buffer_sizes(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int]]:
@@ -183,6 +196,8 @@ class MetalView:
     rounding: int
     pinned_ops: int
     limits: dict[str, int] | None
+    #: The peak with MLX 0.24.x's fused attention (:func:`fused_attention_peak`), or None.
+    fused_024: int | None = None
 
     @property
     def allocated(self) -> int:
@@ -199,9 +214,15 @@ class MetalView:
             f"  not applied: command buffers may hold inputs of up to {self.pinned_ops} ops "
             "(metal/eval.cpp:47-68, device.cpp:600-626, transforms.cpp:25) vs ~110 on the CPU "
             "(estimate may be low); fused rms_norm/rope VJPs keep less than the CPU "
-            "fallback (fast.cpp:112-177; estimate may be high); attention is unfused under "
-            "grad since MLX 0.25 (scaled_dot_product_attention.cpp:739-743), as on the CPU",
+            "fallback (fast.cpp:112-177; estimate may be high); attention under grad is "
+            "unfused before MLX 0.24 and from 0.25 (scaled_dot_product_attention.cpp:739-743), "
+            "as on the CPU",
         ]
+        if self.fused_024 is not None and self.fused_024 != self.estimate:
+            out.append(
+                f"  on MLX 0.24.x (fused causal attention under grad, its VJP one layer at a "
+                f"time: fast.cpp v0.24.2:738-783): {self.fused_024 + self.rounding:,} bytes"
+            )
         if self.limits:
             lim = self.limits
             out.append(
@@ -218,6 +239,9 @@ class MetalView:
             "allocated_peak_bytes": self.allocated,
             "pinned_ops_bound": self.pinned_ops,
             "limits": self.limits,
+            "mlx_0_24_fused_attention_bytes": (
+                None if self.fused_024 is None else self.fused_024 + self.rounding
+            ),
             "status": DERIVED,
             "verified": VERIFIED,
         }
@@ -232,4 +256,55 @@ def metal_view(
     if memory_bytes is not None:
         working_set = int(WORKING_SET_FRACTION * memory_bytes)
         limits = memory_limits(memory_bytes, working_set)
-    return MetalView(estimate, rounding_bytes(spec, setup), pinned_ops_bound(None), limits)
+    fused = fused_attention_peak(spec, setup)
+    return MetalView(estimate, rounding_bytes(spec, setup), pinned_ops_bound(None), limits, fused)
+
+
+#: The shape kinds of the attention's T×T tensors (:data:`introspect.refined.mlx.KINDS`).
+T2_KINDS = ("T²", "B·T²", "B·h·T²")
+
+
+def _moment_totals(spec: ModelSpec, setup: TrainingSetup, t2_layers: int | None) -> list[int]:
+    """Each derived MLX moment's total (:func:`introspect.refined.mlx.moments`), with the
+    T×T kinds counted at ``t2_layers`` layers on the same line (None: at the step's
+    depth, as the closed form counts them)."""
+    from introspect.refined import mlx
+    from introspect.refined.lora import adapted_layers
+    from introspect.refined.mlx_counts import candidates as counts
+
+    structure = mlx.structure_of(spec, setup)
+    lora = setup.finetune == "lora"
+    candidates = counts(mlx.key(structure, mlx.dtype_of(setup), mlx.compiled(setup), lora=lora))
+    base = sum(mlx.state_terms(spec, setup).values())
+    base += mlx.lora_upcast_bytes(spec, setup) if lora else 0
+    depth = adapted_layers(spec, setup) if lora else spec.num_hidden_layers
+    x = mlx.dims(spec, setup)
+    mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")
+    totals = []
+    for c in candidates:
+        per, fixed = mlx.segment(c, depth)
+        total = base
+        for kind in dict.fromkeys([*per, *fixed]):
+            layers = t2_layers if (kind in T2_KINDS and t2_layers is not None) else depth
+            size = mlx.numel(mlx.MHA_KIND.get(kind, kind) if mha else kind, x)
+            total += round((layers * per.get(kind, 0) + fixed.get(kind, 0)) * size)
+        totals.append(total)
+    return totals
+
+
+def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
+    """The MLX peak as Metal ran it on MLX 0.24.x (:func:`attention_kept_in_training`):
+    ``mx.fast.scaled_dot_product_attention`` under ``value_and_grad`` took the fused
+    kernel (v0.24.2 ``fast.cpp:738-783``: head
+    dims 64/80/128, causal or array mask, on the GPU) and its VJP was
+    ``Custom::vjp`` — the unfused graph's VJP built in the backward (``fast.cpp:15-26``),
+    so the T×T tensors exist for one layer at a time: the T×T kinds at one layer of the
+    counted line, every other kind as the closed form counts it. None where the derived
+    counts do not apply (other structures, checkpointing, setups on torch's moments)."""
+    from introspect.refined import mlx
+
+    if not mlx.applies(setup, spec) or setup.activation_checkpointing:
+        return None
+    if spec.head_dim not in (64, 80, 128):
+        return None  # v0.24.2 fast.cpp:738-739: no fused kernel, the unfused graph ran
+    return max(_moment_totals(spec, setup, 1))

@@ -57,7 +57,16 @@ def test_memory_limits_follow_the_allocator():
 
 @pytest.mark.parametrize(
     ("version", "kept"),
-    [("0.24.2", False), ("0.25.0", True), ("0.29.3", True), ("1.0.0rc1", True), (None, None)],
+    [
+        ("0.19.3", True),
+        ("0.23.2", True),
+        ("0.24.0", False),
+        ("0.24.2", False),
+        ("0.25.0", True),
+        ("0.29.3", True),
+        ("1.0.0rc1", True),
+        (None, None),
+    ],
 )
 def test_attention_kept_by_version(version, kept):
     assert metal.attention_kept_in_training(version) == kept
@@ -103,3 +112,30 @@ def test_fit_on_a_mac_says_derived_for_metal(capsys):
     assert main([*argv, "--seq", "64"]) == 0
     out = capsys.readouterr().out
     assert "Metal: derived for Metal" in out and "CUDA context" not in out
+
+
+def test_moments_rebuilt_as_the_closed_form():
+    from introspect.adapters import resolve
+
+    from introspect import refined
+    from introspect.refined.implementations import resolve_attention
+
+    spec = resolve("meta-llama/Llama-3.2-1B").spec
+    for flags in (
+        dict(finetune="lora", lora_rank=8, num_layers=16, batch_size=4, precision="bf16"),
+        dict(batch_size=2),
+    ):
+        setup = resolve_attention(spec, TrainingSetup(framework="mlx", seq_len=512, **flags))
+        total = refined.estimate(spec, setup).total
+        # the T×T kinds at the step's depth: exactly the closed form's peak
+        assert max(metal._moment_totals(spec, setup, None)) == total
+        fused = metal.fused_attention_peak(spec, setup)
+        assert fused is not None and fused < total
+
+
+def test_fused_attention_not_derived_for_checkpointing():
+    from introspect.adapters import resolve
+
+    spec = resolve("meta-llama/Llama-3.2-1B").spec
+    setup = TrainingSetup(framework="mlx", seq_len=256, activation_checkpointing=True)
+    assert metal.fused_attention_peak(spec, setup) is None
