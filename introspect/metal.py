@@ -41,15 +41,19 @@ Everything MLX says about an MLX step in this project (the replay,
   single primitives with their own VJP primitives (``fast.cpp:112-177``;
   ``metal/normalization.cpp:13-15``, ``metal/rope.cpp:10-12``: the fallback runs on the
   CPU only), so the norm's and rotary's elementwise intermediates the CPU counts are not
-  kept: the estimate is high by those. Attention under ``value_and_grad`` runs the
+  kept: the estimate is high by those. Not applied: CPU steps with Metal's saved sets
+  emulated (:mod:`introspect.measure.mlx_metal_kernels`, ``benchmarks/metal_kernels.py``)
+  peak lower by 4.2–4.5 bytes per B·T·d element per RMSNorm in BF16 but 0.85 in FP32,
+  where the source reading (the fallback's FP32 copy of x kept, ``fast.cpp:90-107``)
+  predicts one figure for both: which moment holds the peak decides it, and only a graph
+  of Metal's step would. Attention under ``value_and_grad`` runs the
   *unfused* graph on Metal since MLX 0.25.0 (``fast.cpp:826-843``;
   ``metal/scaled_dot_product_attention.cpp:739-743``; ml-explore/mlx e5d35aa18,
   2025-04-08), and before 0.24 the fused kernel took no mask, so its T×T probabilities
   are kept per layer as on the CPU; on 0.24.x the fused forward ran and its VJP
   recomputed one layer's attention at a time (:func:`attention_kept_in_training`,
   :func:`fused_attention_peak`: the T×T kinds at one layer). Not applied by ``profile``,
-  which knows no MLX version; the fused norm kernels are not applied anywhere (no Metal
-  count of them exists here).
+  which knows no MLX version: printed beside the estimate.
 * **Limits.** ``set_memory_limit`` defaults to min(1.5 × recommendedMaxWorkingSetSize,
   0.95 × RAM) and past it the evaluator waits for buffers to finish
   (``transforms.cpp:272-283``); ``set_wired_limit`` (default 0, at most the working set,
@@ -205,29 +209,36 @@ class MetalView:
         return self.estimate + self.rounding
 
     def lines(self) -> list[str]:
+        from introspect.units import fmt_memory
+
         out = [
             f"on Apple silicon (Metal): {DERIVED}; {VERIFIED}",
-            "  + page rounding of weights/adapters/state: "
-            f"{self.rounding:,} bytes (16 KiB pages, metal/allocator.cpp:123-126) — applied",
+            f"  estimate (the CPU stream's)                 {fmt_memory(self.estimate):>10}",
+        ]
+        out += [
+            f"  + page rounding (16 KiB pages)              {fmt_memory(self.rounding):>10}"
+            "  (metal/allocator.cpp:123-126; applied)",
+            f"  = derived peak on Metal                     {fmt_memory(self.allocated):>10}",
             "  peak counts live buffers only, not MLX's cache (metal/allocator.cpp:166-167); "
             "Activity Monitor shows the cache too",
             f"  not applied: command buffers may hold inputs of up to {self.pinned_ops} ops "
             "(metal/eval.cpp:47-68, device.cpp:600-626, transforms.cpp:25) vs ~110 on the CPU "
-            "(estimate may be low); fused rms_norm/rope VJPs keep less than the CPU "
-            "fallback (fast.cpp:112-177; estimate may be high); attention under grad is "
-            "unfused before MLX 0.24 and from 0.25 (scaled_dot_product_attention.cpp:739-743), "
-            "as on the CPU",
+            "(may raise the peak); fused rms_norm and rope keep less than the CPU fallback "
+            "(fast.cpp:90-177; a CPU emulation of their saved sets, "
+            "introspect/measure/mlx_metal_kernels.py, lowers the peak — not derived in closed "
+            "form); attention under grad is unfused before MLX 0.24 and from 0.25 "
+            "(scaled_dot_product_attention.cpp:739-743), as on the CPU",
         ]
         if self.fused_024 is not None and self.fused_024 != self.estimate:
             out.append(
                 f"  on MLX 0.24.x (fused causal attention under grad, its VJP one layer at a "
-                f"time: fast.cpp v0.24.2:738-783): {self.fused_024 + self.rounding:,} bytes"
+                f"time: fast.cpp v0.24.2:738-783): {fmt_memory(self.fused_024 + self.rounding)}"
             )
         if self.limits:
             lim = self.limits
             out.append(
-                f"  memory/cache limit {lim['memory_limit']:,} bytes, cache released past "
-                f"{lim['gc_limit']:,} (metal/allocator.cpp:63-65); wired limit changes "
+                f"  memory/cache limit {fmt_memory(lim['memory_limit'])}, cache released past "
+                f"{fmt_memory(lim['gc_limit'])} (metal/allocator.cpp:63-65); wired limit changes "
                 "residency, not the peak"
             )
         return out
@@ -237,11 +248,11 @@ class MetalView:
             "estimate_bytes": self.estimate,
             "page_rounding_bytes": self.rounding,
             "allocated_peak_bytes": self.allocated,
-            "pinned_ops_bound": self.pinned_ops,
-            "limits": self.limits,
             "mlx_0_24_fused_attention_bytes": (
                 None if self.fused_024 is None else self.fused_024 + self.rounding
             ),
+            "pinned_ops_bound": self.pinned_ops,
+            "limits": self.limits,
             "status": DERIVED,
             "verified": VERIFIED,
         }
@@ -256,8 +267,13 @@ def metal_view(
     if memory_bytes is not None:
         working_set = int(WORKING_SET_FRACTION * memory_bytes)
         limits = memory_limits(memory_bytes, working_set)
-    fused = fused_attention_peak(spec, setup)
-    return MetalView(estimate, rounding_bytes(spec, setup), pinned_ops_bound(None), limits, fused)
+    return MetalView(
+        estimate,
+        rounding_bytes(spec, setup),
+        pinned_ops_bound(None),
+        limits,
+        fused_attention_peak(spec, setup),
+    )
 
 
 #: The shape kinds of the attention's T×T tensors (:data:`introspect.refined.mlx.KINDS`).
@@ -292,18 +308,22 @@ def _moment_totals(spec: ModelSpec, setup: TrainingSetup, t2_layers: int | None)
     return totals
 
 
+def _derivable(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    from introspect.refined import mlx
+
+    return mlx.applies(setup, spec) and not setup.activation_checkpointing
+
+
 def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
     """The MLX peak as Metal ran it on MLX 0.24.x (:func:`attention_kept_in_training`):
     ``mx.fast.scaled_dot_product_attention`` under ``value_and_grad`` took the fused
-    kernel (v0.24.2 ``fast.cpp:738-783``: head
-    dims 64/80/128, causal or array mask, on the GPU) and its VJP was
-    ``Custom::vjp`` — the unfused graph's VJP built in the backward (``fast.cpp:15-26``),
-    so the T×T tensors exist for one layer at a time: the T×T kinds at one layer of the
-    counted line, every other kind as the closed form counts it. None where the derived
-    counts do not apply (other structures, checkpointing, setups on torch's moments)."""
-    from introspect.refined import mlx
-
-    if not mlx.applies(setup, spec) or setup.activation_checkpointing:
+    kernel (v0.24.2 ``fast.cpp:738-783``: head dims 64/80/128, causal or array mask, on
+    the GPU) and its VJP was ``Custom::vjp`` — the unfused graph's VJP built in the
+    backward (``fast.cpp:15-26``), so the T×T tensors exist for one layer at a time: the
+    T×T kinds at one layer of the counted line, every other kind as the closed form counts
+    it. None where the derived counts do not apply (other structures, checkpointing,
+    setups on torch's moments)."""
+    if not _derivable(spec, setup):
         return None
     if spec.head_dim not in (64, 80, 128):
         return None  # v0.24.2 fast.cpp:738-739: no fused kernel, the unfused graph ran

@@ -98,6 +98,7 @@ def test_profile_mlx_json_carries_the_metal_view(capsys):
     data = json.loads(capsys.readouterr().out)
     view = data["metal"]
     assert view["allocated_peak_bytes"] == view["estimate_bytes"] + view["page_rounding_bytes"]
+    assert view["mlx_0_24_fused_attention_bytes"] <= view["allocated_peak_bytes"]
     assert view["estimate_bytes"] == data["estimates"]["refined"]["total_bytes"]
     assert "derived for Metal" in view["status"]
 
@@ -139,3 +140,64 @@ def test_fused_attention_not_derived_for_checkpointing():
     spec = resolve("meta-llama/Llama-3.2-1B").spec
     setup = TrainingSetup(framework="mlx", seq_len=256, activation_checkpointing=True)
     assert metal.fused_attention_peak(spec, setup) is None
+
+
+def test_profile_mlx_on_the_cpu_has_no_metal_view(capsys):
+    argv = ["profile", "meta-llama/Llama-3.2-1B", "--framework", "mlx", "--device", "cpu"]
+    assert main([*argv, "--seq", "64", "--json"]) == 0
+    assert "metal" not in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_emulated_metal_kernels_keep_values_and_gradients():
+    mx = pytest.importorskip("mlx.core")
+    from introspect.measure.mlx_metal_kernels import metal_kernels
+
+    x = mx.random.normal((2, 5, 16), key=mx.random.key(0))
+    w = mx.random.normal((16,), key=mx.random.key(1))
+
+    def norm_loss(x, w):
+        return (mx.fast.rms_norm(x, w, 1e-5) ** 2).sum()
+
+    def rope_loss(x):
+        return (mx.fast.rope(x, 16, traditional=False, base=1e4, scale=1.0, offset=3) ** 3).sum()
+
+    plain = mx.grad(norm_loss, argnums=(0, 1))(x, w), mx.grad(rope_loss)(x)
+    with metal_kernels():
+        fused = mx.grad(norm_loss, argnums=(0, 1))(x, w), mx.grad(rope_loss)(x)
+        assert mx.allclose(
+            mx.fast.rms_norm(x, w, 1e-5),
+            x * mx.rsqrt(mx.mean(x * x, axis=-1, keepdims=True) + 1e-5) * w,
+            atol=1e-5,
+        )
+    for a, b in zip((*plain[0], plain[1]), (*fused[0], fused[1]), strict=True):
+        assert mx.allclose(a, b, atol=1e-4).item()
+
+
+@pytest.mark.slow
+def test_emulated_fused_norm_lowers_a_bf16_cpu_step():
+    pytest.importorskip("mlx_lm")
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import mlx_lm_models
+    from introspect.measure.mlx_metal_kernels import metal_kernels
+
+    raw = dict(
+        model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=128, vocab_size=256,
+        tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=256,
+    )  # fmt: skip
+    spec = spec_from_config(raw, source="tiny")
+    setup = TrainingSetup(
+        framework="mlx", implementation="mlx_lm", precision="bf16", activation_dtype="bf16",
+        weights_dtype="bf16", attention="memory_efficient", batch_size=2, seq_len=64,
+        finetune="lora", lora_rank=4,
+    )  # fmt: skip
+
+    def peak() -> int:
+        return mlx_lm_models.measure(raw, "tiny", spec, setup, compiled=False, repeats=1).peak_bytes
+
+    plain = peak()
+    with metal_kernels(rope=False):
+        fused = peak()
+    assert fused < plain  # Metal's RMSNorm keeps x and w, the fallback its FP32 copy too
