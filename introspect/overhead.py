@@ -185,15 +185,15 @@ def device_view(spec: ModelSpec, setup: TrainingSetup, device=None, allocator=No
     )
     if kind == "metal" or setup.framework.startswith("mlx"):
         usable = metal_usable(device) if device is not None else None
+        view = metal.metal_view(spec, setup, est.total)
         return DeviceView(
-            est.total,
-            metal.rounding_bytes(spec, setup),
+            view.allocated,
+            0,
             0,
             usable,
             {
-                "allocated": "refined estimate (mx.get_peak_memory(), verified on the CPU)",
-                "reserve": "Metal's 16 KiB page rounding of the step's long-lived buffers "
-                f"(metal/allocator.cpp:123-126; {metal.DERIVED})",
+                "allocated": "refined estimate (mx.get_peak_memory(), verified on the CPU) with "
+                f"Metal's page rounding ({metal.DERIVED})",
                 "cache": "MLX buffer cache reuses freed buffers; footprint ≈ peak",
                 "usable": METAL_SOURCE,
             },

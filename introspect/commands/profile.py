@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             }
         if allocator_notes:
             out.setdefault("notes", []).extend(allocator_notes)
-        if not cuda:
+        if setup.resolved_device == "metal":
             out["metal"] = _metal_view(model.spec, setup, results).to_json()
         print(report.dumps(out))
     else:
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + _exact.render(exact))
         if not setup.framework.startswith("mlx"):
             print("\n" + cuda_section(model.spec, setup, allocator))
-        else:
+        elif setup.resolved_device == "metal":  # MLX on a Mac, not MLX's CPU stream
             print("\n" + "\n".join(_metal_view(model.spec, setup, results).lines()))
         notes = [*notes, *allocator_notes]
         if notes:
