@@ -39,6 +39,7 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
 
 from __future__ import annotations
 
+from introspect import metal
 from introspect._record import record
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
@@ -58,7 +59,7 @@ RESERVE_MODEL = (
     "derived from torch's source, not measured on a GPU"
 )
 #: Fraction of a Mac's unified memory Metal recommends as the GPU's working set.
-METAL_WORKING_SET_FRACTION = 0.75
+METAL_WORKING_SET_FRACTION = metal.WORKING_SET_FRACTION
 METAL_SOURCE = (
     "Metal's recommendedMaxWorkingSetSize, about 75% of unified memory (19,069 MB reported "
     "on a 24 GB Mac); raise with sudo sysctl iogpu.wired_limit_mb"
@@ -292,13 +293,15 @@ def device_view(
     )
     if kind == "metal" or setup.framework.startswith("mlx"):
         usable = metal_usable(device) if device is not None else None
+        view = metal.metal_view(spec, setup, est.total)
         return DeviceView(
-            est.total,
+            view.allocated,
             0,
             0,
             usable,
             {
-                "allocated": "refined estimate (mx.get_peak_memory())",
+                "allocated": "refined estimate (mx.get_peak_memory(), verified on the CPU) with "
+                f"Metal's page rounding ({metal.DERIVED})",
                 "cache": "MLX buffer cache reuses freed buffers; footprint ≈ peak",
                 "usable": METAL_SOURCE,
             },

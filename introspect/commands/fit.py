@@ -373,7 +373,11 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
         where,
     ]
     shown = ""
-    if need != peak:
+    view = result["device_view"]
+    if view is not None and "cache" in view.sources:  # an Apple device (introspect.metal)
+        if need != peak:
+            shown = f" (the CPU-verified estimate {fmt_memory(peak)}, as derived for Metal)"
+    elif need != peak:
         shown = (
             f" (allocated peak {fmt_memory(peak)}, plus the device's overhead: fit decides "
             "on what the device holds, reserved + context"
@@ -386,8 +390,14 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
         verdict = f"DOES NOT FIT: needs {fmt_memory(need)}, {fmt_memory(need - budget)} over "
         verdict += f"{fmt_memory(budget)}{shown}"
     lines.append(verdict)
-    view = result["device_view"]
-    if view is not None and view.shown != view.allocated:
+    if view is not None and "cache" in view.sources:  # an Apple device (introspect.metal)
+        from introspect import metal
+
+        lines.append(
+            f"  Metal: {metal.DERIVED}; {metal.VERIFIED}; applied: page rounding; not "
+            "applied: command-buffer pinning, fused rms_norm/rope (introspect/metal.py)"
+        )
+    elif view is not None and view.shown != view.allocated:
         src = view.sources
         rows = [
             ("allocated peak", view.allocated, src["allocated"]),

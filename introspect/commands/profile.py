@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
             }
         if allocator_notes:
             out.setdefault("notes", []).extend(allocator_notes)
+        if setup.resolved_device == "metal":
+            out["metal"] = _metal_view(model.spec, setup, results).to_json()
         print(report.dumps(out))
     else:
         if config is not None:
@@ -151,10 +153,19 @@ def run(args: argparse.Namespace) -> int:
             print("\n" + _exact.render(exact))
         if not setup.framework.startswith("mlx"):
             print("\n" + cuda_section(model.spec, setup, allocator))
+        elif setup.resolved_device == "metal":  # MLX on a Mac, not MLX's CPU stream
+            print("\n" + "\n".join(_metal_view(model.spec, setup, results).lines()))
         notes = [*notes, *allocator_notes]
         if notes:
             print("\n" + "\n".join(f"note: {n}" for n in notes))
     return 0
+
+
+def _metal_view(spec: ModelSpec, setup: TrainingSetup, results: dict):
+    """What differs on Metal from the CPU-verified MLX estimate (:mod:`introspect.metal`)."""
+    from introspect import metal
+
+    return metal.metal_view(spec, setup, results["refined"].total)
 
 
 def _cuda_views(spec: ModelSpec, setup: TrainingSetup, allocator) -> dict:
