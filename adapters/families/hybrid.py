@@ -305,7 +305,10 @@ def nemotron_h(r: Reader) -> dict:
         types = [_NEMOTRON_BLOCKS[c] for c in pattern]
     if "moe" in types:
         n = types.count("moe")
-        raise BuildInstead(f"NemotronHMoE (routed-expert blocks, E) in {n} of {len(types)} layers")
+        raise BuildInstead(
+            f"NemotronHMoE (routed-expert blocks, E) in {n} of {len(types)} layers",
+            modelled=("NemotronHMamba2Mixer",),
+        )
     L = len(types)
     given = r.integer("num_hidden_layers", default=L)
     if given != L:
