@@ -38,6 +38,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "granitemoehybrid": hybrid.granitemoehybrid,
     "bamba": hybrid.bamba,
     "nemotron_h": hybrid.nemotron_h,
+    "olmo_hybrid": hybrid.olmo_hybrid,
 }
 
 

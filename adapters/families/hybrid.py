@@ -76,6 +76,58 @@ def qwen3_next(r: Reader) -> dict:
     return fields
 
 
+def olmo_hybrid(r: Reader) -> dict:
+    """OlmoHybridConfig (OLMo-Hybrid): Gated DeltaNet layers (``linear_attention``,
+    ``OlmoHybridLinearAttentionDecoderLayer``: pre-norm, ``OlmoHybridGatedDeltaNet``) and
+    OLMo-3 attention layers (``full_attention``, ``OlmoHybridAttentionDecoderLayer``: the
+    norms on the branch outputs, RMSNorm on q and k over their full widths, rotary), every
+    one with a SwiGLU MLP. The mixer runs Qwen3-Next's torch kernel
+    (``torch_chunk_gated_delta_rule``, ``l2norm``, the gated RMSNorm are the same code)
+    behind six separate projections (``linear_projections="separate"``, priced in
+    :mod:`introspect.refined.deltanet`); ``linear_allow_neg_eigval``'s ``beta * 2.0``
+    keeps nothing more (a multiply by a number saves nothing). Defaults as
+    ``OlmoHybridConfig.__post_init__``: linear heads = attention heads, key width
+    ⌊0.75·d / heads⌋, value width twice that, every 4th layer attention.
+
+    Source: ``transformers/models/olmo_hybrid/{configuration,modeling}_olmo_hybrid.py``."""
+    cls = "OlmoHybridConfig"
+    fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
+    bias = r.flag("attention_bias", False, f"{cls} default false")
+    fields.update(qkv_bias=bias, o_bias=bias, qk_norm="full", head_dim=None)
+    L, heads, d = fields["num_hidden_layers"], fields["num_attention_heads"], fields["hidden_size"]
+    types = r.items("layer_types", str, length=L)
+    if types is None:
+        types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(L)]
+        if "full_attention" not in types:
+            types[-1] = "full_attention"
+    nk = r.integer("linear_num_key_heads", default=heads, why=f"{cls}: num_attention_heads")
+    nv = r.integer("linear_num_value_heads", default=heads, why=f"{cls}: num_attention_heads")
+    dk = r.integer("linear_key_head_dim", default=int(0.75 * d / nk), why=f"{cls}: 0.75·d/heads")
+    dv = r.integer("linear_value_head_dim", default=2 * dk, why=f"{cls}: twice the key width")
+    w = r.integer("linear_conv_kernel_dim", default=4, why=f"{cls} default 4")
+    if nv % nk:
+        raise r.fail(f"linear_num_value_heads: {nv} is not a multiple of linear_num_key_heads {nk}")
+    linear = attention(
+        fields, kind="linear", qk_norm="none", linear_num_key_heads=nk,
+        linear_num_value_heads=nv, linear_key_head_dim=dk, linear_value_head_dim=dv,
+        linear_conv_kernel_dim=w, linear_projections="separate",
+    )  # fmt: skip
+    full = attention(fields)
+    ff = dense(fields)
+    kinds = []
+    for t in types:
+        if t not in ("linear_attention", "full_attention"):
+            raise r.fail(f"layer_types: {t!r} is not a layer type olmo_hybrid has")
+        att = linear if t == "linear_attention" else full
+        kinds.append(LayerKind(attention=att, feed_forward=ff))
+    fields.update(
+        max_position_embeddings=context(r, 65536),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
+
+
 def mamba2_mixer(
     r: Reader, d: int, *, keys: dict[str, tuple[str, ...]], defaults: dict, cls: str
 ) -> Attention:
