@@ -226,6 +226,12 @@ class FeedForward:
     #: runs the experts as one batched matmul over E·B·T rows. Otherwise each token's k
     #: chosen experts only (grouped matmuls over k·B·T rows).
     all_experts: bool = False
+    #: Nemotron-H's ``NemotronHTopkRouter``: the sigmoid scores taken in FP32
+    #: (``F.linear(x.type(torch.float32), weight.type(torch.float32))``), the experts
+    #: chosen within ``router_topk_groups`` of ``router_groups`` groups, the top-k weights
+    #: normalised (``norm_topk_prob``); 0: no such router.
+    router_groups: int = 0
+    router_topk_groups: int = 0
 
     def __post_init__(self) -> None:
         if self.ffn not in FFN_KINDS:

@@ -127,13 +127,6 @@ def test_olmo_hybrid_default_config_is_modelled():
     assert spec.n_params == sum(p.numel() for p in model.parameters())
 
 
-def test_nemotron_h_default_config_names_only_its_experts():
-    """The default Nemotron-H has an E block: the build answers, and only NemotronHMoE is
-    named — its Mamba-2 mixers are the reader's (the module walk flags them by name)."""
-    spec = spec_from_config(transformers.AutoConfig.for_model("nemotron_h").to_dict())
-    assert len(spec.unmodelled) == 1 and spec.unmodelled[0].startswith("NemotronHMoE")
-
-
 SETUPS = {
     "fp32 eager": ["--precision", "fp32", "--attention", "eager"],
     "autocast + checkpointing": ["--precision", "amp", "--checkpointing"],
@@ -165,6 +158,99 @@ def test_olmo_hybrid_closed_form_is_within_3_percent_of_the_dry_run(
     if setup == "autocast + checkpointing" and (B, T) == (1, 100):
         request.applymarker(_TRANSIENT)
     row = _measured(tmp_path, capsys, OLMO_HYBRID, SETUPS[setup], B, T)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
+#: Nemotron-H with routed experts (test_unmodelled's stack without the latent
+#: projection): Mamba-2, attention, Mamba-2, experts; and one the experts dominate.
+NEMOTRON_MOE = {
+    "model_type": "nemotron_h",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "intermediate_size": 128,
+    "hybrid_override_pattern": "M*ME",
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "moe_shared_expert_intermediate_size": 32,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 16,
+    "ssm_state_size": 8,
+    "n_groups": 1,
+    "chunk_size": 16,
+}
+EXPERTS_HEAVY = {"hybrid_override_pattern": "E*EE", "n_routed_experts": 8, "num_experts_per_tok": 3}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [NEMOTRON_MOE, {**NEMOTRON_MOE, **EXPERTS_HEAVY, "n_group": 2, "topk_group": 1}, None],
+)
+def test_nemotron_h_with_routed_experts_is_modelled_with_the_exact_count(config):
+    """The default Nemotron-H (an E block) included: its experts are the MoE kind, its
+    Mamba-2 mixers the reader's; nothing is left to the build."""
+    if config is None:
+        config = transformers.AutoConfig.for_model("nemotron_h").to_dict()
+        config["model_type"] = "nemotron_h"
+    spec = _count_is_the_meta_build(config)
+    moe = [r.kind.feed_forward for r in spec.runs if r.kind.feed_forward.is_moe]
+    assert moe and all(ff.ffn == "plain" and ff.router_groups for ff in moe)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
+@pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
+@pytest.mark.parametrize("groups", [(1, 1), (2, 1), (4, 2)])
+def test_nemotron_h_moe_block_saved_set_equals_the_census(precision, B, T, groups):
+    """``NemotronHMoE`` as the model runs it (grouped-mm experts) against the MoE kind's
+    saved set. Under autocast the census also holds the BF16 copies of the router's and
+    the shared expert's weights and the shared up_proj's cast of the input, which the
+    closed form counts elsewhere (``autocast_weights``; the block norm's output)."""
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMoE
+
+    from introspect.refined.saved_feed_forward import feed_forward
+
+    config = {**NEMOTRON_MOE, **EXPERTS_HEAVY, "n_group": groups[0], "topk_group": groups[1]}
+    spec = spec_from_config(dict(config))
+    kind = next(r.kind for r in spec.runs if r.kind.feed_forward.is_moe)
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model("nemotron_h", **keys)
+    cfg._experts_implementation = "grouped_mm"  # what from_config picks on this machine
+    torch.manual_seed(0)
+    block = NemotronHMoE(cfg, 0)
+    for p in block.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
+    closed = feed_forward(spec, setup, kind)
+    closed.pop("feed_forward/down")  # the block's output: the next layer's input
+    expected = sum(closed.values())
+    if precision == "amp":
+        ff, d = kind.feed_forward, HIDDEN
+        weights = ff.num_experts * d + 2 * d * ff.shared_intermediate_size
+        expected += weights * 2 + B * T * d * 2
+    assert mixer_saved_bytes(block, "mixer", precision, B, T, HIDDEN) == expected
+
+
+_EXPERTS_TRANSIENT = pytest.mark.xfail(
+    strict=True,
+    reason="not modelled: the FP32 grouped-mm experts' backward transient under autocast "
+    "(where checkpointing puts the peak when experts dominate): 1.058 / 1.048",
+)
+
+
+@pytest.mark.parametrize("setup", ["fp32 eager", "autocast + checkpointing", "bf16 sdpa"])
+@pytest.mark.parametrize("variant", ["M*ME", "E*EE"])
+@pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
+def test_nemotron_h_with_experts_is_within_3_percent_of_the_dry_run(
+    tmp_path, capsys, request, setup, variant, B, T
+):
+    config = NEMOTRON_MOE if variant == "M*ME" else {**NEMOTRON_MOE, **EXPERTS_HEAVY}
+    if variant == "E*EE" and setup == "autocast + checkpointing":
+        request.applymarker(_EXPERTS_TRANSIENT)
+    row = _measured(tmp_path, capsys, config, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
 
 

@@ -332,9 +332,14 @@ def nemotron_h(r: Reader) -> dict:
     attention without positions (``*``: ``NemotronHAttention`` has no rotary), or a plain
     MLP (``-``: up, ReLU², down of ``intermediate_size``) — read from ``layers_block_type``
     / ``hybrid_override_pattern``. A block is a layer kind with one norm whose other branch
-    is ``none``. Routed-expert blocks (``E``, ``NemotronHMoE``: a sigmoid router with
-    groups, non-gated experts and a latent projection) are not modelled: such a config is
-    read from transformers' build and answered by the dry run
+    is ``none``. Routed-expert blocks (``E``, ``NemotronHMoE``) are the MoE feed-forward
+    kind: non-gated ReLU² experts of ``moe_intermediate_size`` (``NemotronHExperts``,
+    up and down only), a plain shared expert, and ``NemotronHTopkRouter`` — sigmoid scores
+    in FP32, a correction-bias buffer, the top-k within ``topk_group`` of ``n_group``
+    groups (``FeedForward.router_groups``). With ``moe_latent_size`` (the
+    fc1/fc2_latent_proj around the experts), ``mlp_bias`` (a bias on the shared expert
+    the routed ones lack) or unnormalised top-k weights the block is no kind's: such a
+    config is read from transformers' build and answered by the dry run
     (:class:`~introspect.adapters.families.BuildInstead`).
 
     Source: ``transformers/models/nemotron_h/{configuration,modeling}_nemotron_h.py``."""
@@ -355,10 +360,19 @@ def nemotron_h(r: Reader) -> dict:
         if unknown:
             raise r.fail(f"{key}: {''.join(unknown)!r} is not a block (M, *, - or E)")
         types = [_NEMOTRON_BLOCKS[c] for c in pattern]
-    if "moe" in types:
+    latent = r.raw("moe_latent_size")[1]
+    odd = {
+        "a latent projection": latent not in (MISSING, None),
+        "mlp_bias": r.flag("mlp_bias", False),
+        "norm_topk_prob false": not r.flag("norm_topk_prob", True),
+    }
+    if "moe" in types and any(odd.values()):
+        # The latent projections (fc1/fc2_latent_proj), a bias on the shared expert that
+        # the routed ones lack, or unnormalised weights are no feed-forward kind's.
         n = types.count("moe")
+        why = next(w for w, yes in odd.items() if yes)
         raise BuildInstead(
-            f"NemotronHMoE (routed-expert blocks, E) in {n} of {len(types)} layers",
+            f"NemotronHMoE (routed-expert blocks, E, with {why}) in {n} of {len(types)} layers",
             modelled=("NemotronHMamba2Mixer",),
         )
     L = len(types)
@@ -386,7 +400,21 @@ def nemotron_h(r: Reader) -> dict:
     none_ff = FeedForward(ffn="none", intermediate_size=1)
     mlp = dense(fields, ffn="plain")
     no_mixer = Attention(kind="none", num_attention_heads=1, num_key_value_heads=1, head_dim=1)
+    experts = FeedForward(
+        ffn="plain",
+        intermediate_size=r.integer("moe_intermediate_size", default=7688, why=f"{cls} default"),
+        num_experts=r.integer("n_routed_experts", default=8, why=f"{cls} default 8"),
+        top_k=r.integer("num_experts_per_tok", default=2, why=f"{cls} default 2"),
+        shared_intermediate_size=r.integer(
+            "moe_shared_expert_intermediate_size", default=7688, why=f"{cls} default"
+        ),
+        router="sigmoid",
+        router_correction_bias=True,
+        router_groups=r.integer("n_group", default=1, why=f"{cls} default 1"),
+        router_topk_groups=r.integer("topk_group", default=1, why=f"{cls} default 1"),
+    )
     blocks = {
+        "moe": LayerKind(attention=no_mixer, feed_forward=experts, norms=1),
         "linear_attention": LayerKind(attention=mixer, feed_forward=none_ff, norms=1),
         "full_attention": LayerKind(attention=full, feed_forward=none_ff, norms=1),
         "mlp": LayerKind(attention=no_mixer, feed_forward=mlp, norms=1),
