@@ -278,3 +278,58 @@ def test_inconsistent_olmo_hybrid_sizes_are_one_line_naming_file_and_key(
     assert main(["profile", str(path)]) == 2
     line = _one_line_error(capsys)
     assert str(path) in line and key in line
+
+
+_FALCON_H1 = {
+    "model_type": "falcon_h1",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "intermediate_size": 96,
+    "mamba_d_ssm": 128,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 16,
+    "mamba_d_state": 8,
+    "mamba_n_groups": 1,
+    "mamba_chunk_size": 16,
+    "pad_token_id": 0,
+}
+_ZAMBA2 = {
+    "model_type": "zamba2",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 256,
+    "n_mamba_heads": 8,
+    "mamba_d_state": 8,
+    "pad_token_id": 0,
+}
+
+
+@pytest.mark.parametrize(
+    "config,change,key",
+    [
+        (_FALCON_H1, {"mamba_d_ssm": 100}, "mamba_d_ssm"),  # 100 over 8 heads
+        (_FALCON_H1, {"mamba_d_ssm": None, "mamba_expand": 3, "mamba_n_heads": 5},
+         "mamba_expand"),  # 192 over 5 heads
+        (_FALCON_H1, {"mamba_d_conv": 0}, "mamba_d_conv"),
+        (_FALCON_H1, {"mamba_n_groups": 3}, "mamba_n_groups"),
+        (_ZAMBA2, {"mamba_d_conv": 0}, "mamba_d_conv"),
+        (_ZAMBA2, {"n_mamba_heads": 6, "mamba_expand": 2}, "n_mamba_heads"),
+        (NEMOTRON_MOE, {"conv_kernel": 0}, "conv_kernel"),
+        (NEMOTRON_MOE, {"n_group": 3}, "n_group"),
+        (NEMOTRON_MOE, {"n_group": 4, "topk_group": 1, "num_experts_per_tok": 2}, "topk_group"),
+    ],
+)  # fmt: skip
+def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
+    tmp_path, capsys, config, change, key
+):
+    """Falcon-H1 and Zamba2 are read from transformers' build (their mixers are not
+    modelled): their sizes are checked before it (adapters/state_space_sizes.py)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in {**config, **change}.items() if v is not None}))
+    assert main(["profile", str(path)]) == 2
+    line = _one_line_error(capsys)
+    assert str(path) in line and key in line

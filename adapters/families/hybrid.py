@@ -413,6 +413,15 @@ def nemotron_h(r: Reader) -> dict:
         router_groups=r.integer("n_group", default=1, why=f"{cls} default 1"),
         router_topk_groups=r.integer("topk_group", default=1, why=f"{cls} default 1"),
     )
+    if "moe" in types:
+        E, groups, chosen = experts.num_experts, experts.router_groups, experts.router_topk_groups
+        if E % groups:
+            raise r.fail(f"n_group: {groups} groups cannot split n_routed_experts={E}")
+        if chosen > groups or experts.top_k > chosen * (E // groups):
+            raise r.fail(
+                f"topk_group: {chosen} of {groups} groups hold fewer than "
+                f"num_experts_per_tok={experts.top_k} experts"
+            )
     blocks = {
         "moe": LayerKind(attention=no_mixer, feed_forward=experts, norms=1),
         "linear_attention": LayerKind(attention=mixer, feed_forward=none_ff, norms=1),
