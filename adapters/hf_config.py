@@ -114,7 +114,9 @@ def spec_from_config(
     except BuildInstead as e:
         if with_hf:
             spec = hft.spec_from_build(config, model_type, where=where, source=source or where)
-            return spec.replace(unmodelled=(str(e), *spec.unmodelled))
+            named = {*e.modelled, str(e).partition(" (")[0]}  # the reader's line names its own
+            walked = [p for p in spec.unmodelled if p.partition(" (")[0] not in named]
+            return spec.replace(unmodelled=(str(e), *walked))
         raise UnsupportedArchitecture(
             f"{where}: model_type {model_type!r} holds parts no reader models; install "
             "transformers to read it from its build"

@@ -128,9 +128,11 @@ def spec_from_build(
     BERT built as ``BertLMHeadModel``) is refused: the tool covers decoder-only causal LMs.
     """
     from .module_walk import describe_tree, unmodelled_parts
+    from .state_space_sizes import check as check_state_space_sizes
     from .torch_module import torch_tree
 
     refuse_not_causal(model_type, where)
+    check_state_space_sizes(config, where)
     model = build_on_meta(config, model_type, where)
     refuse_encoder(model, model_type, where)
     built = f"read from transformers' {type(model).__name__} built on the meta device"

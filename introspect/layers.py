@@ -88,6 +88,10 @@ class Attention:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
+    #: How the Gated DeltaNet projects its input: Qwen3-Next's fused ``in_proj_qkvz`` and
+    #: ``in_proj_ba`` (``qkvz``), or OLMo-Hybrid's six separate linears q, k, v, a, b and
+    #: the gate ``g_proj`` (``separate``); the same parameters, other saved tensors.
+    linear_projections: str = "qkvz"
     # -- Mamba-2 mixer (Nemotron-H, Granite 4.0-H: ``mamba_n_heads`` heads of
     # ``mamba_d_head``, ``mamba_n_groups`` groups of ``mamba_d_state`` states, a depthwise
     # conv of ``mamba_d_conv`` taps, the scan in chunks of ``mamba_chunk_size``)
@@ -135,6 +139,10 @@ class Attention:
                 "linear_conv_kernel_dim",
             ):
                 _positive(name, getattr(self, name))
+            if self.linear_projections not in ("qkvz", "separate"):
+                raise ValueError(
+                    f"linear_projections must be qkvz or separate; got {self.linear_projections!r}"
+                )
         if self.kind == "mamba2":
             for name in MAMBA2_FIELDS:
                 _positive(name, getattr(self, name))
@@ -222,6 +230,12 @@ class FeedForward:
     #: runs the experts as one batched matmul over E·B·T rows. Otherwise each token's k
     #: chosen experts only (grouped matmuls over k·B·T rows).
     all_experts: bool = False
+    #: Nemotron-H's ``NemotronHTopkRouter``: the sigmoid scores taken in FP32
+    #: (``F.linear(x.type(torch.float32), weight.type(torch.float32))``), the experts
+    #: chosen within ``router_topk_groups`` of ``router_groups`` groups, the top-k weights
+    #: normalised (``norm_topk_prob``); 0: no such router.
+    router_groups: int = 0
+    router_topk_groups: int = 0
 
     def __post_init__(self) -> None:
         if self.ffn not in FFN_KINDS:

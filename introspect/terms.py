@@ -1016,6 +1016,22 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/feed_forward/router_groups",
+            category="activations",
+            equation="BT * groups * 2 * 8 + BT * topk_groups * 8 + BT * E + BT * r + BT * k * r  (_fp32_group_router)",
+            source="transformers/models/nemotron_h/modeling_nemotron_h.py: NemotronHTopkRouter.forward, NemotronHMoE.forward (introspect/refined/saved_feed_forward.py: _fp32_group_router)",
+            computed_by=("introspect/refined/saved_feed_forward.py: _fp32_group_router",),
+            tests=("tests/test_hybrids.py::test_nemotron_h_moe_block_saved_set_equals_the_census",),
+        ),
+        Term(
+            name="activations/layer/feed_forward/router_input",
+            category="activations",
+            equation="amp: BT * d * 2; 16-bit: (BT * d + E * d) * FP32  (_fp32_group_router)",
+            source="transformers/models/nemotron_h/modeling_nemotron_h.py: NemotronHTopkRouter.forward, NemotronHMoE.forward (introspect/refined/saved_feed_forward.py: _fp32_group_router)",
+            computed_by=("introspect/refined/saved_feed_forward.py: _fp32_group_router",),
+            tests=("tests/test_hybrids.py::test_nemotron_h_moe_block_saved_set_equals_the_census",),
+        ),
+        Term(
             name="activations/layer/feed_forward/routing",
             category="activations",
             equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); k * BT * s  (feed_forward); BT * E * s + BT * ff.top_k * 8  (all_experts)",

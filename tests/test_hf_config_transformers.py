@@ -10,6 +10,7 @@ import pytest
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config, supported_model_types
 from small_configs import FAMILIES, MLA, small
+from test_hybrids import NEMOTRON_MOE, OLMO_HYBRID
 from test_ssm import BAMBA, GRANITE, MOE, NEMOTRON_H
 
 from introspect.params import active_parameter_count, parameter_count, parameters_by_component
@@ -177,6 +178,9 @@ VARIATIONS: dict[str, dict] = {
     "granite-4.0-h-moe": {**GRANITE, **MOE},
     "bamba-hybrid": BAMBA,
     "nemotron-h-hybrid": NEMOTRON_H,
+    # tests/test_hybrids.py's: Nemotron-H with routed experts, OLMo-Hybrid's DeltaNet.
+    "nemotron-h-experts": NEMOTRON_MOE,
+    "olmo-hybrid": OLMO_HYBRID,
 }
 
 _BUNDLED = {

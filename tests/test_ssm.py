@@ -159,10 +159,12 @@ def test_nemotron_h_parameter_count_is_the_meta_build(extra):
     assert all(r.kind.norms == 1 for r in spec.runs)
 
 
-def test_nemotron_h_with_routed_experts_is_answered_by_the_dry_run():
-    """Its routed-expert blocks (E) are not modelled: the config is read from
-    transformers' build, whose unmodelled parts refuse the closed form (as before)."""
-    spec = spec_from_config({**NEMOTRON_H, "hybrid_override_pattern": "M-ME*"})
+def test_nemotron_h_with_latent_routed_experts_is_answered_by_the_dry_run():
+    """Routed experts behind a latent projection (``moe_latent_size``) are not modelled:
+    the config is read from transformers' build, whose unmodelled parts refuse the
+    closed form (routed experts without it: tests/test_hybrids.py)."""
+    config = {**NEMOTRON_H, "hybrid_override_pattern": "M-ME*", "moe_latent_size": 16}
+    spec = spec_from_config(config)
     assert spec.unmodelled and spec.layers == ()
 
 

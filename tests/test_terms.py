@@ -57,6 +57,9 @@ def specs() -> dict:
     from test_ssm import GRANITE  # Mamba-2 mixers (the torch setups; the rest refuse)
 
     out["granitemoehybrid, mamba2"] = spec_from_config(dict(GRANITE))
+    from test_hybrids import NEMOTRON_MOE  # NemotronHTopkRouter's FP32 group routing
+
+    out["nemotron_h, routed experts"] = spec_from_config(dict(NEMOTRON_MOE))
     return out
 
 

@@ -16,8 +16,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 #: Nemotron-H at a small shape: Mamba-2 mixer, attention, Mamba-2 mixer, routed experts
-#: (the experts block is what the closed form does not model; without it the stack is
-#: modelled: tests/test_ssm.py).
+#: behind a latent projection (``moe_latent_size``: what the closed form does not model;
+#: without it the stack is modelled: tests/test_ssm.py, tests/test_hybrids.py).
 NEMOTRON_H = {
     "model_type": "nemotron_h",
     "hidden_size": 64,
@@ -32,6 +32,7 @@ NEMOTRON_H = {
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 32,
     "moe_shared_expert_intermediate_size": 32,
+    "moe_latent_size": 16,
     "mamba_num_heads": 8,
     "mamba_head_dim": 16,
     "ssm_state_size": 8,
@@ -90,9 +91,8 @@ def test_hybrid_profile_names_the_mamba_layers_and_the_dry_run_answers(capsys, t
     assert out["modelled"] is False and out["answer"] == "dry_run"
     assert out["estimates"] is None
     assert out["unmodelled"] == [
-        "NemotronHMoE (routed-expert blocks, E) in 1 of 4 layers",
-        "NemotronHMamba2Mixer (mixer) in 2 of 4 layers",
-    ]
+        "NemotronHMoE (routed-expert blocks, E, with a latent projection) in 1 of 4 layers",
+    ]  # the Mamba-2 mixers are modelled (the reader's); only the experts are not
     assert out["spec"]["unmodelled"] == out["unmodelled"]
     dry = out["dry_run"]
     assert dry["implementation"] == "transformers' NemotronHForCausalLM"
@@ -112,7 +112,8 @@ def test_hybrid_profile_names_the_mamba_layers_and_the_dry_run_answers(capsys, t
 def test_hybrid_profile_text_says_what_answers(capsys, tmp_path):
     assert main(["profile", _write(tmp_path, NEMOTRON_H), *SETUP]) == 0
     text = capsys.readouterr().out
-    assert "not modelled: NemotronHMoE (routed-expert blocks, E) in 1 of 4 layers" in text
+    part = "NemotronHMoE (routed-expert blocks, E, with a latent projection) in 1 of 4 layers"
+    assert f"not modelled: {part}" in text
     assert "answered by the dry run of transformers' NemotronHForCausalLM" in text
     assert "refined" not in text and "simplified" not in text
 

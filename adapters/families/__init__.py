@@ -40,6 +40,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "granitemoehybrid": hybrid.granitemoehybrid,
     "bamba": hybrid.bamba,
     "nemotron_h": hybrid.nemotron_h,
+    "olmo_hybrid": hybrid.olmo_hybrid,
 }
 
 
@@ -71,7 +72,16 @@ NOT_MODELLED: dict[str, str] = {
 class BuildInstead(Exception):
     """A reader's config holds a part no layer kind models (Nemotron-H's routed-expert
     blocks): read it from transformers' build instead, which names the part
-    (``ModelSpec.unmodelled``: the dry run answers)."""
+    (``ModelSpec.unmodelled``: the dry run answers).
+
+    ``modelled`` names the block classes the reader does model (Nemotron-H's
+    ``NemotronHMamba2Mixer``): the module walker flags every state-space class by name
+    (:data:`~introspect.adapters.module_roles.UNMODELLED_CLASS`), knowing nothing of the
+    reader, so the build's list drops them and names only what is really not modelled."""
+
+    def __init__(self, message: str, modelled: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.modelled = modelled
 
 
 #: Other model_types with the same parameters as a registered family (same tensors, same

@@ -76,6 +76,58 @@ def qwen3_next(r: Reader) -> dict:
     return fields
 
 
+def olmo_hybrid(r: Reader) -> dict:
+    """OlmoHybridConfig (OLMo-Hybrid): Gated DeltaNet layers (``linear_attention``,
+    ``OlmoHybridLinearAttentionDecoderLayer``: pre-norm, ``OlmoHybridGatedDeltaNet``) and
+    OLMo-3 attention layers (``full_attention``, ``OlmoHybridAttentionDecoderLayer``: the
+    norms on the branch outputs, RMSNorm on q and k over their full widths, rotary), every
+    one with a SwiGLU MLP. The mixer runs Qwen3-Next's torch kernel
+    (``torch_chunk_gated_delta_rule``, ``l2norm``, the gated RMSNorm are the same code)
+    behind six separate projections (``linear_projections="separate"``, priced in
+    :mod:`introspect.refined.deltanet`); ``linear_allow_neg_eigval``'s ``beta * 2.0``
+    keeps nothing more (a multiply by a number saves nothing). Defaults as
+    ``OlmoHybridConfig.__post_init__``: linear heads = attention heads, key width
+    ⌊0.75·d / heads⌋, value width twice that, every 4th layer attention.
+
+    Source: ``transformers/models/olmo_hybrid/{configuration,modeling}_olmo_hybrid.py``."""
+    cls = "OlmoHybridConfig"
+    fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
+    bias = r.flag("attention_bias", False, f"{cls} default false")
+    fields.update(qkv_bias=bias, o_bias=bias, qk_norm="full", head_dim=None)
+    L, heads, d = fields["num_hidden_layers"], fields["num_attention_heads"], fields["hidden_size"]
+    types = r.items("layer_types", str, length=L)
+    if types is None:
+        types = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(L)]
+        if "full_attention" not in types:
+            types[-1] = "full_attention"
+    nk = r.integer("linear_num_key_heads", default=heads, why=f"{cls}: num_attention_heads")
+    nv = r.integer("linear_num_value_heads", default=heads, why=f"{cls}: num_attention_heads")
+    dk = r.integer("linear_key_head_dim", default=int(0.75 * d / nk), why=f"{cls}: 0.75·d/heads")
+    dv = r.integer("linear_value_head_dim", default=2 * dk, why=f"{cls}: twice the key width")
+    w = r.integer("linear_conv_kernel_dim", default=4, why=f"{cls} default 4")
+    if nv % nk:
+        raise r.fail(f"linear_num_value_heads: {nv} is not a multiple of linear_num_key_heads {nk}")
+    linear = attention(
+        fields, kind="linear", qk_norm="none", linear_num_key_heads=nk,
+        linear_num_value_heads=nv, linear_key_head_dim=dk, linear_value_head_dim=dv,
+        linear_conv_kernel_dim=w, linear_projections="separate",
+    )  # fmt: skip
+    full = attention(fields)
+    ff = dense(fields)
+    kinds = []
+    for t in types:
+        if t not in ("linear_attention", "full_attention"):
+            raise r.fail(f"layer_types: {t!r} is not a layer type olmo_hybrid has")
+        att = linear if t == "linear_attention" else full
+        kinds.append(LayerKind(attention=att, feed_forward=ff))
+    fields.update(
+        max_position_embeddings=context(r, 65536),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
+
+
 def mamba2_mixer(
     r: Reader, d: int, *, keys: dict[str, tuple[str, ...]], defaults: dict, cls: str
 ) -> Attention:
@@ -280,9 +332,14 @@ def nemotron_h(r: Reader) -> dict:
     attention without positions (``*``: ``NemotronHAttention`` has no rotary), or a plain
     MLP (``-``: up, ReLU², down of ``intermediate_size``) — read from ``layers_block_type``
     / ``hybrid_override_pattern``. A block is a layer kind with one norm whose other branch
-    is ``none``. Routed-expert blocks (``E``, ``NemotronHMoE``: a sigmoid router with
-    groups, non-gated experts and a latent projection) are not modelled: such a config is
-    read from transformers' build and answered by the dry run
+    is ``none``. Routed-expert blocks (``E``, ``NemotronHMoE``) are the MoE feed-forward
+    kind: non-gated ReLU² experts of ``moe_intermediate_size`` (``NemotronHExperts``,
+    up and down only), a plain shared expert, and ``NemotronHTopkRouter`` — sigmoid scores
+    in FP32, a correction-bias buffer, the top-k within ``topk_group`` of ``n_group``
+    groups (``FeedForward.router_groups``). With ``moe_latent_size`` (the
+    fc1/fc2_latent_proj around the experts), ``mlp_bias`` (a bias on the shared expert
+    the routed ones lack) or unnormalised top-k weights the block is no kind's: such a
+    config is read from transformers' build and answered by the dry run
     (:class:`~introspect.adapters.families.BuildInstead`).
 
     Source: ``transformers/models/nemotron_h/{configuration,modeling}_nemotron_h.py``."""
@@ -303,9 +360,21 @@ def nemotron_h(r: Reader) -> dict:
         if unknown:
             raise r.fail(f"{key}: {''.join(unknown)!r} is not a block (M, *, - or E)")
         types = [_NEMOTRON_BLOCKS[c] for c in pattern]
-    if "moe" in types:
+    latent = r.raw("moe_latent_size")[1]
+    odd = {
+        "a latent projection": latent not in (MISSING, None),
+        "mlp_bias": r.flag("mlp_bias", False),
+        "norm_topk_prob false": not r.flag("norm_topk_prob", True),
+    }
+    if "moe" in types and any(odd.values()):
+        # The latent projections (fc1/fc2_latent_proj), a bias on the shared expert that
+        # the routed ones lack, or unnormalised weights are no feed-forward kind's.
         n = types.count("moe")
-        raise BuildInstead(f"NemotronHMoE (routed-expert blocks, E) in {n} of {len(types)} layers")
+        why = next(w for w, yes in odd.items() if yes)
+        raise BuildInstead(
+            f"NemotronHMoE (routed-expert blocks, E, with {why}) in {n} of {len(types)} layers",
+            modelled=("NemotronHMamba2Mixer",),
+        )
     L = len(types)
     given = r.integer("num_hidden_layers", default=L)
     if given != L:
@@ -331,7 +400,30 @@ def nemotron_h(r: Reader) -> dict:
     none_ff = FeedForward(ffn="none", intermediate_size=1)
     mlp = dense(fields, ffn="plain")
     no_mixer = Attention(kind="none", num_attention_heads=1, num_key_value_heads=1, head_dim=1)
+    experts = FeedForward(
+        ffn="plain",
+        intermediate_size=r.integer("moe_intermediate_size", default=7688, why=f"{cls} default"),
+        num_experts=r.integer("n_routed_experts", default=8, why=f"{cls} default 8"),
+        top_k=r.integer("num_experts_per_tok", default=2, why=f"{cls} default 2"),
+        shared_intermediate_size=r.integer(
+            "moe_shared_expert_intermediate_size", default=7688, why=f"{cls} default"
+        ),
+        router="sigmoid",
+        router_correction_bias=True,
+        router_groups=r.integer("n_group", default=1, why=f"{cls} default 1"),
+        router_topk_groups=r.integer("topk_group", default=1, why=f"{cls} default 1"),
+    )
+    if "moe" in types:
+        E, groups, chosen = experts.num_experts, experts.router_groups, experts.router_topk_groups
+        if E % groups:
+            raise r.fail(f"n_group: {groups} groups cannot split n_routed_experts={E}")
+        if chosen > groups or experts.top_k > chosen * (E // groups):
+            raise r.fail(
+                f"topk_group: {chosen} of {groups} groups hold fewer than "
+                f"num_experts_per_tok={experts.top_k} experts"
+            )
     blocks = {
+        "moe": LayerKind(attention=no_mixer, feed_forward=experts, norms=1),
         "linear_attention": LayerKind(attention=mixer, feed_forward=none_ff, norms=1),
         "full_attention": LayerKind(attention=full, feed_forward=none_ff, norms=1),
         "mlp": LayerKind(attention=no_mixer, feed_forward=mlp, norms=1),

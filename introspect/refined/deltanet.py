@@ -73,6 +73,16 @@ Terms, by the line that keeps them (autograd saves the tensor named; storages co
   ``query[:, :, i] @ state`` copies its slice when B and n_v do not fold. With one
   value head and no copy back to (B, T, V), the gated norm keeps the padded output.
 
+OLMo-Hybrid (``models/olmo_hybrid/modeling_olmo_hybrid.py``, ``OlmoHybridGatedDeltaNet``,
+l. 572–750) runs the same ``causal_conv1d_fn``, ``l2norm``, ``torch_chunk_gated_delta_rule``
+and gated RMSNorm (the code is identical) behind six separate linears
+(``linear_projections="separate"``): ``torch.cat`` of q_proj, k_proj, v_proj feeds the conv
+as above, the gate is ``g_proj``'s own contiguous output (so never the fused-projection
+storage of the n_k = n_v case above: B·T·V·4 kept by its SiLU), and under autocast six
+linears cast the FP32 norm output (``input_casts`` 6·B·T·d·2; the weights are as many).
+``linear_allow_neg_eigval``'s ``beta * 2.0`` saves nothing (a multiply by a number).
+Checked to the byte against the real module in ``tests/test_hybrids.py``.
+
 Checked against a census of the real module (``tests/test_deltanet.py``): equal to the
 byte in FP32, BF16 and autocast, T = 5, 64, 100, 128, 130, B = 1, 2, with n_k < n_v and
 n_k = n_v.
@@ -152,8 +162,9 @@ def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, i
             out["attention/deltanet/matmul_copies"] = 4 * heads * Tp * dk * FP32
     rows = B * T * V
     weighted = FP32 if autocast else a
+    separate = att.linear_projections == "separate"
     gate = rows * FP32
-    if nk == nv and aliased:
+    if nk == nv and aliased and not separate:
         gate = B * T * 2 * (K + V) * FP32  # SiLU keeps in_proj_qkvz's whole output
     kernel_out = rows * FP32
     if aliased and nv == 1 and (B == 1 or T == Tp):
@@ -165,7 +176,8 @@ def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, i
     )
     out["attention/linear/context"] = rows * a
     if autocast:
-        out["attention/linear/input_casts"] = 2 * B * T * d * BF16
+        casts = 6 if separate else 2  # q, k, v, a, b, g_proj or in_proj_qkvz, in_proj_ba
+        out["attention/linear/input_casts"] = casts * B * T * d * BF16
         weights = d * 2 * (K + V) + d * 2 * nv + C * w + V * d
         out["attention/linear/autocast_weights"] = weights * BF16
     return out

@@ -145,6 +145,10 @@ def _attention_modules(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     if att.kind == "linear":
         nk, dk = att.linear_num_key_heads, att.linear_key_head_dim
         nv, dv = att.linear_num_value_heads, att.linear_value_head_dim
+        if att.linear_projections == "separate":  # OlmoHybridGatedDeltaNet's names
+            K, V = nk * dk, nv * dv
+            return {"q_proj": (d, K), "k_proj": (d, K), "v_proj": (d, V), "a_proj": (d, nv),
+                    "b_proj": (d, nv), "g_proj": (d, V), "o_proj": (V, d)}  # fmt: skip
         return {
             "in_proj_qkvz": (d, 2 * nk * dk + 2 * nv * dv),
             "in_proj_ba": (d, 2 * nv),

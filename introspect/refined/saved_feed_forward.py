@@ -70,6 +70,8 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
         # ids), the router's top-k (int64) and the per-expert offsets (int32).
         out["feed_forward/routing"] = k * BT * s
         out["feed_forward/routing_index"] = k * BT * 3 * 8 + BT * k * 8 + ff.num_experts * 4
+        if ff.router_groups:
+            out.update(_fp32_group_router(setup, ff, d))
         if ff.clamped_glu:
             # clamp(gate), sigmoid(α·gate), up + 1: three more k·BT·f tensors.
             out["feed_forward/glu"] = 3 * k * BT * f * s
@@ -98,6 +100,36 @@ def router_copies(spec: ModelSpec, setup: TrainingSetup, ff) -> int:
     if setup.precision == "amp" or setup.activation_bytes >= FP32:
         return 0
     return setup.tokens * spec.hidden_size * FP32
+
+
+def _fp32_group_router(setup: TrainingSetup, ff, d: int) -> dict[str, int]:
+    """Nemotron-H's ``NemotronHTopkRouter.forward`` and ``NemotronHMoE.forward``
+    (``transformers/models/nemotron_h/modeling_nemotron_h.py`` l. 715–800), by census: the
+    scores, the routing weights per row, the normalisation's sum (saved by the in-place
+    divide) and the top-k weights' clone it divides are at the scores' dtype — FP32 (the
+    router's ``.type(torch.float32)``) unless autocast runs its linear in BF16; the group
+    selection keeps int64 indices (the top two per group, the chosen groups) and the
+    boolean ``~score_mask`` of ``masked_fill``. Without autocast a 16-bit model's router
+    keeps the FP32 copies of its input and weight; under autocast its BF16 input cast is
+    one more than the block norm's output counts (the shared expert's up_proj makes its
+    own)."""
+    BT, E, k = setup.tokens, ff.num_experts, ff.top_k
+    amp = setup.precision == "amp"
+    r = setup.activation_bytes if amp else FP32
+    out = {
+        "feed_forward/router": BT * E * r,
+        "feed_forward/routing": k * BT * r,
+        "feed_forward/router_groups": BT * ff.router_groups * 2 * 8
+        + BT * ff.router_topk_groups * 8
+        + BT * E
+        + BT * r
+        + BT * k * r,
+    }
+    if amp:
+        out["feed_forward/router_input"] = BT * d * setup.activation_bytes
+    elif setup.activation_bytes < FP32:
+        out["feed_forward/router_input"] = (BT * d + E * d) * FP32
+    return out
 
 
 def all_experts(spec: ModelSpec, setup: TrainingSetup, ff) -> dict[str, int]:

@@ -70,6 +70,12 @@ CLASSES: dict[str, ClassFacts] = {
     # NemotronHRMSNorm multiplies x·rstd by ``weight.to(torch.float32)`` and casts only the
     # product back (models/nemotron_h/modeling_nemotron_h.py l. 626).
     "nemotron_h": ClassFacts(fp32_normalized=True),
+    # OlmoHybridRMSNorm: ``(self.weight * hidden_states).to(input_dtype)``, the product in
+    # FP32 (models/olmo_hybrid/modeling_olmo_hybrid.py l. 79). Its attention layers norm
+    # the branch outputs (OLMo2's placement) but its linear layers the inputs: the stack
+    # goes through the reference layers (implementations.TransformersAroundReference),
+    # which count a layer's two norms wherever they sit.
+    "olmo_hybrid": ClassFacts(fp32_normalized=True),
 }
 
 #: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper

@@ -1,0 +1,335 @@
+"""Hybrid stacks as closed-form layer kinds (issue 22, item 2): OLMo-Hybrid's Gated
+DeltaNet (``OlmoHybridGatedDeltaNet``: Qwen3-Next's torch kernel behind six separate
+projections) against a census of the real module, exact parameter counts against the
+meta-device build, and the closed form of the stack against the dry run of the real class
+(``introspect measure --device fake``) for FP32 eager, autocast with checkpointing and
+BF16 SDPA, within ±3%. Bad sizes are one line naming the file and key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from hf_steps import mixer_saved_bytes  # noqa: E402
+from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+
+from introspect.cli import main  # noqa: E402
+from introspect.layers import Attention  # noqa: E402
+from introspect.refined import deltanet  # noqa: E402
+from introspect.setup import TrainingSetup  # noqa: E402
+
+HIDDEN = 64
+
+#: OLMo-Hybrid at a small shape: three Gated DeltaNet layers and one attention layer,
+#: 2 key heads and 4 value heads of 16 (pad and eos inside the small vocabulary).
+OLMO_HYBRID = {
+    "model_type": "olmo_hybrid",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "intermediate_size": 96,
+    "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+}
+
+
+def _olmo_mixer(nk: int, nv: int, dk: int, dv: int, neg: bool):
+    from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridGatedDeltaNet
+
+    cfg = transformers.OlmoHybridConfig(
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        linear_num_key_heads=nk,
+        linear_num_value_heads=nv,
+        linear_key_head_dim=dk,
+        linear_value_head_dim=dv,
+        linear_allow_neg_eigval=neg,
+        layer_types=["linear_attention", "full_attention"],
+    )
+    torch.manual_seed(0)
+    att = Attention(
+        kind="linear",
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        head_dim=16,
+        linear_num_key_heads=nk,
+        linear_num_value_heads=nv,
+        linear_key_head_dim=dk,
+        linear_value_head_dim=dv,
+        linear_conv_kernel_dim=cfg.linear_conv_kernel_dim,
+        linear_projections="separate",
+    )
+    return OlmoHybridGatedDeltaNet(cfg, 0), att
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
+@pytest.mark.parametrize("B,T", [(1, 5), (2, 64), (2, 100), (1, 128)])
+@pytest.mark.parametrize("heads", [(2, 4, 16, 16), (2, 2, 16, 8)])
+@pytest.mark.parametrize("neg", [True, False])
+def test_olmo_hybrid_deltanet_saved_set_equals_the_census(precision, B, T, heads, neg):
+    """Separate q, k, v, a, b and g projections: the gate is g_proj's own output (never a
+    view of a fused projection), and under autocast six casts of the input, not two;
+    ``beta * 2.0`` (``linear_allow_neg_eigval``) keeps nothing."""
+    layer, att = _olmo_mixer(*heads, neg)
+    setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
+    closed = sum(deltanet.saved(att, setup, HIDDEN).values())
+    assert closed == mixer_saved_bytes(layer, "linear_attn", precision, B, T, HIDDEN)
+
+
+def _count_is_the_meta_build(config: dict):
+    spec = spec_from_config(dict(config))
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(config["model_type"], **keys)
+        )
+    assert not spec.unmodelled
+    assert spec.n_params == sum(p.numel() for p in model.parameters())
+    return spec
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"attention_bias": True, "tie_word_embeddings": True},
+        {"layer_types": None, "linear_num_key_heads": None, "linear_num_value_heads": None,
+         "linear_key_head_dim": None, "linear_value_head_dim": None},
+    ],
+)  # fmt: skip
+def test_olmo_hybrid_parameter_count_is_the_meta_build(extra):
+    config = {k: v for k, v in {**OLMO_HYBRID, **extra}.items() if v is not None}
+    spec = _count_is_the_meta_build(config)
+    kinds = [r.kind.attention.kind for r in spec.runs]
+    given = "layer_types" in config  # else three linear layers, then attention
+    assert kinds == (["linear", "full", "linear"] if given else ["linear", "full"])
+
+
+def test_olmo_hybrid_default_config_is_modelled():
+    spec = spec_from_config(transformers.AutoConfig.for_model("olmo_hybrid").to_dict())
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model("olmo_hybrid")
+        )
+    assert not spec.unmodelled
+    assert spec.n_params == sum(p.numel() for p in model.parameters())
+
+
+SETUPS = {
+    "fp32 eager": ["--precision", "fp32", "--attention", "eager"],
+    "autocast + checkpointing": ["--precision", "amp", "--checkpointing"],
+    "bf16 sdpa": ["--precision", "bf16", "--attention", "memory-efficient"],
+}
+
+
+def _measured(tmp_path, capsys, config: dict, flags: list[str], B: int, T: int) -> dict:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = ["measure", str(path), "--device", "fake", "--impl", "transformers"]
+    args += ["--seq", str(T), "--batch", str(B), "--json", *flags]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)["rows"][0]
+
+
+_TRANSIENT = pytest.mark.xfail(
+    strict=True,
+    reason="not modelled: the Gated DeltaNet's own backward transient (the recomputed "
+    "layer's peak under checkpointing is priced as an attention's); 1.051 at B=1, T=100",
+)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+@pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
+def test_olmo_hybrid_closed_form_is_within_3_percent_of_the_dry_run(
+    tmp_path, capsys, request, setup, B, T
+):
+    if setup == "autocast + checkpointing" and (B, T) == (1, 100):
+        request.applymarker(_TRANSIENT)
+    row = _measured(tmp_path, capsys, OLMO_HYBRID, SETUPS[setup], B, T)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
+#: Nemotron-H with routed experts (test_unmodelled's stack without the latent
+#: projection): Mamba-2, attention, Mamba-2, experts; and one the experts dominate.
+NEMOTRON_MOE = {
+    "model_type": "nemotron_h",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "intermediate_size": 128,
+    "hybrid_override_pattern": "M*ME",
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "moe_shared_expert_intermediate_size": 32,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 16,
+    "ssm_state_size": 8,
+    "n_groups": 1,
+    "chunk_size": 16,
+}
+EXPERTS_HEAVY = {"hybrid_override_pattern": "E*EE", "n_routed_experts": 8, "num_experts_per_tok": 3}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [NEMOTRON_MOE, {**NEMOTRON_MOE, **EXPERTS_HEAVY, "n_group": 2, "topk_group": 1}, None],
+)
+def test_nemotron_h_with_routed_experts_is_modelled_with_the_exact_count(config):
+    """The default Nemotron-H (an E block) included: its experts are the MoE kind, its
+    Mamba-2 mixers the reader's; nothing is left to the build."""
+    if config is None:
+        config = transformers.AutoConfig.for_model("nemotron_h").to_dict()
+        config["model_type"] = "nemotron_h"
+    spec = _count_is_the_meta_build(config)
+    moe = [r.kind.feed_forward for r in spec.runs if r.kind.feed_forward.is_moe]
+    assert moe and all(ff.ffn == "plain" and ff.router_groups for ff in moe)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
+@pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
+@pytest.mark.parametrize("groups", [(1, 1), (2, 1), (4, 2)])
+def test_nemotron_h_moe_block_saved_set_equals_the_census(precision, B, T, groups):
+    """``NemotronHMoE`` as the model runs it (grouped-mm experts) against the MoE kind's
+    saved set. Under autocast the census also holds the BF16 copies of the router's and
+    the shared expert's weights and the shared up_proj's cast of the input, which the
+    closed form counts elsewhere (``autocast_weights``; the block norm's output)."""
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMoE
+
+    from introspect.refined.saved_feed_forward import feed_forward
+
+    config = {**NEMOTRON_MOE, **EXPERTS_HEAVY, "n_group": groups[0], "topk_group": groups[1]}
+    spec = spec_from_config(dict(config))
+    kind = next(r.kind for r in spec.runs if r.kind.feed_forward.is_moe)
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model("nemotron_h", **keys)
+    cfg._experts_implementation = "grouped_mm"  # what from_config picks on this machine
+    torch.manual_seed(0)
+    block = NemotronHMoE(cfg, 0)
+    for p in block.parameters():
+        torch.nn.init.normal_(p, std=0.02)
+    setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
+    closed = feed_forward(spec, setup, kind)
+    closed.pop("feed_forward/down")  # the block's output: the next layer's input
+    expected = sum(closed.values())
+    if precision == "amp":
+        ff, d = kind.feed_forward, HIDDEN
+        weights = ff.num_experts * d + 2 * d * ff.shared_intermediate_size
+        expected += weights * 2 + B * T * d * 2
+    assert mixer_saved_bytes(block, "mixer", precision, B, T, HIDDEN) == expected
+
+
+_EXPERTS_TRANSIENT = pytest.mark.xfail(
+    strict=True,
+    reason="not modelled: the FP32 grouped-mm experts' backward transient under autocast "
+    "(where checkpointing puts the peak when experts dominate): 1.058 / 1.048",
+)
+
+
+@pytest.mark.parametrize("setup", ["fp32 eager", "autocast + checkpointing", "bf16 sdpa"])
+@pytest.mark.parametrize("variant", ["M*ME", "E*EE"])
+@pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
+def test_nemotron_h_with_experts_is_within_3_percent_of_the_dry_run(
+    tmp_path, capsys, request, setup, variant, B, T
+):
+    config = NEMOTRON_MOE if variant == "M*ME" else {**NEMOTRON_MOE, **EXPERTS_HEAVY}
+    if variant == "E*EE" and setup == "autocast + checkpointing":
+        request.applymarker(_EXPERTS_TRANSIENT)
+    row = _measured(tmp_path, capsys, config, SETUPS[setup], B, T)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    "change,key",
+    [
+        ({"linear_num_value_heads": 3}, "linear_num_value_heads"),  # not a multiple of 2
+        ({"linear_conv_kernel_dim": 0}, "linear_conv_kernel_dim"),
+        ({"linear_key_head_dim": 0}, "linear_key_head_dim"),
+        ({"layer_types": ["linear_attention", "mamba", "full_attention", "linear_attention"]},
+         "layer_types"),
+    ],
+)  # fmt: skip
+def test_inconsistent_olmo_hybrid_sizes_are_one_line_naming_file_and_key(
+    tmp_path, capsys, change, key
+):
+    path = tmp_path / "olmo_hybrid.json"
+    path.write_text(json.dumps({**OLMO_HYBRID, **change}))
+    assert main(["profile", str(path)]) == 2
+    line = _one_line_error(capsys)
+    assert str(path) in line and key in line
+
+
+_FALCON_H1 = {
+    "model_type": "falcon_h1",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "intermediate_size": 96,
+    "mamba_d_ssm": 128,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 16,
+    "mamba_d_state": 8,
+    "mamba_n_groups": 1,
+    "mamba_chunk_size": 16,
+    "pad_token_id": 0,
+}
+_ZAMBA2 = {
+    "model_type": "zamba2",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "vocab_size": 256,
+    "n_mamba_heads": 8,
+    "mamba_d_state": 8,
+    "pad_token_id": 0,
+}
+
+
+@pytest.mark.parametrize(
+    "config,change,key",
+    [
+        (_FALCON_H1, {"mamba_d_ssm": 100}, "mamba_d_ssm"),  # 100 over 8 heads
+        (_FALCON_H1, {"mamba_d_ssm": None, "mamba_expand": 3, "mamba_n_heads": 5},
+         "mamba_expand"),  # 192 over 5 heads
+        (_FALCON_H1, {"mamba_d_conv": 0}, "mamba_d_conv"),
+        (_FALCON_H1, {"mamba_n_groups": 3}, "mamba_n_groups"),
+        (_ZAMBA2, {"mamba_d_conv": 0}, "mamba_d_conv"),
+        (_ZAMBA2, {"n_mamba_heads": 6, "mamba_expand": 2}, "n_mamba_heads"),
+        (NEMOTRON_MOE, {"conv_kernel": 0}, "conv_kernel"),
+        (NEMOTRON_MOE, {"n_group": 3}, "n_group"),
+        (NEMOTRON_MOE, {"n_group": 4, "topk_group": 1, "num_experts_per_tok": 2}, "topk_group"),
+    ],
+)  # fmt: skip
+def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
+    tmp_path, capsys, config, change, key
+):
+    """Falcon-H1 and Zamba2 are read from transformers' build (their mixers are not
+    modelled): their sizes are checked before it (adapters/state_space_sizes.py)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({k: v for k, v in {**config, **change}.items() if v is not None}))
+    assert main(["profile", str(path)]) == 2
+    line = _one_line_error(capsys)
+    assert str(path) in line and key in line
