@@ -93,20 +93,28 @@ def _dest(field: str) -> str:
     return {"batch_size": "batch", "seq_len": "seq", "implementation": "impl"}.get(field, field)
 
 
-def apply(args: argparse.Namespace, shape_model: bool = False) -> Resolved | None:
+def apply(
+    args: argparse.Namespace, shape_model: bool = False, mlx_defaults: bool = True
+) -> Resolved | None:
     """Read ``args.config`` (when given) into ``args``: each field the file sets and no
     flag overrides; the model as SOURCE when none is given (``shape_model``: measure's
     shape flags describe it, when neither SOURCE nor the file names one). Returns the
-    resolved config (None without --config)."""
+    resolved config (None without --config). With ``mlx_defaults``, ``--framework mlx
+    --finetune lora`` and neither --config nor --trainer reads as ``mlx_lm.lora`` run with
+    nothing set (:func:`mlx_lora`)."""
     paths = getattr(args, "config", None)
     trainer = getattr(args, "trainer", "loop")
-    if not paths and trainer == "loop":
+    mlx = not paths and trainer == "loop" and mlx_defaults and mlx_lora(args)
+    if not paths and trainer == "loop" and not mlx:
         return None
     from introspect.adapters import trainers
     from introspect.commands._args import given_setup_flags
 
-    # --trainer hf|trl alone: the trainer's own defaults, as an empty config of it reads
-    resolved = trainers.read(paths) if paths else trainers.defaults(trainer)
+    if mlx:
+        resolved = trainers.mlx_lora_defaults(args.finetune)
+    else:
+        # --trainer hf|trl alone: the trainer's own defaults, as an empty config of it reads
+        resolved = trainers.read(paths) if paths else trainers.defaults(trainer)
     given = set(given_setup_flags(args))
     resolved.overridden = {
         field: f"flag {hit[0]}"
@@ -165,6 +173,15 @@ def apply(args: argparse.Namespace, shape_model: bool = False) -> Resolved | Non
     return _model(args, resolved, shape_model)
 
 
+def mlx_lora(args: argparse.Namespace) -> bool:
+    """Whether the flags ask for mlx-lm's LoRA (``--framework mlx`` or ``mlx-compiled``
+    with ``--finetune lora``): Apple-silicon users run it as ``mlx_lm.lora``, so its
+    defaults (rank 8, the top 16 blocks, batch 4, 2048 tokens) are the setup's, each flag
+    given winning as over a config file."""
+    framework = getattr(args, "framework", None) or ""
+    return framework.startswith("mlx") and getattr(args, "finetune", None) == "lora"
+
+
 def _one_device_deepspeed(stage: int) -> bool:
     """Whether the setup prices DeepSpeed ZeRO ``stage`` on one device (its flags allow
     ``--zero 2``/``3`` with ``--devices 1``)."""
@@ -189,7 +206,7 @@ def _model(args: argparse.Namespace, resolved: Resolved, shape_model: bool = Fal
     if not args.source:
         if resolved.model is None and not getattr(args, "config", None):
             raise IntrospectError(
-                f"SOURCE is missing: --trainer {args.trainer} names no model; give the model "
+                f"SOURCE is missing: {resolved.flag} names no model; give the model "
                 "as SOURCE (a Hub id, a local folder or config.json)"
             )
         if resolved.model is None:
@@ -293,17 +310,28 @@ SOFT = {
 }
 
 
-def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
+def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> TrainingSetup:
     """Checks of the file's values that need the model: ``--num-layers`` above its
     layers (mlx-lm refuses it too, ``mlx_lm/lora.py:234``), and peft's
     ``layers_to_transform`` indices that are not the model's top blocks (only those are
-    modelled), each naming the key that set it."""
+    modelled), each naming the key that set it. Returns the setup, with mlx_lm.lora's
+    *default* ``num_layers`` 16 above a shallower model's L read as every block (a note
+    says mlx_lm.lora itself would refuse it)."""
     if resolved is None:
-        return
+        return setup
     L = spec.num_hidden_layers
     k = setup.num_layers
     if k is not None and k > L and "num_layers" not in resolved.overridden:
         value = resolved.fields.get("num_layers")
+        if value is not None and resolved.flag.startswith("--framework"):
+            # mlx_lm.lora's default 16 on a shallower model: it would refuse it too
+            resolved.note(
+                f"num_layers {k} ({value.origin}) is above {spec.source or spec.model_type}'s "
+                f"{L} layers, which mlx_lm.lora refuses (mlx_lm/lora.py:234): priced with "
+                f"adapters on all {L} blocks, as --num-layers {L} runs"
+            )
+            resolved.overridden["num_layers"] = f"every block: the default {k} is above {L}"
+            return setup.replace(num_layers=None)
         if value is not None:
             raise IntrospectError(
                 f"--num-layers {k}: {spec.source or spec.model_type} has {L} layers "
@@ -311,7 +339,7 @@ def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
                 f"--num-layers {L} or less"
             )
     if resolved.layer_indices is None or "num_layers" in resolved.overridden:
-        return
+        return setup
     indices, where = resolved.layer_indices
     top = list(range(L - len(indices), L))
     if indices != top:
@@ -320,6 +348,7 @@ def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
             f"{spec.source or spec.model_type} ({L} layers: {top[0]}..{L - 1}); only "
             "adapters on the top blocks are modelled: give --num-layers K"
         )
+    return setup
 
 
 def build(args: argparse.Namespace, resolved: Resolved | None, make):

@@ -256,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     from introspect.unmodelled import check_closed_form
 
     setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
-    _config.check_model(config, model.spec, setup)  # the file's values against it
+    setup = _config.check_model(config, model.spec, setup)  # the file's values
     check_closed_form(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, max_devices, allocator)
     if allocator_notes:
