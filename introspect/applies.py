@@ -440,6 +440,26 @@ RULES = (
         "stores the frozen base; it needs --finetune lora or qlora",
     ),
     (
+        lambda s: f"--base-quant {s.base_quant}",
+        lambda s: s.base_quant.startswith("affine"),
+        lambda s: _mlx(s) and s.finetune == "lora",
+        "is MLX's affine quantization (mx.quantize, mlx-community's 4-/8-bit checkpoints); "
+        "it needs --framework mlx --finetune lora (on torch: --base-quant nf4 or int8)",
+    ),
+    (
+        lambda s: f"--base-quant {s.base_quant} with --framework {_dash(s.framework)}",
+        lambda s: s.base_quant in ("nf4", "int8") or s.finetune == "qlora",
+        lambda s: not _mlx(s),
+        "is bitsandbytes' storage, which MLX has not; use --base-quant affine4 or affine8 "
+        "(mx.quantize) with --finetune lora",
+    ),
+    (
+        lambda s: f"--group-size {s.group_size}",
+        lambda s: s.group_size != 64,
+        lambda s: s.base_quant.startswith("affine"),
+        "is the affine base's group size; it needs --base-quant affine4 or affine8",
+    ),
+    (
         lambda s: f"--finetune qlora and --base-quant {_dash(s.base_quant)}",
         lambda s: s.finetune == "qlora" and s.base_quant not in ("auto", "nf4"),
         lambda s: False,

@@ -39,6 +39,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "lora_targets": ("--lora-targets",),
     "lora_dropout": ("--lora-dropout",),
     "base_quant": ("--base-quant",),
+    "group_size": ("--group-size",),
     "double_quant": ("--no-double-quant",),
     "offload": ("--offload",),
     "optimizer_in_backward": ("--optimizer-in-backward",),
@@ -58,7 +59,7 @@ SHOWN = (
     "grad_accum", "offload_activations",
 )  # fmt: skip
 LORA = ("lora_rank", "lora_targets", "lora_dropout", "num_layers", "base_quant", "double_quant")
-LORA += ("adapter_dtype",)
+LORA += ("adapter_dtype", "group_size")
 
 
 def _set(args: argparse.Namespace, field: str, value: Any) -> None:
@@ -247,6 +248,8 @@ def setup_fields(resolved: Resolved, setup: TrainingSetup) -> list[tuple[str, An
     shown += ["packed_sequences"] if setup.packed_sequences else []
     if setup.finetune != "qlora":
         shown = [f for f in shown if f != "double_quant"]
+    if not setup.base_quant.startswith("affine"):
+        shown = [f for f in shown if f != "group_size"]
     out = []
     for field in shown:
         if field not in names:
@@ -392,3 +395,61 @@ def explain(message: str, resolved: Resolved | None) -> str:
         return message
     by = resolved.flag if resolved.flag == "--config" else f"{resolved.flag}:"
     return f"{message} (set by {by} {resolved.fields[field].origin})"
+
+
+def checkpoint_quant(resolved: Resolved | None, model, setup: TrainingSetup) -> TrainingSetup:
+    """An MLX LoRA setup over a checkpoint whose config.json carries mlx-lm's
+    ``quantization`` block (``{"group_size": 64, "bits": 4}``, what ``mlx_lm.convert -q``
+    writes and every mlx-community 4-/8-bit model holds): the base is priced as stored,
+    ``--base-quant affine<bits> --group-size <group_size>``, unless ``--base-quant`` says
+    otherwise. The block's values were checked when the config was read
+    (:mod:`introspect.adapters.quantized`: bits and group size mx.quantize takes); widths
+    other than 4 and 8, and the mx/nv FP modes, are not modelled — one line."""
+    if not (setup.framework.startswith("mlx") and setup.finetune == "lora"):
+        return setup
+    if setup.base_quant != "auto":
+        return setup
+    config = _config_of(model)
+    if not isinstance((config or {}).get("quantization"), dict):
+        return setup
+    from introspect.adapters.quantized import config_quant
+
+    where = model.extra.get("config_path") or model.location
+    quant = config_quant(config, str(where))
+    bits, group, mode = quant.mlx[""]
+    if mode != "affine" or bits not in (4, 8):
+        raise IntrospectError(
+            f"quantization in {where}: {mode} {bits}-bit is not modelled (affine 4- and "
+            "8-bit are); give --base-quant affine4 or affine8 to price it as one of those"
+        )
+    others = sorted(p for p, v in quant.mlx.items() if p and v != (bits, group, mode))
+    if resolved is not None:
+        origin = f"{where}: quantization bits {bits}"
+        resolved.set("base_quant", f"affine{bits}", origin)
+        resolved.set("group_size", group, f"{where}: quantization group_size {group}")
+        if others:
+            resolved.note(
+                f"quantization in {where} sets {len(others)} modules apart ({others[0]}, …): "
+                f"not modelled, priced at affine {bits}-bit, groups of {group}"
+            )
+    return setup.replace(base_quant=f"affine{bits}", group_size=group)
+
+
+def _config_of(model) -> dict | None:
+    """The config.json a resolved model was read from (a file, a checkpoint folder or a
+    bundled model's folder), or None."""
+    import json
+    from pathlib import Path
+
+    # a config file or a checkpoint folder's (a Hub model's config_path is inside the repo)
+    path = model.extra.get("config_path") if model.origin in ("config", "checkpoint") else None
+    if not path and model.origin == "bundled" and model.extra.get("folder"):
+        from introspect.adapters import bundled
+
+        path = bundled._data() / model.extra["folder"] / "config.json"
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None

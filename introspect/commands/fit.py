@@ -257,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
 
     setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
     setup = _config.check_model(config, model.spec, setup)  # the file's values
+    setup = _config.checkpoint_quant(config, model, setup)  # an MLX 4-/8-bit base
     check_closed_form(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, max_devices, allocator)
     if allocator_notes:
