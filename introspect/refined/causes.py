@@ -182,7 +182,7 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
             out[name] = table[key].format(**fill)
     sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
     out.update({k: v for k, v in sharded.items() if k in terms})
-    from introspect.refined.mlx import affine_bits
+    from introspect.refined.affine import affine_bits
 
     if "weights" in terms and _mlx(setup) and affine_bits(setup):
         out["weights"] = (

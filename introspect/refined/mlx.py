@@ -165,6 +165,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from introspect._record import record
+from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -516,20 +517,6 @@ def lora_state_terms(spec: ModelSpec, setup: TrainingSetup, base: int) -> dict[s
         "optimizer/adam_m": 4 * a,
         "optimizer/adam_v": 4 * a,
     }
-
-
-def affine_bits(setup: TrainingSetup) -> int | None:
-    """The bits of an MLX affine base (``--base-quant affine4``/``affine8``), else None."""
-    return {"affine4": 4, "affine8": 8}.get(setup.base_quant) if setup.finetune == "lora" else None
-
-
-def affine_tensor_bytes(d_in: int, d_out: int, bits: int, group_size: int, s: int) -> int:
-    """One ``[d_out, d_in]`` weight as ``mx.quantize(w, group_size, bits)`` stores it in the
-    affine mode (``mlx/ops.cpp`` ``quantize``; ``QuantizedLinear.from_linear`` in
-    ``mlx/nn/layers/quantized.py``): uint32 words ``[d_out, d_in·bits/32]`` — bits/8 bytes
-    per value — and ``scales`` and ``biases`` ``[d_out, d_in/group_size]`` each in the
-    weight's own dtype (``s`` bytes: 2 for a BF16 checkpoint, 4 for FP32)."""
-    return d_out * d_in * bits // 8 + 2 * d_out * (d_in // group_size) * s
 
 
 def affine_base_bytes(spec: ModelSpec, setup: TrainingSetup, s: int) -> int:
