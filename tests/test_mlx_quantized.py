@@ -164,3 +164,59 @@ def test_bad_flags_are_one_line(argv, names):
     assert out.returncode == 2 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and names in lines[0] and "Traceback" not in out.stderr, lines
+
+
+def test_bundled_qwen3_8b_4bit_fit_answers_mlx_lm_lora_knobs():
+    """The bundled (reconstructed) mlx-community/Qwen3-8B-4bit: its exact count, its base
+    priced as affine 4-bit from its quantization block, and fit's knob table on an 8 GB
+    Mac — the largest max_seq_length grows as num_layers falls and with grad_checkpoint."""
+    from introspect.adapters import resolve
+
+    from introspect.refined.affine import affine_tensor_bytes
+
+    model = resolve("mlx-community/Qwen3-8B-4bit")
+    assert model.spec.n_params == 8_190_735_360
+    out = cli(
+        "fit", "mlx-community/Qwen3-8B-4bit", "--framework", "mlx", "--finetune", "lora",
+        "--precision", "bf16", "--gpu", "m2-8gb", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["setup"]["base_quant"] == "affine4" and data["setup"]["group_size"] == 64
+    knobs = data["mlx_lora_knobs"]
+    assert knobs["rank"] == 8 and knobs["batches"] == [1, 4]
+    seq = {(r["num_layers"], r["grad_checkpoint"]): r["largest_seq"]["1"] for r in knobs["rows"]}
+    assert set(seq) == {(k, c) for k in (16, 8, 4) for c in (False, True)}
+    assert seq[(16, False)] < seq[(8, False)] < seq[(4, False)]
+    assert all(seq[(k, False)] < seq[(k, True)] for k in (16, 8, 4))
+    # the frozen base alone: 4.6 GB of an 8 GB Mac (a dense BF16 base would be 16.4 GB)
+    d, f, V = 4096, 12288, 151936
+    linears = 36 * (
+        2 * affine_tensor_bytes(d, d, 4, 64, 2)
+        + 2 * affine_tensor_bytes(d, 1024, 4, 64, 2)
+        + 2 * affine_tensor_bytes(d, f, 4, 64, 2)
+        + affine_tensor_bytes(f, d, 4, 64, 2)
+    )
+    assert 4.5e9 < linears + 2 * affine_tensor_bytes(d, V, 4, 64, 2) < 4.8e9
+
+
+def test_sizes_lora_on_a_4bit_base_beside_full():
+    """``introspect sizes --framework mlx --finetune lora --base-quant affine4``: the seed's
+    table with a LoRA column beside full fine-tuning; LoRA over a 4-bit base is below both
+    the full refined figure and LoRA over the FP32 base, row by row."""
+    from introspect.commands import sizes
+
+    full = sizes.rows([512], 1, "mlx", "lora", "auto")
+    four = sizes.rows([512], 1, "mlx", "lora", "affine4")
+    for a, b in zip(full, four, strict=True):
+        assert b["lora_total_bytes"] < a["lora_total_bytes"] < a["refined_total_bytes"]
+    out = cli("sizes", "--framework", "mlx", "--finetune", "lora", "--base-quant", "affine4")
+    assert out.returncode == 0, out.stderr
+    assert "LoRA 4-bit GB" in out.stdout and "mlx_lm.lora's defaults" in out.stdout
+    for argv, names in (
+        (["--finetune", "lora"], "--framework"),
+        (["--framework", "torch", "--finetune", "lora", "--base-quant", "affine4"], "affine4"),
+    ):
+        bad = cli("sizes", *argv)
+        assert bad.returncode == 2 and bad.stdout == "" and names in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
