@@ -781,6 +781,21 @@ MEASURE_RULES: tuple[
 ]
 MEASURE_RULES = (
     (
+        lambda a: f"--base-quant {getattr(a, 'base_quant', 'auto')}",
+        lambda a: str(getattr(a, "base_quant", "auto")).startswith("affine"),
+        lambda a: False,
+        "is not measured: measure builds the model in float from its config; profile and "
+        "fit price the MLX affine base (benchmarks/mlx_quantized.py runs real steps over "
+        "nn.quantize'd models)",
+    ),
+    (
+        lambda a: "--group-size",
+        lambda a: getattr(a, "group_size", 64) != 64,
+        lambda a: False,
+        "is not measured: it is the affine base's group size, which measure does not build; "
+        "profile and fit price it with --base-quant affine4 or affine8",
+    ),
+    (
         lambda a: "--packed-sequences",
         lambda a: getattr(a, "packed_sequences", False),
         lambda a: False,

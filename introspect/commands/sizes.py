@@ -46,7 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--finetune",
-        choices=("lora",),
+        type=choice(("lora",)),
         default=None,
         help="also the refined estimate of LoRA as mlx_lm.lora runs it by default (rank 8, "
         "the top 16 blocks, or all of a shallower model), beside full fine-tuning; needs "
@@ -54,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--base-quant",
-        choices=("auto", "affine4", "affine8"),
+        type=choice(("auto", "affine4", "affine8")),
         default="auto",
         help="the LoRA column's frozen base: auto (FP32, as the table), affine4 or affine8 "
         "(mx.quantize, groups of 64: an mlx-community 4-/8-bit model); needs --finetune "
