@@ -440,6 +440,26 @@ RULES = (
         "stores the frozen base; it needs --finetune lora or qlora",
     ),
     (
+        lambda s: f"--base-quant {s.base_quant}",
+        lambda s: s.base_quant.startswith("affine"),
+        lambda s: _mlx(s) and s.finetune == "lora",
+        "is MLX's affine quantization (mx.quantize, mlx-community's 4-/8-bit checkpoints); "
+        "it needs --framework mlx --finetune lora (on torch: --base-quant nf4 or int8)",
+    ),
+    (
+        lambda s: f"--base-quant {s.base_quant} with --framework {_dash(s.framework)}",
+        lambda s: s.base_quant in ("nf4", "int8") or s.finetune == "qlora",
+        lambda s: not _mlx(s),
+        "is bitsandbytes' storage, which MLX has not; use --base-quant affine4 or affine8 "
+        "(mx.quantize) with --finetune lora",
+    ),
+    (
+        lambda s: f"--group-size {s.group_size}",
+        lambda s: s.group_size != 64,
+        lambda s: s.base_quant.startswith("affine"),
+        "is the affine base's group size; it needs --base-quant affine4 or affine8",
+    ),
+    (
         lambda s: f"--finetune qlora and --base-quant {_dash(s.base_quant)}",
         lambda s: s.finetune == "qlora" and s.base_quant not in ("auto", "nf4"),
         lambda s: False,
@@ -760,6 +780,21 @@ MEASURE_RULES: tuple[
     tuple[Callable[[Any], str], Callable[[Any], bool], Callable[[Any], bool], str], ...
 ]
 MEASURE_RULES = (
+    (
+        lambda a: f"--base-quant {getattr(a, 'base_quant', 'auto')}",
+        lambda a: str(getattr(a, "base_quant", "auto")).startswith("affine"),
+        lambda a: False,
+        "is not measured: measure builds the model in float from its config; profile and "
+        "fit price the MLX affine base (benchmarks/mlx_quantized.py runs real steps over "
+        "nn.quantize'd models)",
+    ),
+    (
+        lambda a: "--group-size",
+        lambda a: getattr(a, "group_size", 64) != 64,
+        lambda a: False,
+        "is not measured: it is the affine base's group size, which measure does not build; "
+        "profile and fit price it with --base-quant affine4 or affine8",
+    ),
     (
         lambda a: "--packed-sequences",
         lambda a: getattr(a, "packed_sequences", False),

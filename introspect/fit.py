@@ -220,6 +220,22 @@ def _changes(devices: int, lora_rank: int) -> tuple[Change, ...]:
             lambda s: _if(s.finetune != "qlora", s, finetune="qlora", lora_rank=r),
             group="finetune",
         ),
+        # MLX's QLoRA: mlx_lm.lora over a 4-bit mlx-community (mlx_lm.convert -q) base.
+        Change(
+            "lora_affine4",
+            f"LoRA r={r} over a 4-bit base (mx.quantize affine, groups of 64)",
+            "quality and time: the base in 4 bits (an mlx_lm.convert -q checkpoint), "
+            "quantized_matmul for every matmul; LoRA adapters on top",
+            "adapters",
+            lambda s: _if(
+                s.base_quant != "affine4" or s.finetune != "lora",
+                s,
+                finetune="lora",
+                lora_rank=s.lora_rank if s.finetune == "lora" else r,
+                base_quant="affine4",
+            ),
+            group="finetune",
+        ),
     )
 
 

@@ -92,6 +92,12 @@ SHARDINGS = ("none", "ddp", "zero", "fsdp")
 #: :mod:`introspect.refined.offload`.
 FINETUNES = ("full", "lora", "qlora")
 BASE_QUANTS = ("auto", "bf16", "fp16", "fp32", "int8", "nf4")
+#: MLX's affine quantization (``mx.quantize``, what ``mlx_lm.convert -q`` and the
+#: ``mlx-community`` 4-/8-bit checkpoints store): packed uint32 words, a scale and a bias
+#: per group of :attr:`TrainingSetup.group_size` values (MLX only).
+BASE_QUANTS += ("affine4", "affine8")
+#: ``mx.quantize``'s affine group sizes (mlx 0.32; ``introspect.adapters.quantized``).
+GROUP_SIZES = (32, 64, 128)
 OFFLOADS = ("none", "optimizer", "parameters")
 #: Names of the block's linears that LoRA can target (Hugging Face Llama/Qwen names);
 #: ``all-linear`` is every one of them (peft's ``target_modules="all-linear"``, which
@@ -131,6 +137,7 @@ FLAGS = {
     "sharding": "sharding (--ddp, --zero, --fsdp)",
     "finetune": "--finetune",
     "base_quant": "--base-quant",
+    "group_size": "--group-size",
     "offload": "--offload",
     "grad_accum": "--grad-accum",
     "offload_activations": "--offload-activations",
@@ -252,6 +259,9 @@ class TrainingSetup:
     num_layers: int | None = None
     #: Storage of the frozen base: ``auto`` = nf4 for qlora, the working dtype for lora.
     base_quant: str = "auto"
+    #: MLX affine base (``affine4``/``affine8``): values per scale and bias, 64 as
+    #: ``mlx_lm.convert``'s ``q_group_size`` default (``mlx_lm/utils.py``).
+    group_size: int = 64
     #: bitsandbytes' ``bnb_4bit_use_double_quant``: the absmax constants in 8 bits.
     double_quant: bool = True
     #: Train the input embedding and the output head too (Qwen's "LoRA (emb)").
@@ -374,6 +384,11 @@ class TrainingSetup:
             )
         if not self.lora_targets:
             raise ValueError("--lora-targets is empty; name modules or use all-linear")
+        if self.group_size not in GROUP_SIZES or isinstance(self.group_size, bool):
+            raise ValueError(
+                f"--group-size {self.group_size!r} is not one of mx.quantize's affine group "
+                f"sizes; use {', '.join(map(str, GROUP_SIZES))}"
+            )
         k = self.num_layers
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
             raise ValueError(

@@ -142,7 +142,9 @@ def test_qlora_keeps_transformers_experts_at_the_working_dtype():
     s = TrainingSetup(seq_len=64, finetune="qlora", precision="bf16", device="cpu")
     experts = 2 * 8 * 3 * 128 * 64  # L · E · 3 · d · f
     assert lora.block_linear_parameters(spec, s) == (lora.block_linear_parameters(spec) - experts)
-    mlx = s.replace(framework="mlx")  # mlx-lm's SwitchLinear experts are quantizable
+    # mlx-lm's SwitchLinear experts are quantizable (MLX's 4-bit base is --base-quant
+    # affine4: NF4 QLoRA is refused under --framework mlx)
+    mlx = s.replace(framework="mlx", finetune="lora", base_quant="affine4")
     assert lora.block_linear_parameters(spec, mlx) == lora.block_linear_parameters(spec)
 
 

@@ -141,6 +141,23 @@ def defaults(trainer: str) -> Resolved:
     return resolved
 
 
+def mlx_lora_defaults(finetune: str) -> Resolved:
+    """The setup ``mlx_lm.lora`` runs with nothing set, for ``--framework mlx --finetune
+    lora`` without ``--config``: an empty mlx-lm YAML read as a file would be (every value
+    with ``CONFIG_DEFAULTS``' line), plus what ``lora_parameters`` defaults beyond the rank
+    (:func:`introspect.adapters.trainers.mlx_lm.lora_defaults`). The config's default
+    model (Qwen3-0.6B) is not taken: SOURCE names the model."""
+    from introspect.adapters.trainers import mlx_lm
+
+    where = f"--framework mlx --finetune {finetune}"
+    resolved = Resolved("mlx_lm.lora defaults", [f"{where}, no file"])
+    resolved.flag = where
+    _read_main(where, {}, "mlx_lm", resolved)
+    resolved.model = None
+    mlx_lm.lora_defaults(resolved)
+    return resolved
+
+
 _ORDER = (
     "hf",
     "sft",

@@ -650,7 +650,14 @@ def sharding_fields(args: argparse.Namespace) -> dict:
 
 def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
     """LoRA / QLoRA, CPU offload and the optimizer in backward (issue 11)."""
-    from introspect.setup import ADAPTER_DTYPES, BASE_QUANTS, FINETUNES, LORA_MODULES, OFFLOADS
+    from introspect.setup import (
+        ADAPTER_DTYPES,
+        BASE_QUANTS,
+        FINETUNES,
+        GROUP_SIZES,
+        LORA_MODULES,
+        OFFLOADS,
+    )
 
     g = parser.add_argument_group("fine-tuning and offload (refined estimate)")
     g.add_argument(
@@ -706,7 +713,16 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         type=choice(BASE_QUANTS),
         default="auto",
         help="storage of the frozen base: auto (default: nf4 for qlora, the working dtype for "
-        "lora), bf16, fp16, fp32, int8 (LLM.int8) or nf4 (4-bit, bitsandbytes)",
+        "lora), bf16, fp16, fp32, int8 (LLM.int8) or nf4 (4-bit, bitsandbytes); on MLX "
+        "affine4 or affine8 (mx.quantize: an mlx-community 4-/8-bit checkpoint)",
+    )
+    g.add_argument(
+        "--group-size",
+        type=int,
+        choices=GROUP_SIZES,
+        default=64,
+        help="values per scale and bias of an affine4/affine8 base (default 64, "
+        "mlx_lm.convert's; 32 or 128)",
     )
     g.add_argument(
         "--no-double-quant",
@@ -781,6 +797,7 @@ def finetune_fields(args: argparse.Namespace) -> dict:
         num_layers=args.num_layers,
         adapter_dtype=args.adapter_dtype,
         base_quant=args.base_quant,
+        group_size=args.group_size,
         double_quant=not args.no_double_quant,
         train_embeddings=args.train_embeddings,
         offload=args.offload,

@@ -39,6 +39,7 @@ FLAGS: dict[str, tuple[str, ...]] = {
     "lora_targets": ("--lora-targets",),
     "lora_dropout": ("--lora-dropout",),
     "base_quant": ("--base-quant",),
+    "group_size": ("--group-size",),
     "double_quant": ("--no-double-quant",),
     "offload": ("--offload",),
     "optimizer_in_backward": ("--optimizer-in-backward",),
@@ -58,7 +59,7 @@ SHOWN = (
     "grad_accum", "offload_activations",
 )  # fmt: skip
 LORA = ("lora_rank", "lora_targets", "lora_dropout", "num_layers", "base_quant", "double_quant")
-LORA += ("adapter_dtype",)
+LORA += ("adapter_dtype", "group_size")
 
 
 def _set(args: argparse.Namespace, field: str, value: Any) -> None:
@@ -93,20 +94,28 @@ def _dest(field: str) -> str:
     return {"batch_size": "batch", "seq_len": "seq", "implementation": "impl"}.get(field, field)
 
 
-def apply(args: argparse.Namespace, shape_model: bool = False) -> Resolved | None:
+def apply(
+    args: argparse.Namespace, shape_model: bool = False, mlx_defaults: bool = True
+) -> Resolved | None:
     """Read ``args.config`` (when given) into ``args``: each field the file sets and no
     flag overrides; the model as SOURCE when none is given (``shape_model``: measure's
     shape flags describe it, when neither SOURCE nor the file names one). Returns the
-    resolved config (None without --config)."""
+    resolved config (None without --config). With ``mlx_defaults``, ``--framework mlx
+    --finetune lora`` and neither --config nor --trainer reads as ``mlx_lm.lora`` run with
+    nothing set (:func:`mlx_lora`)."""
     paths = getattr(args, "config", None)
     trainer = getattr(args, "trainer", "loop")
-    if not paths and trainer == "loop":
+    mlx = not paths and trainer == "loop" and mlx_defaults and mlx_lora(args)
+    if not paths and trainer == "loop" and not mlx:
         return None
     from introspect.adapters import trainers
     from introspect.commands._args import given_setup_flags
 
-    # --trainer hf|trl alone: the trainer's own defaults, as an empty config of it reads
-    resolved = trainers.read(paths) if paths else trainers.defaults(trainer)
+    if mlx:
+        resolved = trainers.mlx_lora_defaults(args.finetune)
+    else:
+        # --trainer hf|trl alone: the trainer's own defaults, as an empty config of it reads
+        resolved = trainers.read(paths) if paths else trainers.defaults(trainer)
     given = set(given_setup_flags(args))
     resolved.overridden = {
         field: f"flag {hit[0]}"
@@ -165,6 +174,15 @@ def apply(args: argparse.Namespace, shape_model: bool = False) -> Resolved | Non
     return _model(args, resolved, shape_model)
 
 
+def mlx_lora(args: argparse.Namespace) -> bool:
+    """Whether the flags ask for mlx-lm's LoRA (``--framework mlx`` or ``mlx-compiled``
+    with ``--finetune lora``): Apple-silicon users run it as ``mlx_lm.lora``, so its
+    defaults (rank 8, the top 16 blocks, batch 4, 2048 tokens) are the setup's, each flag
+    given winning as over a config file."""
+    framework = getattr(args, "framework", None) or ""
+    return framework.startswith("mlx") and getattr(args, "finetune", None) == "lora"
+
+
 def _one_device_deepspeed(stage: int) -> bool:
     """Whether the setup prices DeepSpeed ZeRO ``stage`` on one device (its flags allow
     ``--zero 2``/``3`` with ``--devices 1``)."""
@@ -189,7 +207,7 @@ def _model(args: argparse.Namespace, resolved: Resolved, shape_model: bool = Fal
     if not args.source:
         if resolved.model is None and not getattr(args, "config", None):
             raise IntrospectError(
-                f"SOURCE is missing: --trainer {args.trainer} names no model; give the model "
+                f"SOURCE is missing: {resolved.flag} names no model; give the model "
                 "as SOURCE (a Hub id, a local folder or config.json)"
             )
         if resolved.model is None:
@@ -230,6 +248,8 @@ def setup_fields(resolved: Resolved, setup: TrainingSetup) -> list[tuple[str, An
     shown += ["packed_sequences"] if setup.packed_sequences else []
     if setup.finetune != "qlora":
         shown = [f for f in shown if f != "double_quant"]
+    if not setup.base_quant.startswith("affine"):
+        shown = [f for f in shown if f != "group_size"]
     out = []
     for field in shown:
         if field not in names:
@@ -293,17 +313,28 @@ SOFT = {
 }
 
 
-def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
+def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> TrainingSetup:
     """Checks of the file's values that need the model: ``--num-layers`` above its
     layers (mlx-lm refuses it too, ``mlx_lm/lora.py:234``), and peft's
     ``layers_to_transform`` indices that are not the model's top blocks (only those are
-    modelled), each naming the key that set it."""
+    modelled), each naming the key that set it. Returns the setup, with mlx_lm.lora's
+    *default* ``num_layers`` 16 above a shallower model's L read as every block (a note
+    says mlx_lm.lora itself would refuse it)."""
     if resolved is None:
-        return
+        return setup
     L = spec.num_hidden_layers
     k = setup.num_layers
     if k is not None and k > L and "num_layers" not in resolved.overridden:
         value = resolved.fields.get("num_layers")
+        if value is not None and resolved.flag.startswith("--framework"):
+            # mlx_lm.lora's default 16 on a shallower model: it would refuse it too
+            resolved.note(
+                f"num_layers {k} ({value.origin}) is above {spec.source or spec.model_type}'s "
+                f"{L} layers, which mlx_lm.lora refuses (mlx_lm/lora.py:234): priced with "
+                f"adapters on all {L} blocks, as --num-layers {L} runs"
+            )
+            resolved.overridden["num_layers"] = f"every block: the default {k} is above {L}"
+            return setup.replace(num_layers=None)
         if value is not None:
             raise IntrospectError(
                 f"--num-layers {k}: {spec.source or spec.model_type} has {L} layers "
@@ -311,7 +342,7 @@ def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
                 f"--num-layers {L} or less"
             )
     if resolved.layer_indices is None or "num_layers" in resolved.overridden:
-        return
+        return setup
     indices, where = resolved.layer_indices
     top = list(range(L - len(indices), L))
     if indices != top:
@@ -320,6 +351,7 @@ def check_model(resolved: Resolved | None, spec, setup: TrainingSetup) -> None:
             f"{spec.source or spec.model_type} ({L} layers: {top[0]}..{L - 1}); only "
             "adapters on the top blocks are modelled: give --num-layers K"
         )
+    return setup
 
 
 def build(args: argparse.Namespace, resolved: Resolved | None, make):
@@ -363,3 +395,61 @@ def explain(message: str, resolved: Resolved | None) -> str:
         return message
     by = resolved.flag if resolved.flag == "--config" else f"{resolved.flag}:"
     return f"{message} (set by {by} {resolved.fields[field].origin})"
+
+
+def checkpoint_quant(resolved: Resolved | None, model, setup: TrainingSetup) -> TrainingSetup:
+    """An MLX LoRA setup over a checkpoint whose config.json carries mlx-lm's
+    ``quantization`` block (``{"group_size": 64, "bits": 4}``, what ``mlx_lm.convert -q``
+    writes and every mlx-community 4-/8-bit model holds): the base is priced as stored,
+    ``--base-quant affine<bits> --group-size <group_size>``, unless ``--base-quant`` says
+    otherwise. The block's values were checked when the config was read
+    (:mod:`introspect.adapters.quantized`: bits and group size mx.quantize takes); widths
+    other than 4 and 8, and the mx/nv FP modes, are not modelled — one line."""
+    if not (setup.framework.startswith("mlx") and setup.finetune == "lora"):
+        return setup
+    if setup.base_quant != "auto":
+        return setup
+    config = _config_of(model)
+    if not isinstance((config or {}).get("quantization"), dict):
+        return setup
+    from introspect.adapters.quantized import config_quant
+
+    where = model.extra.get("config_path") or model.location
+    quant = config_quant(config, str(where))
+    bits, group, mode = quant.mlx[""]
+    if mode != "affine" or bits not in (4, 8):
+        raise IntrospectError(
+            f"quantization in {where}: {mode} {bits}-bit is not modelled (affine 4- and "
+            "8-bit are); give --base-quant affine4 or affine8 to price it as one of those"
+        )
+    others = sorted(p for p, v in quant.mlx.items() if p and v != (bits, group, mode))
+    if resolved is not None:
+        origin = f"{where}: quantization bits {bits}"
+        resolved.set("base_quant", f"affine{bits}", origin)
+        resolved.set("group_size", group, f"{where}: quantization group_size {group}")
+        if others:
+            resolved.note(
+                f"quantization in {where} sets {len(others)} modules apart ({others[0]}, …): "
+                f"not modelled, priced at affine {bits}-bit, groups of {group}"
+            )
+    return setup.replace(base_quant=f"affine{bits}", group_size=group)
+
+
+def _config_of(model) -> dict | None:
+    """The config.json a resolved model was read from (a file, a checkpoint folder or a
+    bundled model's folder), or None."""
+    import json
+    from pathlib import Path
+
+    # a config file or a checkpoint folder's (a Hub model's config_path is inside the repo)
+    path = model.extra.get("config_path") if model.origin in ("config", "checkpoint") else None
+    if not path and model.origin == "bundled" and model.extra.get("folder"):
+        from introspect.adapters import bundled
+
+        path = bundled._data() / model.extra["folder"] / "config.json"
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None

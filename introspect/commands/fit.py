@@ -217,6 +217,7 @@ def _analyse(
         for field, (cap, _) in caps.items()
     }
     return {
+        "mlx_lora": mlx_lora_knobs(spec, setup, budget, need, caps["seq_len"][0]),
         "need": now,
         "peak": fit.peak(spec, setup),
         "fits": now <= budget,
@@ -233,6 +234,34 @@ def _analyse(
         "free": [c.label for c in free],
         "combinations": combos,
     }
+
+
+def mlx_lora_knobs(spec: ModelSpec, setup: TrainingSetup, budget: int, need, cap: int):
+    """For mlx-lm's LoRA, the knobs ``mlx_lm.lora`` users turn: ``num_layers`` (the
+    setup's, 8 and 4, at most L), ``grad_checkpoint`` off and on, and batch 1 and the
+    setup's — for each, the largest ``max_seq_length`` that fits (None: not even T = 1),
+    at the setup's rank. None outside MLX LoRA."""
+    if not (setup.framework.startswith("mlx") and setup.finetune == "lora"):
+        return None
+    from introspect.applies import NotApplicable
+
+    L = spec.num_hidden_layers
+    own = setup.num_layers or L
+    depths = list(dict.fromkeys(min(k, L) for k in (own, 8, 4)))
+    batches = list(dict.fromkeys((1, setup.batch_size)))
+    rows = []
+    for k in depths:
+        for ckpt in (False, True):
+            try:
+                base = setup.replace(num_layers=k, activation_checkpointing=ckpt)
+            except NotApplicable:
+                continue
+            found = {}
+            for b in batches:
+                at = base.replace(batch_size=b)
+                found[b] = fit.largest(spec, at, budget, "seq_len", need, limit=cap)
+            rows.append({"num_layers": k, "grad_checkpoint": ckpt, "largest_seq": found})
+    return {"rank": setup.lora_rank, "batches": batches, "rows": rows, "cap": cap}
 
 
 def _model_takes(spec: ModelSpec, changed: TrainingSetup | None) -> bool:
@@ -292,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
     from introspect.unmodelled import check_closed_form
 
     setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
-    _config.check_model(config, model.spec, setup)  # the file's values against it
+    setup = _config.check_model(config, model.spec, setup)  # the file's values
+    setup = _config.checkpoint_quant(config, model, setup)  # an MLX 4-/8-bit base
     check_closed_form(model.spec, setup)
     result = analyse(model.spec, setup, budget, device, max_devices, allocator)
     if allocator_notes:
@@ -336,6 +366,7 @@ def to_json(model, setup, budget, device, result) -> dict[str, Any]:
         "changes": [r.to_json() for r in result["changes"]],
         "free_changes_first": result["free"],
         "combinations": [r.to_json() for r in result["combinations"]],
+        "mlx_lora_knobs": result["mlx_lora"],
     }
 
 
@@ -423,6 +454,24 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
             )
         else:
             lines.append(f"largest {what} at {at}: {n:,}")
+    knobs = result.get("mlx_lora")
+    if knobs:
+        lines.append(
+            f"\nmlx_lm.lora knobs: the largest max_seq_length that fits, rank {knobs['rank']}"
+        )
+        head = ["num_layers", "grad_checkpoint", *(f"B={b}" for b in knobs["batches"])]
+        rows = [
+            (
+                str(r["num_layers"]),
+                "on" if r["grad_checkpoint"] else "off",
+                *(
+                    "none" if t is None else (f"≥{t:,}" if t == knobs["cap"] else f"{t:,}")
+                    for t in r["largest_seq"].values()
+                ),
+            )
+            for r in knobs["rows"]
+        ]
+        lines.append(report.table(rows, head))
     body = [
         (r.label, fmt_memory(r.need), fmt_memory(r.saving), "yes" if r.fits else "no", r.cost)
         for r in result["changes"]

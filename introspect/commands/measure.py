@@ -373,7 +373,7 @@ def run(args: argparse.Namespace) -> int:
 
     shape_model = not args.source and any(getattr(args, k, None) for k in SHAPE_DESTS)
     # a trainer's config (or --trainer hf|trl alone): its values where the flags go
-    resolved = _config.apply(args, shape_model=shape_model)
+    resolved = _config.apply(args, shape_model=shape_model, mlx_defaults=False)
     args.impl = args.impl or default_impl(args)
     applies.check_measure(args)
     if args.impl == "transformers":  # a remote-code or unknown config, before reading it

@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
     check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
     setup = resolve_attention(model.spec, setup)  # --attention left out: the class's own
-    _config.check_model(config, model.spec, setup)  # the file's values against it
+    setup = _config.check_model(config, model.spec, setup)  # the file's values
+    setup = _config.checkpoint_quant(config, model, setup)  # an MLX 4-/8-bit base
     if model.spec.unmodelled:
         return run_unmodelled(args, model, setup)
     from introspect.unmodelled import check_closed_form

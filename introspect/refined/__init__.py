@@ -103,6 +103,8 @@ def execution_estimate(
         candidates: list[tuple[str, dict[str, int]]] = []
         if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup, spec):
             candidates = _mlx().moments(spec, setup)
+        elif setup.framework in ("mlx", "mlx_compiled") and _mlx().affine_bits(setup):
+            candidates = _mlx().torch_moments(spec, setup)  # with the affine base's bytes
         else:
             candidates = execution.moments(spec, setup, layers)
     # Tensor/pipeline parallel: each moment on the largest model-parallel rank.

@@ -182,6 +182,14 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
             out[name] = table[key].format(**fill)
     sharded = sharding.causes(spec, setup, working_weight_bytes(setup))
     out.update({k: v for k, v in sharded.items() if k in terms})
+    from introspect.refined.affine import affine_bits
+
+    if "weights" in terms and _mlx(setup) and affine_bits(setup):
+        out["weights"] = (
+            f"the frozen base as mx.quantize affine {affine_bits(setup)}-bit, groups of "
+            f"{setup.group_size}: packed uint32 and a scale and bias per group (linears "
+            "and embedding; norms and biases at the working dtype)"
+        )
     if setup.framework in ("mlx", "mlx_compiled") and setup.resolved_device == "metal":
         for name in out:
             if "/mlx/" in name:
@@ -274,3 +282,7 @@ def census_term(term: str) -> str:
     if rest.startswith("embedding") and not rest.endswith("/grad"):
         return "activations/embedding"
     return term
+
+
+def _mlx(setup: TrainingSetup) -> bool:
+    return setup.framework in ("mlx", "mlx_compiled")

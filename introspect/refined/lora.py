@@ -443,6 +443,13 @@ def quantized_bytes(
         return sum(k * nf4_tensor_bytes(i * o, double_quant) for i, o, k in shapes)
     if quant == "int8":
         return sum(k * (i * o + o * FP32) for i, o, k in shapes)
+    if quant.startswith("affine"):  # MLX's (introspect.refined.mlx.affine_tensor_bytes)
+        from introspect.refined.affine import affine_tensor_bytes, constant_bytes
+
+        g = setup.group_size if setup is not None else 64
+        s = constant_bytes(setup) if setup is not None else FP32
+        bits = int(quant.removeprefix("affine"))
+        return sum(k * affine_tensor_bytes(i, o, bits, g, s) for i, o, k in shapes)
     from introspect.units import dtype_bytes
 
     return block_linear_parameters(spec, setup) * dtype_bytes(quant)

@@ -165,6 +165,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from introspect._record import record
+from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -496,7 +497,8 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     s = 2 if dtype_of(setup) == "bf16" else 4
     n = parameter_count(spec)
     if setup.finetune == "lora":
-        return lora_state_terms(spec, setup, n * s)
+        base = affine_base_bytes(spec, setup, s) if affine_bits(setup) else n * s
+        return lora_state_terms(spec, setup, base)
     return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
 
 
@@ -515,6 +517,28 @@ def lora_state_terms(spec: ModelSpec, setup: TrainingSetup, base: int) -> dict[s
         "optimizer/adam_m": 4 * a,
         "optimizer/adam_v": 4 * a,
     }
+
+
+def affine_base_bytes(spec: ModelSpec, setup: TrainingSetup, s: int) -> int:
+    """The frozen base of ``mlx_lm.lora`` over an ``mlx_lm.convert -q`` checkpoint:
+    ``quantize_model`` (``mlx_lm/utils.py``) swaps every module with ``to_quantized`` —
+    ``nn.Linear``, ``nn.Embedding``, ``SwitchLinear`` — whose last weight dimension (d_in;
+    the embedding's d) divides by the group size for its quantized form
+    (:func:`affine_tensor_bytes`); biases, norms and the rest stay at ``s`` bytes. Here
+    the quantized tensors are the block linears (each expert's, in the per-expert view),
+    the input embedding and an untied head. Not modelled: a model class's own
+    ``quant_predicate`` (mlx-lm keeps some MoE routers at 8 bits) — routers stay float."""
+    from introspect.params import parameter_count
+    from introspect.refined.lora import _base_linears
+
+    bits, g = affine_bits(setup), setup.group_size
+    shapes = list(_base_linears(spec, None))
+    V, d = spec.vocab_size, spec.hidden_size
+    shapes.append((d, V, 1 if spec.tie_word_embeddings else 2))  # embedding (and head)
+    quantized = [(i, o, k) for i, o, k in shapes if i % g == 0]
+    packed = sum(k * affine_tensor_bytes(i, o, bits, g, s) for i, o, k in quantized)
+    rest = parameter_count(spec) - sum(k * i * o for i, o, k in quantized)
+    return packed + rest * s
 
 
 #: The depths the counts are taken at (``benchmarks/mlx_derive.py``).
@@ -656,7 +680,16 @@ def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict
     without the spec): :func:`introspect.refined.execution.moments`."""
     from introspect.refined import execution
 
-    return execution.moments(spec, setup)
+    out = execution.moments(spec, setup)
+    if affine_bits(setup):
+        # the MLX base as mlx_lm.convert -q stores it (the embedding quantized too)
+        s = 2 if dtype_of(setup) == "bf16" else 4
+        base = affine_base_bytes(spec, setup, s)
+        for _, terms in out:
+            terms.pop("weights/base_linears", None)
+            terms.pop("weights/base_other", None)
+            terms["weights"] = base
+    return out
 
 
 def compiled(setup: TrainingSetup) -> bool:

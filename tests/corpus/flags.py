@@ -103,7 +103,7 @@ ALSO_NAMED = {
 
 CHOICES = {
     "estimate": ("--act-dtype", "--weights-dtype", "--units"),
-    "sizes": ("--framework", "--units"),
+    "sizes": ("--framework", "--units", "--finetune", "--base-quant"),
 }
 _REFINED_CHOICES = (
     "--act-dtype",
@@ -194,6 +194,11 @@ GOOD: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("lora-dropout", ("--lora-rank", "8", "--lora-dropout", "0.1")),
     ("base-quant-int8", ("--finetune", "lora", "--base-quant", "int8")),
     ("base-quant-nf4", ("--finetune", "lora", "--base-quant", "nf4")),
+    (
+        "mlx-affine4-group-32",
+        ("--framework", "mlx", "--finetune", "lora", "--base-quant", "affine4", "--group-size")
+        + ("32",),
+    ),
     ("qlora-no-double-quant", ("--finetune", "qlora", "--no-double-quant")),
     (
         "adapter-dtype-bf16",
@@ -289,6 +294,9 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("mlx-lora-head", ("--framework", "mlx", "--lora-targets", "q_proj", "lm_head"))
     + (("--lora-targets",),),
     ("base-quant-without-lora", ("--base-quant", "nf4"), ("--base-quant",)),
+    ("affine-on-torch", ("--finetune", "lora", "--base-quant", "affine8"), ("--base-quant",)),
+    ("group-size-without-affine", ("--group-size", "128"), ("--group-size",)),
+    ("mlx-qlora", ("--framework", "mlx", "--finetune", "qlora"), ("--framework", "--base-quant")),
     ("base-quant-full", ("--finetune", "full", "--base-quant", "int8"), ("--base-quant",)),
     ("qlora-base-quant-bf16", ("--finetune", "qlora", "--base-quant", "bf16"), ("--base-quant",)),
     ("no-double-quant-without-qlora", ("--no-double-quant",), ("--no-double-quant",)),
@@ -357,6 +365,7 @@ COMMAND_CONTRADICTIONS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]],
     ("estimate", "units-gib-json", ("--units", "gib", "--json"), ("--units",)),
     ("estimate", "params-below-embeddings", ("--params", "1"), ("--params",)),
     ("sizes", "timeout-without-hub", ("--timeout", "5"), ("--timeout",)),
+    ("measure", "group-size-not-measured", ("--group-size", "32"), ("--group-size",)),
     # torch's CUDA caching allocator's setting: MLX has no such allocator.
     (
         "profile",
@@ -592,6 +601,10 @@ def good_value_cases() -> list[Case]:
         ("batch-4", ("--batch", "4")),
         ("framework-torch", ("--framework", "torch")),
         ("framework-mlx-compiled", ("--framework", "mlx-compiled")),
+        (
+            "mlx-lora-affine4",
+            ("--framework", "mlx", "--finetune", "lora", "--base-quant", "affine4"),
+        ),
         ("json", ("--json",)),
         ("units-gib", ("--units", "gib")),
         ("force-seq-1e9", ("--seq", "1e9", "--force")),
