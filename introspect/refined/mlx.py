@@ -164,6 +164,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from introspect import _record
 from introspect._record import record
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -522,37 +523,24 @@ DEPTHS = (4, 10, 16, 32)
 
 
 def segment(candidate: Candidate, layers: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-layer and fixed bytes per element of each kind on the stretch of
-    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
-    candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
-    32, through the count at 32): the straight line through the candidate's counts at
-    its two ends. A candidate with ``between`` counts (the dense classes', L = 5–9) runs
-    the line between the two nearest depths counted."""
-    at = dict(candidate.at)  # a copy: the shallow or between counts join it below
-    shallow = candidate.shallow
-    # The candidate's own depths: DEPTHS, or for a MoE structure every depth from 2 to
-    # 16 and a few beyond (benchmarks/mlx_derive.py's MOE_LAYERS).
+    """Per-layer and fixed bytes per element of each kind on the stretch between the two
+    counted depths nearest ``layers``: the straight line through the candidate's counts
+    at its two ends. A candidate's depths are :data:`DEPTHS` (a MoE structure's every
+    depth from 2 to 16 and 24, 32: ``benchmarks/mlx_derive.py``'s ``MOE_LAYERS``), its
+    ``shallow`` ones (every structure's L = 1, 2, 3: ``mlx_derive.py --shallow``) and its
+    ``between`` ones (the dense classes' L = 5–9). At a counted depth the line ends
+    there (the first one: starts there), so the counts are the derived ones themselves.
+    Above the deepest: the slope over all the depths from 4 (the scheduler's shifts
+    between two nearby depths would be multiplied), through the last count."""
+    at = {**candidate.shallow, **candidate.between, **candidate.at}
     depths = sorted(at)
-    if layers < DEPTHS[0] and shallow:
-        # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
-        # line from the nearest of them to the count at 4.
-        # (Also the dense classes' at L = 2 and 3: mlx_derive.py's DENSE_SHALLOW.)
-        at.update(shallow)
-        lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
-    elif candidate.between and DEPTHS[0] < layers < DEPTHS[1]:
-        # The dense classes' counts at each depth from 5 to 9 (benchmarks/mlx_derive.py's
-        # DENSE_BETWEEN): the line between the two nearest.
-        at.update(candidate.between)
-        lo = max(k for k in at if k <= layers)
-        hi = min(k for k in at if k > layers)
-    elif layers > depths[-1]:
-        # Beyond the deepest count: the slope over all the depths from 4 (the
-        # scheduler's shifts between two nearby depths would be multiplied), through
-        # the last count.
+    if layers > depths[-1]:
         lo, hi = (DEPTHS[0] if DEPTHS[0] in at else depths[0]), depths[-1]
+    elif layers <= depths[0]:  # L = 1 (or below the shallowest a file has): the first line
+        lo, hi = depths[0], depths[1]
     else:
-        i = next((i for i in range(1, len(depths)) if layers <= depths[i]), 1)
-        lo, hi = depths[i - 1], depths[i]
+        lo = max(k for k in depths if k < layers)
+        hi = min(k for k in depths if k >= layers)
     per, fixed = {}, {}
     for kind in dict.fromkeys([*at[lo], *at[hi]]):
         a, b = at[lo].get(kind, 0), at[hi].get(kind, 0)
@@ -695,7 +683,11 @@ def checkpointed_counts(
     s = 2 if dtype == "bf16" else 4
     out = []
     for c in candidates(key(structure, dtype, is_compiled)):
-        per, fixed = segment(c, layers)
+        # One layer's working set is the per-layer slope of the main depths (L = 4–32,
+        # each stretch 6 or more layers wide): a stretch one layer wide (L = 3→4) carries
+        # the scheduler's shift of a few ops at one depth as if it were a layer's.
+        deep = _record.replace(c, shallow={}, between={})
+        per, fixed = segment(deep, max(layers, DEPTHS[0]))
         layer = {k: v for k, v in per.items() if k in WEIGHT_KINDS}
         for k, v in per.items():
             if k not in WEIGHT_KINDS:
