@@ -30,6 +30,17 @@ within the update), so that no depth below the shallowest counted is extrapolate
 line from L = 4 to 10 run down to L = 1–3 overshoots a one- or two-layer step with a
 large vocabulary by 11–12% (``benchmarks/results/mlx-regimes.md``).
 
+    python benchmarks/mlx_derive.py --short STRUCTURE ...   # add the short-T shapes
+
+``--short`` adds, for full fine-tuning of the structures named, candidates at
+:data:`SHORT_SHAPES` (T = 12: the weights' kinds outweigh B·T·d 30-fold, as in
+SmolLM2-135M at T = 128), counted at :data:`SHORT_LAYERS`. There the largest moment is
+one no other shape puts on top — a weight gradient's ``Reduce`` in the backward with
+many layers' gradients and Adam updates still alive — and it changes op with depth
+(16: an update's ``Sqrt``; 24: that ``Reduce``), so it is counted at 20, 24 and 28 too.
+Without them the closed form is 0.60 of the replay at T = 12, V = 16000, L = 24, and
+0.946 of a measured SmolLM2-135M step at T = 128.
+
     python benchmarks/mlx_derive.py --from qwen3_moe   # the MoE structures, the rest kept
 
 The mixture-of-experts structures (:data:`introspect.refined.mlx.MOE_STRUCTURES`: mlx-lm's
@@ -95,6 +106,12 @@ SHALLOW = (2,)
 #: DENSE_STRUCTURES`): their peak at L = 2 and 3 is off the L = 4→10 line by up to 40%
 #: (Phi-3's fused projections: the largest moment is another op below L = 4).
 DENSE_SHALLOW = (2, 3)
+#: Short-T shapes (``--short``): B·T·d a thirtieth of a block's weights.
+SHORT_SHAPES = tuple(dict(DERIVE, seq=12, vocab=V) for V in (1000, 16000))
+#: Their depths: the main ones, those below 4, and 20, 24, 28 (a candidate's ``between``
+#: there: the largest moment changes op between 16 and 32).
+SHORT_LAYERS = (4, 10, 16, 32)
+SHORT_BETWEEN = (20, 24, 28)
 #: Every structure's depths below 4 (``--shallow``): L = 1 is a step with one block
 #: (the embedding, one layer, the head), which no line from deeper steps reaches.
 ALL_SHALLOW = (1, 2, 3)
@@ -393,6 +410,32 @@ def add_shallow(structure: str, dtype: str, compiled: bool, lora: bool, rows: li
     return rows
 
 
+def add_short(structure: str, dtype: str, compiled: bool, rows: list[dict]) -> list[dict]:
+    """``rows`` with candidates at :data:`SHORT_SHAPES` (any earlier ones there replaced):
+    the largest moment overall and within the update at each depth of
+    :data:`SHORT_LAYERS`, :data:`ALL_SHALLOW` and :data:`SHORT_BETWEEN`."""
+    short = {(x["seq"], x["vocab"]) for x in SHORT_SHAPES}
+    rows = [c for c in rows if (c["shape"]["seq"], c["shape"]["vocab"]) not in short]
+    shallow = tuple(L for L in ALL_SHALLOW if runs(structure, L))
+    depths = SHORT_LAYERS + shallow + SHORT_BETWEEN
+    for shape in SHORT_SHAPES:
+        dims = dims_of(structure, dict(shape))
+        kind_table(dims)
+        tapes = [tape(structure, dtype, compiled, dict(shape), L)[0] for L in depths]
+        for phase in ("any", "optimizer_step"):
+            tops = [
+                max((x for x in t if phase in ("any", x[1])), key=lambda x: sum(x[2].values()))
+                for t in tapes
+            ]
+            n, m = len(SHORT_LAYERS), len(SHORT_LAYERS) + len(shallow)
+            c = fit(structure, dtype, tops[:n], dims, SHORT_LAYERS)
+            c["shallow"] = fit(structure, dtype, tops[n:m], dims, shallow)["at"]
+            c["between"] = fit(structure, dtype, tops[m:], dims, SHORT_BETWEEN)["at"]
+            c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
+            rows.append(c)
+    return rows
+
+
 def runs(structure: str, layers: int) -> bool:
     """Whether mlx-lm's class runs an L-layer stack: Gemma 3's ``__call__`` reads the
     cache of layer ``sliding_window_pattern - 1`` for its global mask
@@ -444,6 +487,15 @@ def main() -> None:
     from introspect.refined import mlx_counts
 
     done = {}
+    if sys.argv[1:2] == ["--short"]:
+        counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
+        for k, rows in counts.items():
+            structure, dtype, mode = k.split("/")[:3]
+            if structure in sys.argv[2:] and not k.endswith("/lora"):
+                counts[k] = add_short(structure, dtype, mode == "compiled", rows)
+                print(k, len(counts[k]), "candidates", flush=True)
+        write(counts)
+        return
     if sys.argv[1:2] == ["--shallow"]:
         names = sys.argv[2:] or list(closed.STRUCTURES)
         counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}

@@ -156,6 +156,20 @@ the label says so): MoE on some layers only (``decoder_sparse_step``,
 checkpointing (:func:`checkpointed_counts` on the MoE counts overshot four measured
 qwen3_moe steps by 38–42%: not used).
 
+**Regimes** (issue 23 item 2; ``benchmarks/results/mlx-regimes.md``, ``python
+benchmarks/mlx_regimes.py``). *Few layers*: every structure's counts are also read at
+L = 1, 2 and 3 (``python benchmarks/mlx_derive.py --shallow``; Gemma 3 from 2, the fewest
+layers mlx-lm's class runs), so no depth is extrapolated: the L = 4→10 line run down to
+a 1- or 2-layer Llama with V = 32000 overshot the measured step by 7–12% (the replay
+within 0.6%: the logits' moment is there, the line's per-layer count is not); counted,
+within 0.5%. *Short T, many layers*: where the weights' kinds outweigh the activations
+30-fold (SmolLM2-135M at T = 128) the largest moment is a weight gradient's ``Reduce``
+in the backward with many layers' gradients and Adam updates alive, which no T = 44 or
+176 shape puts on top: the closed form was 0.946 of a measured SmolLM2-135M step and
+0.905 of the replay at L = 24. ``--short`` adds candidates at T = 12 (V = 1000, 16000),
+counted at L = 20, 24, 28 too (the moment changes op between 16 and 32), for Llama,
+Llama untied, Qwen2 and Qwen3 (the other structures lack them: not derived).
+
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
 """
