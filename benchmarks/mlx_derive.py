@@ -566,7 +566,7 @@ def write(counts: dict[str, list[dict]], out: Path = OUT) -> None:
                 "Read from replays of the traced step (introspect/measure/mlx_replay_eval.py)"
                 ", never from a measured one.",
             ],
-            "command": "python benchmarks/mlx_derive.py",
+            "command": command(structure, keys),
             "derivation": derivation(structure, keys),
             "counts": keys,
         }
@@ -574,6 +574,18 @@ def write(counts: dict[str, list[dict]], out: Path = OUT) -> None:
         if json.loads(text) != json.loads(json.dumps(doc)):  # the layout changed nothing
             raise SystemExit(f"{structure}: the JSON written does not read back")
         (out / f"{structure}.json").write_text(text, encoding="utf-8")
+
+
+def command(structure: str, keys: dict[str, list[dict]]) -> str:
+    """The commands that made a file: the derivation, ``--shallow`` where L = 1 is
+    counted, ``--short`` where the short-T shapes are."""
+    rows = [c for cs in keys.values() for c in cs]
+    out = "python benchmarks/mlx_derive.py"
+    if any(1 in c.get("shallow", {}) for c in rows):
+        out += "; python benchmarks/mlx_derive.py --shallow"
+    if any(c["shape"]["seq"] == SHORT_SHAPES[0]["seq"] for c in rows):
+        out += f"; python benchmarks/mlx_derive.py --short {structure}"
+    return out
 
 
 def derivation(structure: str, keys: dict[str, list[dict]]) -> dict:
