@@ -292,6 +292,9 @@ def write(rows, seconds) -> None:
             if abs(r["closed"] / r["measured"] - 1) > BAND:
                 lines.append(f"- {r['id']}: {r['closed'] / r['measured']:.3f} — {cause(r)}")
         lines.append("")
+    missing = [r[0] for r in ROWS if r[0] not in {x["id"] for x in rows}]
+    if missing:
+        lines.append(f"Not run yet (`python benchmarks/mlx_regimes.py` resumes): {', '.join(missing)}.")
     REPORT.write_text("\n".join(lines) + "\n")
     print(REPORT.read_text())
 
