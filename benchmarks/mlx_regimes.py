@@ -294,7 +294,8 @@ def write(rows, seconds) -> None:
         lines.append("")
     missing = [r[0] for r in ROWS if r[0] not in {x["id"] for x in rows}]
     if missing:
-        lines.append(f"Not run yet (`python benchmarks/mlx_regimes.py` resumes): {', '.join(missing)}.")
+        resume = "`python benchmarks/mlx_regimes.py` resumes"
+        lines.append(f"Not run yet ({resume}): {', '.join(missing)}.")
     REPORT.write_text("\n".join(lines) + "\n")
     print(REPORT.read_text())
 
