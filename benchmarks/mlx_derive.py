@@ -21,6 +21,26 @@ as ``mlx_lm.lora`` builds it (``model.freeze()``, ``linear_to_lora_layers(model,
 frozen base, the adapters and their Adam state are the state subtracted, as the weights
 and moments are under full fine-tuning.
 
+    python benchmarks/mlx_derive.py --shallow [STRUCTURE ...]   # add L = 1, 2, 3 counts
+
+``--shallow`` reads every candidate's counts at each depth of :data:`ALL_SHALLOW` that
+its file lacks (its ``shallow``), keeping every count already there: the same shapes, the
+same moment (a shape's first candidate the largest overall, its second the largest
+within the update), so that no depth below the shallowest counted is extrapolated — the
+line from L = 4 to 10 run down to L = 1–3 overshoots a one- or two-layer step with a
+large vocabulary by 11–12% (``benchmarks/results/mlx-regimes.md``).
+
+    python benchmarks/mlx_derive.py --short STRUCTURE ...   # add the short-T shapes
+
+``--short`` adds, for full fine-tuning of the structures named, candidates at
+:data:`SHORT_SHAPES` (T = 12: the weights' kinds outweigh B·T·d 30-fold, as in
+SmolLM2-135M at T = 128), counted at :data:`SHORT_LAYERS`. There the largest moment is
+one no other shape puts on top — a weight gradient's ``Reduce`` in the backward with
+many layers' gradients and Adam updates still alive — and it changes op with depth
+(16: an update's ``Sqrt``; 24: that ``Reduce``), so it is counted at 20, 24 and 28 too.
+Without them the closed form is 0.60 of the replay at T = 12, V = 16000, L = 24, and
+0.946 of a measured SmolLM2-135M step at T = 128.
+
     python benchmarks/mlx_derive.py --from qwen3_moe   # the MoE structures, the rest kept
 
 The mixture-of-experts structures (:data:`introspect.refined.mlx.MOE_STRUCTURES`: mlx-lm's
@@ -86,6 +106,15 @@ SHALLOW = (2,)
 #: DENSE_STRUCTURES`): their peak at L = 2 and 3 is off the L = 4→10 line by up to 40%
 #: (Phi-3's fused projections: the largest moment is another op below L = 4).
 DENSE_SHALLOW = (2, 3)
+#: Short-T shapes (``--short``): B·T·d a thirtieth of a block's weights.
+SHORT_SHAPES = tuple(dict(DERIVE, seq=12, vocab=V) for V in (1000, 16000))
+#: Their depths: the main ones, those below 4, and 20, 24, 28 (a candidate's ``between``
+#: there: the largest moment changes op between 16 and 32).
+SHORT_LAYERS = (4, 10, 16, 32)
+SHORT_BETWEEN = (20, 24, 28)
+#: Every structure's depths below 4 (``--shallow``): L = 1 is a step with one block
+#: (the embedding, one layer, the head), which no line from deeper steps reaches.
+ALL_SHALLOW = (1, 2, 3)
 #: And between the first two of :data:`LAYERS` (a candidate's ``between``): there the
 #: largest moment shifts by a few ops with each layer added (the ~110 pending dispatches
 #: end elsewhere in the layer), 4–10% off the L = 4→10 line at L = 5–9; from L = 12 on
@@ -347,6 +376,76 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
     return out
 
 
+def add_shallow(structure: str, dtype: str, compiled: bool, lora: bool, rows: list[dict]):
+    """``rows`` (one key's candidates, as :func:`row_of` makes them) with their counts at
+    each depth of :data:`ALL_SHALLOW` not yet counted: per derivation shape, the largest
+    moment overall (the shape's first candidate) and within the update (its second),
+    read as :func:`derive` reads them."""
+    from introspect.refined import mlx as closed
+
+    moe = structure in closed.MOE_STRUCTURES
+    shapes = SHAPES + MOE_SHAPES if moe else SHAPES
+    for shape in shapes:
+        mine = [
+            c
+            for c in rows
+            if (c["shape"]["seq"], c["shape"]["vocab"]) == (shape["seq"], shape["vocab"])
+        ]
+        have = set(mine[0].get("at", {})) | set(mine[0].get("shallow", {})) if mine else set()
+        depths = tuple(L for L in ALL_SHALLOW if L not in have and runs(structure, L))
+        if not mine or not depths:
+            continue
+        dims = dims_of(structure, dict(shape), lora)
+        tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
+        for c, phase in zip(mine, ("any", "optimizer_step"), strict=False):
+            tops = [
+                max(
+                    (x for x in t if phase == "any" or x[1] == phase),
+                    key=lambda x: sum(x[2].values()),
+                )
+                for t in tapes
+            ]
+            got = fit(structure, dtype, tops, dims, depths)["at"]
+            c["shallow"] = dict(sorted({**c.get("shallow", {}), **got}.items()))
+    return rows
+
+
+def add_short(structure: str, dtype: str, compiled: bool, rows: list[dict]) -> list[dict]:
+    """``rows`` with candidates at :data:`SHORT_SHAPES` (any earlier ones there replaced):
+    the largest moment overall and within the update at each depth of
+    :data:`SHORT_LAYERS`, :data:`ALL_SHALLOW` and :data:`SHORT_BETWEEN`."""
+    short = {(x["seq"], x["vocab"]) for x in SHORT_SHAPES}
+    rows = [c for c in rows if (c["shape"]["seq"], c["shape"]["vocab"]) not in short]
+    shallow = tuple(L for L in ALL_SHALLOW if runs(structure, L))
+    depths = SHORT_LAYERS + shallow + SHORT_BETWEEN
+    for shape in SHORT_SHAPES:
+        dims = dims_of(structure, dict(shape))
+        kind_table(dims)
+        tapes = [tape(structure, dtype, compiled, dict(shape), L)[0] for L in depths]
+        for phase in ("any", "optimizer_step"):
+            tops = [
+                max((x for x in t if phase in ("any", x[1])), key=lambda x: sum(x[2].values()))
+                for t in tapes
+            ]
+            n, m = len(SHORT_LAYERS), len(SHORT_LAYERS) + len(shallow)
+            c = fit(structure, dtype, tops[:n], dims, SHORT_LAYERS)
+            c["shallow"] = fit(structure, dtype, tops[n:m], dims, shallow)["at"]
+            c["between"] = fit(structure, dtype, tops[m:], dims, SHORT_BETWEEN)["at"]
+            c["shape"] = {k: shape[k] for k in ("seq", "vocab")}
+            rows.append(c)
+    return rows
+
+
+def runs(structure: str, layers: int) -> bool:
+    """Whether mlx-lm's class runs an L-layer stack: Gemma 3's ``__call__`` reads the
+    cache of layer ``sliding_window_pattern - 1`` for its global mask
+    (``mlx_lm/models/gemma3_text.py``), an IndexError below that many layers (2 at the
+    derivation shapes: ``mlx_replay.dense_config``), so no 1-layer Gemma 3 step exists."""
+    from introspect.refined import mlx as closed
+
+    return not (closed.STRUCTURES[structure][0] == "gemma3_text" and layers < 2)
+
+
 def shallow_of(structure: str, lora: bool) -> tuple[int, ...]:
     """The depths below :data:`LAYERS` a structure's counts are also read at."""
     from introspect.refined import mlx as closed
@@ -388,6 +487,25 @@ def main() -> None:
     from introspect.refined import mlx_counts
 
     done = {}
+    if sys.argv[1:2] == ["--short"]:
+        counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
+        for k, rows in counts.items():
+            structure, dtype, mode = k.split("/")[:3]
+            if structure in sys.argv[2:] and not k.endswith("/lora"):
+                counts[k] = add_short(structure, dtype, mode == "compiled", rows)
+                print(k, len(counts[k]), "candidates", flush=True)
+        write(counts)
+        return
+    if sys.argv[1:2] == ["--shallow"]:
+        names = sys.argv[2:] or list(closed.STRUCTURES)
+        counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
+        for k, rows in counts.items():
+            structure, dtype, mode = k.split("/")[:3]
+            if structure in names:
+                add_shallow(structure, dtype, mode == "compiled", k.endswith("/lora"), rows)
+                print(k, "shallow", sorted(rows[0].get("shallow", {})), flush=True)
+        write(counts)
+        return
     if len(sys.argv) > 1:  # --from STRUCTURE / --lora: keep the others
         done = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
     lora_only = sys.argv[1:2] == ["--lora"]
@@ -448,7 +566,7 @@ def write(counts: dict[str, list[dict]], out: Path = OUT) -> None:
                 "Read from replays of the traced step (introspect/measure/mlx_replay_eval.py)"
                 ", never from a measured one.",
             ],
-            "command": "python benchmarks/mlx_derive.py",
+            "command": command(structure, keys),
             "derivation": derivation(structure, keys),
             "counts": keys,
         }
@@ -456,6 +574,18 @@ def write(counts: dict[str, list[dict]], out: Path = OUT) -> None:
         if json.loads(text) != json.loads(json.dumps(doc)):  # the layout changed nothing
             raise SystemExit(f"{structure}: the JSON written does not read back")
         (out / f"{structure}.json").write_text(text, encoding="utf-8")
+
+
+def command(structure: str, keys: dict[str, list[dict]]) -> str:
+    """The commands that made a file: the derivation, ``--shallow`` where L = 1 is
+    counted, ``--short`` where the short-T shapes are."""
+    rows = [c for cs in keys.values() for c in cs]
+    out = "python benchmarks/mlx_derive.py"
+    if any(1 in c.get("shallow", {}) for c in rows):
+        out += "; python benchmarks/mlx_derive.py --shallow"
+    if any(c["shape"]["seq"] == SHORT_SHAPES[0]["seq"] for c in rows):
+        out += f"; python benchmarks/mlx_derive.py --short {structure}"
+    return out
 
 
 def derivation(structure: str, keys: dict[str, list[dict]]) -> dict:

@@ -200,7 +200,7 @@ def test_lora_counts_are_whole_tensors_down_to_two_layers():
     assert {k.split("/")[0] for k in keys} == set(mlx.LORA_STRUCTURES)
     for k in keys:
         for c in derived[k]:
-            assert set(c.at) == set(mlx.DEPTHS) and set(c.shallow) == {2}
+            assert set(c.at) == set(mlx.DEPTHS) and {2} <= set(c.shallow)
             for counts in (*c.at.values(), c.shallow[2]):
                 assert all(isinstance(v, int) for v in counts.values())
             at_two = {kind: v for kind, v in mlx.counts_at(c, 2).items() if v}

@@ -122,7 +122,7 @@ def test_dense_counts_are_read_at_every_depth_up_to_ten():
     for k in keys:
         for c in derived[k]:
             assert set(c.at) == set(mlx.DEPTHS)
-            assert set(c.shallow) == {2, 3} and set(c.between) == {5, 6, 7, 8, 9}
+            assert {2, 3} <= set(c.shallow) and set(c.between) == {5, 6, 7, 8, 9}
             for depth, counts in (*c.shallow.items(), *c.between.items()):
                 assert all(isinstance(v, int) for v in counts.values())
                 read = {kind: v for kind, v in mlx.counts_at(c, depth).items() if v}

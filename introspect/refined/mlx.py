@@ -156,6 +156,27 @@ the label says so): MoE on some layers only (``decoder_sparse_step``,
 checkpointing (:func:`checkpointed_counts` on the MoE counts overshot four measured
 qwen3_moe steps by 38–42%: not used).
 
+**Regimes** (issue 23 item 2; ``benchmarks/results/mlx-regimes.md``, ``python
+benchmarks/mlx_regimes.py``). *Few layers*: every structure's counts are also read at
+L = 1, 2 and 3 (``python benchmarks/mlx_derive.py --shallow``; Gemma 3 from 2, the fewest
+layers mlx-lm's class runs), so no depth is extrapolated: the L = 4→10 line run down to
+a 1- or 2-layer Llama with V = 32000 overshot the measured step by 7–12% (the replay
+within 0.6%: the logits' moment is there, the line's per-layer count is not); counted,
+within 0.5%. *Short T, many layers*: where the weights' kinds outweigh the activations
+30-fold (SmolLM2-135M at T = 128) the largest moment is a weight gradient's ``Reduce``
+in the backward with many layers' gradients and Adam updates alive, which no T = 44 or
+176 shape puts on top: the closed form was 0.946 of a measured SmolLM2-135M step and
+0.905 of the replay at L = 24. ``--short`` adds candidates at T = 12 (V = 1000, 16000),
+counted at L = 20, 24, 28 too (the moment changes op between 16 and 32), for Llama,
+Llama untied, Qwen2 and Qwen3 (the other structures lack them: not derived).
+**Checked on** 8 held-out real mlx-lm steps, run once after the counts were final: 6
+within ±5% (0.997–1.001: L = 1–3 with V = 16000–24000, GPT-2 and Llama, BF16 compiled;
+20 and 12 layers at T = 32 and 64; LoRA with ``num_layers`` 1 and 2), and two misses
+not closed: a 1-layer Qwen2 at B·T = 192, 1.117, where the closed form is the replay's
+own figure and the replay misses (the worker keeps up at that width); and compiled +
+checkpointed Qwen2 (L = 6, T = 512), 1.129 — what ``mx.checkpoint`` keeps under
+``mx.compile`` is not modelled (:func:`checkpointed_counts`).
+
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
 """
@@ -164,6 +185,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from introspect import _record
 from introspect._record import record
 from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
@@ -546,37 +568,24 @@ DEPTHS = (4, 10, 16, 32)
 
 
 def segment(candidate: Candidate, layers: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Per-layer and fixed bytes per element of each kind on the stretch of
-    :data:`DEPTHS` that holds ``layers`` (below 4: the first stretch, or for a LoRA
-    candidate the line from its ``shallow`` count at L = 2; above 32: the line from 4 to
-    32, through the count at 32): the straight line through the candidate's counts at
-    its two ends. A candidate with ``between`` counts (the dense classes', L = 5–9) runs
-    the line between the two nearest depths counted."""
-    at = dict(candidate.at)  # a copy: the shallow or between counts join it below
-    shallow = candidate.shallow
-    # The candidate's own depths: DEPTHS, or for a MoE structure every depth from 2 to
-    # 16 and a few beyond (benchmarks/mlx_derive.py's MOE_LAYERS).
+    """Per-layer and fixed bytes per element of each kind on the stretch between the two
+    counted depths nearest ``layers``: the straight line through the candidate's counts
+    at its two ends. A candidate's depths are :data:`DEPTHS` (a MoE structure's every
+    depth from 2 to 16 and 24, 32: ``benchmarks/mlx_derive.py``'s ``MOE_LAYERS``), its
+    ``shallow`` ones (every structure's L = 1, 2, 3: ``mlx_derive.py --shallow``) and its
+    ``between`` ones (the dense classes' L = 5–9). At a counted depth the line ends
+    there (the first one: starts there), so the counts are the derived ones themselves.
+    Above the deepest: the slope over all the depths from 4 (the scheduler's shifts
+    between two nearby depths would be multiplied), through the last count."""
+    at = {**candidate.shallow, **candidate.between, **candidate.at}
     depths = sorted(at)
-    if layers < DEPTHS[0] and shallow:
-        # LoRA's counts at a depth below 4 (benchmarks/mlx_derive.py's SHALLOW): the
-        # line from the nearest of them to the count at 4.
-        # (Also the dense classes' at L = 2 and 3: mlx_derive.py's DENSE_SHALLOW.)
-        at.update(shallow)
-        lo, hi = max((k for k in shallow if k <= layers), default=min(shallow)), DEPTHS[0]
-    elif candidate.between and DEPTHS[0] < layers < DEPTHS[1]:
-        # The dense classes' counts at each depth from 5 to 9 (benchmarks/mlx_derive.py's
-        # DENSE_BETWEEN): the line between the two nearest.
-        at.update(candidate.between)
-        lo = max(k for k in at if k <= layers)
-        hi = min(k for k in at if k > layers)
-    elif layers > depths[-1]:
-        # Beyond the deepest count: the slope over all the depths from 4 (the
-        # scheduler's shifts between two nearby depths would be multiplied), through
-        # the last count.
+    if layers > depths[-1]:
         lo, hi = (DEPTHS[0] if DEPTHS[0] in at else depths[0]), depths[-1]
+    elif layers <= depths[0]:  # L = 1 (or below the shallowest a file has): the first line
+        lo, hi = depths[0], depths[1]
     else:
-        i = next((i for i in range(1, len(depths)) if layers <= depths[i]), 1)
-        lo, hi = depths[i - 1], depths[i]
+        lo = max(k for k in depths if k < layers)
+        hi = min(k for k in depths if k >= layers)
     per, fixed = {}, {}
     for kind in dict.fromkeys([*at[lo], *at[hi]]):
         a, b = at[lo].get(kind, 0), at[hi].get(kind, 0)
@@ -728,7 +737,11 @@ def checkpointed_counts(
     s = 2 if dtype == "bf16" else 4
     out = []
     for c in candidates(key(structure, dtype, is_compiled)):
-        per, fixed = segment(c, layers)
+        # One layer's working set is the per-layer slope of the main depths (L = 4–32,
+        # each stretch 6 or more layers wide): a stretch one layer wide (L = 3→4) carries
+        # the scheduler's shift of a few ops at one depth as if it were a layer's.
+        deep = _record.replace(c, shallow={}, between={})
+        per, fixed = segment(deep, max(layers, DEPTHS[0]))
         layer = {k: v for k, v in per.items() if k in WEIGHT_KINDS}
         for k, v in per.items():
             if k not in WEIGHT_KINDS:

@@ -39,9 +39,10 @@ class Candidate:
     at: dict[int, dict[str, int]]
     #: The derivation shape's T and V (``seq``, ``vocab``) the counts were read at.
     shape: dict[str, int]
-    #: The same at depths below 4 (LoRA's L = 2; the dense classes' L = 2 and 3).
+    #: The same at depths below 4 (every structure's L = 1, 2, 3; Gemma 3's from 2).
     shallow: dict[int, dict[str, int]] = field(default_factory=dict)
-    #: The same at L = 5–9 (the dense classes'), empty elsewhere.
+    #: The same between the main depths: the dense classes' L = 5–9, the short-T
+    #: candidates' L = 20, 24, 28 (``mlx_derive.py --short``); empty elsewhere.
     between: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
