@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from introspect.adapters.config_reader import Reader
 
-from . import classic, deepseek, gemma, hybrid, llama, moe
+from . import classic, deepseek, gemma, hybrid, llama, mamba, moe
 
 #: model_type → the function that reads that family's config.
 REGISTRY: dict[str, Callable[[Reader], dict]] = {
@@ -38,6 +38,9 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "granitemoehybrid": hybrid.granitemoehybrid,
     "bamba": hybrid.bamba,
     "nemotron_h": hybrid.nemotron_h,
+    "mamba": mamba.mamba,
+    "falcon_mamba": mamba.falcon_mamba,
+    "jamba": mamba.jamba,
 }
 
 
