@@ -174,7 +174,7 @@ def jamba(r: Reader) -> dict:
     full = attention(fields, rope=False)
     experts = r.integer("num_experts", "num_local_experts", default=16, why=f"{cls} default 16")
     top_k = r.integer("num_experts_per_tok", default=2, why=f"{cls} default 2")
-    if top_k > experts:
+    if experts > 1 and top_k > experts:
         raise r.fail(f"num_experts_per_tok={top_k} exceeds num_experts={experts}")
     moe = dense(fields, num_experts=experts, top_k=top_k, router="softmax")
     (ap, ao), (ep, eo) = periods["attn"], periods["expert"]

@@ -58,11 +58,13 @@ The fused kernels (``mamba_ssm``'s ``mamba_inner_fn``, CUDA only; ``state-spaces
 ``mamba_ssm/ops/selective_scan_interface.py``, ``MambaInnerFn.forward``) keep instead
 ``ctx.save_for_backward(xz, conv1d_weight, conv1d_bias, x_dbl, x_proj_weight,
 delta_proj_weight, out_proj_weight, conv1d_out, delta, A, B, C, D, delta_bias,
-scan_intermediates, b_rms_weight, c_rms_weight, dt_rms_weight, out)``: in_proj's output
-(B·T·2I·a), the conv output (B·I·T·a), x_proj's output, delta (B·I·T·a), B and C, the
-selective scan's ``x`` checkpoints (one B·I·2n FP32 state per 2048-token chunk) and the
-scan output (B·I·T·a) — not the T states (the backward recomputes them). Not modelled
-here: no CUDA kernels on this machine, so nothing measures it.
+scan_intermediates, out, ...)`` with ``conv1d_out`` and ``delta`` set to ``None`` at the
+default ``checkpoint_lvl=1`` (the backward recomputes them): in_proj's output
+(B·2I·T·a), x_proj's output (B·T·(R+2n)·a), contiguous copies of B and C (B·n·T·a
+each), the scan kernel's ``scan_intermediates`` (its chunk-boundary states, not the T
+states) and the scan output ``out`` (B·I·T·a) — no discretized A/B, no per-step states.
+Not modelled here: no CUDA kernels on this machine, so nothing measures it (the
+divergence flag says so).
 
 Checked against a census of the real modules (``tests/test_mamba1.py``): equal to the
 byte for Mamba, Falcon-Mamba and Jamba mixers in FP32, BF16 and autocast.
