@@ -176,18 +176,19 @@ def jamba(r: Reader) -> dict:
     top_k = r.integer("num_experts_per_tok", default=2, why=f"{cls} default 2")
     if experts > 1 and top_k > experts:
         raise r.fail(f"num_experts_per_tok={top_k} exceeds num_experts={experts}")
-    moe = dense(fields, num_experts=experts, top_k=top_k, router="softmax")
+    sparse = experts > 1  # JambaConfig.layers_num_experts: 1 expert is a plain MLP
+    moe = dense(fields, num_experts=experts, top_k=top_k, router="softmax") if sparse else None
     (ap, ao), (ep, eo) = periods["attn"], periods["expert"]
     kinds = [
         LayerKind(
             attention=full if i % ap == ao else mixer,
-            feed_forward=moe if experts > 1 and i % ep == eo else dense(fields),
+            feed_forward=moe if sparse and i % ep == eo else dense(fields),
         )
         for i in range(L)
     ]
     fields.update(
-        num_local_experts=experts,
-        num_experts_per_tok=top_k,
+        num_local_experts=experts if sparse else 0,
+        num_experts_per_tok=top_k if sparse else 0,
         max_position_embeddings=context(r, 262144),
         tie_word_embeddings=r.tied(False, cls),
         layers=runs_from_list(kinds),
