@@ -633,15 +633,20 @@ def check_state_space(spec: Any, setup: Any) -> None:
     (:data:`STATE_SPACE_UNMODELLED`), naming the flag: the closed form prices
     transformers' torch path in full training only; the dry run
     (``introspect measure --device fake``) still answers transformers' setups."""
-    n = sum(count for kind, count in spec.kinds if kind.attention.kind == "mamba2")
-    if not n:
-        return
+    for kind_name, name in (("mamba2", "Mamba-2"), ("mamba1", "Mamba-1")):
+        n = sum(count for kind, count in spec.kinds if kind.attention.kind == kind_name)
+        if n:
+            _refuse_state_space(spec, setup, n, name)
+
+
+def _refuse_state_space(spec: Any, setup: Any, n: int, name: str) -> None:
     for flag, field, applies, needs in STATE_SPACE_UNMODELLED:
         if applies(setup):
             value = getattr(setup, field)
             given = flag if isinstance(value, bool) else f"{flag} {value}"
+            needs = needs.replace("Mamba-2", name)
             raise NotApplicable(
-                f"{given}: {spec.source or spec.model_type} has Mamba-2 mixers in {n} of "
+                f"{given}: {spec.source or spec.model_type} has {name} mixers in {n} of "
                 f"{spec.num_hidden_layers} layers, which the closed form models as "
                 f"transformers' torch path in full training only ({needs} is not "
                 f"modelled); drop {flag}"
@@ -700,6 +705,8 @@ def check_parallel(spec: Any, setup: Any) -> None:
                 ("Mamba-2 heads", a.mamba_num_heads),
                 ("Mamba-2 groups", a.mamba_n_groups),
             ]
+        elif a.kind == "mamba1":
+            dims = [("Mamba-1 channels", a.mamba_inner_size)]
         elif a.kind != "mla":
             dims.append(("K/V heads", a.num_key_value_heads))
         width = "expert feed-forward width" if ff.is_moe else "feed-forward width"

@@ -247,6 +247,19 @@ def stack_flags(spec: ModelSpec) -> list[Flag]:
                 f"mamba2 {n}/{L}",
             )
         )
+    n, kind = _layers_with(spec, lambda k: k.attention.kind == "mamba1")
+    if kind is not None:
+        out.append(
+            Flag(
+                "mamba1",
+                f"Mamba-1 mixers on {n} of {L} layers: no T×T scores; transformers' torch "
+                "scan runs a step per token and keeps every B×I×n FP32 state and the "
+                "discretized A and B (introspect.refined.mamba1); on CUDA with mamba-ssm and "
+                "causal-conv1d installed transformers runs their fused kernel, which keeps "
+                "far less: not modelled",
+                f"mamba1 {n}/{L}",
+            )
+        )
     if spec.tower_parameters:
         out.append(Flag("tower", f"{spec.tower}: {spec.tower_parameters:,} parameters", "tower"))
     if spec.unbuilt_parameters:

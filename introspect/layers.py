@@ -24,9 +24,11 @@ TYPE_CHECKING = False  # typing's flag without importing typing (see introspect.
 if TYPE_CHECKING:
     from typing import Literal
 
-    AttentionKind = Literal["full", "sliding", "chunked", "linear", "mla", "mamba2", "none"]
+    AttentionKind = Literal[
+        "full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "none"
+    ]
 
-ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2", "none")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "none")
 #: The Mamba-2 mixer's size fields (:class:`Attention`), each positive.
 MAMBA2_FIELDS = (
     "mamba_num_heads",
@@ -36,6 +38,11 @@ MAMBA2_FIELDS = (
     "mamba_conv_kernel",
     "mamba_chunk_size",
 )
+#: The Mamba-1 mixer's size fields (:class:`Attention`), each positive.
+MAMBA1_FIELDS = ("mamba_inner_size", "mamba_state_size", "mamba_conv_kernel", "mamba_dt_rank")
+#: Norms on the Mamba-1 mixer's dt, B and C: none (Mamba), weightless (Falcon-Mamba's
+#: ``FalconMambaWeightlessRMSNorm``), with weights (Jamba's ``JambaRMSNorm``).
+MAMBA1_BCDT_NORMS = ("none", "weightless", "weighted")
 QK_NORMS = ("none", "head", "full", "l2")
 #: ``none``: a block whose one branch is its mixer (Nemotron-H's Mamba-2 and attention
 #: blocks); an attention kind ``none`` is a block whose one branch is its feed-forward
@@ -53,8 +60,10 @@ class Attention:
     projections; ``mla`` compresses K/V (and optionally Q) through low-rank latents
     (DeepSeek-V2/V3); ``linear`` is a Gated DeltaNet layer (Qwen3-Next) with a
     ``linear_key_head_dim × linear_value_head_dim`` state per value head; ``mamba2`` a
-    Mamba-2 mixer (Nemotron-H, Granite 4.0-H: :mod:`introspect.refined.mamba2`), whose
-    attention head fields are placeholders no estimator reads; ``none`` no mixer (a block
+    Mamba-2 mixer (Nemotron-H, Granite 4.0-H: :mod:`introspect.refined.mamba2`) and
+    ``mamba1`` a Mamba-1 mixer (Mamba, Falcon-Mamba, Jamba:
+    :mod:`introspect.refined.mamba1`), whose attention head fields are placeholders no
+    estimator reads; ``none`` no mixer (a block
     that is its feed-forward alone).
     """
 
@@ -105,6 +114,12 @@ class Attention:
     #: (``mamba_proj_bias``).
     mamba_conv_bias: bool = True
     mamba_proj_bias: bool = False
+    # -- Mamba-1 mixer (Mamba, Falcon-Mamba, Jamba: ``intermediate_size`` channels of
+    # ``state_size`` states each, a depthwise conv of ``conv_kernel`` taps, a
+    # ``time_step_rank``-wide dt projection); shares the state, conv and bias fields above
+    mamba_inner_size: int = 0
+    mamba_dt_rank: int = 0
+    mamba_bcdt_norm: str = "none"
 
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
@@ -142,6 +157,14 @@ class Attention:
             if self.linear_projections not in ("qkvz", "separate"):
                 raise ValueError(
                     f"linear_projections must be qkvz or separate; got {self.linear_projections!r}"
+                )
+        if self.kind == "mamba1":
+            for name in MAMBA1_FIELDS:
+                _positive(name, getattr(self, name))
+            if self.mamba_bcdt_norm not in MAMBA1_BCDT_NORMS:
+                raise ValueError(
+                    f"mamba_bcdt_norm must be one of {', '.join(MAMBA1_BCDT_NORMS)}; "
+                    f"got {self.mamba_bcdt_norm!r}"
                 )
         if self.kind == "mamba2":
             for name in MAMBA2_FIELDS:

@@ -68,7 +68,13 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
       ``modeling_granitemoehybrid.py``): in_proj d → P = I + C + h (I = h·p, C = I + 2·g·n,
       + P with ``mamba_proj_bias``), a depthwise conv of C channels × w taps (+ C with
       ``mamba_conv_bias``), dt_bias, A_log and D per head, the gated RMSNorm over I,
-      out_proj I → d (+ d with the bias).
+      out_proj I → d (+ d with the bias);
+    * mamba1 (``MambaMixer``, ``FalconMambaMixer``, ``JambaMambaMixer``; ``__init__`` of
+      ``modeling_mamba.py`` l. 293): in_proj d → 2·I (+ 2·I with ``use_bias``), a
+      depthwise conv of I channels × w taps (+ I with ``use_conv_bias``), x_proj
+      I → R + 2·n, dt_proj R → I with its bias, A_log I × n, D per channel, out_proj
+      I → d (+ d with the bias); Jamba's RMSNorms on dt, B and C add R + 2·n weights
+      (Falcon-Mamba's are weightless: buffers, not parameters).
     """
     att = att or spec.default_kind.attention
     d = spec.hidden_size
@@ -98,6 +104,23 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
             + 2 * nv
             + _rms(att.linear_value_head_dim)
             + value * d
+        )
+    if att.kind == "mamba1":
+        inner, n, R = att.mamba_inner_size, att.mamba_state_size, att.mamba_dt_rank
+        bias = att.mamba_proj_bias
+        return (
+            d * 2 * inner
+            + (2 * inner if bias else 0)
+            + inner * att.mamba_conv_kernel
+            + (inner if att.mamba_conv_bias else 0)
+            + inner * (R + 2 * n)
+            + R * inner
+            + inner
+            + inner * n
+            + inner
+            + inner * d
+            + (d if bias else 0)
+            + (R + 2 * n if att.mamba_bcdt_norm == "weighted" else 0)
         )
     if att.kind == "mamba2":
         h = att.mamba_num_heads

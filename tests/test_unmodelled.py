@@ -40,13 +40,18 @@ NEMOTRON_H = {
     "chunk_size": 16,
     "use_mamba_kernels": False,
 }
+#: A pure Mamba-2 stack (``Mamba2Mixer``, no reader): Mamba-1 stacks are modelled
+#: (tests/test_mamba1.py).
 MAMBA = {
-    "model_type": "mamba",
+    "model_type": "mamba2",
     "hidden_size": 64,
     "num_hidden_layers": 2,
     "vocab_size": 256,
+    "num_heads": 8,
+    "head_dim": 16,
     "state_size": 8,
-    "use_mambapy": False,
+    "n_groups": 1,
+    "chunk_size": 16,
 }
 BERT = {
     "model_type": "bert",
@@ -122,17 +127,17 @@ def test_pure_state_space_model_is_answered_by_the_dry_run(capsys, tmp_path):
     source = _write(tmp_path, MAMBA)
     assert main(["profile", source, *SETUP, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["unmodelled"] == ["MambaMixer (mixer) in 2 of 2 layers"]
+    assert out["unmodelled"] == ["Mamba2Mixer (mixer) in 2 of 2 layers"]
     assert out["dry_run"]["peak_bytes"] > 0
     # A real step is printed without the estimates that do not apply.
     assert main(["measure", source, "--seq", "64", "--device", "fake", "--no-census"]) == 0
     text = capsys.readouterr().out
-    assert "not modelled: MambaMixer (mixer) in 2 of 2 layers" in text
+    assert "not modelled: Mamba2Mixer (mixer) in 2 of 2 layers" in text
     assert "estimates do not apply" in text
     assert "refined" not in text and "simplified" not in text
     # Our reference model would be a transformer: measuring it is refused.
     assert main(["measure", source, *SETUP, "--impl", "reference", "--no-census"]) == 2
-    assert "not modelled: MambaMixer" in _one_line_error(capsys)
+    assert "not modelled: Mamba2Mixer" in _one_line_error(capsys)
     # So is a sharded step, which is laid beside the refined per-rank estimate.
     assert main(["measure", source, "--devices", "2", "--fsdp", "--seq", "32"]) == 2
     assert "sharded step" in _one_line_error(capsys)

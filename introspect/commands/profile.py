@@ -411,6 +411,15 @@ def _spec_section(spec: ModelSpec) -> str:
         ("q_dim / kv_dim", f"{spec.q_dim} / {spec.kv_dim}"),
         ("query heads per K/V head", spec.group_size),
         ("feed-forward", f"{ffn_kind}, width {spec.ffn_dim}, {spec.hidden_act}"),
+    ]
+    if spec.layers and all(
+        k.attention.kind in ("mamba1", "none") and k.feed_forward.ffn == "none"
+        for k, _ in spec.kinds
+    ):
+        # A pure state-space stack (Mamba, Falcon-Mamba): no attention, no feed-forward;
+        # its flat head fields are placeholders.
+        pairs[3:8] = [("attention", "none (state-space mixers only)"), ("feed-forward", "none")]
+    pairs += [
         ("vocabulary V", spec.vocab_size),
         ("norm", f"{norm}, {spec.norms_per_layer} per layer"),
         ("q/k norm", spec.qk_norm),
@@ -444,6 +453,11 @@ def describe_kind(kind) -> str:
         "linear": "linear attention",
         "mamba2": f"Mamba-2 mixer ({a.mamba_num_heads} heads of {a.mamba_head_dim}, "
         f"{a.mamba_n_groups}×{a.mamba_state_size} states, chunk {a.mamba_chunk_size})",
+        "mamba1": f"Mamba-1 mixer ({a.mamba_inner_size} channels × {a.mamba_state_size} "
+        f"states, dt rank {a.mamba_dt_rank}"
+        + {"none": ")", "weightless": ", dt/B/C norms)", "weighted": ", dt/B/C RMSNorms)"}[
+            a.mamba_bcdt_norm
+        ],
         "mla": f"MLA (latent {a.kv_lora_rank}, q rank {a.q_lora_rank})",
         "none": "no mixer",
     }[a.kind]

@@ -418,14 +418,15 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     att = spec.kinds[0][0].attention
     if att.kind == "none":  # a feed-forward-only block: no mixer backward
         return 0
-    if att.kind == "mamba2":
-        # A Mamba-2 mixer: its gated norm's backward, beside the residual stream's
-        # gradient (no V).
-        from introspect.refined import mamba2
+    if att.kind in ("mamba1", "mamba2"):
+        # A Mamba-2 mixer: its gated norm's backward; a Mamba-1 mixer: its recurrence's
+        # backward; beside the residual stream's gradient (no V).
+        from introspect.refined import mamba1, mamba2
         from introspect.refined.stream import residual_bytes
 
+        mixer = mamba1 if att.kind == "mamba1" else mamba2
         stream = B * T * spec.hidden_size * residual_bytes(setup)
-        return mamba2.backward_transient(att, setup, spec.hidden_size) + stream
+        return mixer.backward_transient(att, setup, spec.hidden_size) + stream
     stream = impl.attention_stream(spec, setup)
     if impl.keeps_t2(spec, setup):
         probs = impl.probs_bytes(spec, setup)
@@ -808,11 +809,12 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     att = spec.kinds[0][0].attention
     if att.kind == "none":
         side = 0
-    elif att.kind == "mamba2":
-        from introspect.refined import mamba2
+    elif att.kind in ("mamba1", "mamba2"):
+        from introspect.refined import mamba1, mamba2
 
         # The kind's own mixer (the flat fields of ``spec.for_kind`` describe an attention).
-        side = attention_params(spec, att) - mamba2.made_before_peak(att, d)
+        mixer = mamba1 if att.kind == "mamba1" else mamba2
+        side = attention_params(spec, att) - mixer.made_before_peak(att, d)
     else:
         side = attention_params(spec) - spec.q_dim * d  # all but o_proj's
     attention_side_params = side + qk_norm_params(spec)

@@ -134,7 +134,7 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
       (:func:`introspect.refined.deltanet.saved`; equal to a census of the real module,
       ``tests/test_deltanet.py``), plus the layer's ``out`` as for the other kinds.
     """
-    from introspect.refined import deltanet, mamba2
+    from introspect.refined import deltanet, mamba1, mamba2
 
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, att = B * T, kind.attention
@@ -151,8 +151,9 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         out = deltanet.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
-    if att.kind == "mamba2":
-        out = mamba2.saved(att, setup, spec.hidden_size)
+    if att.kind in ("mamba1", "mamba2"):
+        mixer = mamba1 if att.kind == "mamba1" else mamba2
+        out = mixer.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
     kv = kv_saved_width(spec, setup, kind)
@@ -245,7 +246,7 @@ def autocast_weight_bytes(spec: ModelSpec, kind: LayerKind) -> int:
     experts = parts["experts"] if kind.feed_forward.all_experts else 0
     # Gated DeltaNet's and Mamba-2's own copies are their kernels' terms
     # (introspect.refined.deltanet, introspect.refined.mamba2).
-    attention = 0 if kind.attention.kind in ("linear", "mamba2") else parts["attention"]
+    attention = 0 if kind.attention.kind in ("linear", "mamba1", "mamba2") else parts["attention"]
     return 2 * (attention + parts["mlp"] + parts["router"] + experts)
 
 

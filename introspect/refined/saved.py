@@ -86,7 +86,7 @@ ATTENTION_SIDE = (
     "attention/linear/autocast_weights",
 )
 #: Families of per-layer terms that are attention side as a whole.
-ATTENTION_SIDE_PREFIXES = ("attention/deltanet/", "attention/mamba/")
+ATTENTION_SIDE_PREFIXES = ("attention/deltanet/", "attention/mamba/", "attention/mamba1/")
 
 
 def is_attention_side(name: str) -> bool:
