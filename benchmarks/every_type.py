@@ -52,18 +52,31 @@ KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_gro
 LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
-PATTERN_KEYS = ("layer_types", "layers_block_type", "block_types", "hybrid_override_pattern")
+PATTERN_KEYS = (
+    "layer_types",
+    "mlp_layer_types",
+    "layers_block_type",
+    "block_types",
+    "hybrid_override_pattern",
+)
 
 
-def shrink(raw: dict, *, hidden: int = 64, layers: int = 4, vocab: int = 512) -> dict:
+def shrink(
+    raw: dict, *, hidden: int = 64, layers: int = 4, vocab: int = 512, widths: bool = True
+) -> dict:
     """A small faithful copy of a default config: ``hidden_size`` to ``hidden`` (head
     count cut so head_dim stays a divisor; kv heads keep the query:kv ratio where they
     can), widths in :data:`WIDTHS` by the same factor, layers to at least ``layers``
-    but enough to hold one period of a layer pattern (``layer_types`` and kin truncated,
-    not reordered), experts to 4 and top-k to at most 2, vocab to ``vocab``."""
+    but enough to hold one period of a layer pattern, or its prefix holding every kind
+    (``layer_types``, ``mlp_layer_types`` and kin truncated, not reordered), experts
+    to 4 (expert groups to 1) and top-k to at most 2, vocab to ``vocab``.
+
+    ``widths=False`` keeps every width and head (only layers, experts and vocab cut): the
+    fallback for a type whose width keys this helper does not know (rope or mixer head
+    dims); under FakeTensorMode the width costs no memory and little time."""
     out = dict(raw)
     old_h = out.get("hidden_size") or out.get("n_embd") or out.get("d_model")
-    if isinstance(old_h, int) and old_h > hidden:
+    if widths and isinstance(old_h, int) and old_h > hidden:
         factor = old_h / hidden
         for key in ("hidden_size", "n_embd", "d_model"):
             if key in out and isinstance(out[key], int):
@@ -88,8 +101,8 @@ def shrink(raw: dict, *, hidden: int = 64, layers: int = 4, vocab: int = 512) ->
     keep = layers
     for k in patterns:
         seq = list(out[k])
-        period = _period(seq)
-        keep = max(keep, min(len(seq), period))
+        every = next(i + 1 for i in range(len(seq)) if set(seq[: i + 1]) == set(seq))
+        keep = max(keep, min(_period(seq), every))
     for key in LAYER_KEYS:
         if isinstance(out.get(key), int) and out[key] > keep:
             out[key] = keep
@@ -99,6 +112,9 @@ def shrink(raw: dict, *, hidden: int = 64, layers: int = 4, vocab: int = 512) ->
     for key in EXPERT_KEYS:
         if isinstance(out.get(key), int) and out[key] > 4:
             out[key] = 4
+    for key in ("n_group", "topk_group"):  # expert groups: 4 experts make one group
+        if isinstance(out.get(key), int) and out[key] > 1:
+            out[key] = 1
     for key in TOPK_KEYS:
         if isinstance(out.get(key), int) and out[key] > 2:
             out[key] = 2
@@ -169,12 +185,19 @@ def memory_row(row: dict) -> None:
     from introspect.measure import runner
     from introspect.setup import TrainingSetup
 
-    small = shrink(row.pop("raw"))
+    raw = row.pop("raw")
+    small = shrink(raw, widths="shape" not in row)
     try:
         spec = spec_from_config(small, source=row["model_type"])
-    except Exception as e:  # noqa: BLE001
-        row["setups"] = {name: {"note": f"small config refused: {_first(e)}"} for name in SETUPS}
-        return
+    except Exception:  # noqa: BLE001 - a width this helper cuts wrongly: keep the widths
+        small = shrink(raw, widths=False)
+        row["shape"] = "widths kept"
+        try:
+            spec = spec_from_config(small, source=row["model_type"])
+        except Exception as e:  # noqa: BLE001
+            note = f"small config refused: {_first(e)}"
+            row["setups"] = {name: {"note": note} for name in SETUPS}
+            return
     row["setups"] = {}
     for name, kw in SETUPS.items():
         setup = TrainingSetup(
@@ -200,6 +223,11 @@ def memory_row(row: dict) -> None:
                 )
             cell["dry_run"] = m.peak_bytes
         except Exception as e:  # noqa: BLE001 - the dry run's failure, reported
+            if "shape" not in row:  # the shrunk widths may be inconsistent: retry wide
+                row["shape"] = "widths kept"
+                row["raw"] = raw
+                memory_row(row)
+                return
             cell["note"] = f"dry run failed: {_first(e)}"
         if spec.unmodelled:
             cell["answer"] = "dry_run"
@@ -268,6 +296,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
     for r in rows:
         setups = r.get("setups", {})
         notes = [r["note"]] if "note" in r else []
+        if "shape" in r:
+            notes.append("widths kept (shrunk widths refused)")
         if r.get("unmodelled"):
             notes.append("not modelled: " + ", ".join(r["unmodelled"]))
         notes += sorted({c["note"] for c in setups.values() if "note" in c})
@@ -276,7 +306,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         built = f"{r['built']:,}" if "built" in r else ""
         mine = f"{r['introspect']:,}" if "introspect" in r else ""
         text = "; ".join(notes).replace("|", "/")
-        lines.append(f"| {r['model_type']} | {built} | {mine} | {count} | " + " | ".join(cells) + f" | {text} |")
+        first = f"| {r['model_type']} | {built} | {mine} | {count} | "
+        lines.append(first + " | ".join(cells) + f" | {text} |")
     return "\n".join(lines) + "\n"
 
 

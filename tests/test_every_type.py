@@ -30,6 +30,24 @@ def test_shrink_keeps_the_layer_pattern(model_type):
     assert small["hidden_size"] == 64 and small["vocab_size"] == 512
 
 
+def test_shrink_keeps_every_kind_of_a_dense_prefix():
+    raw = {
+        "num_hidden_layers": 48,
+        "hidden_size": 1024,
+        "mlp_layer_types": ["dense"] + ["sparse"] * 47,
+        "layer_types": ["full_attention"] * 48,
+        "n_group": 8,
+        "topk_group": 4,
+        "num_experts": 64,
+    }
+    small = shrink(raw)
+    assert small["num_hidden_layers"] == 4
+    assert small["mlp_layer_types"] == ["dense", "sparse", "sparse", "sparse"]
+    assert len(small["layer_types"]) == 4
+    assert small["num_experts"] == 4 and small["n_group"] == 1 == small["topk_group"]
+    assert shrink(raw, widths=False)["hidden_size"] == 1024
+
+
 def test_shrunk_config_builds_and_counts_exactly():
     import torch
     from introspect.adapters.hf_config import spec_from_config
