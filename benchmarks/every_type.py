@@ -1,0 +1,342 @@
+"""Every decoder-only ``model_type`` transformers builds from its config class: the count
+at the default (full) size, and the closed form beside the dry run at a small shape.
+
+Run:  .venv/bin/python benchmarks/every_type.py [--only SUBSTRING]   # ~15 min, 2 cores
+
+For each ``model_type`` in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``:
+
+(a) the configuration class's default config (``AutoConfig.for_model(t).to_dict()``)
+    read by :func:`introspect.adapters.hf_config.spec_from_config`, its ``n_params``
+    against ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` on the meta device
+    (exact integers);
+(b) the same config shrunk by :func:`shrink` (widths, layers, heads, experts and vocab
+    cut, ratios and the layer pattern kept), in three setups (FP32 eager; autocast with
+    checkpointing; BF16 SDPA; B=1, T=64, AdamW): ``refined.estimate(spec, setup).total``
+    against the dry run of the real class (``runner.measure(..., device="fake",
+    impl="transformers")``, as ``introspect measure --impl transformers --device fake``).
+    A spec the closed form does not model (``spec.unmodelled``) is answered by that dry
+    run, as ``introspect profile`` answers it; the row says so.
+
+A type the tool refuses (encoder-decoders, encoders) or transformers cannot build from its
+default config is listed with the first line of the reason. Writes
+``benchmarks/results/every-type.md`` and ``every-type.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+OUT = Path(__file__).parent / "results" / "every-type"
+SETUPS = {
+    "fp32 eager": dict(precision="fp32", attention="eager"),
+    "amp ckpt": dict(precision="amp", attention="eager", activation_checkpointing=True),
+    "bf16 sdpa": dict(precision="bf16", attention="memory_efficient"),
+}
+#: Width keys cut by the same factor as ``hidden_size`` (ratios kept).
+WIDTHS = (
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "ffn_hidden_size",
+    "n_inner",
+    "expert_intermediate_size",
+    "moe_ffn_hidden_size",
+)
+HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
+PATTERN_KEYS = (
+    "layer_types",
+    "mlp_layer_types",
+    "layers_block_type",
+    "block_types",
+    "hybrid_override_pattern",
+)
+
+
+def shrink(
+    raw: dict, *, hidden: int = 64, layers: int = 4, vocab: int = 512, widths: bool = True
+) -> dict:
+    """A small faithful copy of a default config: ``hidden_size`` to ``hidden`` (head
+    count cut so head_dim stays a divisor; kv heads keep the query:kv ratio where they
+    can), widths in :data:`WIDTHS` by the same factor, layers to at least ``layers``
+    but enough to hold one period of a layer pattern, or its prefix holding every kind
+    (``layer_types``, ``mlp_layer_types`` and kin truncated, not reordered), experts
+    to 4 (expert groups to 1) and top-k to at most 2, vocab to ``vocab``.
+
+    ``widths=False`` keeps every width and head (only layers, experts and vocab cut): the
+    fallback for a type whose width keys this helper does not know (rope or mixer head
+    dims); under FakeTensorMode the width costs no memory and little time."""
+    out = dict(raw)
+    old_h = out.get("hidden_size") or out.get("n_embd") or out.get("d_model")
+    if widths and isinstance(old_h, int) and old_h > hidden:
+        factor = old_h / hidden
+        for key in ("hidden_size", "n_embd", "d_model"):
+            if key in out and isinstance(out[key], int):
+                out[key] = hidden
+        for key in WIDTHS:
+            if isinstance(out.get(key), int) and out[key]:
+                out[key] = max(8, int(out[key] / factor) // 8 * 8)
+        for hk in HEAD_KEYS:
+            heads = out.get(hk)
+            if not isinstance(heads, int) or heads <= 4:
+                continue
+            new = 4
+            for kk in KV_KEYS:
+                kv = out.get(kk)
+                if isinstance(kv, int) and kv:
+                    ratio = max(1, heads // kv)
+                    out[kk] = max(1, new // ratio) if ratio <= new else 1
+            out[hk] = new
+            if isinstance(out.get("head_dim"), int):
+                out["head_dim"] = max(8, hidden // new)
+    patterns = [k for k in PATTERN_KEYS if isinstance(out.get(k), (list, str)) and out[k]]
+    keep = layers
+    for k in patterns:
+        seq = list(out[k])
+        every = next(i + 1 for i in range(len(seq)) if set(seq[: i + 1]) == set(seq))
+        keep = max(keep, min(_period(seq), every))
+    for key in LAYER_KEYS:
+        if isinstance(out.get(key), int) and out[key] > keep:
+            out[key] = keep
+    for k in patterns:
+        seq = out[k]
+        out[k] = seq[:keep] if isinstance(seq, list) else seq[:keep]
+    for key in EXPERT_KEYS:
+        if isinstance(out.get(key), int) and out[key] > 4:
+            out[key] = 4
+    for key in ("n_group", "topk_group"):  # expert groups: 4 experts make one group
+        if isinstance(out.get(key), int) and out[key] > 1:
+            out[key] = 1
+    for key in TOPK_KEYS:
+        if isinstance(out.get(key), int) and out[key] > 2:
+            out[key] = 2
+    if isinstance(out.get("vocab_size"), int) and out["vocab_size"] > vocab:
+        out["vocab_size"] = vocab
+        for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            if isinstance(out.get(key), int) and out[key] >= vocab:
+                out[key] = vocab - 1
+    if isinstance(out.get("max_position_embeddings"), int):
+        out["max_position_embeddings"] = min(out["max_position_embeddings"], 4096)
+    return out
+
+
+def _period(seq: list) -> int:
+    """The shortest prefix length whose repetition reproduces ``seq`` (its layer period)."""
+    for p in range(1, len(seq) + 1):
+        if all(seq[i] == seq[i % p] for i in range(len(seq))):
+            return p
+    return len(seq)
+
+
+def _first(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return f"{type(e).__name__}: {text}"[:140].replace("|", "/")
+
+
+def count_row(model_type: str) -> dict:
+    """(a): the default config's meta-device total beside introspect's count."""
+    import torch
+    from introspect.adapters.hf_config import spec_from_config
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from introspect.errors import IntrospectError
+
+    row: dict = {"model_type": model_type}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = AutoConfig.for_model(model_type)
+            raw = {**config.to_dict(), "model_type": model_type}
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config)
+        row["built"] = sum(p.numel() for p in model.parameters())
+        del model
+    except Exception as e:  # noqa: BLE001 - the build's own failure, reported
+        row["note"] = f"not built: {_first(e)}"
+        return row
+    try:
+        spec = spec_from_config(raw, source=model_type)
+    except IntrospectError as e:
+        row["note"] = f"refused: {str(e)[:140]}"
+        return row
+    except Exception as e:  # noqa: BLE001 - a traceback in our reader: a bug to fix
+        row["note"] = f"reader traceback: {_first(e)}"
+        return row
+    row["raw"] = raw
+    row["introspect"] = spec.n_params
+    row["exact"] = spec.n_params == row["built"]
+    row["unmodelled"] = list(spec.unmodelled)
+    return row
+
+
+def memory_row(row: dict) -> None:
+    """(b): closed form against the dry run at the shrunk shape, per setup."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect import refined
+    from introspect.measure import runner
+    from introspect.setup import TrainingSetup
+
+    raw = row.pop("raw")
+    small = shrink(raw, widths="shape" not in row)
+    try:
+        spec = spec_from_config(small, source=row["model_type"])
+    except Exception:  # noqa: BLE001 - a width this helper cuts wrongly: keep the widths
+        small = shrink(raw, widths=False)
+        row["shape"] = "widths kept"
+        try:
+            spec = spec_from_config(small, source=row["model_type"])
+        except Exception as e:  # noqa: BLE001
+            note = f"small config refused: {_first(e)}"
+            row["setups"] = {name: {"note": note} for name in SETUPS}
+            return
+    row["setups"] = {}
+    for name, kw in SETUPS.items():
+        setup = TrainingSetup(
+            batch_size=1,
+            seq_len=64,
+            device="cpu",
+            implementation="transformers",
+            optimizer="adamw",
+            activation_dtype="fp32" if kw["precision"] == "fp32" else "bf16",
+            **kw,
+        )
+        cell: dict = {}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                m, _ = runner.measure(
+                    spec,
+                    setup,
+                    device="fake",
+                    impl="transformers",
+                    census=False,
+                    config=(small, row["model_type"]),
+                )
+            cell["dry_run"] = m.peak_bytes
+        except Exception as e:  # noqa: BLE001 - the dry run's failure, reported
+            if "shape" not in row:  # the shrunk widths may be inconsistent: retry wide
+                row["shape"] = "widths kept"
+                row["raw"] = raw
+                memory_row(row)
+                return
+            cell["note"] = f"dry run failed: {_first(e)}"
+        if spec.unmodelled:
+            cell["answer"] = "dry_run"
+        elif "dry_run" in cell:
+            try:
+                est = refined.estimate(spec, setup).total
+                cell["closed_form"] = est
+                cell["ratio"] = est / cell["dry_run"]
+            except Exception as e:  # noqa: BLE001
+                cell["note"] = f"closed form failed: {_first(e)}"
+        row["setups"][name] = cell
+
+
+def types(only: str | None) -> list[str]:
+    from transformers.models.auto import modeling_auto
+
+    names = list(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    return [t for t in names if not only or only in t]
+
+
+def summary(rows: list[dict]) -> list[str]:
+    built = [r for r in rows if "built" in r]
+    counted = [r for r in built if "introspect" in r]
+    exact = sum(bool(r.get("exact")) for r in counted)
+    lines = [
+        f"- types tried: {len(rows)}; built from the default config: {len(built)}; "
+        f"counted by introspect: {len(counted)}; counts exact: {exact}",
+    ]
+    for name in SETUPS:
+        cells = [r["setups"][name] for r in rows if "setups" in r]
+        within3 = sum(abs(c.get("ratio", 9) - 1) <= 0.03 for c in cells)
+        within5 = sum(0.03 < abs(c.get("ratio", 9) - 1) <= 0.05 for c in cells)
+        modelled = sum("ratio" in c for c in cells)
+        answered = sum(c.get("answer") == "dry_run" and "dry_run" in c for c in cells)
+        failed = sum("dry_run" not in c for c in cells)
+        lines.append(
+            f"- {name}: closed form {modelled} modelled, {within3} within ±3%, {within5} "
+            f"more within ±5%; answered by the dry run {answered}; dry-run failures {failed}"
+        )
+    return lines
+
+
+def cell_text(c: dict) -> str:
+    if "ratio" in c:
+        return f"{c['ratio']:.3f}"
+    if c.get("answer") == "dry_run" and "dry_run" in c:
+        return "dry run"
+    return "fail"
+
+
+def render(rows: list[dict], seconds: float, command: str) -> str:
+    head = "| model_type | built | introspect | count | " + " | ".join(SETUPS) + " | note |"
+    lines = [
+        "# Every causal-LM model_type: count at full size, closed form beside the dry run",
+        "",
+        f"`{command}` ({seconds:.0f} s). Counts: default config, meta-device build. Memory: "
+        "the default config shrunk (benchmarks/every_type.py `shrink`), B=1, T=64, AdamW; "
+        "cells are closed form / dry-run peak, or `dry run` where the closed form does not "
+        "model the stack and the dry run is the answer.",
+        "",
+        *summary(rows),
+        "",
+        head,
+        "|---|---:|---:|---|" + "---:|" * len(SETUPS) + "---|",
+    ]
+    for r in rows:
+        setups = r.get("setups", {})
+        notes = [r["note"]] if "note" in r else []
+        if "shape" in r:
+            notes.append("widths kept (shrunk widths refused)")
+        if r.get("unmodelled"):
+            notes.append("not modelled: " + ", ".join(r["unmodelled"]))
+        notes += sorted({c["note"] for c in setups.values() if "note" in c})
+        count = "" if "introspect" not in r else ("exact" if r["exact"] else "differs")
+        cells = [cell_text(setups[n]) if n in setups else "" for n in SETUPS]
+        built = f"{r['built']:,}" if "built" in r else ""
+        mine = f"{r['introspect']:,}" if "introspect" in r else ""
+        text = "; ".join(notes).replace("|", "/")
+        first = f"| {r['model_type']} | {built} | {mine} | {count} | "
+        lines.append(first + " | ".join(cells) + f" | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(rows: list[dict], seconds: float, only: str | None) -> None:
+    command = "benchmarks/every_type.py" + (f" --only {only}" if only else "")
+    out = OUT.with_name(OUT.name + (f"-{only}" if only else ""))
+    out.with_suffix(".md").write_text(render(rows, seconds, command), encoding="utf-8")
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="only model_types containing this substring")
+    args = parser.parse_args()
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()
+    start, rows = time.perf_counter(), []
+    for t in types(args.only):
+        row = count_row(t)
+        if "raw" in row:
+            memory_row(row)
+        rows.append(row)
+        cells = {k: cell_text(v) for k, v in row.get("setups", {}).items()}
+        print(t, row.get("exact"), cells, row.get("note", ""), flush=True)
+        write(rows, time.perf_counter() - start, args.only)  # partial results survive a stop
+    print("\n".join(summary(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
