@@ -1,7 +1,12 @@
 """CUDA's fused attention kernels, dry-run through their meta functions (the shapes the
 CUDA kernels return, ``torch/_meta_registrations.py``; no GPU needed): what each keeps
 for backward equals the closed form's attention terms on ``--device cuda``, for the
-kernel :mod:`introspect.refined.cuda_sdpa` says ``select_sdp_backend`` picks."""
+kernel :mod:`introspect.refined.cuda_sdpa` says ``select_sdp_backend`` picks.
+
+Why meta tensors and not a fake CUDA device: under ``FakeTensorMode`` the CPU-only build
+makes ``device="cuda"`` fake tensors, but the first op on them aborts the process
+(``getDeviceGuardImpl``, c10/core/impl/DeviceGuardImplInterface.h: "PyTorch is not
+linked with support for cuda devices"), so the meta kernels are called directly."""
 
 from __future__ import annotations
 
