@@ -29,7 +29,12 @@ philox seed and offset (scalar or two-element 64-bit tensors: the RNG state its 
 backward regenerates the mask from, so no mask is kept); a few bytes per layer, not
 modelled. cuDNN, where preferred, keeps flash's log-sum-exp size; with a mask it differs
 from the memory-efficient kernel assumed here by at most 31 rows per head (not modelled).
-Head dims off the GEMM alignment fall back to the math kernel: not modelled.
+Head dims off the GEMM alignment fall back to the math kernel: not modelled. Not
+modelled either: before the memory-efficient kernel, ``preprocess_mask``
+(``aten/src/ATen/native/transformers/attention.cpp``) pads a mask whose strides are not
+multiples of 8 to ``T + 8 − T mod 8`` columns (``pad_bias``) and the kernel keeps that
+padded storage, so a packed or sliding-window mask on CUDA is up to 8 columns wider
+than the B·T·T counted when T is not a multiple of 8.
 """
 
 from __future__ import annotations
