@@ -58,7 +58,8 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/quadratic/probs_cast": "the softmax cast back to the "
     "activation dtype, saved by probs·V",
     "activations/layer/attention/logsumexp": "memory-efficient attention: a log-sum-exp "
-    "per row instead of the T×T tensors",
+    "per row instead of the T×T tensors (CUDA's memory-efficient kernel, run for FP32 or "
+    "a mask, pads the rows to a multiple of 32)",
     "activations/layer/attention/rope": "RoPE cos/sin tables saved by each rotary multiply",
     "activations/layer/attention/mamba": "Mamba-2 mixer, transformers' torch path (no "
     "mamba-ssm kernels): conv, FP32 scan copies, chunk matrices, gated norm "

@@ -31,7 +31,9 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   log-sum-exp per row (a head-major Q, as Phi's partial rotary ``cat`` makes it, gives a
   head-major output, and the reshape for o_proj copies it). The rotary cos/sin are made
   once per forward by the model's ``rotary_emb`` and shared by every layer
-  (2·T·rotary_dim, not per layer).
+  (2·T·rotary_dim, not per layer). On CUDA the kernel is flash (16-bit, no mask) or
+  memory-efficient (FP32, or a mask), whose log-sum-exp is padded to 32 rows
+  (:mod:`introspect.refined.cuda_sdpa`, from ``sdp_utils.cpp``).
 * **Dropout** in train mode with p > 0 (``nn.functional.dropout``): on CPU torch's
   ``_dropout_impl`` draws ``empty_like(input).bernoulli_()`` — a mask in the input's
   dtype, saved — and the dropped tensor; CUDA's ``native_dropout`` keeps a one-byte
@@ -47,6 +49,7 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
 
 from __future__ import annotations
 
+from introspect.refined.cuda_sdpa import logsumexp_bytes
 from introspect.refined.saved_feed_forward import feed_forward
 from introspect.refined.stream import is_amp, residual_bytes
 from introspect.refined.transformers_classes import facts
@@ -307,7 +310,16 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         elif probs > s:
             out["attention/quadratic/probs_cast"] = t2 * s
     else:
-        out["attention/logsumexp"] = B * h * T * FP32
+        out["attention/logsumexp"] = logsumexp_bytes(
+            B,
+            h,
+            T,
+            device=setup.resolved_device,
+            query_bytes=2 if is_amp(setup) else s,
+            qk_head_dim=spec.head_size,
+            v_head_dim=spec.head_size,
+            masked=_sdpa_mask(spec, setup),
+        )
         if setup.packed_sequences:
             out["attention/packed_mask"] = packed_mask(setup)
         if spec.partial_rotary_factor < 1 or facts(spec).rotary_cat:

@@ -44,6 +44,7 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 from __future__ import annotations
 
 from introspect.layers import LayerKind
+from introspect.refined.cuda_sdpa import logsumexp_bytes
 from introspect.refined.saved_feed_forward import feed_forward
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -185,8 +186,19 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         if spec.attn_logit_softcapping:
             out["attention/quadratic/softcap"] = B * h * T * keys * s
     else:
-        out["attention/logsumexp"] = B * h * T * FP32
-        if att.kind in ("sliding", "chunked") and att.keys_seen(T) < T:
+        window = att.kind in ("sliding", "chunked") and att.keys_seen(T) < T
+        mla = att.kind == "mla"
+        out["attention/logsumexp"] = logsumexp_bytes(
+            B,
+            h,
+            T,
+            device=setup.resolved_device,
+            query_bytes=2 if setup.precision == "amp" else s,
+            qk_head_dim=att.qk_head_dim,
+            v_head_dim=att.v_head_dim if mla else att.head_dim,
+            masked=window,
+        )
+        if window:
             # SDPA turns the boolean window mask into an additive one in the query's
             # dtype (``convert_boolean_attn_mask``) inside each call, and keeps it.
             out["attention/mask"] = B * T * T * s
