@@ -1,7 +1,7 @@
 """Every decoder-only ``model_type`` transformers builds from its config class: the count
 at the default (full) size, and the closed form beside the dry run at a small shape.
 
-Run:  .venv/bin/python benchmarks/every_type.py [--only SUBSTRING]   # ~15 min, 2 cores
+Run:  .venv/bin/python benchmarks/every_type.py [--only SUBSTRING] [--resume]   # ~30 min, 2 cores
 
 For each ``model_type`` in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``:
 
@@ -311,8 +311,10 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(rows: list[dict], seconds: float, only: str | None) -> None:
+def write(rows: list[dict], seconds: float, only: str | None, resumed: bool = False) -> None:
     command = "benchmarks/every_type.py" + (f" --only {only}" if only else "")
+    if resumed:  # the seconds are this run's; the rows before it came from an earlier one
+        command += " --resume"
     out = OUT.with_name(OUT.name + (f"-{only}" if only else ""))
     out.with_suffix(".md").write_text(render(rows, seconds, command), encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
@@ -321,19 +323,31 @@ def write(rows: list[dict], seconds: float, only: str | None) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="only model_types containing this substring")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows already in the results JSON and run only the types not in it",
+    )
     args = parser.parse_args()
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     start, rows = time.perf_counter(), []
+    saved = OUT.with_name(OUT.name + (f"-{args.only}" if args.only else "")).with_suffix(".json")
+    if args.resume and saved.exists():
+        rows = json.loads(saved.read_text(encoding="utf-8"))
+    done = {row.get("model_type") for row in rows}
     for t in types(args.only):
+        if t in done:
+            continue
         row = count_row(t)
         if "raw" in row:
             memory_row(row)
         rows.append(row)
         cells = {k: cell_text(v) for k, v in row.get("setups", {}).items()}
         print(t, row.get("exact"), cells, row.get("note", ""), flush=True)
-        write(rows, time.perf_counter() - start, args.only)  # partial results survive a stop
+        # partial results survive a stop
+        write(rows, time.perf_counter() - start, args.only, bool(done))
     print("\n".join(summary(rows)))
     return 0
 
