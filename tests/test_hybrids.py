@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from hf_steps import mixer_saved_bytes  # noqa: E402
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+from mixer_stacks import SETUPS, count_is_the_meta_build, measured, one_line_error  # noqa: E402
 
 from introspect.cli import main  # noqa: E402
 from introspect.layers import Attention  # noqa: E402
@@ -88,18 +89,6 @@ def test_olmo_hybrid_deltanet_saved_set_equals_the_census(precision, B, T, heads
     assert closed == mixer_saved_bytes(layer, "linear_attn", precision, B, T, HIDDEN)
 
 
-def _count_is_the_meta_build(config: dict):
-    spec = spec_from_config(dict(config))
-    keys = {k: v for k, v in config.items() if k != "model_type"}
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(config["model_type"], **keys)
-        )
-    assert not spec.unmodelled
-    assert spec.n_params == sum(p.numel() for p in model.parameters())
-    return spec
-
-
 @pytest.mark.parametrize(
     "extra",
     [
@@ -109,9 +98,9 @@ def _count_is_the_meta_build(config: dict):
          "linear_key_head_dim": None, "linear_value_head_dim": None},
     ],
 )  # fmt: skip
-def test_olmo_hybrid_parameter_count_is_the_meta_build(extra):
+def test_olmo_hybrid_parametercount_is_the_meta_build(extra):
     config = {k: v for k, v in {**OLMO_HYBRID, **extra}.items() if v is not None}
-    spec = _count_is_the_meta_build(config)
+    spec = count_is_the_meta_build(config)
     kinds = [r.kind.attention.kind for r in spec.runs]
     given = "layer_types" in config  # else three linear layers, then attention
     assert kinds == (["linear", "full", "linear"] if given else ["linear", "full"])
@@ -125,22 +114,6 @@ def test_olmo_hybrid_default_config_is_modelled():
         )
     assert not spec.unmodelled
     assert spec.n_params == sum(p.numel() for p in model.parameters())
-
-
-SETUPS = {
-    "fp32 eager": ["--precision", "fp32", "--attention", "eager"],
-    "autocast + checkpointing": ["--precision", "amp", "--checkpointing"],
-    "bf16 sdpa": ["--precision", "bf16", "--attention", "memory-efficient"],
-}
-
-
-def _measured(tmp_path, capsys, config: dict, flags: list[str], B: int, T: int) -> dict:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    args = ["measure", str(path), "--device", "fake", "--impl", "transformers"]
-    args += ["--seq", str(T), "--batch", str(B), "--json", *flags]
-    assert main(args) == 0
-    return json.loads(capsys.readouterr().out)["rows"][0]
 
 
 _TRANSIENT = pytest.mark.xfail(
@@ -157,7 +130,7 @@ def test_olmo_hybrid_closed_form_is_within_3_percent_of_the_dry_run(
 ):
     if setup == "autocast + checkpointing" and (B, T) == (1, 100):
         request.applymarker(_TRANSIENT)
-    row = _measured(tmp_path, capsys, OLMO_HYBRID, SETUPS[setup], B, T)
+    row = measured(tmp_path, capsys, OLMO_HYBRID, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
 
 
@@ -196,7 +169,7 @@ def test_nemotron_h_with_routed_experts_is_modelled_with_the_exact_count(config)
     if config is None:
         config = transformers.AutoConfig.for_model("nemotron_h").to_dict()
         config["model_type"] = "nemotron_h"
-    spec = _count_is_the_meta_build(config)
+    spec = count_is_the_meta_build(config)
     moe = [r.kind.feed_forward for r in spec.runs if r.kind.feed_forward.is_moe]
     assert moe and all(ff.ffn == "plain" and ff.router_groups for ff in moe)
 
@@ -250,14 +223,8 @@ def test_nemotron_h_with_experts_is_within_3_percent_of_the_dry_run(
     config = NEMOTRON_MOE if variant == "M*ME" else {**NEMOTRON_MOE, **EXPERTS_HEAVY}
     if variant == "E*EE" and setup == "autocast + checkpointing":
         request.applymarker(_EXPERTS_TRANSIENT)
-    row = _measured(tmp_path, capsys, config, SETUPS[setup], B, T)
+    row = measured(tmp_path, capsys, config, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
-
-
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
 
 
 @pytest.mark.parametrize(
@@ -276,7 +243,7 @@ def test_inconsistent_olmo_hybrid_sizes_are_one_line_naming_file_and_key(
     path = tmp_path / "olmo_hybrid.json"
     path.write_text(json.dumps({**OLMO_HYBRID, **change}))
     assert main(["profile", str(path)]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert str(path) in line and key in line
 
 
@@ -331,5 +298,5 @@ def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
     path = tmp_path / "config.json"
     path.write_text(json.dumps({k: v for k, v in {**config, **change}.items() if v is not None}))
     assert main(["profile", str(path)]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert str(path) in line and key in line

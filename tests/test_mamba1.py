@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from hf_steps import mixer_saved_bytes  # noqa: E402
-from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+from mixer_stacks import SETUPS, count_is_the_meta_build, measured, one_line_error  # noqa: E402
 
 from introspect.cli import main  # noqa: E402
 from introspect.layers import Attention  # noqa: E402
@@ -111,18 +111,6 @@ def test_mamba1_saved_set_equals_the_census(precision, B, T, family, state, rank
     assert closed == mixer_saved_bytes(layer, "mamba", precision, B, T, HIDDEN)
 
 
-def _count_is_the_meta_build(config: dict):
-    spec = spec_from_config(dict(config))
-    keys = {k: v for k, v in config.items() if k != "model_type"}
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(config["model_type"], **keys)
-        )
-    assert not spec.unmodelled
-    assert spec.n_params == sum(p.numel() for p in model.parameters())
-    return spec
-
-
 @pytest.mark.parametrize(
     "config",
     [
@@ -134,7 +122,7 @@ def _count_is_the_meta_build(config: dict):
     ],
 )
 def test_pure_state_space_stack_is_exact_and_holds_no_attention(config):
-    spec = _count_is_the_meta_build(config)
+    spec = count_is_the_meta_build(config)
     assert [(r.kind.attention.kind, r.kind.feed_forward.ffn, r.kind.norms) for r in spec.runs] == [
         ("mamba1", "none", 1)
     ]
@@ -150,28 +138,12 @@ def test_pure_state_space_stack_is_exact_and_holds_no_attention(config):
         {"attn_layer_period": 4, "attn_layer_offset": 3, "mamba_dt_rank": "auto"},
     ],
 )
-def test_jamba_parameter_count_is_the_meta_build(extra):
-    spec = _count_is_the_meta_build({**JAMBA, **extra})
+def test_jamba_parametercount_is_the_meta_build(extra):
+    spec = count_is_the_meta_build({**JAMBA, **extra})
     if not extra:
         kinds = [(r.kind.attention.kind, r.kind.feed_forward.num_experts) for r in spec.runs]
         assert kinds == [("mamba1", 4), ("full", 0), ("mamba1", 4), ("full", 0)]
         assert not any(r.kind.attention.rope for r in spec.runs if r.kind.attention.kind == "full")
-
-
-SETUPS = {
-    "fp32 eager": ["--precision", "fp32", "--attention", "eager"],
-    "autocast + checkpointing": ["--precision", "amp", "--checkpointing"],
-    "bf16 sdpa": ["--precision", "bf16", "--attention", "memory-efficient"],
-}
-
-
-def _measured(tmp_path, capsys, config: dict, flags: list[str], B: int, T: int) -> dict:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    args = ["measure", str(path), "--device", "fake", "--impl", "transformers"]
-    args += ["--seq", str(T), "--batch", str(B), "--json", *flags]
-    assert main(args) == 0
-    return json.loads(capsys.readouterr().out)["rows"][0]
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
@@ -185,14 +157,8 @@ def test_mamba1_closed_form_is_within_3_percent_of_the_dry_run(
     if variant != "jamba" and "memory-efficient" in flags:
         # No attention: MambaForCausalLM refuses an SDPA request; BF16 is the setup.
         flags = ["--precision", "bf16", "--attention", "eager"]
-    row = _measured(tmp_path, capsys, config, flags, B, T)
+    row = measured(tmp_path, capsys, config, flags, B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
-
-
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
 
 
 @pytest.mark.parametrize(
@@ -215,7 +181,7 @@ def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
     path = tmp_path / "ssm.json"
     path.write_text(json.dumps({**config, **change}))
     assert main(["profile", str(path)]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert str(path) in line and key in line
 
 
@@ -231,5 +197,5 @@ def test_setups_the_mamba1_closed_form_does_not_model_are_refused(tmp_path, caps
     path = tmp_path / "mamba.json"
     path.write_text(json.dumps(MAMBA))
     assert main(["profile", str(path), *flags]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert line.split("error: ")[1].startswith(flag) and "Mamba-1" in line

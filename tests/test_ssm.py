@@ -17,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from hf_steps import mixer_saved_bytes  # noqa: E402
 from introspect.adapters.hf_config import spec_from_config  # noqa: E402
+from mixer_stacks import SETUPS, count_is_the_meta_build, measured, one_line_error  # noqa: E402
 
 from introspect.cli import main  # noqa: E402
 from introspect.layers import Attention  # noqa: E402
@@ -169,33 +170,10 @@ def test_nemotron_h_with_latent_routed_experts_is_answered_by_the_dry_run():
 
 
 def _count_is_the_meta_build(config: dict, check_runs: bool = True):
-    spec = spec_from_config(dict(config))
-    keys = {k: v for k, v in config.items() if k != "model_type"}
-    with torch.device("meta"):
-        model = transformers.AutoModelForCausalLM.from_config(
-            transformers.AutoConfig.for_model(config["model_type"], **keys)
-        )
-    assert not spec.unmodelled
-    assert spec.n_params == sum(p.numel() for p in model.parameters())
+    spec = count_is_the_meta_build(config)
     if check_runs:
         assert [r.kind.attention.kind for r in spec.runs] == ["mamba2", "full", "mamba2"]
     return spec
-
-
-SETUPS = {
-    "fp32 eager": ["--precision", "fp32", "--attention", "eager"],
-    "autocast + checkpointing": ["--precision", "amp", "--checkpointing"],
-    "bf16 sdpa": ["--precision", "bf16", "--attention", "memory-efficient"],
-}
-
-
-def _measured(tmp_path, capsys, config: dict, flags: list[str], B: int, T: int) -> dict:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    args = ["measure", str(path), "--device", "fake", "--impl", "transformers"]
-    args += ["--seq", str(T), "--batch", str(B), "--json", *flags]
-    assert main(args) == 0
-    return json.loads(capsys.readouterr().out)["rows"][0]
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
@@ -208,14 +186,8 @@ def test_granite_closed_form_is_within_3_percent_of_the_dry_run(
 ):
     configs = {"dense": GRANITE, "moe": {**GRANITE, **MOE}, "bamba": BAMBA}
     config = {**configs, "nemotron_h": NEMOTRON_H}[variant]
-    row = _measured(tmp_path, capsys, config, SETUPS[setup], B, T)
+    row = measured(tmp_path, capsys, config, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
-
-
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
 
 
 @pytest.mark.parametrize(
@@ -234,7 +206,7 @@ def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
     path = tmp_path / "granite.json"
     path.write_text(json.dumps({**GRANITE, **change}))
     assert main(["profile", str(path)]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert str(path) in line and key in line
 
 
@@ -252,5 +224,5 @@ def test_setups_the_mamba2_closed_form_does_not_model_are_refused(tmp_path, caps
     path = tmp_path / "granite.json"
     path.write_text(json.dumps(GRANITE))
     assert main(["profile", str(path), *flags]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert line.split("error: ")[1].startswith(flag) and "Mamba-2" in line

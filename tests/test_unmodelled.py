@@ -15,6 +15,8 @@ from introspect.cli import main
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from mixer_stacks import one_line_error  # noqa: E402
+
 #: Nemotron-H at a small shape: Mamba-2 mixer, attention, Mamba-2 mixer, routed experts
 #: behind a latent projection (``moe_latent_size``: what the closed form does not model;
 #: without it the stack is modelled: tests/test_ssm.py, tests/test_hybrids.py).
@@ -83,12 +85,6 @@ def _write(tmp_path, config: dict) -> str:
     return str(path)
 
 
-def _one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
 def test_hybrid_profile_names_the_mamba_layers_and_the_dry_run_answers(capsys, tmp_path):
     source = _write(tmp_path, NEMOTRON_H)
     assert main(["profile", source, *SETUP, "--json"]) == 0
@@ -137,24 +133,24 @@ def test_pure_state_space_model_is_answered_by_the_dry_run(capsys, tmp_path):
     assert "refined" not in text and "simplified" not in text
     # Our reference model would be a transformer: measuring it is refused.
     assert main(["measure", source, *SETUP, "--impl", "reference", "--no-census"]) == 2
-    assert "not modelled: Mamba2Mixer" in _one_line_error(capsys)
+    assert "not modelled: Mamba2Mixer" in one_line_error(capsys)
     # So is a sharded step, which is laid beside the refined per-rank estimate.
     assert main(["measure", source, "--devices", "2", "--fsdp", "--seq", "32"]) == 2
-    assert "sharded step" in _one_line_error(capsys)
+    assert "sharded step" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("command", [["table"], ["fit", "--budget", "8GB"]])
 def test_the_closed_form_refuses_an_unmodelled_stack_in_one_line(capsys, tmp_path, command):
     source = _write(tmp_path, NEMOTRON_H)
     assert main([command[0], source, *command[1:]]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "model_type 'nemotron_h' is not modelled" in line
     assert "NemotronHMoE" in line and "covers decoder-only transformers" in line
 
 
 def test_an_encoder_is_refused_in_one_line(capsys, tmp_path):
     assert main(["profile", _write(tmp_path, BERT), "--seq", "64"]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "model_type 'bert' is not a decoder-only causal LM" in line
     assert "BertLMHeadModel's attention is not causal" in line
 
@@ -162,7 +158,7 @@ def test_an_encoder_is_refused_in_one_line(capsys, tmp_path):
 def test_setups_the_class_refuses_are_refused(capsys, tmp_path):
     bloom = _write(tmp_path, BLOOM)
     assert main(["profile", bloom, "--seq", "64", "--attention", "memory-efficient"]) == 2
-    assert "BloomForCausalLM has no SDPA path" in _one_line_error(capsys)
+    assert "BloomForCausalLM has no SDPA path" in one_line_error(capsys)
     assert main(["profile", bloom, "--seq", "64"]) == 0  # eager: the class runs it
     capsys.readouterr()
     # Our reference implementation has an SDPA path: only transformers' class refuses.
@@ -173,7 +169,7 @@ def test_setups_the_class_refuses_are_refused(capsys, tmp_path):
     jetmoe.mkdir()
     path = _write(jetmoe, JETMOE)
     assert main(["profile", path, "--seq", "64", "--checkpointing"]) == 2
-    assert "cannot checkpoint" in _one_line_error(capsys)
+    assert "cannot checkpoint" in one_line_error(capsys)
 
 
 def test_modelled_builds_are_not_flagged():
@@ -203,7 +199,7 @@ def test_not_decoder_only_model_types_are_refused(capsys, tmp_path):
     from introspect.adapters.hf_config import spec_from_config
 
     assert main(["profile", _write(tmp_path, {"model_type": "t5"}), "--seq", "64"]) == 2
-    assert "model_type 't5' has no causal-LM class" in _one_line_error(capsys)
+    assert "model_type 't5' has no causal-LM class" in one_line_error(capsys)
     bart = spec_from_config(
         {
             "model_type": "bart",
@@ -241,7 +237,7 @@ def test_a_per_layer_config_is_named_not_a_traceback(capsys, tmp_path):
     build is read instead, its latent attention named; asked for MLX, one line."""
     source = _write(tmp_path, {"model_type": "dots3_note_text"})
     assert main(["profile", source, "--framework", "mlx"]) == 2
-    line = _one_line_error(capsys)
+    line = one_line_error(capsys)
     assert "not modelled: Dots3NoteTextAttention (self_attn: q_a_proj" in line
     assert "--framework torch" in line
 
