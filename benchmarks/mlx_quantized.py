@@ -3,8 +3,8 @@ estimate (``--base-quant affine4``/``affine8``).
 
     python benchmarks/mlx_quantized.py     # writes benchmarks/results/mlx-quantized.md
 
-Each row is a real step at a tiny shape: mlx-lm's class, ``nn.quantize(model, group_size,
-bits)`` with ``mlx_lm.utils.quantize_model``'s predicate (a module with ``to_quantized``
+Each row is a real step at a tiny shape: mlx-lm's class quantized by
+``mlx_lm.utils.quantize_model`` itself (``nn.quantize`` over every module with ``to_quantized``
 whose last weight dimension divides by the group size: the embedding and every block
 linear here but ``down_proj`` where f is not a multiple of the group), then
 ``mlx_lm.lora``'s flow (``model.freeze()``, ``linear_to_lora_layers`` on every block,
@@ -60,21 +60,13 @@ def setup_of(bits: int, group: int, dtype: str, batch: int, seq: int, compiled: 
     )
 
 
-def quantize(model, bits: int, group: int) -> int:
-    """``nn.quantize`` with ``mlx_lm.utils.quantize_model``'s predicate; the modules
-    quantized."""
-    import mlx.nn as nn
+def quantize(model, bits: int, group: int) -> None:
+    """The model quantized by mlx-lm's own ``mlx_lm.utils.quantize_model`` (every module
+    with ``to_quantized`` whose d_in the group divides, and the class's ``quant_predicate``
+    where it has one), as ``mlx_lm.convert -q`` quantizes a checkpoint."""
+    from mlx_lm.utils import quantize_model
 
-    done = []
-
-    def predicate(path, module):
-        ok = hasattr(module, "to_quantized") and module.weight.shape[-1] % group == 0
-        if ok:
-            done.append(path)
-        return ok
-
-    nn.quantize(model, group_size=group, bits=bits, class_predicate=predicate)
-    return len(done)
+    quantize_model(model, {}, group, bits)
 
 
 def measure(raw: dict, name: str, spec, setup, bits: int, group: int):

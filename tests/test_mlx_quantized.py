@@ -41,20 +41,14 @@ def setup_for(bits: int, group: int, dtype: str = "fp32", **kw):
 
 
 def quantized_model(raw: dict, bits: int, group: int, dtype: str):
-    """mlx-lm's class quantized as ``mlx_lm.utils.quantize_model`` does (a module with
-    ``to_quantized`` whose d_in divides by the group)."""
+    """mlx-lm's class quantized by mlx-lm's own ``mlx_lm.utils.quantize_model``."""
     import mlx.core as mx
-    import mlx.nn as nn
+    from mlx_lm.utils import quantize_model
 
     from introspect.measure import mlx_lm_models
 
     model = mlx_lm_models.build(raw, "test", mx.bfloat16 if dtype == "bf16" else mx.float32)
-    nn.quantize(
-        model,
-        group_size=group,
-        bits=bits,
-        class_predicate=lambda _, m: hasattr(m, "to_quantized") and m.weight.shape[-1] % group == 0,
-    )
+    quantize_model(model, {}, group, bits)
     return model
 
 
