@@ -60,6 +60,10 @@ def specs() -> dict:
     from test_hybrids import NEMOTRON_MOE  # NemotronHTopkRouter's FP32 group routing
 
     out["nemotron_h, routed experts"] = spec_from_config(dict(NEMOTRON_MOE))
+    from test_mamba1 import FALCON_MAMBA, JAMBA  # Mamba-1 mixers, the dt/B/C norms
+
+    out["falcon_mamba, mamba1"] = spec_from_config(dict(FALCON_MAMBA))
+    out["jamba, mamba1 + experts"] = spec_from_config(dict(JAMBA))
     return out
 
 
