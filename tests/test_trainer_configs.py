@@ -135,6 +135,15 @@ def test_flags_override_the_file(capsys):
     assert plain["estimates"] != out["estimates"]  # the file's checkpointing is priced
 
 
+def test_a_flag_typed_at_its_default_still_overrides_the_file(capsys):
+    """--seq 2048 is introspect's default and TRL's config gives 1024: typed, it wins."""
+    cfg = str(EXAMPLES / "trl" / "example_config.yaml")
+    file_only = _profile_json(capsys, "--config", cfg)["config"]["setup"]
+    assert file_only["seq_len"]["value"] != 2048
+    out = _profile_json(capsys, "--config", cfg, "--seq", "2048")
+    assert out["config"]["setup"]["seq_len"] == {"value": 2048, "origin": "flag --seq"}
+
+
 def test_deepspeed_auto_resolved_from_the_trainer(tmp_path, capsys):
     """integrations/deepspeed.py: auto micro-batch ← per_device_train_batch_size, bf16
     ← bf16; train_batch_size gives the world size."""

@@ -10,6 +10,7 @@ import argparse
 import math
 import re
 from collections.abc import Callable, Iterator
+from functools import cache
 
 from introspect import applies, bounds
 from introspect.setup import (
@@ -258,18 +259,37 @@ def add_setup_flags(
         parser, batch_default, seq_default, act_default, sweep, execution, extra_devices
     )
     actions = parser._actions[first:]
+    for a in actions:
+        a.__class__ = _typed(type(a))
     parser.set_defaults(
         setup_flags=tuple((a.option_strings[0], a.dest, a.default) for a in actions)
     )
 
 
+@cache
+def _typed(action: type[argparse.Action]) -> type[argparse.Action]:
+    """``action`` that also notes its dest in the namespace's ``typed_setup_flags`` when the
+    flag is typed: argparse calls an action only for what the command line holds, so a flag
+    typed at its default value (``--seq 2048`` over a config's 4096) still counts as given."""
+
+    class Typed(action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            namespace.__dict__.setdefault("typed_setup_flags", set()).add(self.dest)
+            super().__call__(parser, namespace, values, option_string)
+
+    Typed.__name__ = action.__name__
+    return Typed
+
+
 def given_setup_flags(args: argparse.Namespace) -> list[str]:
-    """The setup flags given with a value other than their default, as typed (``--seq``),
-    in the parser's order (a flag given its default value changes nothing)."""
+    """The setup flags given, as typed (``--seq``), in the parser's order: each typed on
+    the command line (at any value, its default included: it overrides a config's), or
+    holding a value other than its default (a namespace built without parsing)."""
+    typed = getattr(args, "typed_setup_flags", set())
     return [
         flag
         for flag, dest, default in getattr(args, "setup_flags", ())
-        if getattr(args, dest, default) != default
+        if dest in typed or getattr(args, dest, default) != default
     ]
 
 
