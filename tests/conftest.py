@@ -11,6 +11,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The machine running the suite is shared: a property test's examples may take longer than
+# hypothesis's 200 ms deadline or trip its too-slow health check under load, which would
+# fail a test for the machine's speed, not for the property.
+settings.register_profile("introspect", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("introspect")
 
 #: (expected class, clean?) → count, from the corpus cases that ran this session.
 CORPUS: Counter = Counter()
