@@ -556,7 +556,9 @@ _DIM = st.integers(0, 80)
 
 
 @settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     method=st.sampled_from(["gptq", "awq", "fp8", "mxfp4", "bitsandbytes", "", "hqq"]),
@@ -583,7 +585,9 @@ def test_fuzz_packed_shapes_and_settings(tmp_path, method, setting, value, suffi
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
     state=st.binary(max_size=64)

@@ -333,7 +333,9 @@ def test_cli_profile_bad_checkpoint_exits_2_without_traceback(tmp_path):
 # ---- fuzzing: any bytes give a result or a CheckpointError, never another exception -----
 
 FUZZ = settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
