@@ -101,6 +101,7 @@ VARIATIONS: dict[str, dict] = {
     "deepseek-v3-mla": small(
         "deepseek_v3",
         num_hidden_layers=3,
+        num_key_value_heads=8,  # MLA: every head (DeepseekV3Config defaults to 128)
         n_routed_experts=8,
         num_experts_per_tok=2,
         moe_intermediate_size=64,
@@ -115,6 +116,7 @@ VARIATIONS: dict[str, dict] = {
     ),
     "deepseek-v3-no-q-lora-2-shared": small(
         "deepseek_v3",
+        num_key_value_heads=8,
         n_routed_experts=8,
         num_experts_per_tok=2,
         moe_intermediate_size=64,

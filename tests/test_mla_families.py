@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from introspect.adapters.hf_config import spec_from_config
-from small_configs import MLA
+from small_configs import FAMILIES, MLA
 
 from introspect.setup import TrainingSetup
 
@@ -47,6 +47,32 @@ def test_deepseek_v2_null_top_k_is_left_to_the_dry_run():
     config = dict(MLA["deepseek_v2, q latent"], num_experts_per_tok=None)
     spec = spec_from_config(config)
     assert any("num_experts_per_tok null" in part for part in spec.unmodelled)
+
+
+@pytest.mark.parametrize(
+    "name, kv_heads",
+    [("deepseek_v3, MLA", 4), ("deepseek_v3, MLA", None), ("minicpm3, multipliers", 4)],
+)
+def test_mla_with_fewer_kv_heads_than_heads_goes_to_the_dry_run(name, kv_heads):
+    """MLA's K/V have every head, yet the class ``repeat_kv``s them by heads // kv heads:
+    the step fails on a shape mismatch, so the reader does not count such a config as if
+    it ran. A missing key is the config class's default (DeepseekV3Config's 128, not the
+    8 heads). The parameter count, read from the build, is unchanged."""
+    config = dict({**FAMILIES, **MLA}[name])
+    if kv_heads is None:
+        del config["num_key_value_heads"]
+    else:
+        config["num_key_value_heads"] = kv_heads
+    spec = spec_from_config(config)
+    expected = f"num_key_value_heads {kv_heads or 128} beside num_attention_heads 8"
+    assert any(expected in part for part in spec.unmodelled), spec.unmodelled
+    assert spec.n_params == spec_from_config({**FAMILIES, **MLA}[name]).n_params
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.for_model(**config), attn_implementation="eager"
+    )
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        model(ids, labels=ids)
 
 
 def test_minicpm3_is_mla_with_a_dense_mlp_and_the_class_v_head_default():

@@ -104,6 +104,7 @@ def test_fp8_weights_count_once_and_their_block_scales_and_the_correction_bias_d
     config = dict(
         model_type="deepseek_v3",
         **SMALL,
+        num_key_value_heads=8,  # MLA: every head (DeepseekV3Config defaults to 128)
         n_routed_experts=4,
         num_experts_per_tok=2,
         moe_intermediate_size=64,

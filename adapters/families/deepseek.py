@@ -19,10 +19,18 @@ from ._common import LAYER_TYPES, attention, context, dense, rmsnorm_gated
 _DEEPSEEK_MLA = (1536, 512, 64, 128, 128)
 
 
-def _mla(r: Reader, heads: int, cls: str, defaults: tuple = _DEEPSEEK_MLA) -> Attention:
+def _mla(
+    r: Reader,
+    heads: int,
+    cls: str,
+    defaults: tuple = _DEEPSEEK_MLA,
+    kv_heads_default: int | None = None,
+) -> Attention:
     """Multi-head latent attention; ``q_lora_rank: null`` means a plain q_proj.
     ``defaults`` are the class's for the five MLA keys (a None v_head_dim: the class
-    computes it, the caller passes the value)."""
+    computes it, the caller passes the value); ``kv_heads_default`` is the config class's
+    ``num_key_value_heads`` (None: ``num_attention_heads``)."""
+    _check_mla_kv_heads(r, heads, cls, kv_heads_default)
     q_default, kv_default, rope_default, nope_default, v_default = defaults
     if "q_lora_rank" in r.config and r.config["q_lora_rank"] is None:
         q_rank = None
@@ -45,13 +53,37 @@ def _mla(r: Reader, heads: int, cls: str, defaults: tuple = _DEEPSEEK_MLA) -> At
     )
 
 
+def _check_mla_kv_heads(r: Reader, heads: int, cls: str, default: int | None) -> None:
+    """MLA's keys and values come out of ``kv_b_proj`` with ``num_attention_heads``
+    heads, yet the attention interface ``repeat_kv``s them by ``num_key_value_groups =
+    num_attention_heads // num_key_value_heads`` (``DeepseekV3Attention.__init__``,
+    ``eager_attention_forward``; SDPA does the same unless ``use_gqa_in_sdpa`` holds,
+    which needs no mask and ``qk_head_dim == v_head_dim``, never DeepSeek's 192 / 128).
+    With the two counts unequal the real step fails on a shape mismatch, so such a
+    config is not counted as if it ran: it goes to the build and the dry run, whose one
+    line names the class's error. Source: ``transformers/models/deepseek_v3/
+    modeling_deepseek_v3.py``, ``deepseek_v2/``, ``minicpm3/`` and
+    ``integrations/sdpa_attention.py`` (5.x)."""
+    from . import BuildInstead
+
+    kv = r.config.get("num_key_value_heads", default)
+    if kv is None:
+        kv = heads
+    if kv != heads:
+        raise BuildInstead(
+            f"{cls.removesuffix('Config')}Attention with num_key_value_heads {kv} beside "
+            f"num_attention_heads {heads}: MLA's keys and values have {heads} heads, and "
+            f"repeat_kv by {heads} // {kv} does not match the queries"
+        )
+
+
 def deepseek_v3(r: Reader) -> dict:
     """DeepseekV3Config: MLA everywhere; dense first layers, then routed + shared experts;
     multi-token-prediction layers counted apart (not built by transformers)."""
     cls = "DeepseekV3Config"
     fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
     L, h = fields["num_hidden_layers"], fields["num_attention_heads"]
-    att = _mla(r, h, cls)
+    att = _mla(r, h, cls, kv_heads_default=128)
     experts = r.integer("n_routed_experts", "num_local_experts", default=256, why=f"{cls} default")
     top_k = r.integer("num_experts_per_tok", default=8, why=f"{cls} default 8")
     width = r.integer("moe_intermediate_size", default=2048, why=f"{cls} default 2048")
@@ -165,7 +197,7 @@ def minicpm3(r: Reader) -> dict:
     cls = "MiniCPM3Config"
     fields = rmsnorm_gated(r, kv=None, head_dim=None, cls=cls)
     h = fields["num_attention_heads"]
-    att = _mla(r, h, cls, (768, 256, 32, 64, fields["hidden_size"] // h))
+    att = _mla(r, h, cls, (768, 256, 32, 64, fields["hidden_size"] // h), kv_heads_default=40)
     fields["mlp_bias"] = r.flag("mlp_bias", False, f"{cls} default false")
     kind = LayerKind(attention=att, feed_forward=dense(fields))
     fields.update(
