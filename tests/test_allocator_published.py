@@ -1,0 +1,85 @@
+"""Published runs that state allocated AND reserved for the same run
+(benchmarks/data/published_reserved.json) beside the tool's figures: every row's source
+and figures, the verdict's rule, and the rows priced through the same path the CLI takes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _benchmark(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def allocator():
+    return _benchmark("allocator")
+
+
+def test_every_row_names_its_source_figures_and_published_row(allocator):
+    published = _benchmark("published")
+    by_id = {r["id"]: r for r in published.load_rows()}
+    data = allocator.load_both()
+    assert data["rows"] and data["searched"]
+    for row in data["rows"]:
+        assert row["url"].startswith("https://github.com/") and "/blob/" in row["url"]
+        assert row["published_row"] in by_id  # its flags are the published row's
+        for stat in ("allocated", "reserved"):
+            fig = row[stat]
+            assert fig["unit"] in allocator.UNIT_BYTES and fig["value"] > 0 and fig["quote"]
+            assert f"{fig['value']:.2f}" in fig["quote"] or str(fig["value"]) in fig["quote"]
+        assert row["reserved"]["value"] >= row["allocated"]["value"]
+        assert row["ran"] and row["measured"] and row["not_modelled"]
+        assert isinstance(row["varying_seq"], bool)
+    for s in data["searched"]:
+        assert s["ran"] and s["measured"] and s["why_not"]
+
+
+@pytest.mark.parametrize(
+    ("allocated", "reserved", "words"),
+    [
+        (1.063, 0.915, "unchecked: allocated +6.3%"),
+        (0.94, 1.0, "unchecked: allocated -6.0%"),
+        (1.043, 0.998, "met: reserved -0.2%"),
+        (0.96, 1.099, "met: reserved +9.9%"),
+        (1.0, 0.85, "missed: reserved -15.0%"),
+        (1.05, 1.101, "missed: reserved +10.1%"),
+        (1.05, 0.90, "met: reserved -10.0%"),
+    ],
+)
+def test_verdict_checks_reserved_only_where_allocated_is_within_five_percent(
+    allocator, allocated, reserved, words
+):
+    assert allocator.verdict(allocated, reserved).startswith(words)
+
+
+def test_rows_are_priced_on_the_runs_gpu(allocator):
+    """The rows go through the closed form and the device view of their --gpu: the
+    reserved figure holds the allocated peak, the GPU's cuBLAS workspaces and the replayed
+    reserve; nvidia-smi adds the GPU's context; the ratios are the figures' own."""
+    from introspect import cuda_libraries, overhead
+    from introspect.devices import lookup
+
+    rows = allocator.both_rows()
+    assert [r["id"] for r in rows] == [r["id"] for r in allocator.load_both()["rows"]]
+    for r in rows:
+        assert r["allocated"] < r["reserved_on"] <= r["reserved_off"] < r["shown_off"]
+        context, _ = overhead.cuda_context(lookup(r["gpu"]), {})
+        nccl, _ = cuda_libraries.nccl_buffers(2, {})
+        assert r["shown_off"] - r["reserved_off"] == context + nccl  # both runs: 2 ranks
+        assert r["allocated_ratio"] == r["allocated"] / r["published_allocated"]
+        assert r["reserved_ratio"] == r["reserved_off"] / r["published_reserved"]
+        expected = allocator.verdict(r["allocated_ratio"], r["reserved_ratio"])
+        assert r["verdict"] == expected
+    text = "\n".join(allocator.both_section())
+    assert "## 6." in text and "rows checked (allocated within ±5%)" in text
