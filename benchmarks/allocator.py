@@ -31,6 +31,9 @@ measured. Three kinds of row:
    ratio and the target's verdict (reserved within ±10%, checked where allocated is
    within ±5%) on the run's own GPU (``--gpu``), with each row's named causes of a miss
    and the sources searched that give no row, each with why.
+7. **Steps of changing T** (``varying_seq`` in the same file): consecutive steps of
+   assumed lengths replayed (:func:`introspect.overhead.cuda_reserve_steps`) beside a
+   run whose unpacked batches changed length, expandable segments off and on.
 """
 
 from __future__ import annotations
@@ -441,6 +444,7 @@ def render(markdown: bool) -> str:
         "(bert-large, nvidia-smi only). The runs that do, and the rest searched: section 6.",
         "",
         *both_section(),
+        *varying_section(),
         "## On a GPU",
         "",
         "benchmarks/device/allocator_grid.py measures max_memory_allocated, "
@@ -450,6 +454,125 @@ def render(markdown: bool) -> str:
     ]
     text = "\n".join(lines) + "\n"
     return text if markdown else text.replace("|", " ").replace("---:", "").replace("---", "")
+
+
+#: The assumed batch lengths of a varying-T run: (label, T_max -> lengths). Sixteen
+#: steps, as many as one optimizer step's micro-batches in torchtune's config.
+ORDERS = (
+    ("one step at T_max", lambda t: [t]),
+    ("16 steps rising to T_max", lambda t: [t * (k + 1) // 16 for k in range(16)]),
+    ("16 steps falling from T_max", lambda t: [t * (16 - k) // 16 for k in range(16)]),
+)
+T_MAX = (1024, 2048)
+
+
+def varying_setup(row: dict):
+    """The (spec, setup, device) a varying-T row's config and flags give, as
+    ``introspect profile MODEL --config FILE FLAGS`` builds them; one micro-batch a step."""
+    from introspect.adapters import resolve
+
+    from introspect.cli import build_parser
+    from introspect.commands import _config, _gpu
+    from introspect.commands._args import setup_from_args
+    from introspect.refined.implementations import resolve_attention
+
+    config_path = BOTH.parent / row["config"]
+    argv = ["profile", row["model"], "--config", str(config_path), *row["flags"]]
+    args = build_parser("profile").parse_args(argv)
+    config = _config.apply(args)
+    setup = _config.build(args, config, setup_from_args)
+    device = _gpu.resolve(args, setup.framework, "profile")
+    spec = resolve(row["model"]).spec
+    setup = _config.check_model(config, spec, resolve_attention(spec, setup))
+    return spec, setup.replace(grad_accum=1), device
+
+
+def varying_rows() -> list[dict]:
+    """Each varying-T row's replay: for each assumed order of lengths up to each T_max,
+    the allocated and reserved peaks of the steps replayed in a row
+    (:func:`introspect.overhead.cuda_reserve_steps`, with the GPU's cuBLAS workspaces),
+    expandable segments off and on, beside the run's published off and on figures."""
+    from introspect import cuda_libraries, overhead
+    from introspect.allocator.config import with_expandable
+
+    out = []
+    for row in load_both().get("varying_seq", []):
+        spec, setup, device = varying_setup(row)
+        cap, _ = overhead.capability(device)
+        spaces = cuda_libraries.cublas_workspaces(cap, {})
+        each = tuple(n for n in (spaces.cublas, spaces.cublaslt) if n)
+        replays = []
+        for t_max in T_MAX:
+            for label, lengths in ORDERS:
+                seqs = lengths(t_max)
+                r = {
+                    on: overhead.cuda_reserve_steps(
+                        spec, setup, seqs, with_expandable(AllocatorConfig(), on), each
+                    )
+                    for on in (False, True)
+                }
+                replays.append(
+                    {
+                        "t_max": t_max,
+                        "order": label,
+                        "allocated": r[False].allocated_peak,
+                        "reserved_off": r[False].reserved_peak,
+                        "reserved_on": r[True].reserved_peak,
+                    }
+                )
+        off = round(row["off"]["value"] * UNIT_BYTES[row["off"]["unit"]])
+        on = round(row["on"]["value"] * UNIT_BYTES[row["on"]["unit"]])
+        out.append({**row, "published_off": off, "published_on": on, "replays": replays})
+    return out
+
+
+def varying_section() -> list[str]:
+    """Section 7: steps whose T changes, replayed, beside a run whose batches did."""
+    lines = [
+        "## 7. Steps of changing T: the replay beside a run whose batches change length (GB)",
+        "",
+        "introspect.overhead.cuda_reserve_steps: each step's closed-form moments at its own "
+        "T, walked one step after another with the state held across steps "
+        "(introspect.allocator.synthetic.steps_stream) and replayed, expandable segments off "
+        "and on. The run's batch lengths are not published: the orders below are assumed, "
+        "so there is no verdict, only the mechanism's size beside the published off/on "
+        "figures.",
+        "",
+    ]
+    for row in varying_rows():
+        pub_ratio = row["published_off"] / row["published_on"]
+        lines += [
+            f"`{row['id']}` ({row['source']}): {row['ran']}. Published: "
+            f"{row['off']['value']} {row['off']['unit']} ({row['published_off'] / 1e9:.2f} GB) "
+            f"expandable off, {row['on']['value']} {row['on']['unit']} "
+            f"({row['published_on'] / 1e9:.2f} GB) on, off/on {pub_ratio:.3f} "
+            f'("{row["quote"]}"); {row["measured"]}. Lengths: {row["seq"]}. Priced: '
+            f"`introspect profile {row['model']} --config benchmarks/data/{row['config']} "
+            f"{' '.join(row['flags'])}`, one micro-batch a step.",
+            "",
+            "| T_max | assumed order | allocated peak | reserved off | reserved on | off / on |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        for r in row["replays"]:
+            lines.append(
+                f"| {r['t_max']} | {r['order']} | {r['allocated'] / 1e9:.2f} | "
+                f"{r['reserved_off'] / 1e9:.2f} | {r['reserved_on'] / 1e9:.2f} | "
+                f"{r['reserved_off'] / r['reserved_on']:.3f} |"
+            )
+        peaks = [r["allocated"] for r in row["replays"]]
+        side = "above" if row["published_on"] > max(peaks) else "within or below"
+        lines += [
+            "",
+            f"The published figure with expandable segments on ({row['published_on'] / 1e9:.2f} "
+            f"GB) is {side} every replayed allocated peak here ({min(peaks) / 1e9:.2f}–"
+            f"{max(peaks) / 1e9:.2f} GB): where above, the run's allocated part is not the "
+            "closed form's at these T (longer batches, or what is not modelled below), so the "
+            "replay speaks to the off/on ratio, not to the figures.",
+            "",
+            "Not modelled: " + "; ".join(row["not_modelled"]) + ".",
+            "",
+        ]
+    return lines
 
 
 def summary_lines(rows: list[dict]) -> list[str]:

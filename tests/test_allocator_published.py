@@ -83,3 +83,22 @@ def test_rows_are_priced_on_the_runs_gpu(allocator):
         assert r["verdict"] == expected
     text = "\n".join(allocator.both_section())
     assert "## 6." in text and "rows checked (allocated within ±5%)" in text
+
+
+def test_varying_rows_replay_the_runs_config_in_each_assumed_order(allocator):
+    """The varying-T row's config prices the run's setup (QLoRA, batch 2, checkpointing,
+    bf16) on its GPU; a rising order never reserves less than one step at T_max with
+    expandable segments off, and expandable segments never reserve more than off."""
+    (row,) = allocator.load_both()["varying_seq"]
+    spec, setup, device = allocator.varying_setup(row)
+    assert (setup.finetune, setup.batch_size, setup.activation_checkpointing) == ("qlora", 2, True)
+    assert setup.grad_accum == 1 and device.name == "a100-80gb"
+    (priced,) = allocator.varying_rows()
+    by = {(r["t_max"], r["order"]): r for r in priced["replays"]}
+    labels = [label for label, _ in allocator.ORDERS]
+    for t_max in allocator.T_MAX:
+        one, rising = by[(t_max, labels[0])], by[(t_max, labels[1])]
+        assert rising["reserved_off"] >= one["reserved_off"]
+        for r in (one, rising):
+            assert r["allocated"] <= r["reserved_on"] <= r["reserved_off"]
+    assert priced["published_off"] > priced["published_on"]
