@@ -224,6 +224,35 @@ def cuda_reserve(
     return max(0, replayed.reserved_peak - held)
 
 
+def cuda_reserve_steps(
+    spec: ModelSpec,
+    setup: TrainingSetup,
+    seq_lens: list[int],
+    allocator=None,
+    workspaces: tuple[int, ...] = (),
+):
+    """The replay of consecutive steps whose sequence length changes (``seq_lens``, one
+    per step, e.g. each batch padded to its longest sample): each step's closed-form
+    moments (:func:`step_moments` at that T) walked in order, the state held across steps
+    (:func:`introspect.allocator.synthetic.steps_stream`), with the cuBLAS workspaces as
+    in :func:`cuda_reserve`. Returns the :class:`introspect.allocator.replay.Replay`: its
+    ``allocated_peak`` is the longest step's, its ``reserved_peak`` what
+    ``torch.cuda.max_memory_reserved()`` reads after the run. Not modelled: the order of
+    operations inside a moment and their temporaries (as :func:`cuda_reserve`)."""
+    from introspect.allocator import synthetic
+    from introspect.allocator.config import AllocatorConfig
+    from introspect.allocator.replay import replay
+
+    if not seq_lens:
+        raise IntrospectError("cuda_reserve_steps needs at least one sequence length")
+    cfg = allocator if allocator is not None else AllocatorConfig()
+    steps = [step_moments(spec, setup.replace(seq_len=t)) for t in seq_lens]
+    events = synthetic.steps_stream(spec, steps)
+    if workspaces:
+        events = _with_workspaces(events, workspaces)
+    return replay(events, cfg)
+
+
 def _with_workspaces(events: list[tuple], sizes: tuple[int, ...]) -> list[tuple]:
     """``events`` with one handle's workspaces (``sizes``) allocated before the first
     event and another's before the first backward event (the autograd thread's)."""

@@ -204,3 +204,84 @@ def test_a_budget_says_what_it_is_compared_with(capsys, monkeypatch):
     assert main(["fit", "Qwen/Qwen2.5-0.5B", "--budget", "24GB", "--seq", "512"]) == 0
     out = capsys.readouterr().out
     assert "compared with the allocated peak: a budget names no GPU" in out
+
+
+def test_profile_gpu_prices_the_named_device(capsys, monkeypatch):
+    """--gpu chooses the context and workspaces by the GPU's compute capability (the
+    default is an H100's) and sets its memory beside what nvidia-smi shows."""
+    import json
+
+    from introspect.cli import main
+
+    _clean(monkeypatch)
+    argv = ["profile", "Qwen/Qwen2.5-0.5B", "--seq", "512"]
+    assert main([*argv, "--gpu", "t4"]) == 0
+    out = capsys.readouterr().out
+    assert "on t4 (GB)" in out and "NVIDIA T4: sm75 (Turing)" in out
+    assert "device: NVIDIA T4, 16 GB GDDR6 = 17,179,869,184 bytes" in out and "left" in out
+    assert main([*argv, "--gpu", "t4", "--json"]) == 0
+    t4 = json.loads(capsys.readouterr().out)["cuda_device"]
+    assert t4["gpu"]["name"] == "t4"
+    assert main([*argv, "--gpu", "h100", "--json"]) == 0
+    h100 = json.loads(capsys.readouterr().out)["cuda_device"]
+    # the same step, the same allocated peak; the T4's context is sm75's nearest, not sm90's
+    for key in ("expandable_off", "expandable_on"):
+        assert t4[key]["allocated_peak_bytes"] == h100[key]["allocated_peak_bytes"]
+    assert t4["expandable_off"]["context_bytes"] != h100["expandable_off"]["context_bytes"]
+    expected = overhead.cuda_context(lookup("t4"), {})[0]
+    assert t4["expandable_off"]["context_bytes"] == expected
+    assert main(argv) == 0  # not named: an H100, said so
+    assert "GPU not named: taken as an H100" in capsys.readouterr().out
+
+
+def test_profile_gpu_over_the_device_says_out_of_memory(capsys, monkeypatch):
+    from introspect.cli import main
+
+    _clean(monkeypatch)
+    assert main(["profile", "Qwen/Qwen2.5-7B", "--seq", "2048", "--gpu", "l4"]) == 0
+    assert "(out of memory)" in capsys.readouterr().out
+
+
+def test_table_gpu_prices_each_row_on_the_named_device(capsys, monkeypatch):
+    import json
+
+    from introspect.cli import main
+
+    _clean(monkeypatch)
+    argv = ["table", "Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-7B", "--seq", "512"]
+    assert main([*argv, "--gpu", "t4"]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA T4's: sm75" in out
+    assert "over it (out of memory as set up): Qwen/Qwen2.5-7B" in out
+    assert main([*argv, "--gpu", "t4", "--json"]) == 0
+    t4 = json.loads(capsys.readouterr().out)
+    assert t4["gpu"]["name"] == "t4"
+    assert main([*argv, "--json"]) == 0
+    h100 = json.loads(capsys.readouterr().out)
+    assert "gpu" not in h100  # the JSON contract's keys stay when --gpu is not given
+    for a, b in zip(t4["rows"], h100["rows"], strict=True):
+        assert a["refined"]["total_bytes"] == b["refined"]["total_bytes"]
+        assert a["refined"]["cuda_shown_bytes"] != b["refined"]["cuda_shown_bytes"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["profile", "Qwen/Qwen2.5-0.5B", "--gpu", "a10"], "known: a100-40gb"),
+        (["profile", "Qwen/Qwen2.5-0.5B", "--gpu", "mac-8gb"], "a Mac; profile's --gpu"),
+        (
+            ["profile", "Qwen/Qwen2.5-0.5B", "--gpu", "h100", "--framework", "mlx"],
+            "drop --gpu, or give --framework torch",
+        ),
+        (["table", "--gpu", "m2-16gb"], "a Mac; table's --gpu"),
+        (["table", "--reported", "qwen-7b", "--gpu", "h100"], "--gpu would be ignored"),
+        (["table", "--seed-example", "--gpu", "h100"], "drop --gpu"),
+    ],
+)
+def test_gpu_bad_input_is_one_line(capsys, monkeypatch, argv, words):
+    from introspect.cli import main
+
+    _clean(monkeypatch)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1

@@ -163,3 +163,26 @@ def moment_stream(spec, moments: list[tuple[str, dict[str, int]]]) -> list[tuple
 def moment_reserve(spec, moments: list[tuple[str, dict[str, int]]], cfg: AllocatorConfig) -> Replay:
     """The replay of :func:`moment_stream` with ``cfg``."""
     return replay(moment_stream(spec, moments), cfg)
+
+
+def steps_stream(spec, steps: list[list[tuple[str, dict[str, int]]]]) -> list[tuple]:
+    """Several steps' moments one after another, each step with its own shapes (a batch
+    whose T is its longest sample's: the logits, the saved activations and the loss's
+    temporaries change size from step to step). The state terms (weights, gradients,
+    optimizer state, master copy: :data:`STATE_PREFIXES`) keep their names, so their
+    tensors stay held across steps as on the GPU; every other term is the step's own
+    (``name@k``), its tensors sized by that step's bytes, and freed at the next step's
+    first moment before that step allocates (:func:`moment_stream`'s order). Replayed with
+    expandable segments off, a longer step after shorter ones cannot use the smaller
+    blocks they left cached: they stay reserved (the PyTorch tuning guide's "preallocate
+    memory in case of variable input length"); with them on, freed pages are unmapped and
+    the segment grows in place."""
+    moments: list[tuple[str, dict[str, int]]] = []
+    for k, step in enumerate(steps):
+        for phase, terms in step:
+            own = {
+                (name if name.startswith(STATE_PREFIXES) else f"{name}@{k}"): value
+                for name, value in terms.items()
+            }
+            moments.append((phase, own))
+    return moment_stream(spec, moments)

@@ -38,6 +38,7 @@ examples:
   introspect profile Qwen/Qwen2.5-0.5B --seq 1024 --act-dtype bf16
   introspect profile ./my-model/ --json
   introspect profile --config examples/trl/example_config.yaml --seq 512
+  introspect profile Qwen/Qwen2.5-7B --seq 4096 --gpu a100-80gb
 """
 
 
@@ -73,6 +74,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from introspect.allocator import flags as allocator_flags
 
     allocator_flags.add_flag(p)
+    from introspect.commands import _gpu
+
+    _gpu.add_flag(p)
     add_common(
         p,
         json_help="print JSON: source, spec, params (exact integers), estimates (bytes)",
@@ -97,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
 
     # check the flags before any file or network work
     setup = _config.build(args, config, setup_from_args)
+    from introspect.commands import _gpu
+
+    device = _gpu.resolve(args, setup.framework, "profile")
     check_revision(args.source, args.revision)
     check_plot(args.plot)
     model = resolve(args.source, revision=args.revision, force=args.force, timeout=args.timeout)
@@ -134,11 +141,14 @@ def run(args: argparse.Namespace) -> int:
         if config is not None:
             out["config"] = _config.to_json(config, setup)
         cuda = not setup.framework.startswith("mlx")
-        if cuda and (args.expandable_segments or allocator_notes):  # else the keys stay
+        if cuda and (args.expandable_segments or allocator_notes or device):  # else the keys stay
+            views = _cuda_views(model.spec, setup, allocator, device)
             out["cuda_device"] = {
                 "chosen_expandable_segments": allocator.expandable_segments,
-                **{k: v.to_json() for k, v in _cuda_views(model.spec, setup, allocator).items()},
+                **{k: v.to_json() for k, v in views.items()},
             }
+            if device is not None:
+                out["cuda_device"]["gpu"] = device.to_dict()
         if allocator_notes:
             out.setdefault("notes", []).extend(allocator_notes)
         if setup.resolved_device == "metal":
@@ -153,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
             print("\n" + _exact.render(exact))
         if not setup.framework.startswith("mlx"):
-            print("\n" + cuda_section(model.spec, setup, allocator))
+            print("\n" + cuda_section(model.spec, setup, allocator, device))
         elif setup.resolved_device == "metal":  # MLX on a Mac, not MLX's CPU stream
             print("\n" + "\n".join(_metal_view(model.spec, setup, results).lines()))
         notes = [*notes, *allocator_notes]
@@ -169,25 +179,28 @@ def _metal_view(spec: ModelSpec, setup: TrainingSetup, results: dict):
     return metal.metal_view(spec, setup, results["refined"].total)
 
 
-def _cuda_views(spec: ModelSpec, setup: TrainingSetup, allocator) -> dict:
+def _cuda_views(spec: ModelSpec, setup: TrainingSetup, allocator, device=None) -> dict:
+    """The device view with expandable segments off and on, for ``device`` (None: an
+    H100, as :func:`introspect.overhead.device_view` takes a GPU not named)."""
     from introspect import overhead
     from introspect.allocator.config import with_expandable
 
     return {
         f"expandable_{'on' if on else 'off'}": overhead.device_view(
-            spec, setup, None, with_expandable(allocator, on)
+            spec, setup, device, with_expandable(allocator, on)
         )
         for on in (False, True)
     }
 
 
-def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator) -> str:
+def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator, device=None) -> str:
     """Allocated, reserved (with the cuBLAS workspaces and fragmentation), context, NCCL's
     buffers and what nvidia-smi shows, per rank, with expandable segments off and on;
-    the setting in force is marked."""
+    the setting in force is marked. ``device`` (``--gpu``; None: an H100) chooses the
+    context and workspaces, and its memory is set beside what nvidia-smi shows."""
     from introspect.allocator.replay import LABEL
 
-    views = _cuda_views(spec, setup, allocator)
+    views = _cuda_views(spec, setup, allocator, device)
     off, on = views["expandable_off"], views["expandable_on"]
     mark = ("", " *") if allocator.expandable_segments else (" *", "")
     rows = [
@@ -201,9 +214,10 @@ def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator) -> str:
         rows.append(("+ NCCL buffers", off.nccl, on.nccl))
     rows.append(("= what nvidia-smi shows", off.shown, on.shown))
     rank = " per rank" if setup.devices > 1 else ""
+    gpu = f"on {device.name}" if device is not None else "on a CUDA GPU"
     table = report.table(
         [(name, report.gb(a), report.gb(b)) for name, a, b in rows],
-        [f"on a CUDA GPU{rank} (GB)", f"expandable off{mark[0]}", f"expandable on{mark[1]}"],
+        [f"{gpu}{rank} (GB)", f"expandable off{mark[0]}", f"expandable on{mark[1]}"],
         colalign=("left", "right", "right"),
     )
     src = off.sources
@@ -216,6 +230,10 @@ def cuda_section(spec: ModelSpec, setup: TrainingSetup, allocator) -> str:
     ]
     if setup.devices > 1:
         lines.append(f"  NCCL: {src['nccl']}")
+    if device is not None:
+        from introspect.commands import _gpu
+
+        lines.append(_gpu.device_line(device, on if allocator.expandable_segments else off))
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ examples:
   introspect table --markdown                   the same as a GitHub table
   introspect table Qwen/Qwen2.5-7B ./my-model   any sources 'introspect profile' takes
   introspect table --seq 4096 --attention memory-efficient --checkpointing
+  introspect table --gpu a100-80gb              CUDA reserved and nvidia-smi on an A100
   introspect table --reported qwen-7b           Qwen's measured Qwen-7B beside the estimates
   introspect table --seed-example --framework torch --device cpu
                                                 the seed's 7B: where execution diverges
@@ -83,6 +84,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     from introspect.allocator import flags as allocator_flags
 
     allocator_flags.add_flag(p)
+    from introspect.commands import _gpu
+
+    _gpu.add_flag(p)
     add_common(p, exact_bytes=True)
     p.set_defaults(run=run)
 
@@ -139,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             raise IntrospectError("--reported takes no SOURCE; it names its own model")
         dropped = given_setup_flags(args) + ["--plot"] * bool(args.plot)
         dropped += ["--expandable-segments"] * bool(args.expandable_segments)
+        dropped += ["--gpu"] * bool(args.gpu)
         dropped += ["--units bytes"] * (args.units == "bytes")
         if dropped:
             raise IntrospectError(
@@ -157,10 +162,11 @@ def run(args: argparse.Namespace) -> int:
         if args.plot or args.units == "bytes":
             flag = "--plot" if args.plot else "--units bytes"
             raise IntrospectError(f"--seed-example prints GB and draws nothing; drop {flag}")
-        if args.expandable_segments:
+        if args.expandable_segments or args.gpu:
+            flag = "--expandable-segments" if args.expandable_segments else "--gpu"
             raise IntrospectError(
                 "--seed-example prints the seed's allocated figures only, no CUDA reserve; "
-                "drop --expandable-segments"
+                f"drop {flag}"
             )
         out = seed_example(setup)
         print(report.dumps(out["json"]) if fmt == "json" else out["text"])
@@ -169,8 +175,11 @@ def run(args: argparse.Namespace) -> int:
     from introspect.allocator import flags as allocator_flags
 
     allocator, allocator_notes = allocator_flags.resolve(args, setup.framework)
+    from introspect.commands import _gpu
+
+    device = _gpu.resolve(args, setup.framework, "table")
     sources = args.sources or default_sources()
-    rows = [_row_or_error(s, setup, args.force, args.timeout, allocator) for s in sources]
+    rows = [_row_or_error(s, setup, args.force, args.timeout, allocator, device) for s in sources]
     good = [r for r in rows if "error" not in r]
     if not good:  # nothing to tabulate: the reason alone, one line
         if len(rows) == 1:
@@ -193,9 +202,11 @@ def run(args: argparse.Namespace) -> int:
     if fmt == "json":
         out = {"setup": setup.to_dict(), "rows": rows, "notes": applies.notes(setup) + notes(good)}
         out["notes"] += allocator_notes
+        if device is not None:  # only then: the JSON contract's keys stay as they were
+            out["gpu"] = device.to_dict()
         print(report.dumps(out))
     else:
-        print(render(rows, setup, fmt, args.units or "gb"))
+        print(render(rows, setup, fmt, args.units or "gb", device))
         if allocator_notes and fmt != "csv":
             print("\n".join(f"note: {n}" for n in allocator_notes))
     failed = [r for r in rows if "error" in r]
@@ -208,7 +219,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _row_or_error(
-    source: str, setup: TrainingSetup, force: bool, timeout: float | None, allocator=None
+    source: str,
+    setup: TrainingSetup,
+    force: bool,
+    timeout: float | None,
+    allocator=None,
+    device=None,
 ) -> dict[str, Any]:
     """The source's row, or ``{"source", "error"}`` when it cannot be read."""
     from introspect.adapters import resolve
@@ -221,7 +237,7 @@ def _row_or_error(
 
         setup = resolve_attention(model.spec, setup)  # each class's own default
         check_closed_form(model.spec, setup)
-        return row(model, setup, allocator)
+        return row(model, setup, allocator, device)
     except (IntrospectError, ValueError, OverflowError, RecursionError) as err:
         out: dict[str, Any] = {"source": source, "error": str(err)}
         if model is not None and model.spec.unmodelled:
@@ -230,11 +246,12 @@ def _row_or_error(
         return out
 
 
-def row(model: Any, setup: TrainingSetup, allocator=None) -> dict[str, Any]:
-    """One model's row, bytes as integers; on torch what a CUDA GPU (not named: taken as
-    an H100) holds per rank: the execution peak's reserve replayed through the
-    caching-allocator model with ``allocator`` and the cuBLAS workspaces (reserved), the
-    context and NCCL's buffers (what nvidia-smi shows) (:func:`introspect.overhead.device_view`)."""
+def row(model: Any, setup: TrainingSetup, allocator=None, device=None) -> dict[str, Any]:
+    """One model's row, bytes as integers; on torch what a CUDA GPU (``device``, the
+    ``--gpu``; not named: taken as an H100) holds per rank: the execution peak's reserve
+    replayed through the caching-allocator model with ``allocator`` and the cuBLAS
+    workspaces (reserved), the context and NCCL's buffers (what nvidia-smi shows)
+    (:func:`introspect.overhead.device_view`)."""
     spec = model.spec
     seed = simplified.estimate(spec, setup)
     est = refined.estimate(spec, setup)
@@ -242,7 +259,7 @@ def row(model: Any, setup: TrainingSetup, allocator=None) -> dict[str, Any]:
     if not setup.framework.startswith("mlx"):
         from introspect import overhead
 
-        view = overhead.device_view(spec, setup, None, allocator)
+        view = overhead.device_view(spec, setup, device, allocator)
     sm = report.summary(seed)
     flags = divergence.flags(spec, setup)
     return {
@@ -331,7 +348,9 @@ def _cells(r: dict[str, Any], fmt: str, units: str) -> tuple:
     )
 
 
-def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: str = "gb") -> str:
+def render(
+    rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: str = "gb", device=None
+) -> str:
     cells = [_cells(r, fmt, units) for r in rows]
     headers = [h.replace(" GB", " bytes") for h in HEADERS] if units == "bytes" else HEADERS
     body = report.table(cells, headers, fmt, colalign=("left",) + ("right",) * 9 + ("left",) * 2)
@@ -346,12 +365,38 @@ def render(rows: list[dict[str, Any]], setup: TrainingSetup, fmt: str, units: st
         f"{setup.framework} on {setup.resolved_device} ({optimizer_impl} {setup.optimizer}) "
         "holds at its peak, and when; CUDA reserved = the step's moments and cuBLAS's "
         "workspaces replayed through torch 2.13's caching allocator (derived from torch's "
-        "source, not measured on a GPU); nvidia-smi adds the CUDA context (a GPU not named: "
-        "an H100's, nearest published) and NCCL's buffers, per rank."
+        "source, not measured on a GPU); nvidia-smi adds the CUDA context ("
+        + (
+            f"{device.description}'s: sm{_sm(device)}"
+            if device is not None
+            else "a GPU not named: an H100's"
+        )
+        + ", nearest published) and NCCL's buffers, per rank."
     )
     answered = [r for r in rows if "error" not in r]
-    tail = "\n".join(notes(answered) + [f"note: {n}" for n in applies.notes(setup)])
+    lines = notes(answered) + [f"note: {n}" for n in applies.notes(setup)]
+    if device is not None:
+        lines.append(_device_note(answered, device))
+    tail = "\n".join(lines)
     return f"{head}\n\n{body}" + (f"\n\n{tail}" if tail else "")
+
+
+def _device_note(rows: list[dict[str, Any]], device) -> str:
+    """Which rows' nvidia-smi figure is over the ``--gpu``'s memory."""
+    over = [
+        r["source"] for r in rows if (r["refined"]["cuda_shown_bytes"] or 0) > device.memory_bytes
+    ]
+    head = f"{device.description}: {device.maker_figure} = {report.gb(device.memory_bytes)} GB"
+    if not over:
+        return f"{head}; every row's nvidia-smi figure is within it."
+    return f"{head}; over it (out of memory as set up): {', '.join(over)}."
+
+
+def _sm(device) -> str:
+    from introspect.overhead import capability
+
+    cap, _ = capability(device)
+    return f"{cap[0]}{cap[1]}"
 
 
 def reported_comparison(model: Any, rep: Reported) -> dict[str, Any]:
