@@ -68,7 +68,7 @@ def real_peak(*args) -> int:
     return int(out.stdout.split()[-1])
 
 
-def within(finetune, dtype, framework, dropout=0.0, accum=1) -> tuple[float, int, int]:
+def measured_ratio(finetune, dtype, framework, dropout=0.0, accum=1) -> tuple[float, int, int]:
     from introspect.refined import estimate
 
     peak = real_peak(finetune, dtype, framework, dropout, accum)
@@ -104,7 +104,7 @@ def test_dora_state_is_the_modules_magnitudes():
     "dtype,framework", [("fp32", "mlx"), ("bf16", "mlx"), ("fp32", "mlx_compiled")]
 )
 def test_dora_step_within_5_percent_of_a_real_mlx_lm_step(dtype, framework):
-    ratio, est, peak = within("dora", dtype, framework)
+    ratio, est, peak = measured_ratio("dora", dtype, framework)
     assert abs(ratio - 1) <= 0.05, (est, peak)
 
 
@@ -113,14 +113,14 @@ def test_dora_step_within_5_percent_of_a_real_mlx_lm_step(dtype, framework):
     [("lora", "fp32", "mlx"), ("lora", "bf16", "mlx_compiled"), ("dora", "fp32", "mlx")],
 )
 def test_dropout_step_within_5_percent_of_a_real_mlx_lm_step(finetune, dtype, framework):
-    ratio, est, peak = within(finetune, dtype, framework, dropout=0.1)
+    ratio, est, peak = measured_ratio(finetune, dtype, framework, dropout=0.1)
     assert abs(ratio - 1) <= 0.05, (est, peak)
 
 
 @pytest.mark.parametrize("finetune", ["lora", "full"])
 def test_accumulating_trainer_within_5_percent(finetune):
     """mlx-lm's own ``train`` with ``grad_accumulation_steps`` 2 (always compiled)."""
-    ratio, est, peak = within(finetune, "fp32", "mlx_compiled", accum=2)
+    ratio, est, peak = measured_ratio(finetune, "fp32", "mlx_compiled", accum=2)
     assert abs(ratio - 1) <= 0.05, (est, peak)
 
 
