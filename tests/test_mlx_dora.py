@@ -166,3 +166,25 @@ def test_dora_on_an_underived_block_is_not_modelled():
     out = cli("profile", "Qwen/Qwen3-0.6B", "--framework", "mlx", "--finetune", "dora")
     assert out.returncode == 2
     assert "not modelled for mlx-lm's qwen3 block" in out.stderr
+
+
+def test_mlx_lm_config_with_dora_dropout_and_accumulation(tmp_path):
+    """An ``mlx_lm.lora`` YAML's ``fine_tune_type: dora``, ``lora_parameters.dropout`` and
+    ``grad_accumulation_steps`` become the setup, and each prices its own term."""
+    import json
+
+    config = tmp_path / "lora.yaml"
+    config.write_text(
+        "fine_tune_type: dora\ngrad_accumulation_steps: 2\nbatch_size: 2\n"
+        "max_seq_length: 64\nnum_layers: -1\nlora_parameters:\n  rank: 8\n  dropout: 0.05\n  scale: 20.0\n"
+    )
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(LLAMA))
+    out = cli("profile", str(model), "--config", str(config), "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    setup = got["config"]["setup"]
+    assert setup["finetune"]["value"] == "dora" and setup["grad_accum"]["value"] == 2
+    text = json.dumps(got["estimates"]["refined"])
+    for term in ("dora_unscaled", "lora_dropout_mask", "grads/mlx/accumulated"):
+        assert term in text
