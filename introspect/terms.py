@@ -1618,7 +1618,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/mlx/hidden/lora_dropout_copies",
             category="activations",
-            equation="K · B·T · Σ d_in · 4 (FP32 step); compiled BF16: K · B·T · 4·d per adapter beyond the first on a shared input; eager BF16: 0 (lora_upcasts has them)  (dropout_terms)",
+            equation="K · B·T · 4 · (Σ d_in over the adapters − what the step kept without dropout: Σ d_in over the distinct inputs, or over the adapters for eager BF16)  (dropout_terms)",
             source="mlx/nn/layers/dropout.py: Dropout (bernoulli mask, (mask·x)·1/(1-p)); mlx_lm/tuner/lora.py: LoRALinear.__call__ (introspect/refined/mlx_dora.py)",
             computed_by=("introspect/refined/mlx_dora.py: dropout_terms",),
             tests=(
@@ -1628,7 +1628,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/mlx/hidden/lora_dropout_mask",
             category="activations",
-            equation="K · B·T · Σ d_in · 1 byte over the adapters  (dropout_terms)",
+            equation="K · B·T · Σ d_in · s over the adapters (the mask cast to the activations' dtype by multiply)  (dropout_terms)",
             source="mlx/nn/layers/dropout.py: Dropout (bernoulli mask, (mask·x)·1/(1-p)); mlx_lm/tuner/lora.py: LoRALinear.__call__ (introspect/refined/mlx_dora.py)",
             computed_by=("introspect/refined/mlx_dora.py: dropout_terms",),
             tests=(

@@ -176,7 +176,8 @@ def test_mlx_lm_config_with_dora_dropout_and_accumulation(tmp_path):
     config = tmp_path / "lora.yaml"
     config.write_text(
         "fine_tune_type: dora\ngrad_accumulation_steps: 2\nbatch_size: 2\n"
-        "max_seq_length: 64\nnum_layers: -1\nlora_parameters:\n  rank: 8\n  dropout: 0.05\n  scale: 20.0\n"
+        "max_seq_length: 64\nnum_layers: -1\n"
+        "lora_parameters:\n  rank: 8\n  dropout: 0.05\n  scale: 20.0\n"
     )
     model = tmp_path / "config.json"
     model.write_text(json.dumps(LLAMA))

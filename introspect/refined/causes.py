@@ -93,12 +93,12 @@ CAUSES: dict[str, str] = {
     "activations/mlx/hidden/dora_unscaled": "MLX DoRA: each adapted linear's B·T·d_out "
     "output before the magnitude's multiply, kept for m's gradient (mlx_lm/tuner/dora.py; "
     "introspect.refined.mlx_dora)",
-    "activations/mlx/hidden/lora_dropout_mask": "MLX: each adapter's boolean dropout mask, "
-    "1 byte per input element, kept for the input's gradient (nn.Dropout; "
+    "activations/mlx/hidden/lora_dropout_mask": "MLX: each adapter's dropout mask, cast "
+    "to the activations' dtype by the multiply, kept for the input's gradient (nn.Dropout; "
     "introspect.refined.mlx_dora)",
-    "activations/mlx/hidden/lora_dropout_copies": "MLX: each adapter's own dropped copy of "
-    "its input (FP32 for the FP32 lora_a), kept for lora_a's gradient "
-    "(introspect.refined.mlx_dora)",
+    "activations/mlx/hidden/lora_dropout_copies": "MLX: each adapter's own FP32 dropped copy "
+    "of its input, kept for lora_a's gradient, less the shared inputs (or their copies) "
+    "no longer kept (introspect.refined.mlx_dora)",
     "grads/mlx/dora_magnitude": "MLX DoRA: the magnitudes' FP32 gradient (d_out per "
     "adapted linear)",
     "grads/mlx/accumulated": "MLX: the previous micro-batches' summed gradient tree, an "
