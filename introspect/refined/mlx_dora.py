@@ -23,10 +23,15 @@ keeps, as LoRA's sum was) — :func:`dora_graph_terms`. Measured (real mlx-lm Ll
 steps, d = 128, r = 8, B·T = 256, FP32 eager): DoRA − LoRA = +4.5 MB at L = 4 and +9.6 MB
 at L = 8, i.e. 1.28 MB per layer, the derived B·T·Σd_out·4 = 1.25 MB; the derived term at
 L = 4 is +0.5 MB above that difference (one layer's ``out`` is not all alive at the peak).
-Not modelled: the ``adapted`` temporaries themselves (they run early in MLX's
-breadth-first order, when only the weights exist; with weights far larger than the
-activations — a large model at a short T — a wave of them could hold the peak), and
-DoRA over a quantized base (``_dequantized_weight`` makes a d_out × d_in copy per call).
+Not modelled (:data:`NOT_MODELLED`, in the estimate's label): the ``adapted``
+temporaries themselves. They depend on parameters only, so MLX's breadth-first order runs
+them early in the forward, when little else exists — but a replay of mlx-lm's DoRA step
+at d = 1024, f = 4096, T = 64 (weights far larger than the activations) holds 65.9 MB of
+their products at its peak (about one block's d_out×d_in FP32 set) and peaks there: the
+closed form is 0.903 of that replay at L = 4, 0.943 at L = 8 (LoRA there: 1.000, 0.998).
+At the benchmark's shapes the backward holds the peak and they do not count. Also not
+modelled: DoRA over a quantized base (``_dequantized_weight`` makes a d_out × d_in copy
+per call).
 
 mlx-lm refuses DoRA on ``SwitchLinear`` (a mixture of experts' stacked experts: "doesn't
 support DoRA yet", ``linear_to_lora_layers``): :func:`check` names it.
@@ -67,6 +72,15 @@ from __future__ import annotations
 from introspect.errors import IntrospectError
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+#: What a DoRA estimate leaves out, in its label (module docstring; replayed at d = 1024,
+#: f = 4096, T = 64: the closed form 0.903 of the replay at L = 4, 0.943 at L = 8).
+NOT_MODELLED = (
+    "not modelled: DoRA's per-call W + scale·B·A (d_out×d_in FP32 per adapted linear, "
+    "about a block's worth alive at once in the forward), which holds the peak where the "
+    "weights outweigh the activations (short T); introspect measure --impl mlx-lm runs the "
+    "real step"
+)
 
 #: Block linears that read the same tensor (:data:`introspect.refined.mlx.SHARED_INPUTS`).
 SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
