@@ -69,6 +69,21 @@ def _sharding_flag(s: Any) -> str:
     return {"ddp": "--ddp", "fsdp": "--fsdp"}.get(how, f"--zero {s.zero_stage}")
 
 
+def _mlx_derived(s: Any) -> bool:
+    """Whether MLX's derived moments describe the step (:func:`introspect.refined.mlx.applies`)."""
+    from introspect.refined import mlx
+
+    return mlx.applies(s)
+
+
+def _dora_unmodelled(s: Any) -> str | None:
+    """The first flag of an MLX DoRA setup outside what :mod:`introspect.refined.mlx_dora`
+    derives (None: every flag is)."""
+    from introspect.refined.mlx_dora import unmodelled_flag
+
+    return unmodelled_flag(s)
+
+
 #: --lora-targets names beyond the blocks (introspect.setup.HEAD_LORA_MODULES).
 _HEADS = ("lm_head", "embed_tokens")
 
@@ -190,10 +205,25 @@ RULES = (
     (
         lambda s: f"--grad-accum {s.grad_accum}",
         lambda s: s.grad_accum > 1,
-        lambda s: not _mlx(s),
-        "on MLX is not modelled: the MLX estimate is one step of mlx-lm's trainer without "
-        "its grad_accumulation_steps (mlx_lm/tuner/trainer.py sums the gradient trees "
-        "itself); drop --grad-accum or use --framework torch",
+        lambda s: not _mlx(s) or _mlx_derived(s),
+        "on MLX is modelled over MLX's derived steps only (full Adam fine-tuning, or "
+        "mlx-lm's LoRA/DoRA on every linear, introspect.refined.mlx_dora); this setup has "
+        "torch's moments: drop --grad-accum or use --framework torch",
+    ),
+    (
+        lambda s: "--finetune dora",
+        lambda s: s.finetune == "dora",
+        lambda s: _mlx(s),
+        "is mlx-lm's DoRA (DoRALinear, mlx_lm/tuner/dora.py), modelled on --framework mlx "
+        "only (peft's use_dora is not modelled); use --framework mlx, or --finetune lora",
+    ),
+    (
+        lambda s: f"--finetune dora with {_dora_unmodelled(s)}",
+        lambda s: s.finetune == "dora" and _mlx(s),
+        lambda s: _dora_unmodelled(s) is None,
+        "is not modelled: MLX's DoRA step is derived for mlx-lm's DoRALinear on every "
+        "linear of each block (mlx-lm's default keys), a float base, Adam or AdamW, no "
+        "checkpointing, one device; drop that flag or use --finetune lora",
     ),
     # ---- who runs the step -------------------------------------------------------------
     (
@@ -365,7 +395,7 @@ RULES = (
         lambda s: f"--lora-dropout {s.lora_dropout:g}",
         lambda s: s.lora_dropout != 0,
         lambda s: s.finetune != "full",
-        "is the adapters' dropout; it needs --finetune lora or qlora",
+        "is the adapters' dropout; it needs --finetune lora, dora or qlora",
     ),
     (
         lambda s: f"--num-layers {s.num_layers}",

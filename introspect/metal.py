@@ -174,7 +174,7 @@ def buffer_sizes(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int]]
     ]
     weights.append((d * size, L * spec.norms_per_layer + 1))
     weights.append((spec.vocab_size * d * size, 1 if spec.tie_word_embeddings else 2))
-    if setup.finetune not in ("lora", "qlora"):
+    if setup.finetune not in ("lora", "qlora", "dora"):
         return weights + [(b, 3 * n) for b, n in weights]
     k, r = lora.adapted_layers(spec, setup), setup.lora_rank
     adapters = []
@@ -289,10 +289,11 @@ def _moment_totals(spec: ModelSpec, setup: TrainingSetup, t2_layers: int | None)
     from introspect.refined.mlx_counts import candidates as counts
 
     structure = mlx.structure_of(spec, setup)
-    lora = setup.finetune == "lora"
+    lora = setup.finetune in ("lora", "dora")
     candidates = counts(mlx.key(structure, mlx.dtype_of(setup), mlx.compiled(setup), lora=lora))
     base = sum(mlx.state_terms(spec, setup).values())
     base += mlx.lora_upcast_bytes(spec, setup) if lora else 0
+    base += sum(mlx.extra_terms(spec, setup).values())  # DoRA, dropout, accumulation
     depth = adapted_layers(spec, setup) if lora else spec.num_hidden_layers
     x = mlx.dims(spec, setup)
     mha = x.kv == x.h or structure in ("phi", "gpt2", "reference-standard")

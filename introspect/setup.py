@@ -91,6 +91,10 @@ SHARDINGS = ("none", "ddp", "zero", "fsdp")
 #: and what lives in host memory. See :mod:`introspect.refined.lora` and
 #: :mod:`introspect.refined.offload`.
 FINETUNES = ("full", "lora", "qlora")
+#: mlx-lm's ``fine_tune_type dora`` (``DoRALinear``, ``mlx_lm/tuner/dora.py``): LoRA's
+#: adapters and a learned magnitude per output row; MLX only (:mod:`introspect.applies`,
+#: :mod:`introspect.refined.mlx_dora`).
+FINETUNES += ("dora",)
 BASE_QUANTS = ("auto", "bf16", "fp16", "fp32", "int8", "nf4")
 #: MLX's affine quantization (``mx.quantize``, what ``mlx_lm.convert -q`` and the
 #: ``mlx-community`` 4-/8-bit checkpoints store): packed uint32 words, a scale and a bias
@@ -245,7 +249,8 @@ class TrainingSetup:
 
     # --- fine-tuning, offload, optimizer in backward (issue 11) ---------------------
     #: ``full`` trains every weight; ``lora`` freezes the base and trains adapters of rank
-    #: :attr:`lora_rank` on :attr:`lora_targets`; ``qlora`` is LoRA over an NF4 base.
+    #: :attr:`lora_rank` on :attr:`lora_targets`; ``qlora`` is LoRA over an NF4 base;
+    #: ``dora`` is mlx-lm's DoRA (LoRA plus a magnitude per output row, MLX only).
     finetune: str = "full"
     lora_rank: int = 16
     #: peft's ``target_modules``: names from :data:`LORA_MODULES`, or ``all-linear``.

@@ -1606,6 +1606,36 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/mlx/hidden/dora_unscaled",
+            category="activations",
+            equation="K · B·T · Σ d_out · s over the adapted linears  (dora_graph_terms)",
+            source="mlx_lm/tuner/dora.py: DoRALinear (set_linear, __call__); mlx_lm/tuner/utils.py: linear_to_lora_layers(use_dora=True) (introspect/refined/mlx_dora.py)",
+            computed_by=("introspect/refined/mlx_dora.py: dora_graph_terms",),
+            tests=(
+                "tests/test_mlx_dora.py::test_dora_step_within_5_percent_of_a_real_mlx_lm_step",
+            ),
+        ),
+        Term(
+            name="activations/mlx/hidden/lora_dropout_copies",
+            category="activations",
+            equation="K · B·T · 4 · (Σ d_in over the adapters − what the step kept without dropout: Σ d_in over the distinct inputs, or over the adapters for eager BF16)  (dropout_terms)",
+            source="mlx/nn/layers/dropout.py: Dropout (bernoulli mask, (mask·x)·1/(1-p)); mlx_lm/tuner/lora.py: LoRALinear.__call__ (introspect/refined/mlx_dora.py)",
+            computed_by=("introspect/refined/mlx_dora.py: dropout_terms",),
+            tests=(
+                "tests/test_mlx_dora.py::test_dropout_step_within_5_percent_of_a_real_mlx_lm_step",
+            ),
+        ),
+        Term(
+            name="activations/mlx/hidden/lora_dropout_mask",
+            category="activations",
+            equation="K · B·T · Σ d_in · s over the adapters (the mask cast to the activations' dtype by multiply)  (dropout_terms)",
+            source="mlx/nn/layers/dropout.py: Dropout (bernoulli mask, (mask·x)·1/(1-p)); mlx_lm/tuner/lora.py: LoRALinear.__call__ (introspect/refined/mlx_dora.py)",
+            computed_by=("introspect/refined/mlx_dora.py: dropout_terms",),
+            tests=(
+                "tests/test_mlx_dora.py::test_dropout_step_within_5_percent_of_a_real_mlx_lm_step",
+            ),
+        ),
+        Term(
             name="activations/mlx/hidden/lora_upcasts",
             category="activations",
             equation="upcasts  (moments)",
@@ -1801,6 +1831,22 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_measure_hf.py::test_mixed_update_estimate_counts_the_fp32_master_gradients",
             ),
+        ),
+        Term(
+            name="grads/mlx/accumulated",
+            category="grads",
+            equation="trainable parameters × their bytes (4 for mlx-lm's adapters and DoRA's magnitudes; s under full fine-tuning), from --grad-accum 2 on  (accumulation_terms)",
+            source="mlx_lm/tuner/trainer.py: train's step (tree_map add of prev_grad, ÷ grad_accumulation_steps, optimizer.update on the M-th) (introspect/refined/mlx_dora.py)",
+            computed_by=("introspect/refined/mlx_dora.py: accumulation_terms",),
+            tests=("tests/test_mlx_dora.py::test_accumulating_trainer_within_5_percent",),
+        ),
+        Term(
+            name="grads/mlx/dora_magnitude",
+            category="grads",
+            equation="4 · K · Σ d_out  (dora_graph_terms)",
+            source="mlx_lm/tuner/dora.py: DoRALinear (set_linear, __call__); mlx_lm/tuner/utils.py: linear_to_lora_layers(use_dora=True) (introspect/refined/mlx_dora.py)",
+            computed_by=("introspect/refined/mlx_dora.py: dora_graph_terms",),
+            tests=("tests/test_mlx_dora.py::test_dora_state_is_the_modules_magnitudes",),
         ),
         Term(
             name="grads/mlx/weight_sized",
@@ -2079,6 +2125,14 @@ def _records() -> tuple[Term, ...]:
             source="transformers/masking_utils.py: find_packed_sequence_indices, sdpa_mask; aten/src/ATen/native/transformers/attention.cpp: convert_boolean_attn_mask (introspect/refined/hf_saved.py)",
             computed_by=("introspect/refined/hf_saved.py: packed_mask",),
             tests=("tests/test_trl_trainers.py::test_packed_sequences_under_sdpa_keep_their_mask",),
+        ),
+        Term(
+            name="weights/dora_magnitude",
+            category="weights",
+            equation="4 · K · Σ d_out (m, FP32); Adam's m and v the same, in optimizer/adam_m and adam_v  (dora_state_terms)",
+            source="mlx_lm/tuner/dora.py: DoRALinear (set_linear, __call__); mlx_lm/tuner/utils.py: linear_to_lora_layers(use_dora=True) (introspect/refined/mlx_dora.py)",
+            computed_by=("introspect/refined/mlx_dora.py: dora_state_terms",),
+            tests=("tests/test_mlx_dora.py::test_dora_state_is_the_modules_magnitudes",),
         ),
         Term(
             name="weights/reference",

@@ -123,6 +123,9 @@ SETUPS = {
     "mlx compiled bf16 ckpt": dict(framework="mlx_compiled", precision="bf16", **CKPT),
     "mlx lora bf16 weights": dict(framework="mlx", finetune="lora", weights_dtype="bf16"),
     "mlx sgd": dict(framework="mlx", optimizer="sgd"),
+    "mlx dora dropout accum": dict(
+        framework="mlx", implementation="mlx_lm", finetune="dora", lora_dropout=0.1, grad_accum=2
+    ),
     "frozen tower": dict(freeze_tower=True),
     "image batch's pixel input": dict(image_input_bytes=9_633_792),
     "grad accum logits loop": dict(grad_accum=4, loop="logits"),

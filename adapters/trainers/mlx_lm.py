@@ -92,13 +92,7 @@ def read(keys: Keys, resolved: Resolved) -> None:
         if keys.has("fine_tune_type")
         else f"{MLX_LM} default ({_L}:48)"
     )
-    if kind == "dora":
-        resolved.refuse(
-            "finetune",
-            f"--config {keys.shown}: fine_tune_type 'dora' is not modelled; give --finetune",
-        )
-    else:
-        resolved.set("finetune", kind, where)
+    resolved.set("finetune", kind, where)  # dora: introspect.refined.mlx_dora
     params = keys.get("lora_parameters", (dict,), {})
     sub = Keys(keys.path, params, "mlx-lm lora_parameters", "lora_parameters.")
     if kind != "full":

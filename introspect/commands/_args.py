@@ -685,7 +685,8 @@ def add_finetune_flags(parser: argparse.ArgumentParser) -> None:
         type=choice(FINETUNES),
         default=None,
         help="full (default: every weight trained), lora (frozen base, adapters trained) or "
-        "qlora (LoRA over a 4-bit NF4 base); --lora-rank alone implies lora",
+        "qlora (LoRA over a 4-bit NF4 base), dora (mlx-lm's DoRA, --framework mlx only); "
+        "--lora-rank alone implies lora",
     )
     g.add_argument(
         "--lora-rank",

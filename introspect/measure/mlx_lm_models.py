@@ -193,7 +193,11 @@ def to_lora(model, setup) -> str:
         config["keys"] = keys
     model.freeze()
     num_layers = -1 if setup.num_layers is None else setup.num_layers
-    linear_to_lora_layers(model, num_layers, config)
+    dora = setup.finetune == "dora"  # fine_tune_type dora: DoRALinear (mlx_lm/tuner/dora.py)
+    try:
+        linear_to_lora_layers(model, num_layers, config, use_dora=dora)
+    except ValueError as err:  # mlx-lm's own refusal (SwitchLinear under DoRA)
+        raise IntrospectError(f"--finetune {setup.finetune}: mlx-lm refuses it: {err}") from err
     which = (
         "mlx-lm's default keys (every nn.Linear of each block)"
         if keys is None
@@ -206,8 +210,10 @@ def to_lora(model, setup) -> str:
         else f"the top {num_layers} of {blocks} blocks (num_layers {num_layers})"
     )
     return (
-        f"LoRA: mlx_lm.tuner.utils.linear_to_lora_layers on {where}, rank "
-        f"{setup.lora_rank}, dropout {setup.lora_dropout}, {which}; base frozen, FP32 adapters"
+        f"{'DoRA' if dora else 'LoRA'}: mlx_lm.tuner.utils.linear_to_lora_layers on {where}, "
+        f"rank {setup.lora_rank}, dropout {setup.lora_dropout}, {which}"
+        + (", use_dora=True" if dora else "")
+        + "; base frozen, FP32 adapters"
     )
 
 

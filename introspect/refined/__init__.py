@@ -83,6 +83,12 @@ def _mlx():
     return mlx
 
 
+def _dora_note() -> str:
+    from introspect.refined.mlx_dora import NOT_MODELLED
+
+    return "; " + NOT_MODELLED
+
+
 def execution_estimate(
     spec: ModelSpec,
     setup: TrainingSetup,
@@ -127,6 +133,7 @@ def execution_estimate(
             else ""
         )
         + (_mlx().moe_note(spec, setup) if setup.framework in ("mlx", "mlx_compiled") else "")
+        + (_dora_note() if setup.finetune == "dora" else "")
         + ")",
         notes=causes.causes(spec, setup, terms) if notes else {},
         meta={"peak_phase": phase, "phases": phases, "framework": setup.framework},

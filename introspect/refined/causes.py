@@ -90,6 +90,22 @@ CAUSES: dict[str, str] = {
     "(introspect.refined.mlx)",
     "activations/mlx/hidden": "MLX: B·T·d-sized tensors kept, in flight or pinned by "
     "pending tasks (norm fallbacks, rotary halves, residuals: introspect.refined.mlx)",
+    "activations/mlx/hidden/dora_unscaled": "MLX DoRA: each adapted linear's B·T·d_out "
+    "output before the magnitude's multiply, kept for m's gradient (mlx_lm/tuner/dora.py; "
+    "introspect.refined.mlx_dora)",
+    "activations/mlx/hidden/lora_dropout_mask": "MLX: each adapter's dropout mask, cast "
+    "to the activations' dtype by the multiply, kept for the input's gradient (nn.Dropout; "
+    "introspect.refined.mlx_dora)",
+    "activations/mlx/hidden/lora_dropout_copies": "MLX: each adapter's own FP32 dropped copy "
+    "of its input, kept for lora_a's gradient, less the shared inputs (or their copies) "
+    "no longer kept (introspect.refined.mlx_dora)",
+    "grads/mlx/dora_magnitude": "MLX DoRA: the magnitudes' FP32 gradient (d_out per "
+    "adapted linear)",
+    "grads/mlx/accumulated": "MLX: the previous micro-batches' summed gradient tree, an "
+    "input of this micro-batch's graph until each is added (mlx_lm/tuner/trainer.py "
+    "grad_accumulation_steps; introspect.refined.mlx_dora)",
+    "weights/dora_magnitude": "MLX DoRA: m, one FP32 magnitude per output row of each "
+    "adapted linear (DoRALinear.set_linear)",
     "grads/mlx/weight_sized": "MLX: weight-sized gradients, Adam temporaries and new "
     "weights/moments alive beside the old ones (negative: old ones already released)",
     "activations/logits/log_softmax": "FP32 log-softmax over B·T·V, saved by the loss",

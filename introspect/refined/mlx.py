@@ -118,7 +118,10 @@ With ``num_layers`` K below L (``--num-layers``: ``linear_to_lora_layers`` on
 consumed: the candidates are read at depth K over the whole model's state (measured: a
 K = 2 step on a 5-block model holds, beyond its state, a 2-block model's step within 2%,
 ``tests/test_num_layers.py``).
-Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
+DoRA, the adapters' dropout and gradient accumulation add terms of their own to these
+moments (:mod:`introspect.refined.mlx_dora`, from ``mlx_lm/tuner/dora.py``, ``lora.py``
+and ``trainer.py``).
+Not derived: named ``lora_targets`` (mlx-lm's ``keys``), checkpointing, QLoRA,
 and the other structures (their LoRA setups keep torch's moments).
 
 **Mixtures of experts** (:data:`MOE_STRUCTURES`: mlx-lm's ``qwen3_moe`` and ``mixtral``,
@@ -498,7 +501,7 @@ def dims(spec: ModelSpec, setup: TrainingSetup) -> Dims:
         V=spec.vocab_size,
         positions=spec.max_position_embeddings or 0,
         rot=int(spec.head_size * spec.partial_rotary_factor),
-        r=setup.lora_rank if setup.finetune == "lora" else 0,
+        r=setup.lora_rank if setup.finetune in ("lora", "dora") else 0,
         E=ff.num_experts if ff else 0,
         k=ff.top_k if ff else 0,
         fe=ff.intermediate_size if ff else 0,
@@ -518,9 +521,15 @@ def state_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 
     s = 2 if dtype_of(setup) == "bf16" else 4
     n = parameter_count(spec)
-    if setup.finetune == "lora":
+    if setup.finetune in ("lora", "dora"):
         base = affine_base_bytes(spec, setup, s) if affine_bits(setup) else n * s
-        return lora_state_terms(spec, setup, base)
+        terms = lora_state_terms(spec, setup, base)
+        if setup.finetune == "dora":  # the magnitudes and their moments (mlx_dora)
+            from introspect.refined.mlx_dora import dora_state_terms
+
+            for name, size in dora_state_terms(spec, setup).items():
+                terms[name] = terms.get(name, 0) + size
+        return terms
     return {"weights": n * s, "optimizer/adam_m": n * s, "optimizer/adam_v": n * s}
 
 
@@ -619,11 +628,13 @@ def candidate_terms(
 
 def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
     """Every derived candidate moment of the step, as (phase, terms)."""
+    from introspect.refined import mlx_dora
     from introspect.refined.lora import adapted_layers
     from introspect.refined.mlx_counts import candidates as counts
 
     structure = structure_of(spec, setup)
-    lora = setup.finetune == "lora"
+    lora = mlx_dora.is_adapter(setup)
+    mlx_dora.check(spec, setup, structure, LORA_STRUCTURES)
     if lora and structure not in LORA_STRUCTURES:
         return torch_moments(spec, setup)
     if lora:
@@ -637,6 +648,7 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     state = state_terms(spec, setup)
     x = dims(spec, setup)
     upcasts = lora_upcast_bytes(spec, setup) if lora else 0
+    extra = extra_terms(spec, setup)
     # --num-layers K: the graph beyond the state is a K-layer LoRA step's (the frozen
     # blocks below depend on no trained array, so value_and_grad makes no VJP for them:
     # lora.first_recorded); their weights are in the state.
@@ -647,8 +659,25 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
         terms.update(candidate_terms(c, depth, x, structure))
         if upcasts:
             terms["activations/mlx/hidden/lora_upcasts"] = upcasts
+        for name, size in extra.items():
+            terms[name] = terms.get(name, 0) + size
         out.append((c.phase, terms))
     return out
+
+
+def extra_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """DoRA's, the adapters' dropout's and gradient accumulation's bytes beyond the
+    counts, at every candidate moment (:mod:`introspect.refined.mlx_dora`)."""
+    from introspect.refined import mlx_dora
+
+    s = 2 if dtype_of(setup) == "bf16" else 4
+    out: dict[str, int] = {}
+    if setup.finetune == "dora":
+        out.update(mlx_dora.dora_graph_terms(spec, setup, s))
+    if mlx_dora.is_adapter(setup):
+        out.update(mlx_dora.dropout_terms(spec, setup, s, compiled(setup)))
+    out.update(mlx_dora.accumulation_terms(spec, setup, s))
+    return {k: v for k, v in out.items() if v}
 
 
 #: Block linears that read the same tensor: q/k/v the attention norm's output, gate/up
@@ -758,9 +787,11 @@ def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     setups (SGD, QLoRA, chunked losses, sharding) keep torch's moments, which MLX's graph
     does not follow — unmodelled here. With ``spec``, a LoRA step also needs a structure
     of :data:`LORA_STRUCTURES` (without it, :func:`moments` gives torch's for the rest)."""
-    if setup.finetune == "lora":
+    if setup.finetune in ("lora", "dora"):
+        # DoRA outside the derived structures is refused in moments (mlx_dora.check),
+        # never given torch's moments.
         return lora_applies(setup) and (
-            spec is None or structure_of(spec, setup) in LORA_STRUCTURES
+            spec is None or setup.finetune == "dora" or structure_of(spec, setup) in LORA_STRUCTURES
         )
     return (
         setup.framework in ("mlx", "mlx_compiled")
@@ -781,14 +812,15 @@ LORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
 def lora_applies(setup: TrainingSetup) -> bool:
     """mlx-lm's LoRA as ``mlx_lm.lora`` runs it by default and the counts were derived
     for: adapters on every block with mlx-lm's default keys (every nn.Linear of a block:
-    ``all-linear``), no dropout (``lora_parameters`` default 0.0; a dropout adds a mask
-    and a dropped copy per adapter, not replayed), Adam or AdamW over the adapters, no
-    checkpointing (``mx.checkpoint`` cannot be traced), mlx-lm's class, one device."""
+    ``all-linear``), any dropout (``lora_parameters`` default 0.0; a dropout's mask and
+    dropped copies are :func:`introspect.refined.mlx_dora.dropout_terms`), LoRA or DoRA
+    (``fine_tune_type``; DoRA's extra is :mod:`introspect.refined.mlx_dora`'s), Adam or
+    AdamW over the adapters, no checkpointing (``mx.checkpoint`` cannot be traced),
+    mlx-lm's class, one device."""
     return (
         setup.framework in ("mlx", "mlx_compiled")
         and setup.implementation == "mlx_lm"
         and "all-linear" in setup.lora_targets
-        and setup.lora_dropout == 0
         and not setup.train_embeddings
         and not setup.activation_checkpointing
         and setup.optimizer in ("adam", "adamw")

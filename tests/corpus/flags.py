@@ -335,7 +335,9 @@ CONTRADICTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     + (("--grad-accum", "--optimizer"),),
     ("grad-accum-mixed", ("--grad-accum", "2", "--precision", "mixed"), ("--grad-accum",)),
     ("grad-accum-offload", ("--grad-accum", "2", "--offload", "optimizer"), ("--grad-accum",)),
-    ("mlx-grad-accum", ("--framework", "mlx", "--grad-accum", "2"), ("--grad-accum",)),
+    # MLX's accumulation is modelled over its derived steps only (introspect.refined.mlx_dora)
+    ("mlx-grad-accum-sgd", ("--framework", "mlx", "--grad-accum", "2", "--optimizer", "sgd"))
+    + (("--grad-accum",),),
     ("mlx-offload-activations", ("--framework", "mlx", "--offload-activations"))
     + (("--offload-activations",),),
     ("adapter-dtype-full", ("--adapter-dtype", "bf16"), ("--adapter-dtype",)),
