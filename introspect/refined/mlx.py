@@ -224,6 +224,9 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
 }
 #: The mixture-of-experts structures (their counts: FP32, eager and compiled).
 MOE_STRUCTURES = ("qwen3_moe", "mixtral")
+#: The structures whose checkpointed step is counted from replays
+#: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`).
+CKPT_STRUCTURES = ("llama", "qwen2")
 
 
 @record
@@ -718,24 +721,42 @@ class Checkpointed:
 
 def checkpointed_counts(
     structure: str, dtype: str, is_compiled: bool, layers: int
-) -> list[Checkpointed]:
-    """The candidates of a checkpointed step, from the source (``mx.checkpoint`` has no
-    exportable state, so no replay can trace it).
+) -> list[Candidate | Checkpointed]:
+    """The candidates of a checkpointed step.
 
-    mlx-lm's ``grad_checkpoint`` (``mlx_lm/tuner/trainer.py``) wraps every layer's
-    ``__call__`` in ``mx.checkpoint``, whose VJP (``checkpoint`` in
-    ``mlx/transforms.cpp``) keeps only the layer's inputs and recomputes its forward
-    inside the backward, after the layer's output gradient exists (``depends``). So each
-    layer keeps its input (one B·T·d tensor in the activations' dtype) and one layer's
-    forward-and-backward working set exists at a time: a candidate's per-layer
-    activation counts become fixed (that one layer), its weight-sized counts (gradients
-    and update buffers, one set per layer whatever the checkpointing) stay per layer.
-    Not replayed: what MLX's breadth-first order keeps of several recomputed layers at
-    once (weight gradients deferred past the next layer's recompute) is not modelled."""
-    from introspect.refined.mlx_counts import candidates
+    mlx-lm's ``grad_checkpoint`` (``mlx_lm/tuner/trainer.py`` lines 27–40) wraps every
+    layer's ``__call__`` in ``mx.checkpoint(inner_fn)(layer.trainable_parameters(), x,
+    mask, cache=None)``. ``checkpoint`` (``mlx/transforms.cpp``, v0.32.1 lines 1102–1113)
+    is a ``custom_vjp`` whose VJP is ``vjp(fun, depends(primals, outputs), cotangents)``:
+    the layer's forward runs again on ``Depends`` copies of its parameters and input
+    (buffer-sharing views, ``backend/common/common.cpp``) and is differentiated there.
+    ``depends`` orders that recompute after the layer's *forward output*, not after the
+    gradient of it: where it runs is left to MLX's breadth-first tape (``eval_impl``, the
+    same file). In the replays the top layer's recompute starts while the head's
+    backward still holds its B·T·V buffers (a checkpointed Qwen2, L = 6, T = 512: the
+    peak is the recomputed q/k/v ``AddMM`` beside the logits' soft-max and gradient), and
+    deep in the backward the largest moment has only the layers not yet reached keeping
+    their input. A rule of one layer's working set on top of the plain step's moment
+    (below) adds a whole layer's saved set to the head's moment, where only part of the
+    recompute is: it overshot measured compiled steps by 4–13%.
 
+    So for :data:`CKPT_STRUCTURES` the counts are read off replays of the checkpointed
+    step (:mod:`introspect.measure.mlx_replay_ckpt` builds ``mx.checkpoint``'s graph
+    traceably; ``python benchmarks/mlx_derive_ckpt.py``, keys ``…/ckpt``) exactly as the
+    plain step's are. For the other structures (and a key not derived), the rule from
+    the source alone, not replayed: each layer keeps its input (one B·T·d tensor in the
+    activations' dtype) and one layer's forward-and-backward working set exists at a
+    time — a plain candidate's per-layer activation counts become fixed (that one
+    layer), its weight-sized counts stay per layer."""
+    from introspect.refined.mlx_counts import CKPT_DATA, candidates, structure_counts
+
+    derived = structure_counts(structure, CKPT_DATA).get(
+        key(structure, dtype, is_compiled) + "/ckpt"
+    )
+    if derived:
+        return list(derived)
     s = 2 if dtype == "bf16" else 4
-    out = []
+    out: list[Candidate | Checkpointed] = []
     for c in candidates(key(structure, dtype, is_compiled)):
         # One layer's working set is the per-layer slope of the main depths (L = 4–32,
         # each stretch 6 or more layers wide): a stretch one layer wide (L = 3→4) carries
