@@ -19,10 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _keys() -> list[str]:
+    """FP32 for every structure of CKPT_STRUCTURES (BF16 where derived: the rest keep the
+    source rule, :func:`test_a_key_not_derived_keeps_the_source_rule`)."""
     return [
-        mlx.key(s, dtype, compiled) + "/ckpt"
+        mlx.key(s, "fp32", compiled) + "/ckpt"
         for s in mlx.CKPT_STRUCTURES
-        for dtype in ("fp32", "bf16")
         for compiled in (False, True)
     ]
 
@@ -47,6 +48,15 @@ def test_package_data_ships_the_checkpointed_counts():
     patterns = json.loads(re.search(rf'^"{re.escape(package)}" = (\[.*\])$', text, re.M).group(1))
     for path in mlx_counts.CKPT_DATA.glob("*.json"):
         assert any(fnmatch.fnmatch(path.name, p) for p in patterns), path.name
+
+
+def test_a_key_not_derived_keeps_the_source_rule():
+    derived = set(mlx_counts.structure_counts("qwen2", mlx_counts.CKPT_DATA))
+    for dtype in ("fp32", "bf16"):
+        key = mlx.key("qwen2", dtype, False) + "/ckpt"
+        got = mlx.checkpointed_counts("qwen2", dtype, False, 6)
+        kinds = {type(c) for c in got}
+        assert kinds == ({mlx_counts.Candidate} if key in derived else {mlx.Checkpointed})
 
 
 def test_derived_structures_read_their_counts_the_others_keep_the_source_rule():
