@@ -14,8 +14,9 @@ dense classes' ``between``: :func:`add_between` says why), with that step in pla
 ``make_step``'s; the keys are ``<structure>/<dtype>/<eager|compiled>/ckpt``.
 
     python benchmarks/mlx_derive_ckpt.py --between [STRUCTURE ...]   # add L = 5–9 only
-    python benchmarks/mlx_derive_ckpt.py --dtype=bf16 llama          # one dtype, kept apart Only the
-structures :data:`introspect.refined.mlx.CKPT_STRUCTURES` (mlx-lm classes with
+    python benchmarks/mlx_derive_ckpt.py --dtype=bf16 llama          # one dtype, others kept
+
+Only the structures :data:`introspect.refined.mlx.CKPT_STRUCTURES` (mlx-lm classes with
 ``model.embed_tokens`` and ``input_embeddings``, which the traceable step needs).
 """
 
