@@ -82,9 +82,13 @@ T): 119 within ±5% (−5.1% to +1.5%), the nearest structure before 42. The dep
 were added after a first run (61 of 72, misses at L = 3 and 6).
 
 **Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every layer's
-``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; its candidates follow
-``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
-row, GPT-2 8M compiled at T = 256: +0.6%.
+``__call__``, ``mlx_lm/tuner/trainer.py``): ``mx.checkpoint`` itself cannot be traced,
+so :mod:`introspect.measure.mlx_replay_ckpt` builds its graph by hand (the same update,
+bit for bit) and, for :data:`CKPT_STRUCTURES`, the counts are read off those replays as
+above, at L = 5–9 too (``python benchmarks/mlx_derive_ckpt.py``,
+:func:`checkpointed_counts`); the other structures keep a rule from the source. Checked
+on 5 measured FP32 steps (``benchmarks/results/mlx-regimes.md``): 0.997–1.012, the
+rule's 1.039 and 1.129 included; GPT-2 8M compiled at T = 256 (the rule): +0.6%.
 
 **LoRA** (mlx-lm's, as ``mlx_lm.lora`` runs it: ``model.freeze()`` then
 ``linear_to_lora_layers(model, num_layers, {"rank", "scale", "dropout"})`` over every
@@ -172,10 +176,11 @@ Llama untied, Qwen2 and Qwen3 (the other structures lack them: not derived).
 **Checked on** 8 held-out real mlx-lm steps, run once after the counts were final: 6
 within ±5% (0.997–1.001: L = 1–3 with V = 16000–24000, GPT-2 and Llama, BF16 compiled;
 20 and 12 layers at T = 32 and 64; LoRA with ``num_layers`` 1 and 2), and two misses
-not closed: a 1-layer Qwen2 at B·T = 192, 1.117, where the closed form is the replay's
-own figure and the replay misses (the worker keeps up at that width); and compiled +
-checkpointed Qwen2 (L = 6, T = 512), 1.129 — what ``mx.checkpoint`` keeps under
-``mx.compile`` is not modelled (:func:`checkpointed_counts`).
+not closed then: a 1-layer Qwen2 at B·T = 192, 1.117, where the closed form is the
+replay's own figure and the replay misses (the worker keeps up in part: the measured peak
+lies between the replay's two bounds, 0.873 and 1.117; how far behind it runs is timing,
+not modelled); and compiled + checkpointed Qwen2 (L = 6, T = 512), 1.129 with the
+source rule, 1.000 with the checkpointed counts (:func:`checkpointed_counts`).
 
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
