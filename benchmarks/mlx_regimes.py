@@ -286,6 +286,22 @@ def cause(r: dict) -> str:
     return "not replayed (LoRA): not attributed"
 
 
+#: What changed the figures, in order (printed under the tables).
+HISTORY = (
+    "Checkpointed rows (issue 23 part 2): with `mx.checkpoint`'s rule from the source "
+    "(one input per layer, one layer's working set on the plain step's moment) the "
+    "closed form was 1.039 (ckpt-c-T1024), 1.013 (ckpt-e-T1024) and 1.129 "
+    "(ho-ckpt-qwen2), and no checkpointed row could be replayed. The replay now builds "
+    "the checkpointed step traceably (`introspect/measure/mlx_replay_ckpt.py`: 0.997-1.021 "
+    "of the measured peaks here) and llama's and qwen2's checkpointed counts are read off "
+    "it (`python benchmarks/mlx_derive_ckpt.py`). Read at L = 4-32 only, ho-ckpt-qwen2 was "
+    "1.100 (the replay 1.000: at L = 6 the largest moment is another op than at 4 and 10), "
+    "so every main shape is counted at L = 5-9 too (`--between`): 1.000. The three "
+    "held-out rows below it (ho-ckpt-e-qwen2, ho-ckpt-e-L12, ho-ckpt-bf16c) were added "
+    "then and compared once the FP32 counts were final; ho-ckpt-bf16c was 1.005 on the "
+    "source rule before llama's BF16 counts existed.",
+)
+
 HEADER = (
     "| "
     + " | ".join(
@@ -339,6 +355,7 @@ def write(rows, seconds) -> None:
             if abs(r["closed"] / r["measured"] - 1) > BAND:
                 lines.append(f"- {r['id']}: {r['closed'] / r['measured']:.3f} — {cause(r)}")
         lines.append("")
+    lines += ["## History", "", *(f"- {h}" for h in HISTORY), ""]
     missing = [r[0] for r in ROWS if r[0] not in {x["id"] for x in rows}]
     if missing:
         resume = "`python benchmarks/mlx_regimes.py` resumes"
