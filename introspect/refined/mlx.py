@@ -87,8 +87,9 @@ so :mod:`introspect.measure.mlx_replay_ckpt` builds its graph by hand (the same 
 bit for bit) and, for :data:`CKPT_STRUCTURES`, the counts are read off those replays as
 above, at L = 5–9 too (``python benchmarks/mlx_derive_ckpt.py``,
 :func:`checkpointed_counts`); the other structures keep a rule from the source. Checked
-on 5 measured FP32 steps (``benchmarks/results/mlx-regimes.md``): 0.997–1.012, the
-rule's 1.039 and 1.129 included; GPT-2 8M compiled at T = 256 (the rule): +0.6%.
+on 6 measured FP32 steps (``benchmarks/results/mlx-regimes.md``): 0.997–1.012 (the rows the
+rule put at 1.039 and 1.129 among them) and a BF16 compiled one, 0.997; GPT-2 8M
+compiled at T = 256 (the rule): +0.6%.
 
 **LoRA** (mlx-lm's, as ``mlx_lm.lora`` runs it: ``model.freeze()`` then
 ``linear_to_lora_layers(model, num_layers, {"rank", "scale", "dropout"})`` over every
@@ -230,7 +231,8 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
 #: The mixture-of-experts structures (their counts: FP32, eager and compiled).
 MOE_STRUCTURES = ("qwen3_moe", "mixtral")
 #: The structures whose checkpointed step is counted from replays
-#: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`).
+#: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`): FP32 for
+#: both, BF16 for llama (qwen2's BF16 keeps the source rule: not derived).
 CKPT_STRUCTURES = ("llama", "qwen2")
 
 
