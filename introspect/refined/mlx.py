@@ -82,9 +82,14 @@ T): 119 within ±5% (−5.1% to +1.5%), the nearest structure before 42. The dep
 were added after a first run (61 of 72, misses at L = 3 and 6).
 
 **Checkpointing** (mlx-lm's ``grad_checkpoint``: ``mx.checkpoint`` around every layer's
-``__call__``, ``mlx_lm/tuner/trainer.py``) cannot be traced; its candidates follow
-``mx.checkpoint``'s source (:func:`checkpointed_counts`). Checked on the one measured
-row, GPT-2 8M compiled at T = 256: +0.6%.
+``__call__``, ``mlx_lm/tuner/trainer.py``): ``mx.checkpoint`` itself cannot be traced,
+so :mod:`introspect.measure.mlx_replay_ckpt` builds its graph by hand (the same update,
+bit for bit) and, for :data:`CKPT_STRUCTURES`, the counts are read off those replays as
+above, at L = 5–9 too (``python benchmarks/mlx_derive_ckpt.py``,
+:func:`checkpointed_counts`); the other structures keep a rule from the source. Checked
+on 6 measured FP32 steps (``benchmarks/results/mlx-regimes.md``): 0.997–1.012 (the rows the
+rule put at 1.039 and 1.129 among them) and a BF16 compiled one, 0.997; GPT-2 8M
+compiled at T = 256 (the rule): +0.6%.
 
 **LoRA** (mlx-lm's, as ``mlx_lm.lora`` runs it: ``model.freeze()`` then
 ``linear_to_lora_layers(model, num_layers, {"rank", "scale", "dropout"})`` over every
@@ -175,10 +180,11 @@ Llama untied, Qwen2 and Qwen3 (the other structures lack them: not derived).
 **Checked on** 8 held-out real mlx-lm steps, run once after the counts were final: 6
 within ±5% (0.997–1.001: L = 1–3 with V = 16000–24000, GPT-2 and Llama, BF16 compiled;
 20 and 12 layers at T = 32 and 64; LoRA with ``num_layers`` 1 and 2), and two misses
-not closed: a 1-layer Qwen2 at B·T = 192, 1.117, where the closed form is the replay's
-own figure and the replay misses (the worker keeps up at that width); and compiled +
-checkpointed Qwen2 (L = 6, T = 512), 1.129 — what ``mx.checkpoint`` keeps under
-``mx.compile`` is not modelled (:func:`checkpointed_counts`).
+not closed then: a 1-layer Qwen2 at B·T = 192, 1.117, where the closed form is the
+replay's own figure and the replay misses (the worker keeps up in part: the measured peak
+lies between the replay's two bounds, 0.873 and 1.117; how far behind it runs is timing,
+not modelled); and compiled + checkpointed Qwen2 (L = 6, T = 512), 1.129 with the
+source rule, 1.000 with the checkpointed counts (:func:`checkpointed_counts`).
 
 Verified on the CPU only; on Metal the fast kernels are single primitives with their
 own VJPs and a command buffer pins 20–50 ops, so these counts do not apply there.
@@ -227,6 +233,10 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
 }
 #: The mixture-of-experts structures (their counts: FP32, eager and compiled).
 MOE_STRUCTURES = ("qwen3_moe", "mixtral")
+#: The structures whose checkpointed step is counted from replays
+#: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`): FP32 for
+#: both, BF16 for llama (qwen2's BF16 keeps the source rule: not derived).
+CKPT_STRUCTURES = ("llama", "qwen2")
 
 
 @record
@@ -747,24 +757,42 @@ class Checkpointed:
 
 def checkpointed_counts(
     structure: str, dtype: str, is_compiled: bool, layers: int
-) -> list[Checkpointed]:
-    """The candidates of a checkpointed step, from the source (``mx.checkpoint`` has no
-    exportable state, so no replay can trace it).
+) -> list[Candidate | Checkpointed]:
+    """The candidates of a checkpointed step.
 
-    mlx-lm's ``grad_checkpoint`` (``mlx_lm/tuner/trainer.py``) wraps every layer's
-    ``__call__`` in ``mx.checkpoint``, whose VJP (``checkpoint`` in
-    ``mlx/transforms.cpp``) keeps only the layer's inputs and recomputes its forward
-    inside the backward, after the layer's output gradient exists (``depends``). So each
-    layer keeps its input (one B·T·d tensor in the activations' dtype) and one layer's
-    forward-and-backward working set exists at a time: a candidate's per-layer
-    activation counts become fixed (that one layer), its weight-sized counts (gradients
-    and update buffers, one set per layer whatever the checkpointing) stay per layer.
-    Not replayed: what MLX's breadth-first order keeps of several recomputed layers at
-    once (weight gradients deferred past the next layer's recompute) is not modelled."""
-    from introspect.refined.mlx_counts import candidates
+    mlx-lm's ``grad_checkpoint`` (``mlx_lm/tuner/trainer.py`` lines 27–40) wraps every
+    layer's ``__call__`` in ``mx.checkpoint(inner_fn)(layer.trainable_parameters(), x,
+    mask, cache=None)``. ``checkpoint`` (``mlx/transforms.cpp``, v0.32.1 lines 1102–1113)
+    is a ``custom_vjp`` whose VJP is ``vjp(fun, depends(primals, outputs), cotangents)``:
+    the layer's forward runs again on ``Depends`` copies of its parameters and input
+    (buffer-sharing views, ``backend/common/common.cpp``) and is differentiated there.
+    ``depends`` orders that recompute after the layer's *forward output*, not after the
+    gradient of it: where it runs is left to MLX's breadth-first tape (``eval_impl``, the
+    same file). In the replays the top layer's recompute starts while the head's
+    backward still holds its B·T·V buffers (a checkpointed Qwen2, L = 6, T = 512: the
+    peak is the recomputed q/k/v ``AddMM`` beside the logits' soft-max and gradient), and
+    deep in the backward the largest moment has only the layers not yet reached keeping
+    their input. A rule of one layer's working set on top of the plain step's moment
+    (below) adds a whole layer's saved set to the head's moment, where only part of the
+    recompute is: it overshot measured compiled steps by 4–13%.
 
+    So for :data:`CKPT_STRUCTURES` the counts are read off replays of the checkpointed
+    step (:mod:`introspect.measure.mlx_replay_ckpt` builds ``mx.checkpoint``'s graph
+    traceably; ``python benchmarks/mlx_derive_ckpt.py``, keys ``…/ckpt``) exactly as the
+    plain step's are. For the other structures (and a key not derived), the rule from
+    the source alone, not replayed: each layer keeps its input (one B·T·d tensor in the
+    activations' dtype) and one layer's forward-and-backward working set exists at a
+    time — a plain candidate's per-layer activation counts become fixed (that one
+    layer), its weight-sized counts stay per layer."""
+    from introspect.refined.mlx_counts import CKPT_DATA, candidates, structure_counts
+
+    derived = structure_counts(structure, CKPT_DATA).get(
+        key(structure, dtype, is_compiled) + "/ckpt"
+    )
+    if derived:
+        return list(derived)
     s = 2 if dtype == "bf16" else 4
-    out = []
+    out: list[Candidate | Checkpointed] = []
     for c in candidates(key(structure, dtype, is_compiled)):
         # One layer's working set is the per-layer slope of the main depths (L = 4–32,
         # each stretch 6 or more layers wide): a stretch one layer wide (L = 3→4) carries

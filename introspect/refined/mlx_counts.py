@@ -24,6 +24,9 @@ from introspect._record import field, record
 
 #: Where the files live (shipped as package-data of ``introspect.refined``).
 DATA = Path(__file__).parent / "data" / "mlx_counts"
+#: The checkpointed steps' counts (``python benchmarks/mlx_derive_ckpt.py``): keys
+#: ``<structure>/<dtype>/<eager|compiled>/ckpt``, the same rows.
+CKPT_DATA = Path(__file__).parent / "data" / "mlx_ckpt_counts"
 
 
 @record
@@ -51,11 +54,17 @@ def candidates(key: str) -> tuple[Candidate, ...]:
     return structure_counts(key.split("/", 1)[0])[key]
 
 
+def checkpointed(key: str) -> tuple[Candidate, ...]:
+    """The candidates of one checkpointed key (``llama/fp32/eager/ckpt``); KeyError if
+    none was derived."""
+    return structure_counts(key.split("/", 1)[0], CKPT_DATA)[key]
+
+
 @cache
-def structure_counts(structure: str) -> dict[str, tuple[Candidate, ...]]:
+def structure_counts(structure: str, folder: Path = DATA) -> dict[str, tuple[Candidate, ...]]:
     """Every key of one structure's file, in the file's order (empty if there is no file:
     a structure never derived, so every one of its keys is missing)."""
-    path = DATA / f"{structure}.json"
+    path = folder / f"{structure}.json"
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
