@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from introspect.errors import IntrospectError
+from introspect.mlx_setups import dora_unmodelled_flag, step_derived
 
 #: Optimizers that are not torch.optim's, each with one update: transformers' Adafactor
 #: and bitsandbytes' paged AdamW (the ``--optimizer`` names after ``setup.OPTIMIZERS``'s).
@@ -67,21 +68,6 @@ def _dash(name: str) -> str:
 def _sharding_flag(s: Any) -> str:
     how = s.resolved_sharding
     return {"ddp": "--ddp", "fsdp": "--fsdp"}.get(how, f"--zero {s.zero_stage}")
-
-
-def _mlx_derived(s: Any) -> bool:
-    """Whether MLX's derived moments describe the step (:func:`introspect.refined.mlx.applies`)."""
-    from introspect.refined import mlx
-
-    return mlx.applies(s)
-
-
-def _dora_unmodelled(s: Any) -> str | None:
-    """The first flag of an MLX DoRA setup outside what :mod:`introspect.refined.mlx_dora`
-    derives (None: every flag is)."""
-    from introspect.refined.mlx_dora import unmodelled_flag
-
-    return unmodelled_flag(s)
 
 
 #: --lora-targets names beyond the blocks (introspect.setup.HEAD_LORA_MODULES).
@@ -205,7 +191,7 @@ RULES = (
     (
         lambda s: f"--grad-accum {s.grad_accum}",
         lambda s: s.grad_accum > 1,
-        lambda s: not _mlx(s) or _mlx_derived(s),
+        lambda s: not _mlx(s) or step_derived(s),
         "on MLX is modelled over MLX's derived steps only (full Adam fine-tuning, or "
         "mlx-lm's LoRA/DoRA on every linear, introspect.refined.mlx_dora); this setup has "
         "torch's moments: drop --grad-accum or use --framework torch",
@@ -218,9 +204,9 @@ RULES = (
         "only (peft's use_dora is not modelled); use --framework mlx, or --finetune lora",
     ),
     (
-        lambda s: f"--finetune dora with {_dora_unmodelled(s)}",
+        lambda s: f"--finetune dora with {dora_unmodelled_flag(s)}",
         lambda s: s.finetune == "dora" and _mlx(s),
-        lambda s: _dora_unmodelled(s) is None,
+        lambda s: dora_unmodelled_flag(s) is None,
         "is not modelled: MLX's DoRA step is derived for mlx-lm's DoRALinear on every "
         "linear of each block (mlx-lm's default keys), a float base, Adam or AdamW, no "
         "checkpointing, one device; drop that flag or use --finetune lora",

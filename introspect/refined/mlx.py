@@ -196,6 +196,7 @@ from typing import TYPE_CHECKING
 
 from introspect import _record
 from introspect._record import record
+from introspect.mlx_setups import step_derived
 from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -809,51 +810,25 @@ def checkpointed_counts(
 
 
 def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
-    """Whether the derived counts describe this step: MLX, full fine-tuning with Adam
-    (or AdamW: the same graph and one more multiply), a standard cross-entropy, one
-    device, nothing offloaded — or mlx-lm's LoRA (:func:`lora_applies`). Other MLX
-    setups (SGD, QLoRA, chunked losses, sharding) keep torch's moments, which MLX's graph
-    does not follow — unmodelled here. With ``spec``, a LoRA step also needs a structure
-    of :data:`LORA_STRUCTURES` (without it, :func:`moments` gives torch's for the rest)."""
-    if setup.finetune in ("lora", "dora"):
-        # DoRA outside the derived structures is refused in moments (mlx_dora.check),
-        # never given torch's moments.
-        return lora_applies(setup) and (
-            spec is None or setup.finetune == "dora" or structure_of(spec, setup) in LORA_STRUCTURES
-        )
+    """Whether the derived counts describe this step (:func:`introspect.mlx_setups.
+    step_derived`: MLX, full fine-tuning with Adam or AdamW, a standard cross-entropy,
+    one device, nothing offloaded — or mlx-lm's LoRA/DoRA, :func:`lora_applies`). Other
+    MLX setups (SGD, QLoRA, chunked losses, sharding) keep torch's moments, which MLX's
+    graph does not follow — unmodelled here. With ``spec``, a LoRA step also needs a
+    structure of :data:`LORA_STRUCTURES` (without it, :func:`moments` gives torch's for
+    the rest)."""
+    if not step_derived(setup):
+        return False
+    # DoRA outside the derived structures is refused in moments (mlx_dora.check), never
+    # given torch's moments.
     return (
-        setup.framework in ("mlx", "mlx_compiled")
-        and setup.finetune == "full"
-        and setup.optimizer in ("adam", "adamw")
-        and setup.cross_entropy == "standard"
-        and setup.devices == 1
-        and setup.offload == "none"
-        and not setup.optimizer_in_backward
+        setup.finetune not in ("lora", "dora")
+        or spec is None
+        or setup.finetune == "dora"
+        or structure_of(spec, setup) in LORA_STRUCTURES
     )
 
 
 #: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``):
 #: mlx-lm's Llama-style blocks, whose every nn.Linear is one of q/k/v/o/gate/up/down.
 LORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
-
-
-def lora_applies(setup: TrainingSetup) -> bool:
-    """mlx-lm's LoRA as ``mlx_lm.lora`` runs it by default and the counts were derived
-    for: adapters on every block with mlx-lm's default keys (every nn.Linear of a block:
-    ``all-linear``), any dropout (``lora_parameters`` default 0.0; a dropout's mask and
-    dropped copies are :func:`introspect.refined.mlx_dora.dropout_terms`), LoRA or DoRA
-    (``fine_tune_type``; DoRA's extra is :mod:`introspect.refined.mlx_dora`'s), Adam or
-    AdamW over the adapters, no checkpointing (``mx.checkpoint`` cannot be traced),
-    mlx-lm's class, one device."""
-    return (
-        setup.framework in ("mlx", "mlx_compiled")
-        and setup.implementation == "mlx_lm"
-        and "all-linear" in setup.lora_targets
-        and not setup.train_embeddings
-        and not setup.activation_checkpointing
-        and setup.optimizer in ("adam", "adamw")
-        and setup.cross_entropy == "standard"
-        and setup.devices == 1
-        and setup.offload == "none"
-        and not setup.optimizer_in_backward
-    )

@@ -95,27 +95,6 @@ def is_adapter(setup: TrainingSetup) -> bool:
     return setup.finetune in ("lora", "dora")
 
 
-def unmodelled_flag(setup: TrainingSetup) -> str | None:
-    """The first flag of an MLX DoRA setup that the derivation does not cover (None when
-    it covers them all): :func:`introspect.refined.mlx.lora_applies`'s conditions, and a
-    float base (DoRA dequantizes a quantized one on every call: not modelled)."""
-    if setup.implementation != "mlx_lm":
-        return f"--impl {setup.implementation.replace('_', '-')}"
-    if "all-linear" not in setup.lora_targets:
-        return "--lora-targets " + " ".join(setup.lora_targets)
-    if setup.train_embeddings:
-        return "--train-embeddings"
-    if setup.activation_checkpointing:
-        return "--checkpointing"
-    if setup.base_quant not in ("auto", "fp32", "bf16", "fp16"):
-        return f"--base-quant {setup.base_quant}"
-    if setup.optimizer not in ("adam", "adamw"):
-        return f"--optimizer {setup.optimizer}"
-    if setup.cross_entropy != "standard":
-        return f"--cross-entropy {setup.cross_entropy}"
-    return None
-
-
 def check(spec: ModelSpec, setup: TrainingSetup, structure: str, derived: tuple) -> None:
     """Refuse a DoRA model that mlx-lm refuses or the counts do not describe: one line.
 

@@ -1,0 +1,76 @@
+"""Which MLX setups the derived step describes: predicates on the setup alone.
+
+:mod:`introspect.applies` (the flag rules the setup checks itself against) needs them,
+and it sits below the estimators, so they live here, importing nothing of
+:mod:`introspect.refined`; :mod:`introspect.refined.mlx` and
+:mod:`introspect.refined.mlx_dora` re-export them. The structure half of the question
+(whether mlx-lm's block is one of the derived ones) needs the spec and stays in
+:func:`introspect.refined.mlx.applies`.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
+if TYPE_CHECKING:
+    from introspect.setup import TrainingSetup
+
+
+def lora_applies(setup: TrainingSetup) -> bool:
+    """mlx-lm's LoRA as ``mlx_lm.lora`` runs it by default and the counts were derived
+    for: adapters on every block with mlx-lm's default keys (every nn.Linear of a block:
+    ``all-linear``), any dropout (``lora_parameters`` default 0.0; a dropout's mask and
+    dropped copies are :func:`introspect.refined.mlx_dora.dropout_terms`), LoRA or DoRA
+    (``fine_tune_type``; DoRA's extra is :mod:`introspect.refined.mlx_dora`'s), Adam or
+    AdamW over the adapters, no checkpointing (``mx.checkpoint`` cannot be traced),
+    mlx-lm's class, one device."""
+    return (
+        setup.framework in ("mlx", "mlx_compiled")
+        and setup.implementation == "mlx_lm"
+        and "all-linear" in setup.lora_targets
+        and not setup.train_embeddings
+        and not setup.activation_checkpointing
+        and setup.optimizer in ("adam", "adamw")
+        and setup.cross_entropy == "standard"
+        and setup.devices == 1
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )
+
+
+def step_derived(setup: TrainingSetup) -> bool:
+    """Whether MLX's derived counts describe the step, whatever the structure: MLX, full
+    fine-tuning with Adam (or AdamW: the same graph and one more multiply), a standard
+    cross-entropy, one device, nothing offloaded — or mlx-lm's LoRA/DoRA
+    (:func:`lora_applies`)."""
+    if setup.finetune in ("lora", "dora"):
+        return lora_applies(setup)
+    return (
+        setup.framework in ("mlx", "mlx_compiled")
+        and setup.finetune == "full"
+        and setup.optimizer in ("adam", "adamw")
+        and setup.cross_entropy == "standard"
+        and setup.devices == 1
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )
+
+
+def dora_unmodelled_flag(setup: TrainingSetup) -> str | None:
+    """The first flag of an MLX DoRA setup that the derivation does not cover (None when
+    it covers them all): :func:`lora_applies`'s conditions, and a float base (DoRA
+    dequantizes a quantized one on every call: not modelled)."""
+    if setup.implementation != "mlx_lm":
+        return f"--impl {setup.implementation.replace('_', '-')}"
+    if "all-linear" not in setup.lora_targets:
+        return "--lora-targets " + " ".join(setup.lora_targets)
+    if setup.train_embeddings:
+        return "--train-embeddings"
+    if setup.activation_checkpointing:
+        return "--checkpointing"
+    if setup.base_quant not in ("auto", "fp32", "bf16", "fp16"):
+        return f"--base-quant {setup.base_quant}"
+    if setup.optimizer not in ("adam", "adamw"):
+        return f"--optimizer {setup.optimizer}"
+    if setup.cross_entropy != "standard":
+        return f"--cross-entropy {setup.cross_entropy}"
+    return None
