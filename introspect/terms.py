@@ -517,6 +517,46 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/layernorm/shared_block",
+            category="activations",
+            equation="s·B·T·(W + d) per use: the block's input norm over W = 2d and its pre-feed-forward norm",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/linear/shared_block",
+            category="activations",
+            equation="s·B·T·(2·q_dim + 2·kv_dim + d) per use: Q, K, V, the context, o_proj's output",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/quadratic/shared_block",
+            category="activations",
+            equation="s·2·B·h·T² per use: the seed's scores and probabilities",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
+            name="activations/layer/feed_forward/shared_block",
+            category="activations",
+            equation="s·B·T·(4f + 2d) per use (gated; 2f + 2d plain): gate, up, act, product, the MLP's and the per-use linear's outputs",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/mamba/gated_norm",
             category="activations",
             equation="gate + 3 * B*T*I*FP32 + B*T_p*I*FP32 + B*T*g*FP32  (saved)",

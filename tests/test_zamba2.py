@@ -191,6 +191,24 @@ def test_zamba2_closed_form_within_3_percent_of_its_dry_run(tmp_path, capsys, se
     assert abs(row["measured_over_refined"] - 1) <= 0.03, row["measured_over_refined"]
 
 
+def test_architecture_layer_counts_the_shared_block_per_use():
+    """The seed's bookkeeping at the shared block's shapes, once per use (three hybrid
+    layers over two blocks): its norms over 2·d and d, Q/K/V/context over the 2·d-wide
+    attention and o_proj's d, the 2·B·h·T² scores and probabilities, the gated MLP's four
+    f-wide tensors and the two d-wide outputs."""
+    from introspect.refined import architecture
+
+    spec = spec_from_config(dict(ZAMBA2))
+    setup = _setup("fp32", "eager", 2, 32)
+    terms = architecture.estimate(spec, setup).terms
+    BT, d, W, h, f, uses, s = 64, HIDDEN, 2 * HIDDEN, 4, 96, 3, 4
+    layer = "activations/layer"
+    assert terms[f"{layer}/layernorm/shared_block"] == uses * s * BT * (W + d)
+    assert terms[f"{layer}/attention/linear/shared_block"] == uses * s * BT * (4 * W + d)
+    assert terms[f"{layer}/attention/quadratic/shared_block"] == uses * s * 2 * 2 * h * 32**2
+    assert terms[f"{layer}/feed_forward/shared_block"] == uses * s * BT * (4 * f + 2 * d)
+
+
 def test_profile_prints_the_shared_block_and_its_estimate(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(ZAMBA2))
