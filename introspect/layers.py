@@ -303,8 +303,9 @@ class SharedBlock:
     attention_adapter_rank: int = 0
     ffn_adapter_rank: int = 0
     output_linear: bool = True
-    #: Adapter sets the block holds for other uses and this one never runs (an untied
-    #: copy of a block that would be shared: parameters, counted; no activations).
+    #: Adapter sets the block holds that no use runs (an untied copy of a block that
+    #: would be shared holds every use's; a config's ``hybrid_layer_ids`` may list more
+    #: slots than layers): parameters, counted once per block; no activations.
     idle_adapters: int = 0
 
     def __post_init__(self) -> None:

@@ -221,15 +221,13 @@ def shared_use_params(spec: ModelSpec, block: SharedBlock) -> dict[str, int]:
     tied block holds one adapter per use, ``Zamba2MLP.gate_up_proj_adapter_list`` /
     ``Zamba2Attention.linear_{q,k,v}_adapter_list``): the output linear d·d, the gate_up
     adapter d·r + r·(2·f gated, f plain), and with attention adapters 3·(W·r + r·W),
-    W the block's input width; an untied copy also holds the ``idle_adapters`` sets of
-    the uses it would have been shared with."""
+    W the block's input width."""
     d, W, ff = spec.hidden_size, block.input_width, block.feed_forward
     r_att, r_ff = block.attention_adapter_rank, block.ffn_adapter_rank
     up = (2 if ff.ffn == "gated" else 1) * ff.intermediate_size
-    sets = 1 + block.idle_adapters  # an untied copy holds every use's adapters
     return {
-        "attention": (d * d if block.output_linear else 0) + sets * 3 * (W * r_att + r_att * W),
-        "mlp": sets * (d * r_ff + r_ff * up),
+        "attention": (d * d if block.output_linear else 0) + 3 * (W * r_att + r_att * W),
+        "mlp": d * r_ff + r_ff * up,
     }
 
 
@@ -243,11 +241,18 @@ def shared_block_params(spec: ModelSpec, block: SharedBlock) -> dict[str, int]:
     attention = W * q + 2 * W * kv + q * d
     attention += (q + 2 * kv if att.qkv_bias else 0) + (d if att.o_bias else 0)
     ff = block.feed_forward
-    return {
+    out = {
         "attention": attention,
         "mlp": dense_ffn_params(d, ff.intermediate_size, ff.ffn, ff.bias),
         "norms": norm_params(spec, W) + norm_params(spec, d),
     }
+    if block.idle_adapters:  # adapter sets no use runs (SharedBlock.idle_adapters)
+        one = shared_use_params(spec, block)
+        out["attention"] += block.idle_adapters * (
+            one["attention"] - (d * d if block.output_linear else 0)
+        )
+        out["mlp"] += block.idle_adapters * one["mlp"]
+    return out
 
 
 def shared_blocks(spec: ModelSpec) -> dict[int, SharedBlock]:

@@ -94,6 +94,20 @@ def test_default_zamba2_config_counts_its_shared_block_once():
     assert spec.n_params == sum(p.numel() for p in model.parameters())
 
 
+def test_a_saved_config_s_hybrid_layer_ids_size_the_adapter_lists():
+    """A config.json from ``Zamba2Config.to_dict()`` keeps ``hybrid_layer_ids``, which
+    overrides the list ``__post_init__`` derives (PreTrainedConfig sets extra keys after
+    it): every_type's shrunk default keeps the 54-layer list for its 7 layers, so the one
+    shared block holds 9 gate_up adapters and its one use runs the first. Counted as
+    built; a list that misses a hybrid layer is one line."""
+    raw = {**transformers.Zamba2Config().to_dict(), "model_type": "zamba2"}
+    small = {**raw, "num_hidden_layers": 7, "layers_block_type": raw["layers_block_type"][:7]}
+    assert len(small["hybrid_layer_ids"]) == 9
+    count_is_the_meta_build(small)
+    with pytest.raises(Exception, match="hybrid_layer_ids"):
+        spec_from_config({**small, "hybrid_layer_ids": [12, 18]})
+
+
 def _use(config: dict, attention: str):
     """One hybrid layer's shared block and linear from transformers' own class, with the
     inputs a model gives it (the embedding output, the rotary tables, eager's mask)."""

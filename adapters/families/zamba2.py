@@ -98,6 +98,26 @@ def _mixer(r: Reader, d: int) -> Attention:
     )
 
 
+def _adapter_slots(r: Reader, types: list[str], blocks: int) -> int:
+    """How many adapter slots each shared block's lists have (``len(hybrid_layer_ids)``:
+    a saved config's list overrides the one ``__post_init__`` derives, and every slot
+    ``i`` with ``i mod num_mem_blocks`` = the block's id holds a real adapter). The j-th
+    hybrid layer runs slot ``hybrid_layer_ids.index(layer)``, which must be one of its
+    block's (else the class runs an ``nn.Identity`` or fails)."""
+    hybrid = [i for i, t in enumerate(types) if t == "hybrid"]
+    ids = r.items("hybrid_layer_ids", int)
+    if ids is None:
+        return len(hybrid)
+    for j, layer in enumerate(hybrid):
+        if layer not in ids or ids.index(layer) % blocks != j % blocks:
+            raise r.fail(
+                f"hybrid_layer_ids={ids} does not list hybrid layer {layer} at a slot of its "
+                f"shared block ({j % blocks} of num_mem_blocks={blocks}); the layers are "
+                f"{hybrid}"
+            )
+    return len(ids)
+
+
 def zamba2(r: Reader) -> dict:
     """Zamba2Config → the spec's fields: one layer kind for the Mamba-2 layers (one
     norm, the mixer, no feed-forward) and one per shared block for the hybrid layers
@@ -114,7 +134,17 @@ def zamba2(r: Reader) -> dict:
     kv = r.kv_heads(None, CLS) or heads
     if heads % kv:
         raise r.fail(f"num_key_value_heads={kv} must divide num_attention_heads={heads}")
-    head = W // heads
+    _, width = r.raw("attention_hidden_size")
+    if width is not MISSING and width != W:
+        raise r.fail(
+            f"attention_hidden_size={width!r} is not 2·hidden_size = {W}: the shared block "
+            "reads the layer input concatenated with the embeddings (transformers' class "
+            "fails its forward otherwise)"
+        )
+    # A saved config's attention_head_dim (head_dim) overrides __post_init__'s 2·d/heads:
+    # PreTrainedConfig sets the extra keys after it.
+    head = r.integer("attention_head_dim", default=W // heads)
+    mixer = _mixer(r, d)  # its sizes first: the line names a size key before the layout
     L = _int(r, "num_hidden_layers", 54)
     types = _blocks(r, L)
     f = r.integer("intermediate_size", default=4 * d, why=f"{CLS}: 4·hidden_size")
@@ -133,7 +163,6 @@ def zamba2(r: Reader) -> dict:
             "wide and cannot be added to the narrower k/v projections (transformers' class "
             "fails its forward); use num_key_value_heads = num_attention_heads"
         )
-    mixer = _mixer(r, d)
     none = FeedForward(ffn="none", intermediate_size=1)
     mamba = LayerKind(attention=mixer, feed_forward=none, norms=1)
     shared_attention = Attention(
@@ -148,17 +177,17 @@ def zamba2(r: Reader) -> dict:
         # hybrid layer holds its own copy, with the adapters of every use of its block.
         r.assumptions.append(
             "tie_word_embeddings false: transformers ties no shared block either, so each "
-            "hybrid layer holds its own copy and every use's adapters of it (the idle "
-            "adapters get no gradient; the closed form prices their gradients and "
-            "optimizer state as if trained)"
+            "hybrid layer holds its own copy and every use's adapters of it"
         )
+    slots = _adapter_slots(r, types, blocks)
     kinds, hybrid = [], 0
     for t in types:
         if t != "hybrid":
             kinds.append(mamba)
             continue
         block_id = hybrid % blocks
-        siblings = len(range(block_id, uses, blocks))  # the uses of this block
+        held = len(range(block_id, slots, blocks))  # the adapter sets the block holds
+        run = len(range(block_id, uses, blocks)) if tied else 1  # and its uses run
         shared = SharedBlock(
             block_id=block_id if tied else hybrid,
             attention=shared_attention,
@@ -166,7 +195,7 @@ def zamba2(r: Reader) -> dict:
             input_width=W,
             attention_adapter_rank=rank if att_adapters else 0,
             ffn_adapter_rank=rank,
-            idle_adapters=0 if tied else siblings - 1,
+            idle_adapters=held - run,
         )
         hybrid += 1
         kinds.append(LayerKind(attention=mixer, feed_forward=none, norms=1, shared=shared))

@@ -120,10 +120,11 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, block: SharedBlock) -> dic
 
 
 def block_weights(spec: ModelSpec, block: SharedBlock) -> int:
-    """Elements of the shared block's linear weights (q, k, v, o, gate_up, down)."""
+    """Elements of the shared block's linear weights (q, k, v, o, gate_up, down; not the
+    adapter sets no use runs)."""
     from introspect.params import shared_block_params
 
-    parts = shared_block_params(spec, block)
+    parts = shared_block_params(spec, _record.replace(block, idle_adapters=0))
     ff, att = block.feed_forward, block.attention
     biases = (att.q_dim + 2 * att.k_dim if att.qkv_bias else 0) + (
         spec.hidden_size if att.o_bias else 0
@@ -165,7 +166,7 @@ def saved(spec: ModelSpec, setup: TrainingSetup, block: SharedBlock) -> dict[str
         out["feed_forward/product"] = BT * f * s
     out["feed_forward/down"] = BT * d * s
     if amp:
-        own = sum(shared_use_params(spec, _record.replace(block, idle_adapters=0)).values())
+        own = sum(shared_use_params(spec, block).values())
         out["autocast_weights"] = BF16 * (own + block_weights(spec, block))
     return {PREFIX + k: v for k, v in out.items()}
 
@@ -222,8 +223,7 @@ def autocast_cache(spec: ModelSpec) -> int | None:
             w = mamba2.widths(att, d)
             total += count * (d * w["P"] + w["I"] * d + w["C"] * att.mamba_conv_kernel)
         if kind.shared is not None:
-            run = _record.replace(kind.shared, idle_adapters=0)  # the adapters this use runs
-            total += count * sum(shared_use_params(spec, run).values())
+            total += count * sum(shared_use_params(spec, kind.shared).values())
     blocks = {k.shared.block_id: k.shared for k, _ in spec.kinds if k.shared is not None}
     total += sum(block_weights(spec, b) for b in blocks.values())
     return BF16 * total
