@@ -646,14 +646,22 @@ def check_shared_blocks(spec: Any, setup: Any) -> None:
     block whose weights many layers share is not such a unit (nor is its placement
     modelled); the dry run on one device, DDP and ZeRO-1/2 are."""
     n = sum(count for kind, count in spec.kinds if getattr(kind, "shared", None) is not None)
-    if not n or setup.resolved_sharding != "fsdp":
+    if not n:
         return
-    raise NotApplicable(
-        f"--fsdp / --zero 3: {spec.source or spec.model_type} runs shared transformer "
-        f"blocks at {n} of {spec.num_hidden_layers} layers, whose weights the closed form "
-        "cannot gather layer by layer (a shared block is no per-layer unit); use --ddp "
-        "or --zero 1/2, or one device"
-    )
+    where = f"{spec.source or spec.model_type} runs shared transformer blocks at {n} of "
+    where += f"{spec.num_hidden_layers} layers"
+    if setup.resolved_sharding == "fsdp":
+        raise NotApplicable(
+            f"--fsdp / --zero 3: {where}, whose weights the closed form cannot gather layer "
+            "by layer (a shared block is no per-layer unit); use --ddp or --zero 1/2, or "
+            "one device"
+        )
+    if setup.pipeline_parallel > 1:
+        raise NotApplicable(
+            f"--pp {setup.pipeline_parallel}: {where}, whose weights every stage using "
+            "them would hold (not modelled: the closed form gives a stage its own layers' "
+            "weights); drop --pp"
+        )
 
 
 def _refuse_state_space(spec: Any, setup: Any, n: int, name: str) -> None:

@@ -140,6 +140,11 @@ class _SharedUse(torch.nn.Module):
 
 
 def _census(config: dict, attention: str, precision: str, B: int, T: int) -> int:
+    return sum(_census_rows(config, attention, precision, B, T).values())
+
+
+def _census_rows(config: dict, attention: str, precision: str, B: int, T: int) -> dict:
+    """The storages one use saves: ``{(shape, producing op, n): bytes}``."""
     from introspect.measure.census import census
 
     model, layer, index = _use(config, attention)
@@ -166,7 +171,8 @@ def _census(config: dict, attention: str, precision: str, B: int, T: int) -> int
             return holder["use"](x).sum()
 
     cen = census(holder, forward, tokens=B * T, seq_len=T)
-    return sum(row[4] for row in cen.rows if row[0].startswith("use"))
+    rows = [row for row in cen.rows if row[0].startswith("use")]
+    return {(row[2], row[1], i): row[4] for i, row in enumerate(rows)}
 
 
 def _setup(precision: str, attention: str, B: int, T: int) -> TrainingSetup:
@@ -221,6 +227,12 @@ def test_architecture_layer_counts_the_shared_block_per_use():
     assert terms[f"{layer}/attention/linear/shared_block"] == uses * s * BT * (4 * W + d)
     assert terms[f"{layer}/attention/quadratic/shared_block"] == uses * s * 2 * 2 * h * 32**2
     assert terms[f"{layer}/feed_forward/shared_block"] == uses * s * BT * (4 * f + 2 * d)
+    # Each tensor it counts is one the real block's step saves (its census, FP32 eager):
+    # the W- and d-wide norm inputs, Q/K/V and the context, the T×T probabilities, the
+    # 2f-wide gate_up and the f-wide activation and product, the d-wide MLP output.
+    rows = _census_rows(ZAMBA2, "eager", "fp32", 2, 32)
+    storages = {n // s for n in rows.values()}  # elements of each saved storage
+    assert {BT * W, BT * d, 2 * h * 32 * 32, BT * 2 * f, BT * f} <= storages
 
 
 def test_profile_prints_the_shared_block_and_its_estimate(tmp_path, capsys):
@@ -251,3 +263,13 @@ def test_bad_zamba2_sizes_are_one_line(tmp_path, capsys, change, key):
     assert main(["profile", str(path)]) == 2
     line = one_line_error(capsys)
     assert key in line and str(path) in line
+
+
+@pytest.mark.parametrize("flags", [["--devices", "2", "--fsdp"], ["--pp", "2"]])
+def test_sharding_a_shared_block_by_layer_is_refused_in_one_line(tmp_path, capsys, flags):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(ZAMBA2))
+    assert main(["profile", str(path), *flags]) == 2
+    line = one_line_error(capsys)
+    assert flags[-1] in line or flags[0] in line
+    assert "shared transformer blocks at 3 of 6 layers" in line
