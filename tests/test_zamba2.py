@@ -81,6 +81,25 @@ def test_zamba2_count_equals_the_meta_build(name):
     assert any(kind.shared is not None for kind, _ in spec.kinds)
 
 
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_zamba2_parameter_tensors_are_the_models_own(name):
+    """The tensors the optimizer loop and the sharding terms read
+    (``shard_shapes.parameter_tensors``: each mixer's conv, in_proj, dt_bias, A_log,
+    norm, D, out_proj; each use's linear; the tied block once) are the meta build's
+    ``parameters()``, shape for shape (as a multiset: the order is module order within
+    a layer, not checked here)."""
+    from introspect.refined.shard_shapes import parameter_tensors
+
+    config = VARIANTS[name]
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model("zamba2", **keys)
+        )
+    real = sorted(tuple(p.shape) for p in model.parameters())
+    assert sorted(parameter_tensors(spec_from_config(dict(config)))) == real
+
+
 def test_default_zamba2_config_counts_its_shared_block_once():
     """Zamba2Config()'s 54 layers, 9 of them hybrid over one shared block: 2,481,848,336
     parameters, as the meta build counts them (the tied block once)."""
