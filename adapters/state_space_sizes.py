@@ -1,7 +1,8 @@
 """One line for a state-space config whose sizes cannot build a mixer, before
-transformers is asked to build it (Falcon-H1, Zamba2 and the other Mamba-2 stacks no
-reader models: their dry run answers, and a zero conv kernel or a width the heads do not
-split otherwise surfaces as torch warnings and a failed step).
+transformers is asked to build it (Falcon-H1 and the other Mamba-2 stacks no reader
+models: their dry run answers, and a zero conv kernel or a width the heads do not split
+otherwise surfaces as torch warnings and a failed step; Zamba2's own reader,
+``families/zamba2.py``, checks its keys itself).
 
 The keys are the configs' own: ``configuration_falcon_h1.py`` (``mamba_d_ssm``, else
 ``mamba_expand · hidden_size``, is the mixer width, split into ``mamba_n_heads`` heads;

@@ -614,6 +614,7 @@ def check_model(spec: Any, setup: Any) -> None:
             "or run with; use --cross-entropy standard or trl"
         )
     check_state_space(spec, setup)
+    check_shared_blocks(spec, setup)
     if setup.images:
         check_images(spec, setup)
     k = getattr(setup, "num_layers", None)
@@ -653,6 +654,30 @@ def check_state_space(spec: Any, setup: Any) -> None:
         n = sum(count for kind, count in spec.kinds if kind.attention.kind == kind_name)
         if n:
             _refuse_state_space(spec, setup, n, name)
+
+
+def check_shared_blocks(spec: Any, setup: Any) -> None:
+    """One line for a parameter-sharding setup (FSDP, ZeRO-3) on a stack with shared
+    blocks (Zamba2): the closed form gathers a block's weights with each layer, and a
+    block whose weights many layers share is not such a unit (nor is its placement
+    modelled); the dry run on one device, DDP and ZeRO-1/2 are."""
+    n = sum(count for kind, count in spec.kinds if getattr(kind, "shared", None) is not None)
+    if not n:
+        return
+    where = f"{spec.source or spec.model_type} runs shared transformer blocks at {n} of "
+    where += f"{spec.num_hidden_layers} layers"
+    if setup.resolved_sharding == "fsdp":
+        raise NotApplicable(
+            f"--fsdp / --zero 3: {where}, whose weights the closed form cannot gather layer "
+            "by layer (a shared block is no per-layer unit); use --ddp or --zero 1/2, or "
+            "one device"
+        )
+    if setup.pipeline_parallel > 1:
+        raise NotApplicable(
+            f"--pp {setup.pipeline_parallel}: {where}, whose weights every stage using "
+            "them would hold (not modelled: the closed form gives a stage its own layers' "
+            "weights); drop --pp"
+        )
 
 
 def _refuse_state_space(spec: Any, setup: Any, n: int, name: str) -> None:

@@ -260,6 +260,21 @@ def stack_flags(spec: ModelSpec) -> list[Flag]:
                 f"mamba1 {n}/{L}",
             )
         )
+    n, kind = _layers_with(spec, lambda k: k.shared is not None)
+    if kind is not None:
+        from introspect.params import shared_blocks
+
+        blocks = len(shared_blocks(spec))
+        out.append(
+            Flag(
+                "shared_block",
+                f"{blocks} shared transformer block{'s' if blocks > 1 else ''} run at {n} of "
+                f"{L} layers (Zamba2's hybrid layers): weights, gradients and optimizer "
+                "state once per block, activations once per use "
+                "(introspect.refined.shared_block)",
+                f"shared block {n}/{L}",
+            )
+        )
     if spec.tower_parameters:
         out.append(Flag("tower", f"{spec.tower}: {spec.tower_parameters:,} parameters", "tower"))
     if spec.unbuilt_parameters:

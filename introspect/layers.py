@@ -280,13 +280,56 @@ class FeedForward:
 
 
 @record(kw_only=True)
+class SharedBlock:
+    """A transformer block whose weights several layers share, run at each of them on
+    that layer's input before the layer's own mixer (Zamba2's ``shared_transformer``,
+    ``Zamba2AttentionDecoderLayer``, tied every ``num_mem_blocks`` hybrid layers).
+
+    The block reads ``input_width`` features (Zamba2: ``2·d``, the layer input
+    concatenated with the embedding output), normalizes them, runs its attention
+    (q/k/v over the ``input_width``, o_proj back to d), a norm over d and its gated
+    feed-forward, with no residual inside; a per-use ``output_linear`` d → d (no bias)
+    adds the result to the layer's input before its mixer's norm. Per use too: rank-r
+    adapters (``Linear(in, r)`` then ``Linear(r, out)``, added to a projection's
+    output) on gate_up (``ffn_adapter_rank``) and on q, k and v
+    (``attention_adapter_rank``, each ``input_width`` → r → ``input_width``).
+    ``block_id`` names which shared block: its weights are counted once, whatever the
+    number of layers that use it; its activations once per use."""
+
+    block_id: int
+    attention: Attention
+    feed_forward: FeedForward
+    input_width: int
+    attention_adapter_rank: int = 0
+    ffn_adapter_rank: int = 0
+    output_linear: bool = True
+    #: Adapter sets the block holds that no use runs (an untied copy of a block that
+    #: would be shared holds every use's; a config's ``hybrid_layer_ids`` may list more
+    #: slots than layers): parameters, counted once per block; no activations.
+    idle_adapters: int = 0
+
+    def __post_init__(self) -> None:
+        if self.block_id < 0:
+            raise ValueError(f"shared block id must be >= 0, got {self.block_id}")
+        _positive("shared block input width", self.input_width)
+        if self.attention.kind != "full":
+            kind = self.attention.kind
+            raise ValueError(f"a shared block's attention must be full; got {kind!r}")
+        for name in ("attention_adapter_rank", "ffn_adapter_rank", "idle_adapters"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+@record(kw_only=True)
 class LayerKind:
     """One kind of block: its attention, its feed-forward and its block norms (2 for a
-    pre-norm block, 1 for a parallel block, 4 with Gemma-2's post-norms)."""
+    pre-norm block, 1 for a parallel block, 4 with Gemma-2's post-norms); ``shared``, a
+    :class:`SharedBlock` this layer runs before its own mixer (Zamba2's hybrid layers)."""
 
     attention: Attention
     feed_forward: FeedForward
     norms: int = 2
+    shared: SharedBlock | None = None
 
     def __post_init__(self) -> None:
         if self.norms < 0:

@@ -6,8 +6,9 @@ GQA's narrower K/V projections, gated feed-forwards' third matrix, biases, norm 
 Gated DeltaNet's projections, convolution and decay, attention sinks, routed experts
 (with their biases) and their router, shared experts and their gate, a multimodal
 wrapper's tower, and a tied output embedding once. Each distinct layer kind is counted
-once and multiplied by how many layers have it. The components always sum exactly to the
-total.
+once and multiplied by how many layers have it; a block whose weights several layers
+share (Zamba2's ``shared_transformer``) once, whatever the number of layers using it. The
+components always sum exactly to the total.
 
 Sources: ``transformers/models/<family>/modeling_<family>.py`` — ``deepseek_v3``
 (``DeepseekV3Attention``: q_a/q_b, kv_a_proj_with_mqa, kv_b, their RMSNorms;
@@ -18,7 +19,7 @@ Sources: ``transformers/models/<family>/modeling_<family>.py`` — ``deepseek_v3
 
 from __future__ import annotations
 
-from introspect.layers import Attention, FeedForward, LayerKind
+from introspect.layers import Attention, FeedForward, LayerKind, SharedBlock
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
@@ -200,12 +201,66 @@ def qk_norm_params(spec: ModelSpec, att: Attention | None = None) -> int:
 
 
 def layer_by_component(spec: ModelSpec, kind: LayerKind) -> dict[str, int]:
-    """One block of ``kind``, by component."""
+    """One block of ``kind``, by component (with a shared block, only what each use
+    of it owns: :func:`shared_use_params`; the shared weights are the stack's, counted
+    once in :func:`parameters_by_component`)."""
     out = {"attention": attention_params(spec, kind.attention)}
     out.update(feed_forward_by_component(spec, kind.feed_forward))
     out["norms"] = kind.norms * norm_params(spec, spec.hidden_size) + qk_norm_params(
         spec, kind.attention
     )
+    if kind.shared is not None:
+        for name, n in shared_use_params(spec, kind.shared).items():
+            out[name] += n
+    return out
+
+
+def shared_use_params(spec: ModelSpec, block: SharedBlock) -> dict[str, int]:
+    """What each layer that uses a shared block owns (``Zamba2HybridLayer``,
+    ``modeling_zamba2.py``: ``get_layers`` makes one ``linear`` per hybrid layer, and the
+    tied block holds one adapter per use, ``Zamba2MLP.gate_up_proj_adapter_list`` /
+    ``Zamba2Attention.linear_{q,k,v}_adapter_list``): the output linear d·d, the gate_up
+    adapter d·r + r·(2·f gated, f plain), and with attention adapters 3·(W·r + r·W),
+    W the block's input width."""
+    d, W, ff = spec.hidden_size, block.input_width, block.feed_forward
+    r_att, r_ff = block.attention_adapter_rank, block.ffn_adapter_rank
+    up = (2 if ff.ffn == "gated" else 1) * ff.intermediate_size
+    return {
+        "attention": (d * d if block.output_linear else 0) + 3 * (W * r_att + r_att * W),
+        "mlp": d * r_ff + r_ff * up,
+    }
+
+
+def shared_block_params(spec: ModelSpec, block: SharedBlock) -> dict[str, int]:
+    """One shared block's own weights, counted once however many layers use it
+    (``Zamba2AttentionDecoderLayer``): q, k, v over the input width W (W·q_dim,
+    W·kv_dim each) and o_proj q_dim → d, their biases where present; the gated
+    feed-forward over d; the input norm over W and the pre-feed-forward norm over d."""
+    d, W, att = spec.hidden_size, block.input_width, block.attention
+    q, kv = att.q_dim, att.k_dim
+    attention = W * q + 2 * W * kv + q * d
+    attention += (q + 2 * kv if att.qkv_bias else 0) + (d if att.o_bias else 0)
+    ff = block.feed_forward
+    out = {
+        "attention": attention,
+        "mlp": dense_ffn_params(d, ff.intermediate_size, ff.ffn, ff.bias),
+        "norms": norm_params(spec, W) + norm_params(spec, d),
+    }
+    if block.idle_adapters:  # adapter sets no use runs (SharedBlock.idle_adapters)
+        one = shared_use_params(spec, block)
+        out["attention"] += block.idle_adapters * (
+            one["attention"] - (d * d if block.output_linear else 0)
+        )
+        out["mlp"] += block.idle_adapters * one["mlp"]
+    return out
+
+
+def shared_blocks(spec: ModelSpec) -> dict[int, SharedBlock]:
+    """The stack's shared blocks by id, each once (first-seen order)."""
+    out: dict[int, SharedBlock] = {}
+    for kind, _ in spec.kinds:
+        if kind.shared is not None:
+            out.setdefault(kind.shared.block_id, kind.shared)
     return out
 
 
@@ -231,6 +286,9 @@ def parameters_by_component(spec: ModelSpec) -> dict[str, int]:
     for kind, count in spec.kinds:
         for name, n in layer_by_component(spec, kind).items():
             out[name] += count * n
+    for block in shared_blocks(spec).values():
+        for name, n in shared_block_params(spec, block).items():
+            out[name] += n
     out["norms"] += norm_params(spec, d)
     out["lm_head"] = (0 if spec.tie_word_embeddings else V * d) + (V if spec.lm_head_bias else 0)
     if spec.tower_parameters:

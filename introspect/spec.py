@@ -12,7 +12,7 @@ from functools import cached_property
 
 from introspect import _record
 from introspect._record import field, record
-from introspect.layers import Attention, FeedForward, LayerKind, LayerRun
+from introspect.layers import Attention, FeedForward, LayerKind, LayerRun, SharedBlock
 from introspect.params import parameter_count, standard_parameters
 from introspect.vision import VisionTower
 
@@ -344,10 +344,20 @@ class ModelSpec:
         runs = []
         for run in fields.get("layers") or ():
             kind = {k: v for k, v in run.items() if k != "count"}
+            shared = kind.get("shared")
+            if shared is not None:
+                shared = SharedBlock(
+                    **shared
+                    | {
+                        "attention": Attention(**shared["attention"]),
+                        "feed_forward": FeedForward(**shared["feed_forward"]),
+                    }
+                )
             kind = LayerKind(
                 attention=Attention(**kind["attention"]),
                 feed_forward=FeedForward(**kind["feed_forward"]),
                 norms=kind.get("norms", 2),
+                shared=shared,
             )
             runs.append(LayerRun(kind, run["count"]))
         fields["layers"] = tuple(runs)

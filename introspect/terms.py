@@ -427,6 +427,136 @@ def _records() -> tuple[Term, ...]:
             tests=("tests/test_ssm.py::test_mamba2_saved_set_equals_the_census",),
         ),
         Term(
+            name="activations/layer/shared_block/input_norm",
+            category="activations",
+            equation="B*T*W*FP32 + B*T*FP32 + B*T*W*rb  (saved: the norm's FP32 input over the concatenation, its rstd, x·rstd cast back)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/shared_block/input_norm/output",
+            category="activations",
+            equation="B*T*W*rb, or under autocast B*T*W*BF16 per reader (q, k, v and their adapters)  (saved)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/shared_block/ffn_norm",
+            category="activations",
+            equation="B*T*d*FP32 + B*T*FP32 + B*T*d*s  (saved: pre_ff_layernorm's FP32 input, rstd, x·rstd)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/shared_block/ffn_norm/output",
+            category="activations",
+            equation="B*T*d*s, or under autocast B*T*d*BF16 per reader (gate_up and its adapter)  (saved)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/shared_block/attention/{tensor}",
+            category="activations",
+            equation="q, k, v (B*T*q_dim*s, K/V repeated where eager repeats them), context B*T*q_dim*s, eager's probs B*h*T²*4 and probs_cast, SDPA's log-sum-exp B*h*T*4, the q/k/v adapters' middles 3*B*T*r*s  (saved)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/shared_block/feed_forward/{tensor}",
+            category="activations",
+            equation="gate_up + adapter B*T*2f*s, the adapter's middle B*T*r*s, act and product B*T*f*s each, down_proj's output (kept by the per-use linear) B*T*d*s  (saved)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/shared_block/autocast_weights",
+            category="activations",
+            equation="autocast: BF16 * (each use's own linears + the block's q, k, v, o, gate_up, down), the block's once per forward (cached_cast)  (saved)",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer.forward, Zamba2AttentionDecoderLayer.forward, Zamba2Attention.forward, Zamba2MLP.forward, Zamba2RMSNorm (introspect/refined/shared_block.py)",
+            computed_by=("introspect/refined/shared_block.py: saved",),
+            tests=(
+                "tests/test_zamba2.py::test_shared_block_saved_set_equals_the_census",
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/embedding/copy",
+            category="activations",
+            equation="checkpointing: B*T*d*rb, Zamba2's original_hidden_states = torch.clone(inputs_embeds), kept among every checkpointed layer's inputs",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2Model.forward (introspect/refined/shared_block.py: embedding_copy)",
+            computed_by=(
+                "introspect/refined/saved.py: embedding",
+                "introspect/refined/shared_block.py: embedding_copy",
+            ),
+            tests=(
+                "tests/test_zamba2.py::test_zamba2_closed_form_within_3_percent_of_its_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/layernorm/shared_block",
+            category="activations",
+            equation="s·B·T·(W + d) per use: the block's input norm over W = 2d and its pre-feed-forward norm",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/linear/shared_block",
+            category="activations",
+            equation="s·B·T·(2·q_dim + 2·kv_dim + d) per use: Q, K, V, the context, o_proj's output",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/quadratic/shared_block",
+            category="activations",
+            equation="s·2·B·h·T² per use: the seed's scores and probabilities",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
+            name="activations/layer/feed_forward/shared_block",
+            category="activations",
+            equation="s·B·T·(4f + 2d) per use (gated; 2f + 2d plain): gate, up, act, product, the MLP's and the per-use linear's outputs",
+            source="transformers/models/zamba2/modeling_zamba2.py: Zamba2HybridLayer, Zamba2AttentionDecoderLayer (introspect/refined/architecture.py: shared_block_values)",
+            computed_by=("introspect/refined/architecture.py: estimate",),
+            tests=(
+                "tests/test_zamba2.py::test_architecture_layer_counts_the_shared_block_per_use",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/mamba/gated_norm",
             category="activations",
             equation="gate + 3 * B*T*I*FP32 + B*T_p*I*FP32 + B*T*g*FP32  (saved)",

@@ -14,6 +14,7 @@ from test_hybrids import NEMOTRON_MOE, OLMO_HYBRID
 from test_mamba1 import FALCON_MAMBA, JAMBA
 from test_mamba1 import MAMBA as MAMBA1
 from test_ssm import BAMBA, GRANITE, MOE, NEMOTRON_H
+from test_zamba2 import VARIANTS as ZAMBA2
 
 from introspect.params import active_parameter_count, parameter_count, parameters_by_component
 
@@ -189,6 +190,9 @@ VARIATIONS: dict[str, dict] = {
     "mamba-1": MAMBA1,
     "falcon-mamba": FALCON_MAMBA,
     "jamba-hybrid": JAMBA,
+    # tests/test_zamba2.py's: shared transformer blocks (tied, and untied copies).
+    "zamba2-two-blocks": ZAMBA2["small"],
+    "zamba2-gqa-untied": ZAMBA2["gqa, biases, untied"],
 }
 
 _BUNDLED = {

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from introspect.adapters.config_reader import Reader
 
-from . import classic, deepseek, gemma, hybrid, llama, mamba, moe
+from . import classic, deepseek, gemma, hybrid, llama, mamba, moe, zamba2
 
 #: model_type → the function that reads that family's config.
 REGISTRY: dict[str, Callable[[Reader], dict]] = {
@@ -44,6 +44,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "mamba": mamba.mamba,
     "falcon_mamba": mamba.falcon_mamba,
     "jamba": mamba.jamba,
+    "zamba2": zamba2.zamba2,
 }
 
 

@@ -491,7 +491,23 @@ def describe_kind(kind) -> str:
         mlp = "no MLP"
     else:
         mlp = f"{ff.ffn} MLP {ff.intermediate_size}"
-    return f"{att}; {mlp}; {kind.norms} norms"
+    text = f"{att}; {mlp}; {kind.norms} norms"
+    if kind.shared is not None:
+        text = f"{describe_shared(kind.shared)}, then {text}"
+    return text
+
+
+def describe_shared(block) -> str:
+    """A shared block in a few words: its id, attention, MLP and per-use adapters."""
+    a, ff = block.attention, block.feed_forward
+    adapters = f"gate_up adapter rank {block.ffn_adapter_rank}"
+    if block.attention_adapter_rank:
+        adapters = f"q/k/v and {adapters}"
+    return (
+        f"shared block {block.block_id} (attention over {block.input_width}: "
+        f"{a.num_attention_heads} heads of {a.head_dim}{'' if a.rope else ', no rope'}; "
+        f"{ff.ffn} MLP {ff.intermediate_size}; {adapters})"
+    )
 
 
 def _positions(spec: ModelSpec) -> str:

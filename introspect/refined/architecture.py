@@ -191,7 +191,29 @@ def _kind_terms(spec: ModelSpec, kind: LayerKind, B: int, T: int) -> dict[str, i
         terms[f"attention/quadratic/{name}"] = values
     for name, values in feed_forward_values(spec, BT, kind).items():
         terms[f"feed_forward/{name}"] = values
+    if kind.shared is not None:
+        terms.update(shared_block_values(spec, kind, B, T))
     return terms
+
+
+def shared_block_values(spec: ModelSpec, kind: LayerKind, B: int, T: int) -> dict[str, int]:
+    """A shared block's tensors in one use (Zamba2's hybrid layers: the block runs at
+    every layer that uses it, its weights counted once): the seed's bookkeeping at the
+    block's shapes — its two norms' outputs (over W = its input width, and over d); Q
+    (BT·q_dim), K and V (BT·kv_dim), the context and o_proj's output (BT·d); the
+    scores and probabilities (2·B·h·T²); gate, up, activation and product (BT·f each;
+    up, activation for a plain MLP), the MLP's output and the per-use linear's (BT·d
+    each)."""
+    block = kind.shared
+    BT, d, W = B * T, spec.hidden_size, block.input_width
+    att, ff = block.attention, block.feed_forward
+    f = ff.intermediate_size
+    return {
+        "layernorm/shared_block": BT * (W + d),
+        "attention/linear/shared_block": BT * (2 * att.q_dim + 2 * att.k_dim + d),
+        "attention/quadratic/shared_block": 2 * B * att.num_attention_heads * T * T,
+        "feed_forward/shared_block": BT * ((4 if ff.ffn == "gated" else 2) * f + 2 * d),
+    }
 
 
 def layer_terms(spec: ModelSpec, B: int, T: int) -> dict[str, int]:
@@ -214,6 +236,12 @@ def _notes(spec: ModelSpec, T: int) -> dict[str, str]:
         where = f" ({count} of {L} layers)" if count != L else ""
         if kind.norms != 2:
             notes.setdefault(f"{layer}/layernorm", f"{kind.norms} norms per block, not 2{where}")
+        if kind.shared is not None:
+            notes.setdefault(
+                f"{layer}/attention/linear/shared_block",
+                f"a shared transformer block run first{where}: its activations per use, "
+                "its weights once",
+            )
         if att.qk_norm != "none":
             notes.setdefault(
                 f"{layer}/layernorm/qk_norm",

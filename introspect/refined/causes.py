@@ -64,6 +64,11 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/mamba": "Mamba-2 mixer, transformers' torch path (no "
     "mamba-ssm kernels): conv, FP32 scan copies, chunk matrices, gated norm "
     "(introspect.refined.mamba2)",
+    "activations/layer/shared_block": "a shared transformer block (Zamba2's hybrid "
+    "layers), per use: its norms, q/k/v (and adapters), the attention kernel's own, its "
+    "MLP (introspect.refined.shared_block)",
+    "activations/embedding/copy": "Zamba2's original_hidden_states clone, kept by every "
+    "checkpointed layer's inputs",
     "activations/layer/attention/grad": "attention backward transients (gradients of "
     "probs and scores, or of Q/K/V)",
     "activations/layer/feed_forward/gate": "gate projection output, saved by the activation",

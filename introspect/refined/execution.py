@@ -68,6 +68,7 @@ from introspect.refined import (
     saved,
     saved_feed_forward,
     sharding,
+    shared_block,
     trainers,
 )
 from introspect.refined.implementations import implementation_of
@@ -632,6 +633,9 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     if hf_saved.is_amp(setup) and cached:
         per_layer = 2 * hf_saved.linear_weights_per_layer(spec)
         terms["activations/autocast_cache"] = spec.num_hidden_layers * per_layer
+        stack_cache = shared_block.autocast_cache(spec)  # Zamba2: layer by layer
+        if stack_cache is not None:
+            terms["activations/autocast_cache"] = stack_cache
         if _lora(setup):  # only the adapters require grad: a frozen weight is not cached
             terms["activations/autocast_cache"] = lora.autocast_cache_bytes(spec, setup)
     terms[GRADS] = 0
@@ -890,13 +894,19 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
 
     # --num-layers: the blocks below the first recorded one keep nothing.
     unrecorded = counts_below(start)[1] if start else [0] * len(kinds)
+    shared_tops = shared_block_tops(spec)
+
+    def shared_above(i: int) -> int:
+        """Parameters of the shared blocks whose topmost use lies above layer i: their
+        gradients are made there (a tied weight's gradient accumulates in place)."""
+        return sum(n for top, n in shared_tops if top > i)
 
     def at_layer(i: int) -> list[dict[str, int]]:
         n, counts = counts_below(i)
         part = parts[n]
         recorded = [c - u for c, u in zip(counts, unrecorded, strict=True)]
         below_i = layers_below(recorded)  # the layers below, as they are
-        above = head_params + params_above(n, counts)
+        above = head_params + params_above(n, counts) + shared_above(i)
         placed = sharding.moment_terms(spec, setup, "layer", wb, i)
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
@@ -930,6 +940,23 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         return out
 
     return at_layer
+
+
+def shared_block_tops(spec: ModelSpec) -> list[tuple[int, int]]:
+    """Each shared block's topmost using layer and its own parameters
+    (:func:`introspect.params.shared_block_params`): backward reaches that use first."""
+    from introspect.params import shared_block_params
+
+    tops: dict[int, int] = {}
+    blocks = {}
+    start = 0
+    for run in spec.runs:
+        block = run.kind.shared
+        if block is not None:
+            tops[block.block_id] = start + run.count - 1
+            blocks[block.block_id] = block
+        start += run.count
+    return [(tops[i], sum(shared_block_params(spec, b).values())) for i, b in blocks.items()]
 
 
 def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:

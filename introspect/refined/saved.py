@@ -11,6 +11,7 @@ Every function returns bytes for all L layers (per device: B is the per-device b
 from __future__ import annotations
 
 from introspect.layers import LayerKind
+from introspect.refined import shared_block
 from introspect.refined.implementations import implementation_of
 from introspect.refined.memo import per_estimate
 from introspect.setup import TrainingSetup
@@ -27,7 +28,9 @@ def keeps_t2_for(spec: ModelSpec, setup: TrainingSetup) -> bool:
 def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Bytes kept before the first layer: the embedding output (layer 0's input) and, for
     transformers' classes, the embedding dropout's mask and the shared rotary tables."""
-    return implementation_of(spec, setup).embedding(spec, setup)
+    terms = implementation_of(spec, setup).embedding(spec, setup)
+    copy = shared_block.embedding_copy(spec, setup)
+    return terms | {"activations/embedding/copy": copy} if copy else terms
 
 
 def largest_kind(spec: ModelSpec, setup: TrainingSetup) -> LayerKind:
@@ -47,16 +50,23 @@ def per_layer(
     embedding, so it is not repeated here)."""
     if kind is None:
         kind = largest_kind(spec, setup)
-    return implementation_of(spec, setup).per_layer(spec, setup, kind)
+    out = implementation_of(spec, setup).per_layer(spec, setup, kind)
+    if kind.shared is not None:  # the shared block this layer runs first, per use
+        out = out | shared_block.saved(spec, setup, kind.shared)
+    return out
 
 
 @per_estimate
 def stack(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """Bytes every layer keeps, by term: each distinct kind once, times its count."""
+    """Bytes every layer keeps, by term: each distinct kind once, times its count (a
+    shared block's autocast weight copies once per block:
+    :func:`~introspect.refined.shared_block.stack_correction`)."""
     out: dict[str, int] = {}
     for kind, count in spec.kinds:
         for name, value in per_layer(spec, setup, kind).items():
             out[name] = out.get(name, 0) + count * value
+    for name, value in shared_block.stack_correction(spec, setup).items():
+        out[name] += value
     return out
 
 
@@ -85,8 +95,15 @@ ATTENTION_SIDE = (
     "attention/linear/input_casts",
     "attention/linear/autocast_weights",
 )
-#: Families of per-layer terms that are attention side as a whole.
-ATTENTION_SIDE_PREFIXES = ("attention/deltanet/", "attention/mamba/", "attention/mamba1/")
+#: Families of per-layer terms that are attention side as a whole; a shared block
+#: (:mod:`~introspect.refined.shared_block`) runs before its layer's mixer, so all it
+#: keeps is alive through the mixer's backward.
+ATTENTION_SIDE_PREFIXES = (
+    "attention/deltanet/",
+    "attention/mamba/",
+    "attention/mamba1/",
+    "shared_block/",
+)
 
 
 def is_attention_side(name: str) -> bool:

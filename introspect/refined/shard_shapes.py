@@ -43,8 +43,12 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
     out: list[Shape] = []
     norms = _norm(spec, d)
     out += norms
-    out += _linear(q, d, spec.qkv_bias) + _linear(kv, d, spec.qkv_bias) * 2
-    out += _linear(d, q, spec.o_bias)
+    att = spec.kinds[0][0].attention
+    if att.kind == "mamba2":
+        out += mamba2_tensors(att, d)
+    elif att.kind != "none":
+        out += _linear(q, d, spec.qkv_bias) + _linear(kv, d, spec.qkv_bias) * 2
+        out += _linear(d, q, spec.o_bias)
     if spec.qk_norm == "head":
         out += _norm(spec, spec.head_size) * 2
     elif spec.qk_norm == "full":
@@ -71,10 +75,49 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
             if ff.shared_expert_gate:
                 out.append((1, d))
         return out
+    if spec.ffn == "none":  # a mixer-only block (Nemotron-H's M, Zamba2's layers)
+        return out
     if spec.ffn == "gated":
         out += _linear(f, d, spec.mlp_bias)
     out += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
     return out
+
+
+def mamba2_tensors(att, d: int) -> list[Shape]:
+    """A Mamba-2 mixer's tensors (``Zamba2MambaMixer`` / ``GraniteMoeHybridMambaLayer``
+    ``__init__``): the depthwise conv (C, 1, w) and its bias, in_proj (P, d), dt_bias,
+    A_log, the gated norm (I), D, out_proj (d, I)."""
+    from introspect.refined.mamba2 import widths
+
+    w, h, bias = widths(att, d), att.mamba_num_heads, att.mamba_proj_bias
+    out: list[Shape] = [(w["C"], 1, att.mamba_conv_kernel)]
+    out += [(w["C"],)] if att.mamba_conv_bias else []
+    out += _linear(w["P"], d, bias) + [(h,), (h,), (w["I"],), (h,)] + _linear(d, w["I"], bias)
+    return out
+
+
+def shared_tensors(spec: ModelSpec, block, first: bool) -> list[Shape]:
+    """What one use of a shared block adds to ``model.parameters()``
+    (``Zamba2HybridLayer``: its ``linear``; at the block's first use, the tied block —
+    q, k, v, o, each use's adapters, gate_up, down, its two norms — which later uses
+    yield no more)."""
+    d, W, att, ff = spec.hidden_size, block.input_width, block.attention, block.feed_forward
+    out: list[Shape] = [(d, d)] if block.output_linear else []
+    if not first:
+        return out
+    uses = (
+        1
+        + block.idle_adapters
+        + sum(count - 1 for kind, count in spec.kinds if kind.shared == block)
+    )
+    q, kv, r_att, r_ff = att.q_dim, att.k_dim, block.attention_adapter_rank, block.ffn_adapter_rank
+    out += _linear(q, W, att.qkv_bias) + _linear(kv, W, att.qkv_bias) * 2
+    out += _linear(d, q, att.o_bias)
+    out += [(r_att, W), (W, r_att)] * 3 * uses if r_att else []
+    up = (2 if ff.ffn == "gated" else 1) * ff.intermediate_size
+    out += _linear(up, d, ff.bias) + _linear(d, ff.intermediate_size, ff.bias)
+    out += [(r_ff, d), (up, r_ff)] * uses if r_ff else []
+    return out + _norm(spec, W) + _norm(spec, d)
 
 
 @per_estimate
@@ -100,8 +143,16 @@ def parameter_tensors(spec: ModelSpec) -> list[Shape]:
     out: list[Shape] = [(V, d)]
     if spec.position_embedding == "learned":
         out.append((spec.max_position_embeddings or 0, d))
+    seen: set[int] = set()
     for run in spec.runs:  # each block as its own kind, in order
-        out += layer_tensors(spec.for_kind(run.kind)) * run.count
+        block = run.kind.shared
+        if block is None:
+            out += layer_tensors(spec.for_kind(run.kind)) * run.count
+            continue
+        for _ in range(run.count):  # a shared block's weights at its first use
+            out += shared_tensors(spec, block, block.block_id not in seen)
+            out += layer_tensors(spec.for_kind(run.kind))
+            seen.add(block.block_id)
     out += _norm(spec, d)
     if not spec.tie_word_embeddings:
         out.append((V, d))
