@@ -293,8 +293,10 @@ _ZAMBA2 = {
 def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
     tmp_path, capsys, config, change, key
 ):
-    """Falcon-H1 and Zamba2 are read from transformers' build (their mixers are not
-    modelled): their sizes are checked before it (adapters/state_space_sizes.py)."""
+    """Zamba2 is read from transformers' build (its mixers are not modelled): its sizes
+    are checked before it (adapters/state_space_sizes.py); Falcon-H1's by its reader
+    (adapters/families/falcon_h1.py), whose width without ``mamba_d_ssm`` is the class's
+    1024, not ``mamba_expand``·d (the line says so)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({k: v for k, v in {**config, **change}.items() if v is not None}))
     assert main(["profile", str(path)]) == 2
