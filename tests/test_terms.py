@@ -64,6 +64,9 @@ def specs() -> dict:
 
     out["falcon_mamba, mamba1"] = spec_from_config(dict(FALCON_MAMBA))
     out["jamba, mamba1 + experts"] = spec_from_config(dict(JAMBA))
+    from test_falcon_h1 import FALCON_H1  # attention and a Mamba-2 mixer in parallel
+
+    out["falcon_h1, attention ∥ mamba2"] = spec_from_config(dict(FALCON_H1))
     return out
 
 

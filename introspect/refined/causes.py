@@ -64,6 +64,13 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/mamba": "Mamba-2 mixer, transformers' torch path (no "
     "mamba-ssm kernels): conv, FP32 scan copies, chunk matrices, gated norm "
     "(introspect.refined.mamba2)",
+    "activations/layer/attention/mamba/scaled_input": "Falcon-H1: in_proj's input "
+    "(the norm output times ssm_in_multiplier), a copy beside the attention's "
+    "(introspect.refined.falcon_h1)",
+    "activations/layer/attention/mamba/gate": "Falcon-H1 without mamba_rms_norm: the scan "
+    "output and SiLU(gate), saved by their product (introspect.refined.falcon_h1)",
+    "activations/layer/attention/mamba/context": "the parallel mixer's out_proj input, "
+    "beside the attention's context (introspect.refined.falcon_h1)",
     "activations/layer/attention/grad": "attention backward transients (gradients of "
     "probs and scores, or of Q/K/V)",
     "activations/layer/feed_forward/gate": "gate projection output, saved by the activation",
