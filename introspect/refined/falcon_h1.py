@@ -78,3 +78,35 @@ def mixer_saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[
     del out["attention/mamba/gated_norm"]
     out["attention/mamba/gate"] = gate + rows * (FP32 if autocast else a) + padded
     return out
+
+
+def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
+    """Bytes the mixer's backward holds beyond its saved set at its scan's peak
+    (``mamba2_chunk_scan`` run in reverse), read from a live-storage trace of
+    ``FalconH1Mixer``'s backward: at the backward of ``G = einsum(C, B)`` the two products
+    of ``M = G * L``'s backward (grad·L for G, grad·G for L: two B·h·N·c² FP32 tensors,
+    L's waiting for ``exp``'s backward) are alive with G's einsum gradients of C and B
+    (B·h·T_p·n·4 each), the padded gradient of the scan output
+    (``output[:, :seq_len]``'s backward, B·T_p·I·4) and the gate's gradient (B·T·I·4,
+    waiting for in_proj's). By then the backward has freed what the ops after G's einsum
+    alone saved: out_proj's input (``context``) and, under autocast, its BF16 weight copy,
+    the output gate (``gate`` or ``gated_norm``), ``D * pad(x)``'s (``residual``), the
+    output einsum's and ``* state_decay_out``'s (``state_output``) and M, saved by the
+    Y_diag einsum — so this may be negative: the moment is then no larger than the
+    attention's. The c×c gradients make it the layer's
+    peak when the chunk is long against T and d (h·N·c² ≫ T·I)."""
+    B, T, c = setup.batch_size, setup.seq_len, att.mamba_chunk_size
+    N = -(-T // c)
+    Tp = N * c
+    h, inner = att.mamba_num_heads, att.mamba_num_heads * att.mamba_head_dim
+    held = 2 * B * h * N * c * c * FP32 + 2 * B * h * Tp * att.mamba_state_size * FP32
+    held += B * Tp * inner * FP32 + B * T * inner * FP32
+    saved = mixer_saved(att, setup, hidden_size)
+    autocast = setup.precision == "amp"
+    freed = saved["attention/mamba/context"] + saved["attention/mamba/state_output"]
+    freed += saved.get("attention/mamba/gate", saved.get("attention/mamba/gated_norm", 0))
+    freed += saved["attention/mamba/residual"]  # D * pad(x): its backward has run
+    freed += B * h * N * c * c * (2 if autocast else FP32)  # M, saved by Y_diag's einsum
+    if autocast:
+        freed += inner * hidden_size * 2
+    return held - freed
