@@ -65,7 +65,8 @@ def run() -> str:
         "under autocast when the chunk matrices dominate (the shrunk default config, 128",
         "heads, chunk 256, at T = 512: two chunks): the closed form prices the recomputed",
         "layer's attention-side moment, not the scan's BF16/FP32 einsum gradients there;",
-        "the dry run answers it. Rows at a real width (d = 4096) put the peak elsewhere.",
+        "the dry run answers it. (The full-size default, d = 4096, BF16 SDPA at B=1, T=2048,",
+        "is 1.000 of its dry run: 139.899 GB; not rerun in the other setups.)",
     ]
     return "\n".join(lines) + "\n"
 
