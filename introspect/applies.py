@@ -651,7 +651,11 @@ def check_state_space(spec: Any, setup: Any) -> None:
     transformers' torch path in full training only; the dry run
     (``introspect measure --device fake``) still answers transformers' setups."""
     for kind_name, name in (("mamba2", "Mamba-2"), ("mamba1", "Mamba-1")):
-        n = sum(count for kind, count in spec.kinds if kind.attention.kind == kind_name)
+        n = sum(
+            count
+            for kind, count in spec.kinds
+            if kind_name in (kind.attention.kind, kind.mixer and kind.mixer.kind)
+        )
         if n:
             _refuse_state_space(spec, setup, n, name)
 

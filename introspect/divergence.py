@@ -247,6 +247,20 @@ def stack_flags(spec: ModelSpec) -> list[Flag]:
                 f"mamba2 {n}/{L}",
             )
         )
+    n, kind = _layers_with(spec, lambda k: k.mixer is not None)
+    if kind is not None:
+        a = kind.mixer
+        out.append(
+            Flag(
+                "parallel_mamba2",
+                f"attention and a Mamba-2 mixer in parallel on {n} of {L} layers (Falcon-H1): "
+                f"both branches read the block norm's output, and the mixer's torch scan keeps "
+                f"{a.mamba_chunk_size}×{a.mamba_chunk_size} chunk matrices per head and FP32 "
+                "copies beside the attention's Q, K, V (introspect.refined.falcon_h1); the "
+                "fused mamba-ssm kernels on CUDA keep far less: not modelled",
+                f"attn ∥ mamba2 {n}/{L}",
+            )
+        )
     n, kind = _layers_with(spec, lambda k: k.attention.kind == "mamba1")
     if kind is not None:
         out.append(

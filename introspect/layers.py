@@ -114,6 +114,15 @@ class Attention:
     #: (``mamba_proj_bias``).
     mamba_conv_bias: bool = True
     mamba_proj_bias: bool = False
+    #: out_proj's bias where the family sets it apart from in_proj's (Falcon-H1's
+    #: ``projectors_bias``); ``None``: ``mamba_proj_bias``.
+    mamba_out_bias: bool | None = None
+    #: The gated RMSNorm on the scan's output (``mamba_rms_norm``); without it (Falcon-H1's
+    #: default) the output is only multiplied by SiLU(gate), and the norm has no weight.
+    mamba_gated_norm: bool = True
+    #: Falcon-H1's muP scaling: the mixer's input times ``ssm_in_multiplier`` and in_proj's
+    #: output times the ``mup_vector`` buffer (:mod:`introspect.refined.falcon_h1`).
+    mamba_mup: bool = False
     # -- Mamba-1 mixer (Mamba, Falcon-Mamba, Jamba: ``intermediate_size`` channels of
     # ``state_size`` states each, a depthwise conv of ``conv_kernel`` taps, a
     # ``time_step_rank``-wide dt projection); shares the state, conv and bias fields above
@@ -324,16 +333,24 @@ class SharedBlock:
 class LayerKind:
     """One kind of block: its attention, its feed-forward and its block norms (2 for a
     pre-norm block, 1 for a parallel block, 4 with Gemma-2's post-norms); ``shared``, a
-    :class:`SharedBlock` this layer runs before its own mixer (Zamba2's hybrid layers)."""
+    :class:`SharedBlock` this layer runs before its own mixer (Zamba2's hybrid layers).
+
+    ``mixer``: a second token mixer run beside the attention on the same normed input,
+    its output added to the attention's before the residual add (Falcon-H1's
+    ``FalconH1DecoderLayer``: attention and a Mamba-2 mixer in parallel); ``None`` for
+    every other block."""
 
     attention: Attention
     feed_forward: FeedForward
     norms: int = 2
     shared: SharedBlock | None = None
+    mixer: Attention | None = None
 
     def __post_init__(self) -> None:
         if self.norms < 0:
             raise ValueError(f"norms_per_layer must be >= 0, got {self.norms}")
+        if self.mixer is not None and self.mixer.kind != "mamba2":
+            raise ValueError(f"a parallel mixer must be a mamba2 mixer; got {self.mixer.kind!r}")
 
 
 @record

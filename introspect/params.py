@@ -68,8 +68,9 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
     * mamba2 (``GraniteMoeHybridMambaLayer`` / ``NemotronHMamba2Mixer``, l. 517 of
       ``modeling_granitemoehybrid.py``): in_proj d → P = I + C + h (I = h·p, C = I + 2·g·n,
       + P with ``mamba_proj_bias``), a depthwise conv of C channels × w taps (+ C with
-      ``mamba_conv_bias``), dt_bias, A_log and D per head, the gated RMSNorm over I,
-      out_proj I → d (+ d with the bias);
+      ``mamba_conv_bias``), dt_bias, A_log and D per head, the gated RMSNorm over I
+      (none in Falcon-H1's ``FalconH1Mixer`` without ``mamba_rms_norm``), out_proj I → d
+      (+ d with the bias: Falcon-H1's ``projectors_bias``);
     * mamba1 (``MambaMixer``, ``FalconMambaMixer``, ``JambaMambaMixer``; ``__init__`` of
       ``modeling_mamba.py`` l. 293): in_proj d → 2·I (+ 2·I with ``use_bias``), a
       depthwise conv of I channels × w taps (+ I with ``use_conv_bias``), x_proj
@@ -129,15 +130,16 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
         conv = inner + 2 * att.mamba_n_groups * att.mamba_state_size
         proj = inner + conv + h
         bias = att.mamba_proj_bias
+        out_bias = bias if att.mamba_out_bias is None else att.mamba_out_bias
         return (
             d * proj
             + (proj if bias else 0)
             + conv * att.mamba_conv_kernel
             + (conv if att.mamba_conv_bias else 0)
             + 3 * h
-            + _rms(inner)
+            + (_rms(inner) if att.mamba_gated_norm else 0)
             + inner * d
-            + (d if bias else 0)
+            + (d if out_bias else 0)
         )
     q, kv = att.q_dim, att.k_dim
     total = d * q + 2 * d * kv + q * d
@@ -203,8 +205,11 @@ def qk_norm_params(spec: ModelSpec, att: Attention | None = None) -> int:
 def layer_by_component(spec: ModelSpec, kind: LayerKind) -> dict[str, int]:
     """One block of ``kind``, by component (with a shared block, only what each use
     of it owns: :func:`shared_use_params`; the shared weights are the stack's, counted
-    once in :func:`parameters_by_component`)."""
+    once in :func:`parameters_by_component`; a parallel mixer, Falcon-H1's, with the
+    attention: both are the block's token mixing)."""
     out = {"attention": attention_params(spec, kind.attention)}
+    if kind.mixer is not None:
+        out["attention"] += attention_params(spec, kind.mixer)
     out.update(feed_forward_by_component(spec, kind.feed_forward))
     out["norms"] = kind.norms * norm_params(spec, spec.hidden_size) + qk_norm_params(
         spec, kind.attention

@@ -293,9 +293,10 @@ _ZAMBA2 = {
 def test_inconsistent_state_space_sizes_are_one_line_naming_file_and_key(
     tmp_path, capsys, config, change, key
 ):
-    """Falcon-H1 is read from transformers' build (its mixer is not modelled): its sizes
-    are checked before it (adapters/state_space_sizes.py); Zamba2's reader checks its
-    mixer's sizes before its layout (adapters/families/zamba2.py)."""
+    """Falcon-H1's reader checks its sizes (adapters/families/falcon_h1.py), whose width
+    without ``mamba_d_ssm`` is the class's 1024, not ``mamba_expand``·d (the line says
+    so); Zamba2's reader checks its mixer's sizes before its layout
+    (adapters/families/zamba2.py)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({k: v for k, v in {**config, **change}.items() if v is not None}))
     assert main(["profile", str(path)]) == 2

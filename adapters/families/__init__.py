@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from introspect.adapters.config_reader import Reader
 
-from . import classic, deepseek, gemma, hybrid, llama, mamba, moe, zamba2
+from . import classic, deepseek, falcon_h1, gemma, hybrid, llama, mamba, moe, zamba2
 
 #: model_type → the function that reads that family's config.
 REGISTRY: dict[str, Callable[[Reader], dict]] = {
@@ -41,6 +41,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "bamba": hybrid.bamba,
     "nemotron_h": hybrid.nemotron_h,
     "olmo_hybrid": hybrid.olmo_hybrid,
+    "falcon_h1": falcon_h1.falcon_h1,
     "mamba": mamba.mamba,
     "falcon_mamba": mamba.falcon_mamba,
     "jamba": mamba.jamba,

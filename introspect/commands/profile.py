@@ -483,6 +483,12 @@ def describe_kind(kind) -> str:
         att += " + sinks"
     if not a.rope:
         att += ", no rope"
+    if kind.mixer is not None:
+        m = kind.mixer
+        att += (
+            f" ∥ Mamba-2 mixer ({m.mamba_num_heads} heads of {m.mamba_head_dim}, "
+            f"{m.mamba_n_groups}×{m.mamba_state_size} states, chunk {m.mamba_chunk_size})"
+        )
     if ff.is_moe:
         mlp = f"MoE {ff.top_k} of {ff.num_experts} experts of {ff.intermediate_size}"
         if ff.shared_intermediate_size:

@@ -189,6 +189,18 @@ def _kind_terms(spec: ModelSpec, kind: LayerKind, B: int, T: int) -> dict[str, i
         terms[f"attention/linear/{name}"] = values
     for name, values in attention_quadratic_values(spec, B, T, kind).items():
         terms[f"attention/quadratic/{name}"] = values
+    if kind.mixer is not None:
+        # Falcon-H1: the Mamba-2 mixer's values beside the attention's (its own x, B, C,
+        # gate and dt, its output, its scan state and chunk matrices).
+        from introspect import _record
+
+        beside = _record.replace(kind, attention=kind.mixer, mixer=None)
+        for name, values in attention_linear_values(spec, BT, beside).items():
+            key = f"attention/linear/{name}"
+            terms[key] = terms.get(key, 0) + values
+        for name, values in attention_quadratic_values(spec, B, T, beside).items():
+            key = f"attention/quadratic/{name}"
+            terms[key] = terms.get(key, 0) + values
     for name, values in feed_forward_values(spec, BT, kind).items():
         terms[f"feed_forward/{name}"] = values
     if kind.shared is not None:

@@ -69,6 +69,13 @@ CAUSES: dict[str, str] = {
     "MLP (introspect.refined.shared_block)",
     "activations/embedding/copy": "Zamba2's original_hidden_states clone, kept by every "
     "checkpointed layer's inputs",
+    "activations/layer/attention/mamba/scaled_input": "Falcon-H1: in_proj's input "
+    "(the norm output times ssm_in_multiplier), a copy beside the attention's "
+    "(introspect.refined.falcon_h1)",
+    "activations/layer/attention/mamba/gate": "Falcon-H1 without mamba_rms_norm: the scan "
+    "output and SiLU(gate), saved by their product (introspect.refined.falcon_h1)",
+    "activations/layer/attention/mamba/context": "the parallel mixer's out_proj input, "
+    "beside the attention's context (introspect.refined.falcon_h1)",
     "activations/layer/attention/grad": "attention backward transients (gradients of "
     "probs and scores, or of Q/K/V)",
     "activations/layer/feed_forward/gate": "gate projection output, saved by the activation",

@@ -409,16 +409,28 @@ def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
 
 
-def attention_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = True) -> int:
     """One layer's attention backward transient: eager softmax backward holds the
     gradient of the probabilities and of the scores (two B·h·T² FP32 tensors); SDPA's
     backward makes the gradients of Q, K and V. Either way the residual stream's gradient
-    and grad-of-V (two B·T·d tensors) are alive too."""
+    and grad-of-V (two B·T·d tensors) are alive too. With a parallel mixer (Falcon-H1;
+    ``mixer=False``: the attention's alone) the larger of its backward and the
+    attention's."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     impl = implementation_of(spec, setup)
     att = spec.kinds[0][0].attention
     if att.kind == "none":  # a feed-forward-only block: no mixer backward
         return 0
+    beside = spec.kinds[0][0].mixer
+    if mixer and beside is not None:
+        # Falcon-H1: the attention's backward and then the parallel mixer's, one after
+        # the other; the larger of the two moments (its saved set is attention side).
+        from introspect.refined import falcon_h1
+        from introspect.refined.stream import residual_bytes
+
+        stream = B * T * spec.hidden_size * residual_bytes(setup)
+        scan = falcon_h1.backward_transient(beside, setup, spec.hidden_size) + stream
+        return max(scan, attention_transient(spec, setup, mixer=False))
     if att.kind in ("mamba1", "mamba2"):
         # A Mamba-2 mixer: its gated norm's backward; a Mamba-1 mixer: its recurrence's
         # backward; beside the residual stream's gradient (no V).

@@ -157,6 +157,13 @@ class Transformers:
             # SDPA gets this layer's window as an explicit mask, made additive in the
             # query's dtype inside each call and kept (``convert_boolean_attn_mask``).
             out["attention/mask"] = setup.batch_size * setup.seq_len**2 * setup.activation_bytes
+        if kind.mixer is not None:
+            # Falcon-H1's Mamba-2 mixer beside the attention, on the same norm output
+            # (introspect.refined.falcon_h1); its terms are attention side.
+            from introspect.refined import falcon_h1
+
+            for name, value in falcon_h1.mixer_saved(kind.mixer, setup, spec.hidden_size).items():
+                out[name] = out.get(name, 0) + value
         return out
 
     def keeps_t2(self, spec: ModelSpec, setup: TrainingSetup) -> bool:
