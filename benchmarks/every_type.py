@@ -184,6 +184,7 @@ def memory_row(row: dict) -> None:
     from introspect import refined
     from introspect.measure import runner
     from introspect.setup import TrainingSetup
+    from introspect.unmodelled import NotModelled, check_setup
 
     raw = row.pop("raw")
     small = shrink(raw, widths="shape" not in row)
@@ -210,6 +211,12 @@ def memory_row(row: dict) -> None:
             **kw,
         )
         cell: dict = {}
+        try:  # the class's own refusal, as `introspect profile` answers it: no dry run
+            check_setup(spec, setup)
+        except NotModelled as e:
+            cell["refused"] = str(e).split(": ", 1)[-1][:160]
+            row["setups"][name] = cell
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -262,10 +269,12 @@ def summary(rows: list[dict]) -> list[str]:
         within5 = sum(0.03 < abs(c.get("ratio", 9) - 1) <= 0.05 for c in cells)
         modelled = sum("ratio" in c for c in cells)
         answered = sum(c.get("answer") == "dry_run" and "dry_run" in c for c in cells)
-        failed = sum("dry_run" not in c for c in cells)
+        refused = sum("refused" in c for c in cells)
+        failed = sum("dry_run" not in c and "refused" not in c for c in cells)
         lines.append(
             f"- {name}: closed form {modelled} modelled, {within3} within ±3%, {within5} "
-            f"more within ±5%; answered by the dry run {answered}; dry-run failures {failed}"
+            f"more within ±5%; answered by the dry run {answered}; class refuses this setup "
+            f"{refused}; dry-run failures {failed}"
         )
     return lines
 
@@ -275,6 +284,8 @@ def cell_text(c: dict) -> str:
         return f"{c['ratio']:.3f}"
     if c.get("answer") == "dry_run" and "dry_run" in c:
         return "dry run"
+    if "refused" in c:
+        return "refused"
     return "fail"
 
 
@@ -286,7 +297,9 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         f"`{command}` ({seconds:.0f} s). Counts: default config, meta-device build. Memory: "
         "the default config shrunk (benchmarks/every_type.py `shrink`), B=1, T=64, AdamW; "
         "cells are closed form / dry-run peak, or `dry run` where the closed form does not "
-        "model the stack and the dry run is the answer.",
+        "model the stack and the dry run is the answer, or `refused` where transformers' "
+        "class itself refuses the setup (no SDPA path, no checkpointing): not a dry-run "
+        "failure, and `introspect profile` refuses it in one line instead of a number.",
         "",
         *summary(rows),
         "",
@@ -301,6 +314,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         if r.get("unmodelled"):
             notes.append("not modelled: " + ", ".join(r["unmodelled"]))
         notes += sorted({c["note"] for c in setups.values() if "note" in c})
+        refused = {c["refused"] for c in setups.values() if "refused" in c}
+        notes += sorted(f"class refuses: {why}" for why in refused)
         count = "" if "introspect" not in r else ("exact" if r["exact"] else "differs")
         cells = [cell_text(setups[n]) if n in setups else "" for n in SETUPS]
         built = f"{r['built']:,}" if "built" in r else ""
@@ -311,9 +326,17 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(rows: list[dict], seconds: float, only: str | None, resumed: bool = False) -> None:
+def write(
+    rows: list[dict],
+    seconds: float,
+    only: str | None,
+    resumed: bool = False,
+    redo: list[str] | None = None,
+) -> None:
     command = "benchmarks/every_type.py" + (f" --only {only}" if only else "")
-    if resumed:  # the seconds are this run's; the rows before it came from an earlier one
+    if redo:  # the other rows came from the earlier run recorded in the file's header
+        command += f" --redo {','.join(redo)}"
+    elif resumed:  # the seconds are this run's; the rows before it came from an earlier one
         command += " --resume"
     out = OUT.with_name(OUT.name + (f"-{only}" if only else ""))
     out.with_suffix(".md").write_text(render(rows, seconds, command), encoding="utf-8")
@@ -328,26 +351,40 @@ def main() -> int:
         action="store_true",
         help="keep the rows already in the results JSON and run only the types not in it",
     )
+    parser.add_argument(
+        "--redo",
+        help="comma-separated model_types (exact names) to run again, their rows replaced in "
+        "place in the full results (every-type.json) and its summary written again",
+    )
     args = parser.parse_args()
     from transformers.utils import logging
 
     logging.set_verbosity_error()
     start, rows = time.perf_counter(), []
     saved = OUT.with_name(OUT.name + (f"-{args.only}" if args.only else "")).with_suffix(".json")
-    if args.resume and saved.exists():
+    if (args.resume or args.redo) and saved.exists():
         rows = json.loads(saved.read_text(encoding="utf-8"))
-    done = {row.get("model_type") for row in rows}
-    for t in types(args.only):
+    redo = [t for t in (args.redo or "").split(",") if t]
+    unknown = sorted(set(redo) - set(types(None)))
+    if unknown:
+        print(f"--redo: not a causal-LM model_type: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    done = {row.get("model_type") for row in rows} - set(redo)
+    for t in redo or types(args.only):
         if t in done:
             continue
         row = count_row(t)
         if "raw" in row:
             memory_row(row)
-        rows.append(row)
+        at = [i for i, r in enumerate(rows) if r.get("model_type") == t]
+        if at:
+            rows[at[0]] = row
+        else:
+            rows.append(row)
         cells = {k: cell_text(v) for k, v in row.get("setups", {}).items()}
         print(t, row.get("exact"), cells, row.get("note", ""), flush=True)
         # partial results survive a stop
-        write(rows, time.perf_counter() - start, args.only, bool(done))
+        write(rows, time.perf_counter() - start, args.only, bool(done), redo)
     print("\n".join(summary(rows)))
     return 0
 
