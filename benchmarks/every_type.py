@@ -46,10 +46,19 @@ WIDTHS = (
     "n_inner",
     "expert_intermediate_size",
     "moe_ffn_hidden_size",
+    "decoder_ffn_dim",
+    "encoder_ffn_dim",
 )
-HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "n_heads")
+HEAD_KEYS = (
+    "num_attention_heads",
+    "n_head",
+    "num_heads",
+    "n_heads",
+    "decoder_attention_heads",
+    "encoder_attention_heads",
+)
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 PATTERN_KEYS = (
@@ -75,6 +84,10 @@ def shrink(
     fallback for a type whose width keys this helper does not know (rope or mixer head
     dims); under FakeTensorMode the width costs no memory and little time."""
     out = dict(raw)
+    alias = _aliases(raw.get("model_type"))
+    head_keys, kv_keys = _with(HEAD_KEYS, alias), _with(KV_KEYS, alias)
+    layer_keys, expert_keys = _with(LAYER_KEYS, alias), _with(EXPERT_KEYS, alias)
+    topk_keys, group_keys = _with(TOPK_KEYS, alias), _with(("n_group", "topk_group"), alias)
     old_h = out.get("hidden_size") or out.get("n_embd") or out.get("d_model")
     if widths and isinstance(old_h, int) and old_h > hidden:
         factor = old_h / hidden
@@ -84,12 +97,14 @@ def shrink(
         for key in WIDTHS:
             if isinstance(out.get(key), int) and out[key]:
                 out[key] = max(8, int(out[key] / factor) // 8 * 8)
-        for hk in HEAD_KEYS:
+            elif isinstance(out.get(key), list):  # one width per layer (Gemma 3n)
+                out[key] = [max(8, int(w / factor) // 8 * 8) for w in out[key]]
+        for hk in head_keys:
             heads = out.get(hk)
             if not isinstance(heads, int) or heads <= 4:
                 continue
             new = 4
-            for kk in KV_KEYS:
+            for kk in kv_keys:
                 kv = out.get(kk)
                 if isinstance(kv, int) and kv:
                     ratio = max(1, heads // kv)
@@ -103,29 +118,138 @@ def shrink(
         seq = list(out[k])
         every = next(i + 1 for i in range(len(seq)) if set(seq[: i + 1]) == set(seq))
         keep = max(keep, min(_period(seq), every))
-    for key in LAYER_KEYS:
+    keep = _layer_constraints(out, keep)
+    old_layers = next((out[k] for k in layer_keys if isinstance(out.get(k), int)), None)
+    for key in layer_keys:
         if isinstance(out.get(key), int) and out[key] > keep:
             out[key] = keep
     for k in patterns:
         seq = out[k]
         out[k] = seq[:keep] if isinstance(seq, list) else seq[:keep]
-    for key in EXPERT_KEYS:
+    if old_layers and keep < old_layers:
+        _cut_per_layer(out, raw, old_layers, keep, patterns)
+    for key in expert_keys:
         if isinstance(out.get(key), int) and out[key] > 4:
             out[key] = 4
-    for key in ("n_group", "topk_group"):  # expert groups: 4 experts make one group
+    for key in group_keys:  # expert groups: 4 experts make one group
         if isinstance(out.get(key), int) and out[key] > 1:
             out[key] = 1
-    for key in TOPK_KEYS:
+    for key in topk_keys:
         if isinstance(out.get(key), int) and out[key] > 2:
             out[key] = 2
     if isinstance(out.get("vocab_size"), int) and out["vocab_size"] > vocab:
         out["vocab_size"] = vocab
+        # Marian's decoder vocabulary, Gemma 3n/4's per-layer-input one: their own keys
+        for key in ("decoder_vocab_size", "vocab_size_per_layer_input"):
+            if isinstance(out.get(key), int):
+                out[key] = min(out[key], vocab)
         for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
             if isinstance(out.get(key), int) and out[key] >= vocab:
                 out[key] = vocab - 1
     if isinstance(out.get("max_position_embeddings"), int):
-        out["max_position_embeddings"] = min(out["max_position_embeddings"], 4096)
+        # never below a window or chunk the config holds (Llama 4's 8192-token chunks)
+        spans = [out.get(k) for k in ("attention_chunk_size", "sliding_window")]
+        floor = max([4096, *(v for v in spans if isinstance(v, int))])
+        out["max_position_embeddings"] = min(out["max_position_embeddings"], floor)
     return out
+
+
+def _layer_constraints(out: dict, keep: int) -> int:
+    """The layer count a type's own validator or build needs beyond its pattern, and the
+    section keys that must add up to it (``out`` changed in place):
+
+    * Dory lists each layer as an (attention, mlp) pair of entries, its counts doubled
+      (``DoryConfig.__post_init__``/``to_dict``, ``models/dory/configuration_dory.py``):
+      an even count, and ``n_input_layers + n_recurrent_layers + n_output_layers ==
+      num_hidden_layers`` (``validate_architecture``), cut in the default's proportions
+      with one layer at least in each section;
+    * Zamba's hybrid layers share one transformer block, tied from the first hybrid layer
+      to the others (``ZambaForCausalLM.__init__``'s ``_tied_weights_keys``,
+      ``models/zamba/modeling_zamba.py``): the build refuses a pattern with one hybrid
+      layer, so the cut keeps two;
+    * GPT-Neo's ``attention_types`` ([[kinds, repeats]]) expands to ``attention_layers``,
+      whose length must be ``num_layers`` (``GPTNeoConfig.validate_architecture``): the
+      repeats cut so that the pattern covers the kept layers;
+    * Gemma 3n's last ``num_kv_shared_layers`` reuse the cache of the last earlier layer
+      of their kind, and the config checks that the kinds producing a cache are the kinds
+      using one (``Gemma3nTextConfig``, ``models/gemma3n/configuration_gemma3n.py``):
+      the cut keeps one period that makes caches and one that reuses them."""
+    kinds = out.get("layer_types")
+    if isinstance(kinds, list) and "mlp" in kinds and "n_recurrent_layers" in out:
+        keep += keep % 2
+        total = out.get("num_hidden_layers") or keep
+        sections = ("n_input_layers", "n_output_layers")
+        for key in sections:
+            if isinstance(out.get(key), int):
+                out[key] = max(2, round(keep * out[key] / total / 2) * 2)
+        if isinstance(out.get("n_recurrent_layers"), int):
+            out["n_recurrent_layers"] = keep - sum(out.get(k) or 0 for k in sections)
+    blocks = out.get("layers_block_type")
+    if out.get("model_type") == "zamba" and isinstance(blocks, list) and blocks.count("hybrid") > 1:
+        second = [i for i, b in enumerate(blocks) if b == "hybrid"][1]
+        keep = max(keep, second + 1)
+    shared = out.get("num_kv_shared_layers")
+    if isinstance(shared, int) and shared > 0:  # one period makes caches, one reuses them
+        out["num_kv_shared_layers"] = keep
+        keep *= 2
+    types = out.get("attention_types")
+    if isinstance(types, list) and len(types) == 1 and isinstance(types[0], list):
+        kinds, _ = types[0]
+        keep += -keep % len(kinds)
+        out["attention_types"] = [[kinds, keep // len(kinds)]]
+    return keep
+
+
+def _cut_per_layer(out: dict, raw: dict, old: int, keep: int, patterns: list[str]) -> None:
+    """Every per-layer entry cut with the layers: a list with one entry per layer (Llama
+    4's ``no_rope_layers`` and ``moe_layers``, Gemma 3n's ``activation_sparsity_pattern``,
+    GPT-Neo's ``attention_layers``) truncated to the first ``keep``; a ``…_per_layer``
+    list of a cut key (Laguna's ``num_attention_heads_per_layer``) scaled as that key
+    was; a ``per_layer_config`` (layer index → overrides: Gemma 4's ``head_dim``,
+    dots.llm3's attention widths) keeps the kept layers' entries, each overridden width
+    scaled as its base key was (``configuration_utils.py`` checks its keys lie in
+    ``[0, num_hidden_layers)``)."""
+
+    def scaled(key: str, value):
+        base, now = raw.get(key), out.get(key)
+        if isinstance(value, int) and isinstance(base, int) and isinstance(now, int) and base:
+            return max(1, round(value * now / base)) if now != base else value
+        return value
+
+    for key, value in list(out.items()):
+        if key in patterns or not isinstance(value, list) or len(value) != old:
+            continue
+        value = value[:keep]
+        if key.endswith("_per_layer"):
+            value = [scaled(key[: -len("_per_layer")], v) for v in value]
+        out[key] = value
+    per_layer = out.get("per_layer_config")
+    if isinstance(per_layer, dict):
+        out["per_layer_config"] = {
+            i: {k: scaled(k, v) for k, v in over.items()} if isinstance(over, dict) else over
+            for i, over in per_layer.items()
+            if str(i).isdigit() and int(i) < keep
+        }
+
+
+def _aliases(model_type: str | None) -> dict[str, str]:
+    """The configuration class's ``attribute_map`` (standard name → the key its config
+    stores, e.g. Ernie 4.5 MoE's ``num_experts_per_tok`` → ``moe_k``, Kimi Linear's
+    ``n_group`` → ``num_expert_group``; ``transformers/configuration_utils.py``): the
+    keys this helper cuts are found under the type's own names too."""
+    if not model_type:
+        return {}
+    from transformers import CONFIG_MAPPING
+
+    try:
+        return dict(getattr(CONFIG_MAPPING[model_type], "attribute_map", {}) or {})
+    except KeyError:
+        return {}
+
+
+def _with(keys: tuple[str, ...], alias: dict[str, str]) -> tuple[str, ...]:
+    """``keys`` and the config's own names for them (:func:`_aliases`)."""
+    return keys + tuple(v for k, v in alias.items() if k in keys and v not in keys)
 
 
 def _period(seq: list) -> int:

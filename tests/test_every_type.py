@@ -61,3 +61,71 @@ def test_shrunk_config_builds_and_counts_exactly():
         model = AutoModelForCausalLM.from_config(config)
     built = sum(p.numel() for p in model.parameters())
     assert spec_from_config(small, source="gemma3_text").n_params == built
+
+
+#: Types whose default config the shrink once cut into one their class refuses, and the
+#: constraint now kept (``widths=False``: the fallback the benchmark takes for them).
+SHRUNK = [
+    ("ernie4_5_moe", True),  # top-k under its own key (moe_k): k above the cut experts
+    ("kimi_linear", True),  # expert groups under num_expert_group
+    ("marian", True),  # the decoder's own vocabulary, layers and heads
+    ("dory", True),  # (attention, mlp) pairs; input + recurrent + output = layers
+    ("gpt_neo", True),  # attention_types expands to num_layers entries
+    ("laguna", True),  # num_attention_heads_per_layer: one per kept layer, scaled
+    ("llama4_text", True),  # no_rope_layers, moe_layers; chunks within the positions
+    ("gemma3n_text", True),  # per-layer widths; cache-sharing layers of every kind
+    ("gemma4_text", True),  # per_layer_config keyed by kept layers
+    ("dots3_note_text", False),  # per_layer_config of the sliding layers
+    ("zamba", False),  # two hybrid layers to tie the shared block between
+]
+
+
+@pytest.mark.parametrize(("model_type", "widths"), SHRUNK)
+def test_shrunk_config_is_one_the_class_builds(model_type, widths):
+    import torch
+    from introspect.adapters.hf_config import spec_from_config
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = {**AutoConfig.for_model(model_type).to_dict(), "model_type": model_type}
+    small = shrink(raw, widths=widths)
+    layers = next(
+        small[k] for k in ("num_hidden_layers", "num_layers", "decoder_layers") if k in small
+    )
+    assert layers < next(
+        raw[k] for k in ("num_hidden_layers", "num_layers", "decoder_layers") if k in raw
+    )
+    config = AutoConfig.for_model(
+        model_type, **{k: v for k, v in small.items() if k != "model_type"}
+    )
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    built = sum(p.numel() for p in model.parameters())
+    assert spec_from_config(small, source=model_type).n_params == built
+
+
+def test_shrink_reads_the_configs_own_names_for_experts_and_groups():
+    from transformers import AutoConfig
+
+    ernie = shrink({**AutoConfig.for_model("ernie4_5_moe").to_dict(), "model_type": "ernie4_5_moe"})
+    assert ernie["moe_num_experts"] == 4 and ernie["moe_k"] == 2
+    kimi = shrink({**AutoConfig.for_model("kimi_linear").to_dict(), "model_type": "kimi_linear"})
+    assert kimi["num_experts"] == 4 and kimi["num_experts_per_token"] == 2
+    assert kimi["num_expert_group"] == 1 == kimi["topk_group"]
+
+
+def test_shrink_cuts_per_layer_entries_with_the_layers():
+    raw = {
+        "num_hidden_layers": 12,
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "layer_types": ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 6,
+        "no_rope_layers": [1, 1, 1, 0] * 3,
+        "num_attention_heads_per_layer": [16] * 12,
+        "per_layer_config": {"05": {"head_dim": 512}, "11": {"head_dim": 512}},
+        "head_dim": 256,
+    }
+    small = shrink(raw)
+    assert small["num_hidden_layers"] == 6
+    assert small["no_rope_layers"] == [1, 1, 1, 0, 1, 1]
+    assert small["num_attention_heads_per_layer"] == [4] * 6
+    assert small["per_layer_config"] == {"05": {"head_dim": 32}}  # as head_dim 256 -> 16
