@@ -357,9 +357,21 @@ def memory_row(row: dict) -> None:
             if "shape" not in row:  # the shrunk widths may be inconsistent: retry wide
                 row["shape"] = "widths kept"
                 row["raw"] = raw
+                if not _data_dependent(e):  # does a real step fail the same way?
+                    cpu = _real_step_error(spec, setup, small, row["model_type"])
+                    row["narrow"] = {"error": _first(e), "cpu": cpu}
                 memory_row(row)
                 return
-            cell["note"] = f"dry run failed: {_first(e)}"
+            narrow = row.get("narrow") or {}
+            if _data_dependent(e):
+                cell["note"] = (
+                    "dry run cannot: the step reads a tensor's value, which a fake tensor "
+                    f"does not have ({_first(_data_dependent(e))})"
+                )
+            elif narrow.get("error") == _first(e) == narrow.get("cpu"):
+                cell["class_fails"] = _first(e)
+            else:
+                cell["note"] = f"dry run failed: {_first(e)}"
         if spec.unmodelled:
             cell["answer"] = "dry_run"
         elif "dry_run" in cell:
@@ -370,6 +382,41 @@ def memory_row(row: dict) -> None:
             except Exception as e:  # noqa: BLE001
                 cell["note"] = f"closed form failed: {_first(e)}"
         row["setups"][name] = cell
+
+
+def _data_dependent(error: BaseException) -> BaseException | None:
+    """The fake tensor's own exception in ``error``'s chain when the step read a value
+    (``DataDependentOutputException``: ``.item()``/``.tolist()``/``if tensor``;
+    ``DynamicOutputShapeException``: ``nonzero`` and kin), else ``None``."""
+    while error is not None:
+        if type(error).__name__ in ("DataDependentOutputException", "DynamicOutputShapeException"):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _real_step_error(spec, setup, small: dict, model_type: str) -> str | None:
+    """The same step run for real on the CPU at the narrow shape (widths 64, a few MB):
+    its failure's first line, or ``None``. A failure the dry run shares with it, and
+    that stays at the default widths, is the class's own at its default config
+    (DeepSeek-V2's ``num_experts_per_tok`` of None: ``topk(k=None)``,
+    ``models/deepseek_v2/modeling_deepseek_v2.py``), not the dry run's."""
+    from introspect.measure import runner
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            runner.measure(
+                spec,
+                setup,
+                device="cpu",
+                impl="transformers",
+                census=False,
+                config=(small, model_type),
+            )
+    except Exception as e:  # noqa: BLE001 - the real step's own failure, compared
+        return _first(e)
+    return None
 
 
 def types(only: str | None) -> list[str]:
@@ -394,11 +441,12 @@ def summary(rows: list[dict]) -> list[str]:
         modelled = sum("ratio" in c for c in cells)
         answered = sum(c.get("answer") == "dry_run" and "dry_run" in c for c in cells)
         refused = sum("refused" in c for c in cells)
-        failed = sum("dry_run" not in c and "refused" not in c for c in cells)
+        own = sum("class_fails" in c for c in cells)
+        failed = sum(not {"dry_run", "refused", "class_fails"} & set(c) for c in cells)
         lines.append(
             f"- {name}: closed form {modelled} modelled, {within3} within ±3%, {within5} "
             f"more within ±5%; answered by the dry run {answered}; class refuses this setup "
-            f"{refused}; dry-run failures {failed}"
+            f"{refused}; class fails at its default config {own}; dry-run failures {failed}"
         )
     return lines
 
@@ -410,6 +458,8 @@ def cell_text(c: dict) -> str:
         return "dry run"
     if "refused" in c:
         return "refused"
+    if "class_fails" in c:
+        return "class fails"
     return "fail"
 
 
@@ -423,7 +473,9 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         "cells are closed form / dry-run peak, or `dry run` where the closed form does not "
         "model the stack and the dry run is the answer, or `refused` where transformers' "
         "class itself refuses the setup (no SDPA path, no checkpointing): not a dry-run "
-        "failure, and `introspect profile` refuses it in one line instead of a number.",
+        "failure, and `introspect profile` refuses it in one line instead of a number; or "
+        "`class fails` where a real CPU step fails as the dry run does, at the default widths "
+        "too (the class's own failure at its default config).",
         "",
         *summary(rows),
         "",
@@ -440,6 +492,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         notes += sorted({c["note"] for c in setups.values() if "note" in c})
         refused = {c["refused"] for c in setups.values() if "refused" in c}
         notes += sorted(f"class refuses: {why}" for why in refused)
+        own = {c["class_fails"] for c in setups.values() if "class_fails" in c}
+        notes += sorted(f"the class's own step fails (a real CPU step too): {e}" for e in own)
         count = "" if "introspect" not in r else ("exact" if r["exact"] else "differs")
         cells = [cell_text(setups[n]) if n in setups else "" for n in SETUPS]
         built = f"{r['built']:,}" if "built" in r else ""

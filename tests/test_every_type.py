@@ -129,3 +129,70 @@ def test_shrink_cuts_per_layer_entries_with_the_layers():
     assert small["no_rope_layers"] == [1, 1, 1, 0, 1, 1]
     assert small["num_attention_heads_per_layer"] == [4] * 6
     assert small["per_layer_config"] == {"05": {"head_dim": 32}}  # as head_dim 256 -> 16
+
+
+def _dry_run(model_type: str, widths: bool = True) -> int:
+    from introspect.adapters.hf_config import spec_from_config
+    from transformers import AutoConfig
+
+    from introspect.measure import runner
+    from introspect.setup import TrainingSetup
+
+    raw = {**AutoConfig.for_model(model_type).to_dict(), "model_type": model_type}
+    small = shrink(raw, widths=widths)
+    spec = spec_from_config(small, source=model_type)
+    setup = TrainingSetup(
+        batch_size=1, seq_len=16, device="cpu", implementation="transformers",
+        optimizer="adamw", precision="fp32", attention="eager",
+    )  # fmt: skip
+    m, _ = runner.measure(
+        spec, setup, device="fake", impl="transformers", census=False, config=(small, model_type)
+    )
+    return m.peak_bytes
+
+
+@pytest.mark.parametrize(
+    "model_type",
+    [
+        "modernbert-decoder",  # trunc_normal_ init: rejection sampling reads values
+        "hy_v4",  # a block cast .to(float32) inside __init__: fake parameters swapped
+        "ernie4_5_moe",  # top-k within the cut expert count
+    ],
+)
+def test_dry_run_of_the_real_class_builds_and_steps(model_type):
+    assert _dry_run(model_type) > 0
+
+
+def test_fake_trunc_normal_keeps_the_parameter_and_real_init_is_untouched():
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from introspect.measure.fake import class_init, fake_mode
+
+    with fake_mode(), class_init():
+        w = torch.nn.init.trunc_normal_(torch.empty(8, 4), std=0.02)
+        assert isinstance(w, FakeTensor) and w.shape == (8, 4)
+    real = torch.nn.init.trunc_normal_(torch.empty(64), a=-0.01, b=0.01)
+    assert real.abs().max() <= 0.01
+
+
+def test_summary_counts_refusals_and_the_class_failures_apart():
+    from every_type import summary
+
+    done = {"dry_run": 1, "answer": "dry_run"}
+    rows = [
+        {"setups": {"fp32 eager": done, "amp ckpt": {}, "bf16 sdpa": done}},
+        {
+            "setups": {
+                "fp32 eager": {"class_fails": "E"},
+                "amp ckpt": {"refused": "x"},
+                "bf16 sdpa": done,
+            }
+        },
+    ]
+    fp32, amp = summary(rows)[1:3]
+    assert "answered by the dry run 1; class refuses this setup 0; class fails at its " in fp32
+    assert fp32.endswith("default config 1; dry-run failures 0")
+    assert amp.endswith(
+        "refuses this setup 1; class fails at its default config 0; dry-run failures 1"
+    )

@@ -141,6 +141,47 @@ def module_surgery() -> Iterator[None]:
         _restore(torch.Tensor, "_make_subclass", own_subclass)
 
 
+@contextmanager
+def class_init() -> Iterator[None]:
+    """Inside FakeTensorMode, let a transformers class build as it builds for real; outside
+    one, nothing. Two of its constructors' steps fail on fake tensors only:
+
+    * Moving inside ``__init__``: a block cast with ``.to(dtype=torch.float32)`` as it is
+      made (Hunyuan V4's ``HYV4HyperConnection``, ``models/hy_v4/modeling_hy_v4.py``;
+      DeepSeek-V4's norms; Inkling's ``Conv1d``) swaps fake parameters, which the fake
+      converter's weak memo refuses: :func:`module_surgery`'s first case, the same cure.
+    * Truncated-normal init: ``torch.nn.init._no_grad_trunc_normal_``
+      (``torch/nn/init.py``) samples by rejection, ``while mask.any()`` — a value read
+      from a tensor, which a fake tensor has none of (``_local_scalar_dense``; Gemma 3's
+      and Phi-4-multimodal's towers, ``transformers/initialization.py`` ``trunc_normal_``).
+      torch itself returns a meta tensor unchanged there ("Meta tensors have no storage,
+      so sampling is a no-op"); a fake tensor, whose storage is meta, is treated the same.
+      Only the values are skipped: the parameter exists, with its bytes, as for real.
+
+    ``torch.nn.init._no_grad_trunc_normal_`` is restored on exit."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if mode is None:
+        yield
+        return
+    init = torch.nn.init
+    own = init._no_grad_trunc_normal_
+
+    def trunc_normal(tensor, *args, **kwargs):
+        if isinstance(tensor, FakeTensor):
+            return tensor
+        return own(tensor, *args, **kwargs)
+
+    init._no_grad_trunc_normal_ = trunc_normal
+    try:
+        with module_surgery():
+            yield
+    finally:
+        init._no_grad_trunc_normal_ = own
+
+
 def _restore(cls: type, name: str, own) -> None:
     if own is None:
         delattr(cls, name)

@@ -184,14 +184,17 @@ def build(
     cls = model_class(config.model_type, raw, where)
     if hasattr(config.get_text_config(), "use_cache"):
         config.get_text_config().use_cache = False  # training keeps no KV cache
+    from introspect.measure.fake import class_init
+
     torch.manual_seed(0)
     try:
-        model = cls.from_config(
-            config,
-            # None: the class's own default (SDPA where it has one), as from_config picks it
-            attn_implementation=ATTN_IMPLEMENTATION.get(attention),
-            dtype=dtype,
-        )
+        with class_init():  # a no-op outside FakeTensorMode
+            model = cls.from_config(
+                config,
+                # None: the class's own default (SDPA where it has one), as from_config does
+                attn_implementation=ATTN_IMPLEMENTATION.get(attention),
+                dtype=dtype,
+            )
     # AssertionError: torch's own checks while building (an nn.Embedding's padding_idx
     # beyond vocab_size).
     except (ValueError, TypeError, KeyError, RuntimeError, AttributeError, AssertionError) as err:
