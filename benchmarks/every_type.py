@@ -2,13 +2,15 @@
 at the default (full) size, and the closed form beside the dry run at a small shape.
 
 Run:  .venv/bin/python benchmarks/every_type.py [--only SUBSTRING] [--resume]   # ~30 min, 2 cores
+      .venv/bin/python benchmarks/every_type.py --redo TYPE,TYPE   # those rows again, in place
 
 For each ``model_type`` in ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``:
 
 (a) the configuration class's default config (``AutoConfig.for_model(t).to_dict()``)
     read by :func:`introspect.adapters.hf_config.spec_from_config`, its ``n_params``
     against ``sum(p.numel())`` of ``AutoModelForCausalLM.from_config`` on the meta device
-    (exact integers);
+    (exact integers; ``AutoModelForImageTextToText`` for a config introspect reads as a
+    vision-language wrapper, towers included);
 (b) the same config shrunk by :func:`shrink` (widths, layers, heads, experts and vocab
     cut, ratios and the layer pattern kept), in three setups (FP32 eager; autocast with
     checkpointing; BF16 SDPA; B=1, T=64, AdamW): ``refined.estimate(spec, setup).total``
@@ -266,10 +268,15 @@ def _first(e: BaseException) -> str:
 
 
 def count_row(model_type: str) -> dict:
-    """(a): the default config's meta-device total beside introspect's count."""
+    """(a): the default config's meta-device total beside introspect's count. A config
+    with a ``vision_config`` whose type also has an image-text class is built as that
+    wrapper (``AutoModelForImageTextToText``), towers included, since that is the model
+    introspect counts (dots.llm3-note, Llama 4, Mllama, Qwen3.5: their causal-LM classes
+    drop the towers)."""
     import torch
     from introspect.adapters.hf_config import spec_from_config
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from introspect.adapters.multimodal import is_wrapper
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     from introspect.errors import IntrospectError
 
@@ -279,8 +286,14 @@ def count_row(model_type: str) -> dict:
             warnings.simplefilter("ignore")
             config = AutoConfig.for_model(model_type)
             raw = {**config.to_dict(), "model_type": model_type}
+            # the class introspect reads: a config with a vision_config is the wrapper,
+            # its towers counted (introspect/adapters/multimodal.py ``is_wrapper``)
+            auto = AutoModelForCausalLM
+            if is_wrapper(raw, model_type):
+                auto = AutoModelForImageTextToText
+                row["wrapper"] = True
             with torch.device("meta"):
-                model = AutoModelForCausalLM.from_config(config)
+                model = auto.from_config(config)
         row["built"] = sum(p.numel() for p in model.parameters())
         del model
     except Exception as e:  # noqa: BLE001 - the build's own failure, reported
@@ -485,6 +498,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
     for r in rows:
         setups = r.get("setups", {})
         notes = [r["note"]] if "note" in r else []
+        if r.get("wrapper"):
+            notes.append("built as the image-text wrapper (towers counted), as introspect reads it")
         if "shape" in r:
             notes.append("widths kept (shrunk widths refused)")
         if r.get("unmodelled"):
