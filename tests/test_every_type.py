@@ -196,3 +196,13 @@ def test_summary_counts_refusals_and_the_class_failures_apart():
     assert amp.endswith(
         "refuses this setup 1; class fails at its default config 0; dry-run failures 1"
     )
+
+
+def test_a_vision_language_wrapper_is_counted_against_the_wrapper():
+    """Qwen3.5's causal-LM class drops the tower; introspect reads a config with a
+    vision_config as the image-text wrapper, so the reference builds that class too."""
+    from every_type import count_row
+
+    row = count_row("qwen3_5")
+    assert row.get("wrapper") is True
+    assert row["introspect"] == row["built"]
