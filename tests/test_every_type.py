@@ -206,3 +206,34 @@ def test_a_vision_language_wrapper_is_counted_against_the_wrapper():
     row = count_row("qwen3_5")
     assert row.get("wrapper") is True
     assert row["introspect"] == row["built"]
+
+
+def test_jetmoe_dry_run_answers_its_router_counts_as_a_real_step_holds_them():
+    """JetMoE's router reads its per-expert counts with .tolist(); the dry run answers
+    them evenly (introspect.measure.fake.even_expert_counts) and lands on a real CPU
+    step's peak to within a chunk's transients."""
+    from introspect.adapters.hf_config import spec_from_config
+    from transformers import AutoConfig
+
+    from introspect.measure import runner
+    from introspect.setup import TrainingSetup
+
+    raw = {**AutoConfig.for_model("jetmoe").to_dict(), "model_type": "jetmoe"}
+    small = shrink(raw)
+    spec = spec_from_config(small, source="jetmoe")
+    setup = TrainingSetup(
+        batch_size=1, seq_len=32, device="cpu", implementation="transformers",
+        optimizer="adamw", precision="fp32", attention="eager",
+    )  # fmt: skip
+    peaks = {}
+    for device in ("fake", "cpu"):
+        m, _ = runner.measure(
+            spec, setup, device=device, impl="transformers", census=False,
+            config=(small, "jetmoe"),
+        )  # fmt: skip
+        peaks[device] = m.peak_bytes
+    assert abs(peaks["fake"] - peaks["cpu"]) <= 1e-3 * peaks["cpu"]
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    assert "tolist" in FakeTensor.__dict__ and torch.Tensor.tolist is not FakeTensor.tolist
