@@ -541,15 +541,24 @@ def write(
     only: str | None,
     resumed: bool = False,
     redo: list[str] | None = None,
+    earlier: str = "",
 ) -> None:
     command = "benchmarks/every_type.py" + (f" --only {only}" if only else "")
     if redo:  # the other rows came from the earlier run recorded in the file's header
-        command += f" --redo {','.join(redo)}"
+        command = earlier + command + f" --redo {','.join(redo)}"
     elif resumed:  # the seconds are this run's; the rows before it came from an earlier one
         command += " --resume"
     out = OUT.with_name(OUT.name + (f"-{only}" if only else ""))
     out.with_suffix(".md").write_text(render(rows, seconds, command), encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+
+
+def _earlier(md: Path) -> str:
+    """The earlier run(s) a results file's header records, as the prefix of a command
+    that reran some of its rows (``--redo``, ``--recount``): "CMD` (N s), then `"."""
+    head = md.read_text(encoding="utf-8").splitlines()[2] if md.exists() else ""
+    ran = re.match(r"`(.*)` \((\d+) s\)\. Counts", head)
+    return f"{ran.group(1)}` ({ran.group(2)} s), then `" if ran else ""
 
 
 def main() -> int:
@@ -566,6 +575,11 @@ def main() -> int:
         help="write the markdown again from the results JSON, running nothing",
     )
     parser.add_argument(
+        "--recount",
+        help="comma-separated model_types whose count (a) is run again in place, their "
+        "memory cells (b) kept from the results JSON",
+    )
+    parser.add_argument(
         "--redo",
         help="comma-separated model_types (exact names) to run again, their rows replaced in "
         "place in the full results (every-type.json) and its summary written again",
@@ -576,14 +590,32 @@ def main() -> int:
     logging.set_verbosity_error()
     start, rows = time.perf_counter(), []
     saved = OUT.with_name(OUT.name + (f"-{args.only}" if args.only else "")).with_suffix(".json")
-    if (args.resume or args.redo or args.render) and saved.exists():
+    if (args.resume or args.redo or args.render or args.recount) and saved.exists():
         rows = json.loads(saved.read_text(encoding="utf-8"))
     if args.render:
         md = saved.with_suffix(".md")
         head = md.read_text(encoding="utf-8").splitlines()[2] if md.exists() else ""
-        ran = re.match(r"`([^`]*)` \((\d+) s\)", head)
+        ran = re.match(r"`(.*)` \((\d+) s\)\. Counts", head)
         command, seconds = (ran.group(1), float(ran.group(2))) if ran else ("", 0.0)
         md.write_text(render(rows, seconds, command), encoding="utf-8")
+        return 0
+    earlier = _earlier(saved.with_suffix(".md")) if args.redo else ""
+    if args.recount:
+        command = f"benchmarks/every_type.py --recount {args.recount}"
+        for t in args.recount.split(","):
+            at = [i for i, r in enumerate(rows) if r.get("model_type") == t]
+            row = count_row(t)
+            row.pop("raw", None)
+            if at:
+                row = {**rows[at[0]], **row}
+                rows[at[0]] = row
+            else:
+                rows.append(row)
+            print(t, row.get("built"), row.get("introspect"), row.get("exact"), flush=True)
+        seconds = time.perf_counter() - start
+        md = saved.with_suffix(".md")
+        md.write_text(render(rows, seconds, _earlier(md) + command), encoding="utf-8")
+        saved.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
         return 0
     redo = [t for t in (args.redo or "").split(",") if t]
     unknown = sorted(set(redo) - set(types(None)))
@@ -605,7 +637,7 @@ def main() -> int:
         cells = {k: cell_text(v) for k, v in row.get("setups", {}).items()}
         print(t, row.get("exact"), cells, row.get("note", ""), flush=True)
         # partial results survive a stop
-        write(rows, time.perf_counter() - start, args.only, bool(done), redo)
+        write(rows, time.perf_counter() - start, args.only, bool(done), redo, earlier)
     print("\n".join(summary(rows)))
     return 0
 
