@@ -334,7 +334,6 @@ def memory_row(row: dict) -> None:
 
     from introspect import refined
     from introspect.measure import runner
-    from introspect.setup import TrainingSetup
     from introspect.unmodelled import NotModelled, check_setup
 
     raw = row.pop("raw")
@@ -351,16 +350,8 @@ def memory_row(row: dict) -> None:
             row["setups"] = {name: {"note": note} for name in SETUPS}
             return
     row["setups"] = {}
-    for name, kw in SETUPS.items():
-        setup = TrainingSetup(
-            batch_size=1,
-            seq_len=64,
-            device="cpu",
-            implementation="transformers",
-            optimizer="adamw",
-            activation_dtype="fp32" if kw["precision"] == "fp32" else "bf16",
-            **kw,
-        )
+    for name in SETUPS:
+        setup = setup_for(name)
         cell: dict = {}
         try:  # the class's own refusal, as `introspect profile` answers it: no dry run
             check_setup(spec, setup)
@@ -553,6 +544,42 @@ def write(
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
 
 
+def setup_for(name: str):
+    """The :data:`SETUPS` entry ``name`` as the run trains it (B=1, T=64, AdamW)."""
+    from introspect.setup import TrainingSetup
+
+    kw = SETUPS[name]
+    return TrainingSetup(
+        batch_size=1,
+        seq_len=64,
+        device="cpu",
+        implementation="transformers",
+        optimizer="adamw",
+        activation_dtype="fp32" if kw["precision"] == "fp32" else "bf16",
+        **kw,
+    )
+
+
+def reclassify(rows: list[dict]) -> int:
+    """Each failed cell whose setup transformers' class refuses
+    (:func:`introspect.adapters.hf_transformers.class_refusal`, what
+    ``introspect.unmodelled.check_setup`` and so ``introspect profile`` ask; it reads the
+    model type only) marked ``refused`` with the class's reason, as :func:`memory_row`
+    now marks it before the dry run. Returns how many were marked."""
+    from introspect.adapters.hf_transformers import class_refusal
+
+    marked = 0
+    for row in rows:
+        for name, cell in row.get("setups", {}).items():
+            if {"dry_run", "refused", "class_fails"} & set(cell) or name not in SETUPS:
+                continue
+            why = class_refusal(row["model_type"], setup_for(name))
+            if why:
+                row["setups"][name] = {"refused": why[:160]}
+                marked += 1
+    return marked
+
+
 def _earlier(md: Path) -> str:
     """The earlier run(s) a results file's header records, as the prefix of a command
     that reran some of its rows (``--redo``, ``--recount``): "CMD` (N s), then `"."""
@@ -575,6 +602,12 @@ def main() -> int:
         help="write the markdown again from the results JSON, running nothing",
     )
     parser.add_argument(
+        "--reclassify",
+        action="store_true",
+        help="ask each failed cell of the results JSON whether transformers' class refuses "
+        "its setup (as the run now asks before the dry run) and mark it refused; the rest kept",
+    )
+    parser.add_argument(
         "--recount",
         help="comma-separated model_types whose count (a) is run again in place, their "
         "memory cells (b) kept from the results JSON",
@@ -590,7 +623,8 @@ def main() -> int:
     logging.set_verbosity_error()
     start, rows = time.perf_counter(), []
     saved = OUT.with_name(OUT.name + (f"-{args.only}" if args.only else "")).with_suffix(".json")
-    if (args.resume or args.redo or args.render or args.recount) and saved.exists():
+    reads = args.resume or args.redo or args.render or args.recount or args.reclassify
+    if reads and saved.exists():
         rows = json.loads(saved.read_text(encoding="utf-8"))
     if args.render:
         md = saved.with_suffix(".md")
@@ -600,6 +634,14 @@ def main() -> int:
         md.write_text(render(rows, seconds, command), encoding="utf-8")
         return 0
     earlier = _earlier(saved.with_suffix(".md")) if args.redo else ""
+    if args.reclassify:
+        marked = reclassify(rows)
+        print(f"{marked} failed cells are the class's refusal of the setup")
+        md = saved.with_suffix(".md")
+        command = _earlier(md) + "benchmarks/every_type.py --reclassify"
+        md.write_text(render(rows, time.perf_counter() - start, command), encoding="utf-8")
+        saved.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+        return 0
     if args.recount:
         command = f"benchmarks/every_type.py --recount {args.recount}"
         for t in args.recount.split(","):
