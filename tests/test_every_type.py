@@ -237,3 +237,17 @@ def test_jetmoe_dry_run_answers_its_router_counts_as_a_real_step_holds_them():
     from torch._subclasses.fake_tensor import FakeTensor
 
     assert "tolist" in FakeTensor.__dict__ and torch.Tensor.tolist is not FakeTensor.tolist
+
+
+def test_reclassify_marks_the_classs_own_refusal_and_keeps_other_failures():
+    from every_type import reclassify
+
+    rows = [
+        {
+            "model_type": "mamba",  # MambaForCausalLM: _supports_sdpa False
+            "setups": {"bf16 sdpa": {"note": "dry run failed"}, "fp32 eager": {"note": "x"}},
+        }
+    ]
+    assert reclassify(rows) == 1
+    assert "no SDPA path" in rows[0]["setups"]["bf16 sdpa"]["refused"]
+    assert rows[0]["setups"]["fp32 eager"] == {"note": "x"}
