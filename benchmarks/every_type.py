@@ -515,6 +515,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
             notes.append("built as the image-text wrapper (towers counted), as introspect reads it")
         if "shape" in r:
             notes.append("widths kept (shrunk widths refused)")
+        if r.get("earlier_shrink"):
+            notes.append("memory cells from an earlier shrink, which now cuts this config more")
         if r.get("unmodelled"):
             notes.append("not modelled: " + ", ".join(r["unmodelled"]))
         notes += sorted({c["note"] for c in setups.values() if "note" in c})
