@@ -141,6 +141,112 @@ def module_surgery() -> Iterator[None]:
         _restore(torch.Tensor, "_make_subclass", own_subclass)
 
 
+@contextmanager
+def class_init() -> Iterator[None]:
+    """Inside FakeTensorMode, let a transformers class build as it builds for real; outside
+    one, nothing. Two of its constructors' steps fail on fake tensors only:
+
+    * Moving inside ``__init__``: a block cast with ``.to(dtype=torch.float32)`` as it is
+      made (Hunyuan V4's ``HYV4HyperConnection``, ``models/hy_v4/modeling_hy_v4.py``;
+      DeepSeek-V4's norms; Inkling's ``Conv1d``) swaps fake parameters, which the fake
+      converter's weak memo refuses: :func:`module_surgery`'s first case, the same cure.
+    * Truncated-normal init: ``torch.nn.init._no_grad_trunc_normal_``
+      (``torch/nn/init.py``) samples by rejection, ``while mask.any()`` — a value read
+      from a tensor, which a fake tensor has none of (``_local_scalar_dense``; Gemma 3's
+      and Phi-4-multimodal's towers, ``transformers/initialization.py`` ``trunc_normal_``).
+      torch itself returns a meta tensor unchanged there ("Meta tensors have no storage,
+      so sampling is a no-op"); a fake tensor, whose storage is meta, is treated the same.
+      Only the values are skipped: the parameter exists, with its bytes, as for real.
+
+    ``torch.nn.init._no_grad_trunc_normal_`` is restored on exit."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    if mode is None:
+        yield
+        return
+    init = torch.nn.init
+    own = init._no_grad_trunc_normal_
+
+    def trunc_normal(tensor, *args, **kwargs):
+        if isinstance(tensor, FakeTensor):
+            return tensor
+        return own(tensor, *args, **kwargs)
+
+    init._no_grad_trunc_normal_ = trunc_normal
+    try:
+        with module_surgery():
+            yield
+    finally:
+        init._no_grad_trunc_normal_ = own
+
+
+@contextmanager
+def even_expert_counts(model) -> Iterator[None]:
+    """In a dry run of JetMoE, answer its router's per-expert token counts, which a fake
+    tensor does not hold; everything else in the step is the class's own code.
+
+    ``JetMoeTopKGating.forward`` (``transformers/models/jetmoe/modeling_jetmoe.py``,
+    ``expert_size = gates.long().sum(0)`` then ``expert_size.tolist()``) reads how many
+    of the T·k routed rows each expert takes, and ``JetMoeParallelExperts.forward``
+    splits the sorted rows by those counts, runs one ``F.linear`` per expert and joins
+    the outputs with ``torch.cat`` into one (T·k, out) tensor; backward gives each expert
+    its whole weight's gradient whatever its count. So the held bytes depend on the
+    counts' sum, T·k (each token picks ``top_k`` distinct experts), not on how they fall;
+    only a chunk's transients follow its own count (fp32, T=64: the dry run 768 bytes
+    under a real CPU step's 21.6 MB peak).
+    Inside that forward only, ``.tolist()`` of a fake tensor of one count per expert
+    (``FakeTensor.tolist``, ``torch/_subclasses/fake_tensor.py``) answers T·k spread
+    evenly over the experts; real tensors, and every other tensor, are read as torch
+    reads them (``tests/test_every_type.py`` holds the dry run to a
+    real CPU step's peak). Outside FakeTensorMode, or for a model without JetMoE's
+    router, nothing is touched; the router's ``forward`` is restored on exit."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    gates = {type(m) for m in model.modules() if type(m).__name__ == "JetMoeTopKGating"}
+    if not gates or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+        yield
+        return
+    own_tolist = FakeTensor.__dict__["tolist"]  # FakeTensor.tolist: .item() per element
+
+    def patched(forward):
+        def routed(self, hidden_states):
+            rows, experts = hidden_states.shape[0] * self.top_k, self.num_experts
+            even = [rows // experts + (i < rows % experts) for i in range(experts)]
+
+            def tolist(tensor):
+                if tuple(tensor.shape) == (experts,):
+                    return list(even)
+                return own_tolist(tensor)
+
+            FakeTensor.tolist = tolist
+            try:
+                return forward(self, hidden_states)
+            finally:
+                FakeTensor.tolist = own_tolist
+
+        return routed
+
+    owns = {cls: cls.__dict__["forward"] for cls in gates}
+    for cls, forward in owns.items():
+        cls.forward = patched(forward)
+    try:
+        yield
+    finally:
+        for cls, forward in owns.items():
+            cls.forward = forward
+
+
+#: The note a dry run of JetMoE carries.
+EVEN_COUNTS_NOTE = (
+    "JetMoE's router counts: a fake tensor holds none, so its .tolist() answers T·k rows "
+    "spread evenly over the experts (the held bytes depend on their sum only; "
+    "introspect.measure.fake.even_expert_counts)"
+)
+
+
 def _restore(cls: type, name: str, own) -> None:
     if own is None:
         delattr(cls, name)

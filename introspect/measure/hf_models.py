@@ -184,14 +184,17 @@ def build(
     cls = model_class(config.model_type, raw, where)
     if hasattr(config.get_text_config(), "use_cache"):
         config.get_text_config().use_cache = False  # training keeps no KV cache
+    from introspect.measure.fake import class_init
+
     torch.manual_seed(0)
     try:
-        model = cls.from_config(
-            config,
-            # None: the class's own default (SDPA where it has one), as from_config picks it
-            attn_implementation=ATTN_IMPLEMENTATION.get(attention),
-            dtype=dtype,
-        )
+        with class_init():  # a no-op outside FakeTensorMode
+            model = cls.from_config(
+                config,
+                # None: the class's own default (SDPA where it has one), as from_config does
+                attn_implementation=ATTN_IMPLEMENTATION.get(attention),
+                dtype=dtype,
+            )
     # AssertionError: torch's own checks while building (an nn.Embedding's padding_idx
     # beyond vocab_size).
     except (ValueError, TypeError, KeyError, RuntimeError, AttributeError, AssertionError) as err:
@@ -310,17 +313,20 @@ def measure(
         if device == "cuda":
             model = model.to("cuda")
         vocab = model.config.get_text_config().vocab_size
+        from introspect.measure.fake import even_expert_counts
+
         try:
-            m = torch_step.measure_step(
-                model,
-                setup,
-                vocab=vocab,
-                device=device,
-                forward=torch_step.hf_forward,
-                implementation="transformers+peft" if lora else "transformers",
-                loop=setup.loop,
-                inputs=inputs,
-            )
+            with even_expert_counts(model):  # a no-op but for JetMoE in a dry run
+                m = torch_step.measure_step(
+                    model,
+                    setup,
+                    vocab=vocab,
+                    device=device,
+                    forward=torch_step.hf_forward,
+                    implementation="transformers+peft" if lora else "transformers",
+                    loop=setup.loop,
+                    inputs=inputs,
+                )
         except AttributeError as err:
             if not lora:
                 raise
@@ -333,9 +339,16 @@ def measure(
             ) from err
         saved = None
         if census:
-            saved = torch_step.run_census(
-                model, setup, spec, device, torch_step.hf_forward, loop=setup.loop, inputs=inputs
-            )
+            with even_expert_counts(model):
+                saved = torch_step.run_census(
+                    model,
+                    setup,
+                    spec,
+                    device,
+                    torch_step.hf_forward,
+                    loop=setup.loop,
+                    inputs=inputs,
+                )
     notes = [f"transformers {built} from {where}"]
     if images:
         from introspect.vision import describe
@@ -358,6 +371,10 @@ def measure(
         notes.append(f"MoE experts implementation: {experts}")
         if device == "fake" and experts == "grouped_mm":
             notes.append(GROUPED_MM_NOTE)
+    if device == "fake" and any(type(m).__name__ == "JetMoeTopKGating" for m in model.modules()):
+        from introspect.measure.fake import EVEN_COUNTS_NOTE
+
+        notes.append(EVEN_COUNTS_NOTE)
     if device == "fake":
         notes.append(
             "dry run: FakeTensorMode, no memory allocated; transformers' packed-sequence "
