@@ -145,6 +145,12 @@ def spec_from_build(
             spec = describe_tree(tree, name=source).spec
         except (IntrospectError, ValueError) as e:
             parts = (f"{type(model).__name__}'s blocks, which the module walker cannot read ({e})",)
+    if not parts:
+        from .hf_config import dropout_facts
+
+        # The class's own probabilities (its defaults applied): its dropouts run in
+        # the training step, so the execution layer keeps their masks.
+        spec = spec.replace(**dropout_facts(model.config.to_dict()))
     if parts:
         from .families import NOT_MODELLED
 
