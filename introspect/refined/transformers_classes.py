@@ -67,6 +67,9 @@ CLASSES: dict[str, ClassFacts] = {
     # only the tables) and NoPE on the full-attention layers (Q and K are the
     # projections' views, the sizes the rotary's outputs have).
     "cohere2": ClassFacts(layernorm_by_hand=True),
+    # Cohere's (v1) CohereLayerNorm is the same hand-written FP32 LayerNorm
+    # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
+    "cohere": ClassFacts(layernorm_by_hand=True),
     # NemotronHRMSNorm multiplies x·rstd by ``weight.to(torch.float32)`` and casts only the
     # product back (models/nemotron_h/modeling_nemotron_h.py l. 626).
     "nemotron_h": ClassFacts(fp32_normalized=True),
