@@ -95,3 +95,67 @@ def test_cohere_layernorm_written_out_in_fp32(setup_name):
 
     assert facts(spec_from_config(COHERE)).layernorm_by_hand
     assert _ratio(COHERE, setup_name) == pytest.approx(1, abs=0.03)
+
+
+FALCON = dict(
+    model_type="falcon", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    vocab_size=512, multi_query=True,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "arch", [dict(), dict(new_decoder_architecture=True, num_kv_heads=2)], ids=["mqa", "new"]
+)
+def test_falcon_sdpa_gets_unrepeated_kv_and_runs_the_math_kernel(arch):
+    """Falcon's original block hands SDPA one K/V head beside four query heads and no
+    ``enable_gqa`` (modeling_falcon.py l. 313-346): the fused kernels refuse, the math
+    kernel keeps the FP32 T×T softmax and FP32 Q, K, V. The new block repeats K/V first
+    and gets the flash kernel."""
+    raw = {**FALCON, **arch}
+    assert spec_from_config(raw).sdpa_kv_heads_broadcast is not bool(arch)
+    assert _ratio(raw, "bf16 sdpa") == pytest.approx(1, abs=0.03)
+
+
+BEAM = dict(
+    model_type="beam", vocab_size=512, hidden_size=64, intermediate_size=256,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+    moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1,
+    layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    mlp_layer_types=["dense", "dense", "sparse", "sparse"],
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("setup_name", ["bf16 sdpa", "amp ckpt"])
+def test_beam_swiglu_in_fp32(setup_name):
+    """``(self.act_fn(gate.float()) * up.float()).to(gate.dtype)`` (modeling_beam.py,
+    dense and routed): FP32 gate, up and activation kept under a 16-bit stream."""
+    from introspect.refined.transformers_classes import facts
+
+    assert facts(spec_from_config(BEAM)).swiglu_fp32
+    assert _ratio(BEAM, setup_name) == pytest.approx(1, abs=0.03)
+
+
+EXAONE_MOE = dict(
+    model_type="exaone_moe", vocab_size=512, hidden_size=64, intermediate_size=256,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+    moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, first_k_dense_replace=1,
+    mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+    layer_types=["sliding_attention"] * 3 + ["full_attention"],
+)  # fmt: skip
+
+
+def test_walker_reads_each_differing_block_and_the_shared_experts():
+    """A dense first block before MoE blocks is its own layer kind (the walker read block
+    0 for every block), and the dense feed-forward beside the routed experts is their
+    shared expert (``shared_experts`` in modeling_exaone_moe.py)."""
+    (dense, n_dense), (moe, n_moe) = spec_from_config(EXAONE_MOE).kinds
+    assert (n_dense, n_moe) == (1, 3)
+    assert dense.feed_forward.num_experts == 0 and dense.feed_forward.intermediate_size == 256
+    ff = moe.feed_forward
+    assert (ff.num_experts, ff.top_k, ff.intermediate_size) == (4, 2, 16)
+    assert ff.shared_intermediate_size == 16  # num_shared_experts 1 × moe_intermediate_size
+
+
+@pytest.mark.parametrize("setup_name", list(SETUPS))
+def test_exaone_moe_dense_then_routed_within_three_percent(setup_name):
+    assert _ratio(EXAONE_MOE, setup_name) == pytest.approx(1, abs=0.03)
