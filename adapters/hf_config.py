@@ -30,6 +30,7 @@ from introspect.spec import ModelSpec
 from .config_file import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
 from .config_file import load_config as load_config
 from .config_reader import Reader
+from .dropout import dropout_facts, number_at
 from .families import ALIASES, REGISTRY, BuildInstead
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
@@ -150,36 +151,6 @@ _DROPOUT_DEFAULTS = {"gpt2": 0.1}
 _SOFTCAP_DEFAULTS = {"gemma2": (30.0, 50.0)}
 
 
-#: The config keys each dropout probability is read from, first found wins, and where
-#: the modeling files apply it: on the attention probabilities (GPT-2's ``attn_pdrop``,
-#: BERT-style ``attention_probs_dropout_prob`` in modeling_biogpt.py's
-#: ``eager_attention_forward``); on each block output before its residual add
-#: (``resid_pdrop``; ``hidden_dropout``; Seed-OSS's ``residual_dropout``,
-#: modeling_seed_oss.py lines 83 and 224; BERT-style ``hidden_dropout_prob``,
-#: modeling_biogpt.py lines 292 and 302); on the embedding output (``embd_pdrop``; the
-#: BERT naming's ``hidden_dropout_prob`` also drives it, modeling_biogpt.py line 394, as
-#: ``BertEmbeddings.dropout`` in modeling_bert.py).
-DROPOUT_KEYS = {
-    "attention_dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"),
-    "hidden_dropout": ("resid_pdrop", "hidden_dropout", "residual_dropout", "hidden_dropout_prob"),
-    "embedding_dropout": ("embd_pdrop", "hidden_dropout_prob"),
-}
-
-
-def _number(config: dict[str, Any], keys: tuple[str, ...], fallback: float) -> float:
-    for key in keys:
-        value = config.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    return fallback
-
-
-def dropout_facts(config: dict[str, Any], default: float = 0.0) -> dict[str, float]:
-    """The three dropout probabilities the refined execution layer reads, from the
-    config keys of :data:`DROPOUT_KEYS` (``default`` where none is present)."""
-    return {field: _number(config, keys, default) for field, keys in DROPOUT_KEYS.items()}
-
-
 def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
     """The dropout probabilities and Phi's rotary fraction the refined execution layer
     reads: :func:`dropout_facts`; ``partial_rotary_factor`` (Phi: 0.5 by default);
@@ -187,7 +158,7 @@ def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
     default = _DROPOUT_DEFAULTS.get(family, 0.0)
 
     def number(*keys: str, fallback: float) -> float:
-        return _number(config, keys, fallback)
+        return number_at(config, keys, fallback)
 
     facts = dropout_facts(config, default)
     if family == "phi":

@@ -146,7 +146,7 @@ def spec_from_build(
         except (IntrospectError, ValueError) as e:
             parts = (f"{type(model).__name__}'s blocks, which the module walker cannot read ({e})",)
     if not parts:
-        from .hf_config import dropout_facts
+        from .dropout import dropout_facts
 
         # The class's own probabilities (its defaults applied): its dropouts run in
         # the training step, so the execution layer keeps their masks.
