@@ -30,6 +30,7 @@ from introspect.spec import ModelSpec
 from .config_file import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
 from .config_file import load_config as load_config
 from .config_reader import Reader
+from .dropout import dropout_facts, number_at
 from .families import ALIASES, REGISTRY, BuildInstead
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
@@ -152,23 +153,14 @@ _SOFTCAP_DEFAULTS = {"gemma2": (30.0, 50.0)}
 
 def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
     """The dropout probabilities and Phi's rotary fraction the refined execution layer
-    reads: ``attention_dropout`` (GPT-2: ``attn_pdrop``), ``resid_pdrop`` /
-    ``hidden_dropout``, ``embd_pdrop``; ``partial_rotary_factor`` (Phi: 0.5 by default);
+    reads: :func:`dropout_facts`; ``partial_rotary_factor`` (Phi: 0.5 by default);
     Gemma 2's ``final_logit_softcapping`` and ``attn_logit_softcapping``."""
     default = _DROPOUT_DEFAULTS.get(family, 0.0)
 
     def number(*keys: str, fallback: float) -> float:
-        for key in keys:
-            value = config.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
-        return fallback
+        return number_at(config, keys, fallback)
 
-    facts = {
-        "attention_dropout": number("attention_dropout", "attn_pdrop", fallback=default),
-        "hidden_dropout": number("resid_pdrop", "hidden_dropout", fallback=default),
-        "embedding_dropout": number("embd_pdrop", fallback=default),
-    }
+    facts = dropout_facts(config, default)
     if family == "phi":
         facts["partial_rotary_factor"] = number("partial_rotary_factor", fallback=0.5)
     final, attn = _SOFTCAP_DEFAULTS.get(family, (None, None))

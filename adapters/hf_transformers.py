@@ -145,6 +145,12 @@ def spec_from_build(
             spec = describe_tree(tree, name=source).spec
         except (IntrospectError, ValueError) as e:
             parts = (f"{type(model).__name__}'s blocks, which the module walker cannot read ({e})",)
+    if not parts:
+        from .dropout import dropout_facts
+
+        # The class's own probabilities (its defaults applied): its dropouts run in
+        # the training step, so the execution layer keeps their masks.
+        spec = spec.replace(**dropout_facts(model.config.to_dict()), **_class_facts(model))
     if parts:
         from .families import NOT_MODELLED
 
@@ -157,6 +163,18 @@ def spec_from_build(
         num_parameters=exact,
         assumptions=(built, *spec.assumptions),
     )
+
+
+def _class_facts(model) -> dict[str, Any]:
+    """Execution facts of the built class its config decides: Falcon's original block
+    (``new_decoder_architecture`` False) hands SDPA K and V at ``num_kv_heads`` — one
+    head under ``multi_query`` — without ``enable_gqa`` (``models/falcon/
+    modeling_falcon.py`` l. 313-346); the new one broadcasts them to every head first
+    (``_split_heads``, l. 255-263)."""
+    cfg = model.config
+    if cfg.model_type == "falcon":
+        return {"sdpa_kv_heads_broadcast": not cfg.new_decoder_architecture}
+    return {}
 
 
 def refuse_not_causal(model_type: str, where: str) -> None:

@@ -80,6 +80,9 @@ class BlockRoles:
     norms_per_layer: int = 0
     qk_norm_width: int = 0
     num_experts: int = 0
+    #: A dense feed-forward beside the experts (shared experts, run on every token): its
+    #: width f, or 0.
+    shared_width: int = 0
 
 
 def is_norm(module_name: str, class_name: str) -> bool:
@@ -255,6 +258,7 @@ def classify_block(entries: list[tuple[str, tuple[int, ...], str]], d: int) -> B
         out.ffn, out.ffn_width, out.mlp_bias = _read_ffn(expert0, d, "expert")
         if dense:
             out.notes.append("a dense feed-forward beside the experts (shared expert)")
+            _, out.shared_width, _ = _read_ffn(dense, d, "shared expert")
     else:
         if not dense:
             raise RoleError("no feed-forward projections (gate/up/down, c_fc/c_proj, fc1/fc2)")

@@ -156,6 +156,7 @@ class _Reader:
         V, d = embed.shape
         tied, lm_head_bias = self.read_outside(outside, embed, positions, V, d)
         fields = self.read_blocks(block, inside, d)
+        shared0 = fields.pop("_shared", 0)
         spec_fields = dict(
             hidden_size=d,
             num_hidden_layers=block.count,
@@ -175,6 +176,8 @@ class _Reader:
             )
         except ValueError as e:
             raise self.fail(f"the shapes read give an impossible spec ({e})") from e
+        if any(self.block_kinds) or shared0:
+            spec = self.heterogeneous(spec, spec_fields, shared0)
         by_component = {c: 0 for c in COMPONENTS}
         for p in self.unique:
             by_component[self.placed[p.name][1]] += p.numel
@@ -187,6 +190,33 @@ class _Reader:
             notes=tuple(self.assumptions + self.notes),
             framework=self.tree.framework,
         )
+
+    def heterogeneous(self, spec: ModelSpec, spec_fields: dict, shared0: int) -> ModelSpec:
+        """``spec`` with one layer kind per block: block 0's fields with each differing
+        block's own read over them (its feed-forward, its heads), and the shared experts
+        beside a block's routed ones (``FeedForward.shared_intermediate_size``), which
+        the flat fields cannot carry."""
+        from introspect._record import replace
+        from introspect.layers import runs_from_list
+
+        kinds = []
+        for own in self.block_kinds:
+            own = dict(own)
+            shared = own.pop("_shared", 0) if own else shared0
+            kind = spec.default_kind
+            if own:
+                fields = {**spec_fields, **own}
+                if not own.get("num_local_experts"):
+                    fields.update(num_local_experts=0, num_experts_per_tok=0)
+                try:
+                    kind = ModelSpec(**fields).default_kind
+                except ValueError as e:
+                    raise self.fail(f"a block's shapes give an impossible spec ({e})") from e
+            if shared and kind.feed_forward.is_moe:
+                ff = replace(kind.feed_forward, shared_intermediate_size=shared)
+                kind = replace(kind, feed_forward=ff)
+            kinds.append(kind)
+        return spec.replace(layers=runs_from_list(kinds))
 
     def tensors(self) -> tuple[TensorInfo, ...]:
         out = []
@@ -238,22 +268,39 @@ class _Reader:
             self.notes.append(f"block 0: {note}")
         block0 = {rel: p.shape for rel, p in first}
         differing = []
+        self.block_kinds: list[dict] = []  # per block: its fields where it differs
         for i, entries in sorted(by_block.items()):
+            own = found
             if {rel: p.shape for rel, p in entries} != block0:
                 differing.append(str(i))
+                own = self.classify_other(block, i, entries, d)
             for rel, p in entries:
-                role = found.roles.get(rel) or roles.fallback_role(rel, p.shape)
+                role = own.roles.get(rel) or roles.fallback_role(rel, p.shape)
                 self.placed[p.name] = role
+            self.block_kinds.append(
+                {} if own is found else self.block_fields(block, own, d, index=i)
+            )
         if differing:
             self.notes.append(
-                f"blocks {', '.join(differing)} differ from block 0; the spec describes block 0 "
-                "and the count includes every block as it is"
+                f"blocks {', '.join(differing)} differ from block 0; each is read as its "
+                "own layer kind"
             )
         return self.block_fields(block, found, d)
 
-    def block_fields(self, block: _Block, found: roles.BlockRoles, d: int) -> dict:
-        attn_obj = self.tree.modules.get(f"{block.prefix}.0.{found.attention_path}")
-        block_obj = self.tree.modules.get(f"{block.prefix}.0")
+    def classify_other(self, block: _Block, i: int, entries: list, d: int) -> roles.BlockRoles:
+        """Block ``i``'s own roles (a dense first block before MoE blocks, as Exaone-MoE
+        and GLM-4-MoE build ``mlp_layer_types``)."""
+        owner = {rel: type(self.tree.modules.get(p.owner)).__name__ for rel, p in entries}
+        try:
+            return roles.classify_block([(rel, p.shape, owner[rel]) for rel, p in entries], d)
+        except roles.RoleError as e:
+            raise self.fail(f"{e} (block {i} at {block.prefix})") from e
+
+    def block_fields(
+        self, block: _Block, found: roles.BlockRoles, d: int, *, index: int = 0
+    ) -> dict:
+        attn_obj = self.tree.modules.get(f"{block.prefix}.{index}.{found.attention_path}")
+        block_obj = self.tree.modules.get(f"{block.prefix}.{index}")
         local = [attn_obj, block_obj]
         heads, kv_heads, head_dim = self.heads(found.q_dim, found.kv_dim, local)
         fields = dict(
@@ -274,12 +321,14 @@ class _Reader:
         if found.norm is None:
             self.assume("no norm module found in the blocks; assumed RMSNorm")
         if found.num_experts:
-            moe_obj = self.tree.modules.get(f"{block.prefix}.0.{found.moe_path}")
+            moe_obj = self.tree.modules.get(f"{block.prefix}.{index}.{found.moe_path}")
             top_k = self.lookup_int(roles.TOP_K_NAMES, [moe_obj, block_obj])
             if top_k is None:
                 top_k = min(2, found.num_experts)
                 self.assume(f"experts used per token not stated; assumed {top_k}")
             fields.update(num_local_experts=found.num_experts, num_experts_per_tok=top_k)
+            if found.shared_width:
+                fields["_shared"] = found.shared_width
         return fields
 
     def heads(self, q_dim: int, kv_dim: int, local: list) -> tuple[int, int, int]:

@@ -127,6 +127,10 @@ class ModelSpec:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     embedding_dropout: float = 0.0
+    #: The class calls SDPA with K and V at their own, fewer heads and no ``enable_gqa``
+    #: (Falcon's multi-query block, ``models/falcon/modeling_falcon.py`` l. 313-346):
+    #: torch's fused kernels need equal head counts, so the math kernel runs.
+    sdpa_kv_heads_broadcast: bool = False
     #: Fraction of each head that rotary positions rotate (Phi's ``partial_rotary_factor``).
     partial_rotary_factor: float = 1.0
     #: Gemma 2's tanh soft-capping of the attention scores and of the logits

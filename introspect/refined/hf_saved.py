@@ -50,7 +50,7 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
 from __future__ import annotations
 
 from introspect.refined.cuda_sdpa import logsumexp_bytes
-from introspect.refined.saved_feed_forward import feed_forward
+from introspect.refined.saved_feed_forward import expert_bytes, feed_forward
 from introspect.refined.stream import is_amp, residual_bytes
 from introspect.refined.transformers_classes import facts
 from introspect.setup import TrainingSetup
@@ -113,12 +113,21 @@ def dropped_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def math_fallback(spec: ModelSpec, setup: TrainingSetup) -> bool:
-    """SDPA with dropout on the probabilities runs the math kernel on CPU."""
-    return (
-        setup.attention != "eager"
-        and spec.attention_dropout > 0
-        and setup.resolved_device != "cuda"
-    )
+    """SDPA runs the math kernel: with dropout on the probabilities on CPU, and on any
+    device when K and V reach it with fewer heads than Q and no ``enable_gqa``
+    (``ModelSpec.sdpa_kv_heads_broadcast``: the fused kernels' ``check_batch_size_and_
+    num_heads_dense`` in ``sdp_utils_cpp.h`` refuses them; the math kernel's matmuls
+    broadcast the heads, ``_scaled_dot_product_attention_math`` in ``attention.cpp``)."""
+    if setup.attention == "eager":
+        return False
+    if spec.sdpa_kv_heads_broadcast and spec.group_size > 1:
+        return True
+    return spec.attention_dropout > 0 and setup.resolved_device != "cuda"
+
+
+def _broadcast_kv(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """K and V kept at their own heads by SDPA's math kernel, which broadcasts them."""
+    return setup.attention != "eager" and spec.sdpa_kv_heads_broadcast
 
 
 def keeps_t2(spec: ModelSpec, setup: TrainingSetup) -> bool:
@@ -129,6 +138,8 @@ def keeps_t2(spec: ModelSpec, setup: TrainingSetup) -> bool:
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     """K/V width kept: repeated to every query head by ``repeat_kv`` when the T×T path runs
     (eager, or SDPA given a mask or head_dim > 256), else ``kv_dim``."""
+    if _broadcast_kv(spec, setup):
+        return spec.kv_dim
     if spec.group_size > 1 and (
         keeps_t2(spec, setup) or spec.head_size > 256 or _sdpa_mask(spec, setup)
     ):
@@ -307,7 +318,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             mask = dropout_mask_bytes(setup, dropped_bytes(spec, setup))
             out["attention/quadratic/dropout_mask"] = t2 * mask
             out["attention/quadratic/dropped"] = t2 * inner
-        elif probs > s:
+        elif probs > s and not math_fallback(spec, setup):
+            # eager's ``softmax(..., dtype=torch.float32).to(query.dtype)``; the math
+            # kernel multiplies V by its FP32 softmax as it is.
             out["attention/quadratic/probs_cast"] = t2 * s
     else:
         out["attention/logsumexp"] = logsumexp_bytes(
@@ -336,10 +349,12 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if spec.is_moe:
         out.update(_routed_feed_forward(spec, setup))
     else:
+        # Beam's SwiGLU in FP32 keeps FP32 copies of gate and up and an FP32 activation.
+        g = FP32 if gated and facts(spec).swiglu_fp32 else s
         if gated:
-            out["feed_forward/gate"] = BT * f * s
-        out["feed_forward/up"] = BT * f * s
-        out["feed_forward/act"] = BT * f * s
+            out["feed_forward/gate"] = BT * f * g
+        out["feed_forward/up"] = BT * f * g
+        out["feed_forward/act"] = BT * f * g
         extra = ACTIVATION_EXTRA.get(spec.hidden_act, 0)
         if extra:
             out["feed_forward/act_intermediates"] = extra * BT * f * s
@@ -385,7 +400,13 @@ def _routed_feed_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int
     :func:`introspect.refined.saved_feed_forward.expert_bytes`), beside this module's
     attention side."""
     kind = spec.kinds[0][0]
-    return {k: v for k, v in feed_forward(spec, setup, kind).items() if k != "feed_forward/down"}
+    out = {k: v for k, v in feed_forward(spec, setup, kind).items() if k != "feed_forward/down"}
+    if facts(spec).swiglu_fp32 and kind.feed_forward.ffn == "gated":
+        s = expert_bytes(setup)
+        for name in ("feed_forward/gate", "feed_forward/up", "feed_forward/act"):
+            if name in out:
+                out[name] = out[name] // s * FP32
+    return out
 
 
 def stream_kept_bytes(setup: TrainingSetup, consumers: int) -> int:

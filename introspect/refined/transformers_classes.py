@@ -46,6 +46,12 @@ class ClassFacts:
     #: the two ``x - mean`` (each written anew), the rstd and the normalized value are kept
     #: in FP32, and not its input (``mean`` and ``-`` save nothing).
     layernorm_by_hand: bool = False
+    #: SwiGLU's activation and product evaluated in FP32 and cast back (Beam's
+    #: ``(self.act_fn(gate.float()) * up.float()).to(gate.dtype)``, ``models/beam/
+    #: modeling_beam.py`` ``BeamMLP.forward`` and ``BeamExperts._apply_gate``): the FP32
+    #: copies of gate and up and the FP32 activation are kept; the 16-bit projection
+    #: outputs are not (``.float()`` saves nothing), the product at the activations' dtype.
+    swiglu_fp32: bool = False
 
 
 LLAMA = ClassFacts()
@@ -67,6 +73,10 @@ CLASSES: dict[str, ClassFacts] = {
     # only the tables) and NoPE on the full-attention layers (Q and K are the
     # projections' views, the sizes the rotary's outputs have).
     "cohere2": ClassFacts(layernorm_by_hand=True),
+    # Cohere's (v1) CohereLayerNorm is the same hand-written FP32 LayerNorm
+    # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
+    "cohere": ClassFacts(layernorm_by_hand=True),
+    "beam": ClassFacts(swiglu_fp32=True),
     # NemotronHRMSNorm multiplies x·rstd by ``weight.to(torch.float32)`` and casts only the
     # product back (models/nemotron_h/modeling_nemotron_h.py l. 626).
     "nemotron_h": ClassFacts(fp32_normalized=True),
