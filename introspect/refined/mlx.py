@@ -290,6 +290,11 @@ KINDS = {
     "d·r": lambda x: x.d * x.r,
     "kv·r": lambda x: x.kv * x.hd * x.r,
     "f·r": lambda x: x.f * x.r,
+    # ... and the lora_b of a fused linear: Phi-3's qkv_proj and gate_up_proj, GPT-2's
+    # c_attn (mlx_lm/models/phi3.py, gpt2.py: each one nn.Linear, so one adapter).
+    "qkv·r": lambda x: (x.h + 2 * x.kv) * x.hd * x.r,
+    "2f·r": lambda x: 2 * x.f * x.r,
+    "3d·r": lambda x: 3 * x.d * x.r,
     # mlx-lm's SwitchGLU (mlx_lm/models/switch_layers.py) and its router: the router's
     # logits and soft-max, the top-k indices and scores (and the sort's orders), the
     # token copies sorted by expert, the experts' up/gate/activation, their weights.
@@ -308,9 +313,9 @@ KINDS = {
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
 KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
-KV_KINDS += ("B·T·qkv", "d·qkv")  # Phi-3's fused q/k/v is B·T·3d, d·3d when MHA
+KV_KINDS += ("B·T·qkv", "d·qkv", "qkv·r")  # Phi-3's fused q/k/v is B·T·3d, d·3d when MHA
 #: Kinds of LoRA's adapters (absent under full fine-tuning).
-LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
+LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r", "qkv·r", "2f·r", "3d·r")
 #: Kinds of a mixture-of-experts block (absent from a dense one).
 MOE_KINDS = ("B·T·E", "B·T·k", "B·T·k·d", "B·T·k·fe", "d·E", "E·d·fe")
 
@@ -358,7 +363,7 @@ GROUPS = {
 MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
 WEIGHT_KINDS = (
     *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
-    *("d·r", "kv·r", "f·r"),
+    *("d·r", "kv·r", "f·r", "qkv·r", "2f·r", "3d·r"),
     *("d·E", "E·d·fe"),
     *("d·qkv", "d·2f"),
 )
@@ -624,8 +629,6 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
 
     structure = structure_of(spec, setup)
     lora = setup.finetune == "lora"
-    if lora and structure not in LORA_STRUCTURES:
-        return torch_moments(spec, setup)
     if lora:
         candidates = counts(key(structure, dtype_of(setup), compiled(setup), lora=True))
     elif setup.activation_checkpointing:
@@ -684,9 +687,10 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
-    """The moments ``refined.execution_estimate`` builds where MLX's are not derived (for
-    a LoRA structure outside :data:`LORA_STRUCTURES`, which :func:`applies` cannot see
-    without the spec): :func:`introspect.refined.execution.moments`."""
+    """The moments ``refined.execution_estimate`` builds for an MLX affine base where the
+    LoRA counts do not apply to the setup (named targets, dropout) of a structure whose
+    counts are derived: :func:`introspect.refined.execution.moments` with MLX's base. An
+    underived structure gets none (:func:`lora_not_derived`)."""
     from introspect.refined import execution
 
     out = execution.moments(spec, setup)
@@ -775,7 +779,29 @@ def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
 
 #: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``):
 #: mlx-lm's Llama-style blocks, whose every nn.Linear is one of q/k/v/o/gate/up/down.
-LORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
+LORA_STRUCTURES = ("llama", "llama-untied", "qwen2", "qwen3")
+
+
+def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
+    """The one line for mlx-lm's LoRA on a structure outside :data:`LORA_STRUCTURES`
+    (empty elsewhere): no other structure's counts and no torch accounting stand in for
+    it (torch's moments were 3.0–3.6× a measured Qwen3-0.6B step before Qwen3's counts,
+    issue 23); the MLX dry run of the family's own class answers
+    (:mod:`introspect.measure.mlx_lora_dry_run`)."""
+    if (
+        setup.framework not in ("mlx", "mlx_compiled")
+        or setup.finetune != "lora"
+        or setup.implementation != "mlx_lm"
+    ):
+        return ""
+    structure = structure_of(spec, setup)
+    if structure in LORA_STRUCTURES:
+        return ""
+    return (
+        f"LoRA counts not derived for mlx-lm's {STRUCTURES[structure][0]}: answered by the "
+        "MLX dry run (`introspect profile` runs it, or `introspect measure SOURCE "
+        "--framework mlx --impl mlx-lm --device fake --finetune lora`)"
+    )
 
 
 def lora_applies(setup: TrainingSetup) -> bool:
