@@ -1,6 +1,7 @@
 """mlx-lm's own LoRA step measured on the MLX CPU against the refined estimate.
 
     python benchmarks/mlx_lora.py     # writes benchmarks/results/mlx-lora.md
+    python benchmarks/mlx_lora.py --other   # only its other structures' section
 
 Each row is a real step (:func:`introspect.measure.mlx_lm_models.measure` with
 ``finetune="lora"``: ``model.freeze()``, ``linear_to_lora_layers`` on every block with
@@ -97,6 +98,7 @@ GRID = ((4, 1, 64), (8, 2, 64), (16, 1, 256), (8, 2, 256))
 OTHER_STRUCTURES = (
     ("qwen3", True),
     ("gemma3_text", True),
+    ("phi", False),
     ("phi3", False),
     ("olmo2", False),
     ("starcoder2", True),
@@ -187,6 +189,8 @@ def other_config(family: str, tied: bool, shape: tuple) -> dict:
     from introspect.measure import mlx_replay as mr
 
     d, layers, f, heads, kv, vocab = shape
+    if family == "phi":  # its counts were read MHA, as Phi's checkpoints are
+        kv = heads
     cfg = mr.family_config(family, d, layers, f, heads, kv, vocab)
     cfg["tie_word_embeddings"] = tied
     if family == "gemma3_text":
@@ -305,8 +309,9 @@ def summary(rows: list[dict], groups) -> list[str]:
     return lines
 
 
-def other_section(rows: list[dict]) -> list[str]:
-    """The other structures' rows: the held-out shapes, then the derivation shape apart."""
+def other_section(rows: list[dict], seconds: float | None = None) -> list[str]:
+    """The other structures' rows: the held-out shapes, then the derivation shape apart
+    (``seconds``: the section was written alone, by ``--other``)."""
     if not rows:
         return []
     held = [r for r in rows if r["held_out"]]
@@ -321,8 +326,13 @@ def other_section(rows: list[dict]) -> list[str]:
     ]
     return [
         "",
-        "## Other structures (mlx-lm's qwen3, gemma3_text, phi3, olmo2, starcoder2, gemma2, gemma)",
+        "## Other structures (mlx-lm's, where their LoRA counts are derived)",
         "",
+        *(
+            [f"    python benchmarks/mlx_lora.py --other    # {seconds:.0f} s", ""]
+            if seconds
+            else []
+        ),
         "Their LoRA counts: `python benchmarks/mlx_derive.py --lora STRUCTURE` (replays only, "
         "the shapes above, L ∈ {1, 2, 3, 4, 10, 16, 32}); mlx-lm's default keys adapt every "
         "nn.Linear of a block (Phi-3's fused qkv_proj and gate_up_proj one adapter each). "
@@ -375,8 +385,19 @@ def write(rows: list[dict], seconds: float, others: list[dict] = ()) -> None:
     REPORT.write_text("\n".join(lines))
 
 
+def write_other(others: list[dict], seconds: float) -> None:
+    """``--other``: the report's Llama/Qwen2 part kept as it is, its other structures'
+    section replaced by ``others``."""
+    kept = REPORT.read_text().split("\n## Other structures", 1)[0].rstrip("\n")
+    REPORT.write_text("\n".join([kept, *other_section(others, seconds)]) + "\n")
+
+
 def main() -> None:
     start = time.perf_counter()
+    if sys.argv[1:] == ["--other"]:
+        write_other(other_rows(), time.perf_counter() - start)
+        print(REPORT.read_text())
+        return
     found = rows()
     others = other_rows()
     write(found, time.perf_counter() - start, others)

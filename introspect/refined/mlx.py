@@ -118,8 +118,20 @@ With ``num_layers`` K below L (``--num-layers``: ``linear_to_lora_layers`` on
 consumed: the candidates are read at depth K over the whole model's state (measured: a
 K = 2 step on a 5-block model holds, beyond its state, a 2-block model's step within 2%,
 ``tests/test_num_layers.py``).
-Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing, QLoRA,
-and the other structures (their LoRA setups keep torch's moments).
+**Other structures' LoRA** (``python benchmarks/mlx_derive.py --lora STRUCTURE``, the
+same shapes, r = 6, at L = 1, 2, 3, 4, 10, 16, 32): mlx-lm's default keys are every
+``nn.Linear`` of a block whatever it is called — Qwen3's and Gemma 3's q/k norms stay
+frozen, Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` are one adapter each (their
+``lora_b`` kinds ``qkv·r`` and ``2f·r``), Phi's ``dense``, ``fc1``, ``fc2``; derived for
+qwen3, gemma3_text (tied), phi, phi3 and olmo2 (:data:`LORA_STRUCTURES`). Checked on real
+mlx-lm steps at held-out shapes (``benchmarks/results/mlx-lora.md``, its "Other
+structures" section; the derivation shape's rows reported apart). A structure without
+LoRA counts (GPT-2, Gemma, Gemma 2, StarCoder2, the MoE ones, Gemma 3 untied) has no
+closed-form LoRA figure: :func:`lora_not_derived` says so in one line and the MLX dry run
+of the family's class answers (:mod:`introspect.measure.mlx_lora_dry_run`) — torch's
+moments, which stood in before, were 3.0–3.6× a measured Qwen3-0.6B step (issue 23).
+Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing (those
+setups of a derived structure keep torch's moments, the label says so).
 
 **Mixtures of experts** (:data:`MOE_STRUCTURES`: mlx-lm's ``qwen3_moe`` and ``mixtral``,
 ``mlx_lm/models/qwen3_moe.py``, ``mixtral.py``). The router (``gate``, a d·E linear)
@@ -777,9 +789,13 @@ def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     )
 
 
-#: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``):
-#: mlx-lm's Llama-style blocks, whose every nn.Linear is one of q/k/v/o/gate/up/down.
-LORA_STRUCTURES = ("llama", "llama-untied", "qwen2", "qwen3")
+#: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``
+#: for the first three, ``--lora STRUCTURE`` for the others): every nn.Linear of each
+#: block adapted, mlx-lm's default keys. Others: :func:`lora_not_derived`.
+LORA_STRUCTURES = (
+    *("llama", "llama-untied", "qwen2"),
+    *("qwen3", "gemma3_text", "phi", "phi3", "olmo2"),
+)
 
 
 def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
