@@ -129,10 +129,11 @@ qwen3, gemma3_text (tied), phi, phi3 and olmo2 (:data:`LORA_STRUCTURES`). **Chec
 --other``: d = 96 and 160, L = 3 and 6, GQA and MQA, r = 4 and 8, B·T = 64 and 512, FP32
 and BF16, eager and compiled): 60 within ±5% (−3.8% to +2.3%; torch's moments: 2 of 60,
 0.775 to 1.378); at the derivation shape (not held out) 10 of 10 (−3.6% to −1.5%).
-A structure without LoRA counts (GPT-2, Gemma, Gemma 2, StarCoder2, the MoE ones, Gemma 3 untied) has no
-closed-form LoRA figure: :func:`lora_not_derived` says so in one line and the MLX dry run
-of the family's class answers (:mod:`introspect.measure.mlx_lora_dry_run`) — torch's
-moments, which stood in before, were 3.0–3.6× a measured Qwen3-0.6B step (issue 23).
+A structure without LoRA counts (GPT-2, Gemma, Gemma 2, StarCoder2, the MoE ones,
+Gemma 3 untied) has no closed-form LoRA figure: :func:`lora_not_derived` says so in one
+line and the MLX dry run of the family's class answers
+(:mod:`introspect.measure.mlx_lora_dry_run`), not torch's moments (0.775–1.378 of the
+measured steps above; issue 23 reports 3.0–3.6× on Qwen3-0.6B).
 Not derived: named ``lora_targets`` (mlx-lm's ``keys``), dropout, checkpointing (those
 setups of a derived structure keep torch's moments, the label says so).
 
@@ -804,8 +805,8 @@ LORA_STRUCTURES = (
 def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
     """The one line for mlx-lm's LoRA on a structure outside :data:`LORA_STRUCTURES`
     (empty elsewhere): no other structure's counts and no torch accounting stand in for
-    it (torch's moments were 3.0–3.6× a measured Qwen3-0.6B step before Qwen3's counts,
-    issue 23); the MLX dry run of the family's own class answers
+    it (torch's moments, which did: 0.775–1.378 of measured steps of the structures derived
+    since, ``benchmarks/results/mlx-lora.md``); the MLX dry run of the family's class answers
     (:mod:`introspect.measure.mlx_lora_dry_run`)."""
     if (
         setup.framework not in ("mlx", "mlx_compiled")
