@@ -199,13 +199,13 @@ own VJPs and a command buffer pins 20–50 ops, so these counts do not apply the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from introspect import _record
 from introspect._record import record
 from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 
 if TYPE_CHECKING:
     from introspect.layers import FeedForward
