@@ -21,6 +21,15 @@ as ``mlx_lm.lora`` builds it (``model.freeze()``, ``linear_to_lora_layers(model,
 frozen base, the adapters and their Adam state are the state subtracted, as the weights
 and moments are under full fine-tuning.
 
+    python benchmarks/mlx_derive.py --lora STRUCTURE ...   # those structures' LoRA keys
+
+With structures named, ``--lora`` derives their LoRA keys only (every other key kept,
+the files written after each key), at L = 1, 2, 3 directly (what ``--shallow`` adds to
+the L = 2 of a bare ``--lora``). mlx-lm's default keys are every ``nn.Linear`` of a
+block, whatever they are called: Phi-3's fused ``qkv_proj`` (its ``lora_b`` r × (q + 2kv),
+kind ``qkv·r``) and ``gate_up_proj`` (r × 2f, ``2f·r``), GPT-2's ``c_attn`` (r × 3d,
+``3d·r``); Qwen3's and Gemma 3's q/k norms and every norm stay frozen, not adapted.
+
     python benchmarks/mlx_derive.py --shallow [STRUCTURE ...]   # add L = 1, 2, 3 counts
 
 ``--shallow`` reads every candidate's counts at each depth of :data:`ALL_SHALLOW` that
@@ -447,11 +456,13 @@ def runs(structure: str, layers: int) -> bool:
 
 
 def shallow_of(structure: str, lora: bool) -> tuple[int, ...]:
-    """The depths below :data:`LAYERS` a structure's counts are also read at."""
+    """The depths below :data:`LAYERS` a structure's counts are also read at (LoRA:
+    every one of :data:`ALL_SHALLOW` the class runs, what ``--shallow`` adds to a
+    derivation at :data:`SHALLOW`)."""
     from introspect.refined import mlx as closed
 
     if lora:
-        return SHALLOW
+        return tuple(L for L in ALL_SHALLOW if runs(structure, L))
     return DENSE_SHALLOW if closed.STRUCTURES[structure][0] in closed.DENSE_STRUCTURES else ()
 
 
@@ -506,6 +517,9 @@ def main() -> None:
                 print(k, "shallow", sorted(rows[0].get("shallow", {})), flush=True)
         write(counts)
         return
+    if sys.argv[1:2] == ["--lora"] and sys.argv[2:]:
+        lora_of(sys.argv[2:])
+        return
     if len(sys.argv) > 1:  # --from STRUCTURE / --lora: keep the others
         done = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
     lora_only = sys.argv[1:2] == ["--lora"]
@@ -529,6 +543,29 @@ def main() -> None:
             counts[k] = derive(structure, dtype, compiled, lora)
         print(k, len(counts[k]), "candidates", flush=True)
     write(counts)
+
+
+def lora_of(structures: list[str]) -> None:
+    """``--lora STRUCTURE ...``: derive the LoRA keys of the structures named (each
+    dtype and compilation), every other key kept; a structure's file is written after
+    each of its keys, so an interrupted run keeps what it finished, and runs for
+    different structures can go side by side."""
+    from introspect.refined import mlx as closed
+    from introspect.refined import mlx_counts
+
+    counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
+    for structure in structures:
+        if structure not in closed.STRUCTURES:
+            raise SystemExit(f"--lora {structure}: not one of {', '.join(closed.STRUCTURES)}")
+        for dtype in ("fp32", "bf16"):
+            if dtype == "bf16" and structure in closed.MOE_STRUCTURES:
+                continue  # MLX's CPU GatherMM runs FP32 only (cpu/masked_mm.cpp)
+            for is_compiled in (False, True):
+                k = closed.key(structure, dtype, is_compiled, lora=True)
+                counts[k] = derive(structure, dtype, is_compiled, lora=True)
+                print(k, len(counts[k]), "candidates", flush=True)
+                # this structure's file only: runs for other structures may be under way
+                write({k: v for k, v in counts.items() if k.split("/", 1)[0] == structure})
 
 
 def row_of(candidate) -> dict:
@@ -585,6 +622,8 @@ def command(structure: str, keys: dict[str, list[dict]]) -> str:
         out += "; python benchmarks/mlx_derive.py --shallow"
     if any(c["shape"]["seq"] == SHORT_SHAPES[0]["seq"] for c in rows):
         out += f"; python benchmarks/mlx_derive.py --short {structure}"
+    if any(k.endswith("/lora") for k in keys):
+        out += f"; python benchmarks/mlx_derive.py --lora {structure}"
     return out
 
 

@@ -1,6 +1,7 @@
 """mlx-lm's own LoRA step measured on the MLX CPU against the refined estimate.
 
     python benchmarks/mlx_lora.py     # writes benchmarks/results/mlx-lora.md
+    python benchmarks/mlx_lora.py --other   # only its other structures' section
 
 Each row is a real step (:func:`introspect.measure.mlx_lm_models.measure` with
 ``finetune="lora"``: ``model.freeze()``, ``linear_to_lora_layers`` on every block with
@@ -89,6 +90,32 @@ HISTORY = (
 #: (rank, B, T) per model and compilation.
 GRID = ((4, 1, 64), (8, 2, 64), (16, 1, 256), (8, 2, 256))
 
+#: The structures whose LoRA counts were derived after Llama's and Qwen2's
+#: (``python benchmarks/mlx_derive.py --lora STRUCTURE``), each tied as
+#: :data:`introspect.refined.mlx.STRUCTURES` says. Each at two held-out shapes
+#: (d, L, f, heads, K/V heads, V), none a derivation shape, and at one derivation shape
+#: (:data:`AT_DERIVED`), reported apart.
+OTHER_STRUCTURES = (
+    ("qwen3", True),
+    ("gemma3_text", True),
+    ("phi", False),
+    ("phi3", False),
+    ("olmo2", False),
+    ("starcoder2", True),
+    ("gemma2", True),
+    ("gemma", True),
+)
+HELD_OUT = ((96, 3, 256, 4, 2, 3000), (160, 6, 448, 5, 1, 5000))
+#: (rank, B, T) of the held-out rows (BF16: the first shape only).
+OTHER_GRID = ((4, 1, 64), (8, 2, 256))
+#: A derivation shape (``mlx_derive.py``'s B=3, d=128, 8 heads of 16, 2 K/V heads,
+#: f=216, r=6, T=44, V=1000) at L = 4, a counted depth: the closed form reads its own
+#: counts there, so these rows check the derivation's replay against a real step.
+AT_DERIVED = dict(shape=(128, 4, 216, 8, 2, 1000), rank=6, batch=3, seq=44)
+#: Gemma 3's sliding window (its counts were read with none shorter than T; a window
+#: shorter than T changes the peak by one T×T mask: introspect.refined.mlx.dense_structure).
+NO_WINDOW = 4096
+
 
 def setup_of(rank: int, batch: int, seq: int, compiled: bool, dtype: str = "fp32"):
     """mlx_closed_form's mlx-lm setup, fine-tuned with LoRA at ``rank``."""
@@ -157,6 +184,76 @@ def rows() -> list[dict]:
     return out
 
 
+def other_config(family: str, tied: bool, shape: tuple) -> dict:
+    """``ModelArgs`` keywords for a structure of :data:`OTHER_STRUCTURES` at ``shape``."""
+    from introspect.measure import mlx_replay as mr
+
+    d, layers, f, heads, kv, vocab = shape
+    if family == "phi":  # its counts were read MHA, as Phi's checkpoints are
+        kv = heads
+    cfg = mr.family_config(family, d, layers, f, heads, kv, vocab)
+    cfg["tie_word_embeddings"] = tied
+    if family == "gemma3_text":
+        cfg["sliding_window"] = NO_WINDOW
+    return cfg
+
+
+def other_grid() -> list[tuple[str, bool, tuple, str, int, int, int, bool, bool]]:
+    """(family, tied, shape, dtype, rank, B, T, compiled, held out) of every row of the
+    other structures whose LoRA counts are derived."""
+    from introspect.refined import mlx
+
+    out = []
+    for family, tied in OTHER_STRUCTURES:
+        if family not in mlx.LORA_STRUCTURES:
+            continue
+        for i, shape in enumerate(HELD_OUT):
+            for dtype in ("fp32", "bf16") if i == 0 else ("fp32",):
+                for g in OTHER_GRID:
+                    out += [(family, tied, shape, dtype, *g, c, True) for c in (False, True)]
+        a = AT_DERIVED
+        for compiled in (False, True):
+            out.append(
+                (family, tied, a["shape"], "fp32", a["rank"], a["batch"], a["seq"], compiled, False)
+            )
+    return out
+
+
+def other_rows() -> list[dict]:
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import mlx_lm_models
+    from introspect.refined import estimate
+
+    out = []
+    for family, tied, shape, dtype, rank, batch, seq, compiled, held in other_grid():
+        raw = other_config(family, tied, shape)
+        d, layers, f, heads, kv, vocab = shape
+        name = f"{family} d={d} L={layers} h={heads}/{kv} V={vocab}"
+        spec = spec_from_config(raw, source=name, use_transformers=False)
+        setup = setup_of(rank, batch, seq, compiled, dtype)
+        m = mlx_lm_models.measure(raw, name, spec, setup, compiled=compiled, repeats=REPEATS)
+        now = estimate(spec, setup)
+        with fallback():
+            before = estimate(spec, setup).total
+        out.append(
+            dict(
+                model=name, dtype=dtype, rank=rank, B=batch, T=seq, compiled=compiled,
+                measured=m.peak_bytes, estimate=now.total, fallback=before,
+                phase=now.execution.meta.get("peak_phase"), adapters=m.trainable_params,
+                layers=layers, held_out=held, family=family,
+            )
+        )  # fmt: skip
+        print(
+            f"{name} {dtype} r={rank} B={batch} T={seq} "
+            f"{'compiled' if compiled else 'eager'}: measured {m.peak_bytes / 1e6:.2f} "
+            f"MB, estimate {now.total / 1e6:.2f} ({now.total / m.peak_bytes:.3f}), "
+            f"fallback {before / 1e6:.2f}",
+            flush=True,
+        )
+    return out
+
+
 def within(rows: list[dict], key: str) -> int:
     return sum(abs(r[key] / r["measured"] - 1) <= BAND for r in rows)
 
@@ -182,7 +279,81 @@ GROUPS = (
 )
 
 
-def write(rows: list[dict], seconds: float) -> None:
+def table(rows: list[dict]) -> list[str]:
+    lines = [
+        "| model | dtype | r | B | T | step | adapters | measured MB | estimate MB | "
+        "estimate/measured | fallback MB | fallback/measured | estimate's phase |",
+        "|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['dtype']} | {r['rank']} | {r['B']} | {r['T']} | "
+            f"{'compiled' if r['compiled'] else 'eager'} | {r['adapters']:,} | "
+            f"{r['measured'] / 1e6:.2f} | {r['estimate'] / 1e6:.2f} | "
+            f"{r['estimate'] / r['measured']:.3f} | {r['fallback'] / 1e6:.2f} | "
+            f"{r['fallback'] / r['measured']:.3f} | {r['phase']} |"
+        )
+    return lines
+
+
+def summary(rows: list[dict], groups) -> list[str]:
+    lines = ["| rows | n | estimate | estimate/measured | fallback | fallback/measured |"]
+    lines += ["|---|--:|--:|---|--:|---|"]
+    for label, pick in groups:
+        sel = [r for r in rows if pick(r)]
+        if sel:
+            lines.append(
+                f"| {label} | {len(sel)} | {within(sel, 'estimate')} | {span(sel, 'estimate')} "
+                f"| {within(sel, 'fallback')} | {span(sel, 'fallback')} |"
+            )
+    return lines
+
+
+def other_section(rows: list[dict], seconds: float | None = None) -> list[str]:
+    """The other structures' rows: the held-out shapes, then the derivation shape apart
+    (``seconds``: the section was written alone, by ``--other``)."""
+    if not rows:
+        return []
+    held = [r for r in rows if r["held_out"]]
+    derived = [r for r in rows if not r["held_out"]]
+    groups = [("all held-out rows", lambda r: True)]
+    families = dict.fromkeys(r["family"] for r in rows)
+    groups += [(f, lambda r, f=f: r["family"] == f) for f in families]
+    groups += [
+        ("eager", lambda r: not r["compiled"]),
+        ("compiled", lambda r: r["compiled"]),
+        ("BF16 base", lambda r: r["dtype"] == "bf16"),
+    ]
+    return [
+        "",
+        "## Other structures (mlx-lm's, where their LoRA counts are derived)",
+        "",
+        *(
+            [f"    python benchmarks/mlx_lora.py --other    # {seconds:.0f} s", ""]
+            if seconds
+            else []
+        ),
+        "Their LoRA counts: `python benchmarks/mlx_derive.py --lora STRUCTURE` (replays only, "
+        "the shapes above, L ∈ {1, 2, 3, 4, 10, 16, 32}); mlx-lm's default keys adapt every "
+        "nn.Linear of a block (Phi-3's fused qkv_proj and gate_up_proj one adapter each). "
+        "*fallback*: torch's moments, what these estimates were before their counts.",
+        "",
+        "### Held-out shapes (d = 96 and 160, L = 3 and 6, MQA and GQA: no derivation shape)",
+        "",
+        *table(held),
+        "",
+        *summary(held, groups),
+        "",
+        "### At a derivation shape (B=3, d=128, 8 heads / 2 K/V, f=216, r=6, T=44, V=1000, "
+        "L=4): not held out",
+        "",
+        *table(derived),
+        "",
+        *summary(derived, [("at the derivation shape", lambda r: True)]),
+    ]
+
+
+def write(rows: list[dict], seconds: float, others: list[dict] = ()) -> None:
     import importlib.metadata
 
     version = importlib.metadata.version
@@ -204,36 +375,32 @@ def write(rows: list[dict], seconds: float) -> None:
         "same with MLX's moments limited to full fine-tuning (torch's LoRA moments: the "
         "estimate before MLX LoRA was modelled).",
         "",
-        "| model | dtype | r | B | T | step | adapters | measured MB | estimate MB | "
-        "estimate/measured | fallback MB | fallback/measured | estimate's phase |",
-        "|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|---|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['model']} | {r['dtype']} | {r['rank']} | {r['B']} | {r['T']} | "
-            f"{'compiled' if r['compiled'] else 'eager'} | {r['adapters']:,} | "
-            f"{r['measured'] / 1e6:.2f} | {r['estimate'] / 1e6:.2f} | "
-            f"{r['estimate'] / r['measured']:.3f} | {r['fallback'] / 1e6:.2f} | "
-            f"{r['fallback'] / r['measured']:.3f} | {r['phase']} |"
-        )
+    lines += table(rows)
     lines += ["", "## Summary (within ±5% of the measured peak)", ""]
-    lines += ["| rows | n | estimate | estimate/measured | fallback | fallback/measured |"]
-    lines += ["|---|--:|--:|---|--:|---|"]
-    for label, pick in GROUPS:
-        sel = [r for r in rows if pick(r)]
-        if sel:
-            lines.append(
-                f"| {label} | {len(sel)} | {within(sel, 'estimate')} | {span(sel, 'estimate')} "
-                f"| {within(sel, 'fallback')} | {span(sel, 'fallback')} |"
-            )
-    lines += ["", HISTORY, ""]
+    lines += summary(rows, GROUPS)
+    lines += ["", HISTORY]
+    lines += other_section(list(others))
+    lines += [""]
     REPORT.write_text("\n".join(lines))
+
+
+def write_other(others: list[dict], seconds: float) -> None:
+    """``--other``: the report's Llama/Qwen2 part kept as it is, its other structures'
+    section replaced by ``others``."""
+    kept = REPORT.read_text().split("\n## Other structures", 1)[0].rstrip("\n")
+    REPORT.write_text("\n".join([kept, *other_section(others, seconds)]) + "\n")
 
 
 def main() -> None:
     start = time.perf_counter()
+    if sys.argv[1:] == ["--other"]:
+        write_other(other_rows(), time.perf_counter() - start)
+        print(REPORT.read_text())
+        return
     found = rows()
-    write(found, time.perf_counter() - start)
+    others = other_rows()
+    write(found, time.perf_counter() - start, others)
     print(REPORT.read_text())
 
 

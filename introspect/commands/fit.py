@@ -272,7 +272,10 @@ def _model_takes(spec: ModelSpec, changed: TrainingSetup | None) -> bool:
         applies.check_state_space(spec, changed)
     except applies.NotApplicable:
         return False
-    return True
+    from introspect.refined.mlx import lora_not_derived
+
+    # mlx-lm's LoRA where its counts are not derived has no closed form to price it
+    return not lora_not_derived(spec, changed)
 
 
 def max_devices_for(args: argparse.Namespace, setup: TrainingSetup) -> int:

@@ -263,10 +263,10 @@ def check_args(args: argparse.Namespace) -> None:
     if args.impl == "mlx_lm" and not mlx:
         raise IntrospectError("--impl mlx-lm is an MLX model; use --framework mlx or mlx-compiled")
     lora = getattr(args, "finetune", None) in ("lora", "qlora") or getattr(args, "lora_rank", None)
-    if mlx and lora and device == "fake":
+    if mlx and lora and device == "fake" and args.impl != "mlx_lm":
         raise IntrospectError(
-            "--device fake: the MLX dry run replays full fine-tuning only; run the LoRA step "
-            "(--impl mlx-lm, --device cpu) or drop --finetune"
+            "--device fake: the MLX dry run replays LoRA on mlx-lm's classes only; add "
+            "--impl mlx-lm, or drop --finetune"
         )
     if device == "metal" and not mlx:
         raise IntrospectError("--device metal is MLX's; use --device cpu, cuda or fake for torch")

@@ -112,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
     setup = _config.checkpoint_quant(config, model, setup)  # an MLX 4-/8-bit base
     if model.spec.unmodelled:
         return run_unmodelled(args, model, setup)
+    if setup.framework.startswith("mlx"):
+        from introspect.refined import mlx
+
+        why = mlx.lora_not_derived(model.spec, setup)
+        if why:
+            return run_mlx_dry_run(args, model, setup, why)
     from introspect.unmodelled import check_closed_form
 
     check_closed_form(model.spec, setup)
@@ -280,6 +286,34 @@ def run_unmodelled(args: argparse.Namespace, model, setup: TrainingSetup) -> int
         print(report.dumps(out))
         return 0
     print(render_unmodelled(model, answer))
+    return 0
+
+
+def run_mlx_dry_run(args: argparse.Namespace, model, setup: TrainingSetup, why: str) -> int:
+    """mlx-lm's LoRA on a family whose LoRA counts are not derived
+    (:func:`introspect.refined.mlx.lora_not_derived`): that line, and the MLX dry run of
+    the family's class as the answer (:mod:`introspect.measure.mlx_lora_dry_run`); never
+    another structure's counts or torch's moments."""
+    if args.plot:
+        raise IntrospectError(f"--plot draws the closed form's breakdown; {why}; drop --plot")
+    from introspect.measure import mlx_lora_dry_run
+
+    found = mlx_lora_dry_run.answer(args.source, model.spec, setup)
+    spec = model.spec
+    if args.json:
+        out = {
+            "source": _source_json(model),
+            "spec": spec.to_dict(),
+            "params": {"total": spec.n_params, "active_per_token": None, "by_component": None},
+            "modelled": False,
+            "unmodelled": [why],
+            "answer": "dry_run",
+            "estimates": None,
+            "dry_run": found,
+        }
+        print(report.dumps(out))
+        return 0
+    print("\n\n".join((_source_section(model), mlx_lora_dry_run.render(why, found))))
     return 0
 
 

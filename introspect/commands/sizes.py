@@ -107,30 +107,45 @@ def rows(
                     **{f"refined_fits_{g}gb": est.total <= g * GB for g in BUDGETS_GB},
                 }
                 if finetune == "lora":
+                    from introspect.refined.mlx import lora_not_derived
+
                     built = nominal_spec(shape.nominal)
-                    lora = refined.estimate(built, lora_setup(built, setup, framework, base_quant))
+                    at = lora_setup(built, setup, framework, base_quant)
+                    why = lora_not_derived(built, at)
+                    if why:  # no closed form prices it: no figure, the line says why
+                        extra.update(
+                            lora_base_quant=base_quant,
+                            lora_total_bytes=None,
+                            lora_label=why,
+                            **{f"lora_fits_{g}gb": None for g in BUDGETS_GB},
+                        )
+                        out.append(_row(shape, spec, batch, T, sm, extra))
+                        continue
+                    lora = refined.estimate(built, at)
                     extra.update(
                         lora_base_quant=base_quant,
                         lora_total_bytes=lora.total,
                         lora_label=lora.execution.label,
                         **{f"lora_fits_{g}gb": lora.total <= g * GB for g in BUDGETS_GB},
                     )
-            out.append(
-                {
-                    "nominal": shape.nominal,
-                    "layers": spec.num_hidden_layers,
-                    "d_emb": spec.hidden_size,
-                    "heads": spec.num_attention_heads,
-                    "vocab": spec.vocab_size,
-                    "n_params": spec.n_params,
-                    "batch": batch,
-                    "seq": T,
-                    **sm,
-                    **{f"fits_{g}gb": sm["total_bytes"] <= g * GB for g in BUDGETS_GB},
-                    **extra,
-                }
-            )
+            out.append(_row(shape, spec, batch, T, sm, extra))
     return out
+
+
+def _row(shape, spec, batch: int, T: int, sm: dict, extra: dict) -> dict:
+    return {
+        "nominal": shape.nominal,
+        "layers": spec.num_hidden_layers,
+        "d_emb": spec.hidden_size,
+        "heads": spec.num_attention_heads,
+        "vocab": spec.vocab_size,
+        "n_params": spec.n_params,
+        "batch": batch,
+        "seq": T,
+        **sm,
+        **{f"fits_{g}gb": sm["total_bytes"] <= g * GB for g in BUDGETS_GB},
+        **extra,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -173,8 +188,12 @@ def run(args: argparse.Namespace) -> int:
                 else ()
             ),
             *(
-                (report.gb(r["lora_total_bytes"]),)
-                + tuple("yes" if r[f"lora_fits_{g}gb"] else "no" for g in BUDGETS_GB)
+                (
+                    (report.gb(r["lora_total_bytes"]),)
+                    + tuple("yes" if r[f"lora_fits_{g}gb"] else "no" for g in BUDGETS_GB)
+                    if r["lora_total_bytes"] is not None
+                    else ("n/a",) + ("—",) * len(BUDGETS_GB)
+                )
                 if args.finetune
                 else ()
             ),

@@ -71,7 +71,12 @@ def refined_estimate(spec: ModelSpec, setup: TrainingSetup) -> Breakdown | None:
         from introspect.refined import estimate
     except ImportError:
         return None
-    result = estimate(spec, setup)
+    from introspect.unmodelled import NotModelled
+
+    try:
+        result = estimate(spec, setup)
+    except NotModelled:  # e.g. mlx-lm's LoRA where its counts are not derived: no figure
+        return None
     return getattr(result, "execution", result)
 
 
@@ -162,4 +167,7 @@ def compare(spec: ModelSpec, setup: TrainingSetup, m: Measurement) -> Comparison
 
     phase = tracker_phase_of(refined.meta, m.framework) if refined is not None else None
     gap = largest_gap(m, refined if refined is not None else simple)
-    return Comparison(m, simple, refined, phase, gap)
+    from introspect.refined.mlx import lora_not_derived
+
+    why = lora_not_derived(spec, setup)
+    return Comparison(m, simple, refined, phase, gap, notes=(why,) if why else ())

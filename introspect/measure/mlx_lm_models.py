@@ -60,8 +60,16 @@ def _mlx_lm():
     return mlx_lm
 
 
-def build(raw: dict[str, Any], where: str, dtype=None, overrides: dict | None = None):
-    """mlx-lm's Model for ``raw`` with random weights in ``dtype``, evaluated."""
+def build(
+    raw: dict[str, Any],
+    where: str,
+    dtype=None,
+    overrides: dict | None = None,
+    *,
+    evaluate: bool = True,
+):
+    """mlx-lm's Model for ``raw`` with random weights in ``dtype``, evaluated (left lazy,
+    nothing allocated, for a dry run with ``evaluate=False``)."""
     import mlx.core as mx
 
     mlx_lm = _mlx_lm()
@@ -85,7 +93,8 @@ def build(raw: dict[str, Any], where: str, dtype=None, overrides: dict | None = 
     mx.random.seed(0)
     if dtype is not None and dtype != mx.float32:
         model.set_dtype(dtype)
-    mx.eval(model.parameters())
+    if evaluate:
+        mx.eval(model.parameters())
     model.train()
     return model
 

@@ -49,6 +49,11 @@ def measure(
             f"not modelled: {parts(spec)}; the {impl} implementation would be another "
             "architecture: measure transformers' own class (--framework torch --impl transformers)"
         )
+    if setup.framework.startswith("mlx") and device == "fake" and setup.finetune != "full":
+        from introspect.measure import mlx_lm_models, mlx_lora_dry_run
+
+        raw, where = config or mlx_lm_models.llama_source(spec)
+        return mlx_lora_dry_run.dry_run(raw, where, spec, setup), None
     if setup.framework.startswith("mlx") and device == "fake":
         from introspect.measure import mlx_replay
 
@@ -246,7 +251,7 @@ def render(spec: ModelSpec, impl: str, rows: list[Row]) -> str:
     if last.comparison.largest_gap:
         name, gap = last.comparison.largest_gap
         parts += ["", f"largest gap: {name}, measured − estimate = {report.gb(gap)} GB"]
-    parts += [f"note: {n}" for n in last.comparison.measurement.notes]
+    parts += [f"note: {n}" for n in last.comparison.notes + last.comparison.measurement.notes]
     parts += allocator_lines(last.comparison.measurement.allocator_replay)
     return "\n".join(parts)
 

@@ -105,6 +105,11 @@ def execution_estimate(
     ``notes=False`` leaves out the causes of the terms (:mod:`~introspect.refined.causes`)
     for a caller that reads the bytes only, such as the fit finder's search."""
     setup = resolve_attention(spec, setup)  # --attention left out: the implementation's
+    why = _mlx().lora_not_derived(spec, setup) if setup.framework.startswith("mlx") else ""
+    if why:  # no other structure's counts and no torch accounting stand in for it
+        from introspect.unmodelled import NotModelled
+
+        raise NotModelled(f"{spec.source or spec.model_type}: {why}")
     with memo.scope():
         candidates: list[tuple[str, dict[str, int]]] = []
         if setup.framework in ("mlx", "mlx_compiled") and _mlx().applies(setup, spec):
@@ -128,7 +133,7 @@ def execution_estimate(
         label=f"refined: execution ({setup.framework} on {setup.resolved_device}"
         + (
             "; torch's moments: MLX's are derived for full Adam fine-tuning, and for "
-            "mlx-lm's LoRA on Llama/Qwen2 blocks, on one device only"
+            "mlx-lm's default LoRA (every linear adapted, no dropout), on one device only"
             if setup.framework in ("mlx", "mlx_compiled") and not _mlx().applies(setup, spec)
             else ""
         )

@@ -126,8 +126,24 @@ K = 2 step on a 5-block model holds, beyond its state, a 2-block model's step wi
 DoRA, the adapters' dropout and gradient accumulation add terms of their own to these
 moments (:mod:`introspect.refined.mlx_dora`, from ``mlx_lm/tuner/dora.py``, ``lora.py``
 and ``trainer.py``).
-Not derived: named ``lora_targets`` (mlx-lm's ``keys``), checkpointing, QLoRA,
-and the other structures (their LoRA setups keep torch's moments).
+**Other structures' LoRA** (``python benchmarks/mlx_derive.py --lora STRUCTURE``, the
+same shapes, r = 6, at L = 1, 2, 3, 4, 10, 16, 32): mlx-lm's default keys are every
+``nn.Linear`` of a block whatever it is called — Qwen3's and Gemma 3's q/k norms stay
+frozen, Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` are one adapter each (their
+``lora_b`` kinds ``qkv·r`` and ``2f·r``), Phi's ``dense``, ``fc1``, ``fc2``; derived for
+qwen3, gemma3_text (tied), phi, phi3 and olmo2 (:data:`LORA_STRUCTURES`). **Checked on**
+60 real mlx-lm LoRA steps at held-out shapes, run once after the counts were read
+(``benchmarks/results/mlx-lora.md``, "Other structures"; ``python benchmarks/mlx_lora.py
+--other``: d = 96 and 160, L = 3 and 6, GQA and MQA, r = 4 and 8, B·T = 64 and 512, FP32
+and BF16, eager and compiled): 60 within ±5% (−3.8% to +2.3%; torch's moments: 2 of 60,
+0.775 to 1.378); at the derivation shape (not held out) 10 of 10 (−3.6% to −1.5%).
+A structure without LoRA counts (GPT-2, Gemma, Gemma 2, StarCoder2, the MoE ones,
+Gemma 3 untied) has no closed-form LoRA figure: :func:`lora_not_derived` says so in one
+line and the MLX dry run of the family's class answers
+(:mod:`introspect.measure.mlx_lora_dry_run`), not torch's moments (0.775–1.378 of the
+measured steps above; issue 23 reports 3.0–3.6× on Qwen3-0.6B).
+Not derived: named ``lora_targets`` (mlx-lm's ``keys``) and checkpointing (those
+setups of a derived structure keep torch's moments, the label says so).
 
 **Mixtures of experts** (:data:`MOE_STRUCTURES`: mlx-lm's ``qwen3_moe`` and ``mixtral``,
 ``mlx_lm/models/qwen3_moe.py``, ``mixtral.py``). The router (``gate``, a d·E linear)
@@ -192,14 +208,14 @@ own VJPs and a command buffer pins 20–50 ops, so these counts do not apply the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from introspect import _record
 from introspect._record import record
 from introspect.mlx_setups import step_derived
 from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
+
+TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 
 if TYPE_CHECKING:
     from introspect.layers import FeedForward
@@ -304,6 +320,11 @@ KINDS = {
     "d·r": lambda x: x.d * x.r,
     "kv·r": lambda x: x.kv * x.hd * x.r,
     "f·r": lambda x: x.f * x.r,
+    # ... and the lora_b of a fused linear: Phi-3's qkv_proj and gate_up_proj, GPT-2's
+    # c_attn (mlx_lm/models/phi3.py, gpt2.py: each one nn.Linear, so one adapter).
+    "qkv·r": lambda x: (x.h + 2 * x.kv) * x.hd * x.r,
+    "2f·r": lambda x: 2 * x.f * x.r,
+    "3d·r": lambda x: 3 * x.d * x.r,
     # mlx-lm's SwitchGLU (mlx_lm/models/switch_layers.py) and its router: the router's
     # logits and soft-max, the top-k indices and scores (and the sort's orders), the
     # token copies sorted by expert, the experts' up/gate/activation, their weights.
@@ -322,9 +343,9 @@ KINDS = {
 }
 #: Kinds that are the same tensors as another when there is one K/V head per query head.
 KV_KINDS = ("B·T·kv", "kv", "d·kv", "B·kvh·T", "kv·r")
-KV_KINDS += ("B·T·qkv", "d·qkv")  # Phi-3's fused q/k/v is B·T·3d, d·3d when MHA
+KV_KINDS += ("B·T·qkv", "d·qkv", "qkv·r")  # Phi-3's fused q/k/v is B·T·3d, d·3d when MHA
 #: Kinds of LoRA's adapters (absent under full fine-tuning).
-LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r")
+LORA_KINDS = ("B·T·r", "d·r", "kv·r", "f·r", "qkv·r", "2f·r", "3d·r")
 #: Kinds of a mixture-of-experts block (absent from a dense one).
 MOE_KINDS = ("B·T·E", "B·T·k", "B·T·k·d", "B·T·k·fe", "d·E", "E·d·fe")
 
@@ -372,7 +393,7 @@ GROUPS = {
 MHA_KIND = {"B·T·kv": "B·T·d", "kv": "d", "d·kv": "d·d", "B·kvh·T": "B·h·T", "kv·r": "d·r"}
 WEIGHT_KINDS = (
     *("d", "kv", "3d", "f", "V", "d·d", "d·kv", "3d·d", "d·f", "V·d", "positions·d"),
-    *("d·r", "kv·r", "f·r"),
+    *("d·r", "kv·r", "f·r", "qkv·r", "2f·r", "3d·r"),
     *("d·E", "E·d·fe"),
     *("d·qkv", "d·2f"),
 )
@@ -645,9 +666,7 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
 
     structure = structure_of(spec, setup)
     lora = mlx_dora.is_adapter(setup)
-    mlx_dora.check(spec, setup, structure, LORA_STRUCTURES)
-    if lora and structure not in LORA_STRUCTURES:
-        return torch_moments(spec, setup)
+    mlx_dora.check(spec, setup, structure, DORA_STRUCTURES)
     if lora:
         candidates = counts(key(structure, dtype_of(setup), compiled(setup), lora=True))
     elif setup.activation_checkpointing:
@@ -724,9 +743,10 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
-    """The moments ``refined.execution_estimate`` builds where MLX's are not derived (for
-    a LoRA structure outside :data:`LORA_STRUCTURES`, which :func:`applies` cannot see
-    without the spec): :func:`introspect.refined.execution.moments`."""
+    """The moments ``refined.execution_estimate`` builds for an MLX affine base where the
+    LoRA counts do not apply to the setup (named targets, dropout) of a structure whose
+    counts are derived: :func:`introspect.refined.execution.moments` with MLX's base. An
+    underived structure gets none (:func:`lora_not_derived`)."""
     from introspect.refined import execution
 
     out = execution.moments(spec, setup)
@@ -829,6 +849,37 @@ def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     )
 
 
-#: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``):
-#: mlx-lm's Llama-style blocks, whose every nn.Linear is one of q/k/v/o/gate/up/down.
-LORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
+#: The structures whose LoRA step is derived (``python benchmarks/mlx_derive.py --lora``
+#: for the first three, ``--lora STRUCTURE`` for the others): every nn.Linear of each
+#: block adapted, mlx-lm's default keys. Others: :func:`lora_not_derived`.
+LORA_STRUCTURES = (
+    *("llama", "llama-untied", "qwen2"),
+    *("qwen3", "gemma3_text", "phi", "phi3", "olmo2"),
+)
+
+
+#: The structures MLX's DoRA step was checked on (``benchmarks/mlx_dora.py``): DoRA's
+#: terms sit over these structures' LoRA counts; elsewhere it is refused, not guessed.
+DORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
+
+
+def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
+    """The one line for mlx-lm's LoRA on a structure outside :data:`LORA_STRUCTURES`
+    (empty elsewhere): no other structure's counts and no torch accounting stand in for
+    it (torch's moments, which did: 0.775–1.378 of measured steps of the structures derived
+    since, ``benchmarks/results/mlx-lora.md``); the MLX dry run of the family's class answers
+    (:mod:`introspect.measure.mlx_lora_dry_run`)."""
+    if (
+        setup.framework not in ("mlx", "mlx_compiled")
+        or setup.finetune != "lora"
+        or setup.implementation != "mlx_lm"
+    ):
+        return ""
+    structure = structure_of(spec, setup)
+    if structure in LORA_STRUCTURES:
+        return ""
+    return (
+        f"LoRA counts not derived for mlx-lm's {STRUCTURES[structure][0]}: answered by the "
+        "MLX dry run (`introspect profile` runs it, or `introspect measure SOURCE "
+        "--framework mlx --impl mlx-lm --device fake --finetune lora`)"
+    )
