@@ -132,7 +132,7 @@ def test_lora_accumulates_the_adapters_gradients(kw):
         (dict(precision="mixed"), "--precision mixed"),
         (dict(offload="optimizer"), "--offload optimizer"),
         (dict(optimizer="none"), "--optimizer none"),
-        (dict(framework="mlx"), "--framework torch"),
+        (dict(framework="mlx", optimizer="sgd"), "--framework torch"),
     ],
 )
 def test_unmodelled_pairs_are_refused(fields, flag):

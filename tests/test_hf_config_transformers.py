@@ -10,6 +10,7 @@ import pytest
 from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config, supported_model_types
 from small_configs import FAMILIES, MLA, small
+from test_falcon_h1 import FALCON_H1
 from test_hybrids import NEMOTRON_MOE, OLMO_HYBRID
 from test_mamba1 import FALCON_MAMBA, JAMBA
 from test_mamba1 import MAMBA as MAMBA1
@@ -191,6 +192,7 @@ VARIATIONS: dict[str, dict] = {
     "falcon-mamba": FALCON_MAMBA,
     "jamba-hybrid": JAMBA,
     # tests/test_zamba2.py's: shared transformer blocks (tied, and untied copies).
+    "falcon-h1-parallel-mamba2": FALCON_H1,  # tests/test_falcon_h1.py's
     "zamba2-two-blocks": ZAMBA2["small"],
     "zamba2-gqa-untied": ZAMBA2["gqa, biases, untied"],
 }

@@ -129,7 +129,8 @@ _REFINED_CHOICES = (
 for _c in REFINED:
     CHOICES[_c] = _REFINED_CHOICES
 CHOICES["table"] += ("--reported",)
-CHOICES["fit"] += ("--gpu",)
+for _c in ("profile", "table", "fit"):  # the GPU whose context and capacity are priced
+    CHOICES[_c] += ("--gpu",)
 CHOICES["measure"] += ("--norm", "--ffn", "--act")
 
 #: Good values, each with the flags it needs, valid on profile, table and fit (and
