@@ -34,10 +34,13 @@ SLACK = 0.02
 def held_before() -> int:
     """Bytes of arrays earlier tests in this process still hold: MLX's active memory and
     peak count them too, the replay of this step's graph does not (a `measure` process
-    starts from none)."""
+    starts from none). MLX's buffer cache is emptied too: a cached buffer an allocation
+    reuses counts at its own, possibly larger, length (``common/buffer_cache.h``), so
+    earlier tests' leftovers would inflate this step's peak."""
     import gc
 
     gc.collect()
+    mx.clear_cache()
     return mx.get_active_memory()
 
 

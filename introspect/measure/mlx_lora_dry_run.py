@@ -28,12 +28,10 @@ def dry_run(raw: dict[str, Any], where: str, spec: ModelSpec, setup: TrainingSet
     at ``setup``, as a :class:`~introspect.measure.record.Measurement`."""
     import time
 
-    import mlx.core as mx
     from mlx.utils import tree_flatten
 
     from introspect.measure import mlx_lm_models, mlx_step
     from introspect.measure import mlx_replay as mr
-    from introspect.measure.record import Measurement, versions
 
     if setup.activation_checkpointing:
         raise IntrospectError(
@@ -59,36 +57,18 @@ def dry_run(raw: dict[str, Any], where: str, spec: ModelSpec, setup: TrainingSet
     result = mr.predict(model, optimizer, step, batch, compiled)
     seconds = time.perf_counter() - start
 
-    def nbytes(tree) -> int:
-        return sum(v.nbytes for _, v in tree_flatten(tree) if isinstance(v, mx.array))
-
-    params, opt_state = nbytes(model.parameters()), nbytes(optimizer.state)
     trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
     family = type(model).__module__.rsplit(".", 1)[-1]
-    return Measurement(
-        peak_bytes=result.peak_bytes,
-        categories={
-            "parameters": params,
-            "optimizer_state": opt_state,
-            "other": result.peak_bytes - params - opt_state,
-        },
-        peak_phase=result.peak_phase,
-        backend="mlx",
-        device="fake",
-        compiled=compiled,
+    return mr.replay_measurement(
+        model,
+        optimizer,
+        result,
+        seconds,
+        setup,
         implementation="mlx_lm",
         n_params=sum(v.size for _, v in tree_flatten(model.parameters())),
         trainable_params=trainable,
-        versions=versions("mlx", "mlx-lm"),
-        setup=setup.to_dict(),
-        notes=(
-            f"mlx-lm {family}.Model from {where}",
-            note,
-            "dry run: the step's MLX graph traced (mx.export_function, nothing evaluated) "
-            "and replayed through MLX's CPU evaluator (introspect.measure.mlx_replay)",
-            f"replay: {result.n_ops} ops, peak during {result.peak_op} "
-            f"(op {result.peak_index}), {seconds:.1f} s",
-        ),
+        notes=(f"mlx-lm {family}.Model from {where}", note),
     )
 
 

@@ -284,7 +284,6 @@ def dry_run(spec, setup, *, impl: str = "reference"):
     from mlx.utils import tree_flatten
 
     from introspect.measure import mlx_step
-    from introspect.measure.record import Measurement, versions
 
     dtype = mlx_step.check_setup(setup)
     compiled = setup.framework == "mlx_compiled"
@@ -309,9 +308,38 @@ def dry_run(spec, setup, *, impl: str = "reference"):
     start = time.perf_counter()
     result = predict(model, optimizer, step, batch, compiled)
     seconds = time.perf_counter() - start
-    params = sum(v.nbytes for _, v in tree_flatten(model.parameters()) if isinstance(v, mx.array))
-    opt_state = sum(v.nbytes for _, v in tree_flatten(optimizer.state) if isinstance(v, mx.array))
     n_params = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+    return replay_measurement(
+        model, optimizer, result, seconds, setup, implementation=impl, n_params=n_params
+    )
+
+
+def replay_measurement(
+    model,
+    optimizer,
+    result,
+    seconds: float,
+    setup,
+    *,
+    implementation: str,
+    n_params: int,
+    trainable_params: int | None = None,
+    notes: tuple[str, ...] = (),
+):
+    """The :class:`~introspect.measure.record.Measurement` of a replayed MLX step: the
+    replay's peak, split into the bytes of the model's parameters, the optimizer's state
+    and the rest ("other"); ``notes`` go before the replay's own two lines. Shared by the
+    full fine-tuning dry run (:func:`dry_run`) and the LoRA one
+    (:mod:`introspect.measure.mlx_lora_dry_run`)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    from introspect.measure.record import Measurement, versions
+
+    def nbytes(tree) -> int:
+        return sum(v.nbytes for _, v in tree_flatten(tree) if isinstance(v, mx.array))
+
+    params, opt_state = nbytes(model.parameters()), nbytes(optimizer.state)
     return Measurement(
         peak_bytes=result.peak_bytes,
         categories={
@@ -322,15 +350,17 @@ def dry_run(spec, setup, *, impl: str = "reference"):
         peak_phase=result.peak_phase,
         backend="mlx",
         device="fake",
-        compiled=compiled,
-        implementation=impl,
+        compiled=setup.framework == "mlx_compiled",
+        implementation=implementation,
         n_params=n_params,
         versions=versions("mlx", "mlx-lm"),
         setup=setup.to_dict(),
         notes=(
+            *notes,
             "dry run: the step's MLX graph traced (mx.export_function, nothing evaluated) "
             "and replayed through MLX's CPU evaluator (introspect.measure.mlx_replay)",
             f"replay: {result.n_ops} ops, peak during {result.peak_op} "
             f"(op {result.peak_index}), {seconds:.1f} s",
         ),
+        trainable_params=trainable_params,
     )
