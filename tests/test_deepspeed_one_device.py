@@ -140,8 +140,8 @@ def test_one_device_zero3_terms_follow_stage3():
     """stage3.py, one rank, mixed fp16: the IPG bucket (one buffer of reduce_bucket_size
     = 5e8 fp16 values) and the contiguous gradient partition (2N) are allocated with the
     optimizer and held at every moment, the forward's end included; the step releases
-    the gathered weights (none on one rank), then converts the partition's flat copy (2N) to FP32 (4N)
-    beside it, and updates on the FP32 gradient."""
+    the gathered weights (none on one rank), then converts the partition's flat copy
+    (2N) to FP32 (4N) beside it, and updates on the FP32 gradient."""
     s = TrainingSetup(
         seq_len=256, sharding="zero", zero_stage=3, devices=1, precision="mixed",
         activation_dtype="fp16",
