@@ -3,8 +3,9 @@
 A stream is the ordered events one device saw: ``("alloc", key, nbytes, phase)`` (with
 a fifth element, the CUDA stream the request is made on: 0, the default, when absent),
 ``("free", key)`` and ``("empty_cache",)``
-(:class:`introspect.measure.live_tracker.LiveStorageTracker` records them with ``record=True``; :mod:`introspect.allocator.synthetic` builds them from the
-closed form's tensors). :func:`replay` runs them through
+(:class:`introspect.measure.live_tracker.LiveStorageTracker` records them with
+``record=True``; :mod:`introspect.allocator.synthetic` builds them from the closed
+form's tensors). :func:`replay` runs them through
 :class:`~introspect.allocator.caching.CachingAllocator` and reads what
 ``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()`` would: the allocated
 peak (blocks, each rounded by ``round_size``), the reserved peak, the fragmentation at the
