@@ -14,7 +14,12 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
   change of a term into frees and allocations of its tensors
   (:func:`introspect.allocator.synthetic.moment_stream`) and replays them through the
   allocator model with the given ``PYTORCH_CUDA_ALLOC_CONF`` (expandable segments on or
-  off): blocks one phase frees and the next cannot use stay reserved. The reserve is
+  off): blocks one phase frees and the next cannot use stay reserved. Under a sharded
+  wrapper the replay starts with what the wrapper allocated and freed building its state
+  (:func:`introspect.allocator.synthetic.load_stream`: the cache it leaves is the step's
+  first; ``reset_peak_memory_stats`` does not free it), and what the wrapper gathers is
+  allocated on its all-gather stream, whose cached blocks no other stream reuses
+  (:func:`introspect.allocator.synthetic.side_terms`). The reserve is
   the reserved peak less the allocated bytes. What happens between two moments (the
   operations' own temporaries, their order) is read only by replaying a recorded step
   (``measure --device fake``) (:data:`RESERVE_MODEL`).
@@ -216,7 +221,10 @@ def cuda_reserve(
 
     cfg = allocator if allocator is not None else AllocatorConfig()
     moments = step_moments(spec, setup)
-    events = synthetic.moment_stream(spec, moments)
+    events = synthetic.moment_stream(
+        spec, moments, synthetic.side_terms(setup), synthetic.load_stream(spec, setup)
+    )
+    events = synthetic.with_overflow_check(events, spec, setup)
     if workspaces:
         events = _with_workspaces(events, workspaces)
     replayed = replay(events, cfg)
@@ -247,7 +255,9 @@ def cuda_reserve_steps(
         raise IntrospectError("cuda_reserve_steps needs at least one sequence length")
     cfg = allocator if allocator is not None else AllocatorConfig()
     steps = [step_moments(spec, setup.replace(seq_len=t)) for t in seq_lens]
-    events = synthetic.steps_stream(spec, steps)
+    events = synthetic.steps_stream(
+        spec, steps, synthetic.side_terms(setup), synthetic.load_stream(spec, setup)
+    )
     if workspaces:
         events = _with_workspaces(events, workspaces)
     return replay(events, cfg)

@@ -1878,9 +1878,12 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="comm/reduce_bucket",
             category="communication",
-            equation="buckets * working * min(DS_REDUCE_BUCKET, spec.n_params)  (moment_terms)",
-            source="DeepSpeed runtime/zero/config.py: reduce_bucket_size=5e8, stage3_prefetch_bucket_size=5e7 (introspect/refined/sharding.py; not measured)",
-            computed_by=("introspect/refined/sharding.py: moment_terms",),
+            equation="ZeRO-2 (and ZeRO-3 under LoRA or an offload): buckets * working * min(DS_REDUCE_BUCKET, spec.n_params) in backward (moment_terms); ZeRO-3 full training: working * DS_REDUCE_BUCKET, one IPG buffer held at every moment (deepspeed.stage3_state)",
+            source="DeepSpeed runtime/zero/config.py: reduce_bucket_size=5e8, stage3_prefetch_bucket_size=5e7; stage3.py _setup_for_real_optimizer: torch.empty(self.reduce_bucket_size, dtype=dtype) per IPG bucket (introspect/refined/sharding.py, introspect/refined/deepspeed.py; not measured)",
+            computed_by=(
+                "introspect/refined/sharding.py: moment_terms",
+                "introspect/refined/deepspeed.py: stage3_state",
+            ),
             tests=(),
             unchecked="DeepSpeed ZeRO-2/3's reduce bucket: 'not measured here' (introspect/refined/sharding.py)",
         ),
@@ -2111,17 +2114,23 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="grads/deepspeed_flat_partition",
             category="grads",
-            equation="w · ceil(N/D): the flat copy of this rank's gradients DeepSpeed ZeRO-2's step makes (beside the gradients themselves)",
-            source="deepspeed/runtime/zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.step, flatten_dense_tensors_aligned(averaged_gradients[i], partition_size) (introspect/refined/deepspeed.py: grad_partition_moment)",
-            computed_by=("introspect/refined/deepspeed.py: grad_partition_moment",),
+            equation="w · ceil(N/D): the flat copy of this rank's gradients DeepSpeed ZeRO-2's step makes (beside the gradients themselves); ZeRO-3: w · min(sub_group_size, ceil(N/D)), one sub-group's",
+            source="deepspeed/runtime/zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.step, flatten_dense_tensors_aligned(averaged_gradients[i], partition_size); stage3.py: _prepare_fp32_grad_for_sub_group, self.flatten(averaged_gradients[i]).to(fp32) (introspect/refined/deepspeed.py: grad_partition_moment, stage3_step_moments)",
+            computed_by=(
+                "introspect/refined/deepspeed.py: grad_partition_moment",
+                "introspect/refined/deepspeed.py: stage3_step_moments",
+            ),
             unchecked="DeepSpeed is not a dependency and its ZeRO kernels need an accelerator: from the source (tests/test_deepspeed_one_device.py checks the closed form's mechanism)",
         ),
         Term(
             name="grads/deepspeed_fp32_partition",
             category="grads",
             equation="4 · ceil(N/D) under 16-bit weights (0 under FP32: .to() returns the flat copy): single_grad_partition = flat_grad_partition.to(fp32)",
-            source="deepspeed/runtime/zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.step (introspect/refined/deepspeed.py: grad_partition_moment)",
-            computed_by=("introspect/refined/deepspeed.py: grad_partition_moment",),
+            source="deepspeed/runtime/zero/stage_1_and_2.py: DeepSpeedZeroOptimizer.step; stage3.py: _prepare_fp32_grad_for_sub_group (introspect/refined/deepspeed.py: grad_partition_moment, stage3_step_moments)",
+            computed_by=(
+                "introspect/refined/deepspeed.py: grad_partition_moment",
+                "introspect/refined/deepspeed.py: stage3_step_moments",
+            ),
             unchecked="DeepSpeed is not a dependency and its ZeRO kernels need an accelerator: from the source (tests/test_deepspeed_one_device.py checks the closed form's mechanism)",
         ),
         Term(

@@ -134,3 +134,33 @@ def test_fsdp_terms_never_say_zero_and_deepspeed_terms_never_say_fsdp():
 def test_deepspeed_rules_compose():
     with pytest.raises((IntrospectError, ValueError), match="sharded"):
         TrainingSetup(optimizer="adafactor", sharding="zero", zero_stage=2, devices=1)
+
+
+def test_one_device_zero3_terms_follow_stage3():
+    """stage3.py, one rank, mixed fp16: the IPG bucket (one buffer of reduce_bucket_size
+    = 5e8 fp16 values) and the contiguous gradient partition (2N) are allocated with the
+    optimizer and held at every moment, the forward's end included; the step releases
+    the gathered weights (none on one rank), then converts the partition's flat copy
+    (2N) to FP32 (4N) beside it, and updates on the FP32 gradient."""
+    s = TrainingSetup(
+        seq_len=256, sharding="zero", zero_stage=3, devices=1, precision="mixed",
+        activation_dtype="fp16",
+    )  # fmt: skip
+    assert deepspeed.stage3_applies(s)
+    end = _moment(s, "forward_end")
+    assert end[ZERO_REDUCE_BUCKET] == 2 * 500_000_000
+    assert end["grads"] == 2 * N
+    backward = [t for p, t in execution.moments(SPEC, s) if p == "backward"]
+    assert {t["grads"] for t in backward} == {2 * N}
+    convert = _moment(s, "master_grads")
+    assert convert["grads"] == 2 * N and "weights/gathered" not in convert
+    assert convert[deepspeed.FLAT_GRADS] == 2 * N and convert[deepspeed.FP32_GRADS] == 4 * N
+    step = _moment(s, "optimizer_step")
+    assert step[deepspeed.FP32_GRADS] == 4 * N and deepspeed.FLAT_GRADS not in step
+    # one rank gathers nothing: each parameter is a view of its partition
+    # (partition_parameters.py _no_gather_coalesced); two ranks gather
+    assert end["weights/gathered"] == 0 and end.get("comm/all_gather", 0) == 0
+    two = _moment(s.replace(devices=2), "forward_end")
+    assert two["weights/gathered"] > 0 and two["comm/all_gather"] > 0
+    # LoRA under ZeRO-3 keeps the earlier bucket terms (not this module's)
+    assert not deepspeed.stage3_applies(s.replace(finetune="lora", lora_rank=8))

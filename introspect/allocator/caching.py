@@ -1,4 +1,4 @@
-"""torch's CUDA caching allocator, one device and one stream, in pure Python.
+"""torch's CUDA caching allocator, one device and its streams, in pure Python.
 
 Written from ``c10/cuda/CUDACachingAllocator.cpp`` (pytorch/pytorch, read at commit
 001074d2; the functions named below are ``DeviceCachingAllocator``'s, unchanged in
@@ -35,9 +35,20 @@ their logic up to torch 2.13 except where noted) and the 2.13 wheel's
   would take reserved memory past it (the expandable path checks the request's
   ``alloc_size`` there too).
 
+* Streams: every block belongs to the stream it was allocated on (``Block::stream``);
+  ``BlockPool`` orders its free blocks by (stream, size, address)
+  (``BlockComparatorSize``), so ``get_free_block`` finds only the requesting stream's
+  blocks, ``release_available_cached_blocks`` frees only its oversize ones, and an
+  expandable segment serves one stream (``find_expandable_block`` compares
+  ``segment->stream()``). A block freed on one stream is never reused by another:
+  each stream keeps its own cached blocks, so a side stream's (an all-gather's) cache
+  adds to the reserve. ``malloc(size, stream)``; stream 0 is the default stream.
+
 The device's own limit is ``capacity``: a ``cudaMalloc`` (or an expandable page's
-``cuMemCreate``) fails when reserved memory would pass it. Not modelled: streams
-(``recordStream``, events), CUDA graphs' private pools, IPC, the free-memory callbacks.
+``cuMemCreate``) fails when reserved memory would pass it. Not modelled:
+``recordStream``'s events (a block used on another stream is free once the stream
+reaches it: the replay frees it when its free event comes), CUDA graphs' private pools,
+IPC, the free-memory callbacks.
 """
 
 from __future__ import annotations
@@ -101,10 +112,15 @@ def allocation_size(size: int, cfg: AllocatorConfig) -> int:
 class Block:
     """One block: a range of a segment, allocated or free, mapped or not."""
 
-    __slots__ = ("addr", "size", "pool", "segment", "prev", "next", "allocated", "mapped")
+    __slots__ = (
+        "addr", "size", "pool", "segment", "prev", "next", "allocated", "mapped", "stream"
+    )  # fmt: skip
 
-    def __init__(self, addr: int, size: int, pool: Pool, segment: Segment | None) -> None:
+    def __init__(
+        self, addr: int, size: int, pool: Pool, segment: Segment | None, stream: int = 0
+    ) -> None:
         self.addr, self.size, self.pool, self.segment = addr, size, pool, segment
+        self.stream = stream
         self.prev: Block | None = None
         self.next: Block | None = None
         self.allocated = False
@@ -137,14 +153,15 @@ class Segment:
 
 
 class Pool:
-    """``BlockPool``: free mapped blocks by (size, address); unmapped ones by address."""
+    """``BlockPool``: free mapped blocks by (stream, size, address); unmapped ones by
+    address."""
 
     __slots__ = ("small", "keys", "blocks", "unmapped", "gc_calls", "ages")
 
     def __init__(self, small: bool) -> None:
         self.small = small
-        self.keys: list[tuple[int, int]] = []
-        self.blocks: dict[tuple[int, int], Block] = {}
+        self.keys: list[tuple[int, int, int]] = []
+        self.blocks: dict[tuple[int, int, int], Block] = {}
         self.unmapped: dict[int, Block] = {}
         self.gc_calls = 0
         #: id(block) -> gc_calls when it was inserted (``gc_count_base``); kept only while
@@ -152,24 +169,24 @@ class Pool:
         self.ages: dict[int, int] | None = None
 
     def insert(self, b: Block) -> None:
-        key = (b.size, b.addr)
+        key = (b.stream, b.size, b.addr)
         bisect.insort(self.keys, key)
         self.blocks[key] = b
         if self.ages is not None:
             self.ages[id(b)] = self.gc_calls
 
     def remove(self, b: Block) -> None:
-        key = (b.size, b.addr)
+        key = (b.stream, b.size, b.addr)
         del self.blocks[key]
         del self.keys[bisect.bisect_left(self.keys, key)]
         if self.ages is not None:
             self.ages.pop(id(b), None)
 
-    def lower_bound(self, size: int) -> int:
-        return bisect.bisect_left(self.keys, (size, -1))
+    def lower_bound(self, size: int, stream: int = 0) -> int:
+        return bisect.bisect_left(self.keys, (stream, size, -1))
 
-    def unmapped_by_address(self) -> list[Block]:
-        return [self.unmapped[a] for a in sorted(self.unmapped)]
+    def unmapped_by_address(self, stream: int = 0) -> list[Block]:
+        return [b for a, b in sorted(self.unmapped.items()) if b.stream == stream]
 
 
 class CachingAllocator:
@@ -217,24 +234,24 @@ class CachingAllocator:
             if pool.ages is None:
                 pool.ages = {id(b): pool.gc_calls for b in pool.blocks.values()}
 
-    def malloc(self, orig_size: int) -> Block:
-        """``malloc``: the block for a request, or :class:`OutOfMemory`."""
+    def malloc(self, orig_size: int, stream: int = 0) -> Block:
+        """``malloc``: the block for a request on ``stream``, or :class:`OutOfMemory`."""
         if orig_size >= K_MIN_BLOCK and self._plain_rounding:
             size = -(-orig_size // K_MIN_BLOCK) * K_MIN_BLOCK  # round_size, no divisions
         else:
             size = round_size(orig_size, self._cfg)
         pool = self.small if size <= K_SMALL_SIZE else self.large
         alloc_size = allocation_size(size, self._cfg)
-        block = self._get_free_block(pool, size)
+        block = self._get_free_block(pool, size, stream)
         if block is None:
             if self.allowed is not None and self._cfg.garbage_collection_threshold > 0:
                 self._garbage_collect()
-            block = self._alloc_block(pool, size, alloc_size, retry=False)
-            if block is None and self._release_available_cached_blocks(pool, size):
-                block = self._alloc_block(pool, size, alloc_size, retry=False)
+            block = self._alloc_block(pool, size, alloc_size, False, stream)
+            if block is None and self._release_available_cached_blocks(pool, size, stream):
+                block = self._alloc_block(pool, size, alloc_size, False, stream)
             if block is None:
                 self.release_cached_blocks()
-                block = self._alloc_block(pool, size, alloc_size, retry=True)
+                block = self._alloc_block(pool, size, alloc_size, True, stream)
         if block is None:
             self.num_ooms += 1
             raise OutOfMemory(orig_size, alloc_size, self.allocated, self.reserved)
@@ -255,12 +272,12 @@ class CachingAllocator:
 
     # -- finding and making blocks ------------------------------------------------------
 
-    def _get_free_block(self, pool: Pool, size: int) -> Block | None:
+    def _get_free_block(self, pool: Pool, size: int, stream: int = 0) -> Block | None:
         cfg = self._cfg
         if self.allowed is not None and cfg.garbage_collection_threshold > 0:
             pool.gc_calls += 1
-        i = pool.lower_bound(size)
-        if i == len(pool.keys):
+        i = pool.lower_bound(size, stream)
+        if i == len(pool.keys) or pool.keys[i][0] != stream:
             return None
         b = pool.blocks[pool.keys[i]]
         if b.segment is not None:
@@ -272,13 +289,13 @@ class CachingAllocator:
 
                 while b.segment is not None and i + 1 < len(pool.keys):
                     nxt = pool.blocks[pool.keys[i + 1]]
-                    if grows_to(nxt) >= grows_to(b):
+                    if nxt.stream != stream or grows_to(nxt) >= grows_to(b):
                         break
                     i, b = i + 1, nxt
             else:
                 while b.segment is not None:
                     i += 1
-                    if i == len(pool.keys):
+                    if i == len(pool.keys) or pool.keys[i][0] != stream:
                         return None
                     b = pool.blocks[pool.keys[i]]
         if size < cfg.max_split_size and b.size >= cfg.max_split_size:
@@ -291,16 +308,18 @@ class CachingAllocator:
     def _fits(self, extra: int) -> bool:
         return self.capacity is None or self.reserved + extra <= self.capacity
 
-    def _alloc_block(self, pool: Pool, size: int, alloc_size: int, retry: bool) -> Block | None:
+    def _alloc_block(
+        self, pool: Pool, size: int, alloc_size: int, retry: bool, stream: int = 0
+    ) -> Block | None:
         if retry:
             self.num_alloc_retries += 1
         if self.allowed is not None and self.reserved + alloc_size > self.allowed:
             return None
         if self._cfg.expandable_segments:
-            return self._try_allocate_expandable(pool, size)
+            return self._try_allocate_expandable(pool, size, stream)
         if not self._fits(alloc_size):
             return None
-        block = Block(self._take_address(alloc_size), alloc_size, pool, None)
+        block = Block(self._take_address(alloc_size), alloc_size, pool, None, stream)
         self.reserved += alloc_size
         self.segments += 1
         if self.reserved > self.peak_reserved:
@@ -319,7 +338,7 @@ class CachingAllocator:
         else:
             split = size < self._cfg.max_split_size and remaining > K_SMALL_SIZE
         if split:
-            used = Block(block.addr, size, block.pool, block.segment)
+            used = Block(block.addr, size, block.pool, block.segment, block.stream)
             used.splice(block.prev, block)
             block.addr += size
             block.size = remaining
@@ -354,7 +373,7 @@ class CachingAllocator:
 
     # -- expandable segments ------------------------------------------------------------
 
-    def _find_expandable(self, pool: Pool, size: int) -> Block:
+    def _find_expandable(self, pool: Pool, size: int, stream: int = 0) -> Block:
         def allocatable(b: Block | None) -> bool:
             return b is not None and not b.allocated
 
@@ -365,7 +384,7 @@ class CachingAllocator:
                 b = b.next
             return total >= size
 
-        for c in pool.unmapped_by_address():
+        for c in pool.unmapped_by_address(stream):
             if allocatable(c.prev):
                 c = c.prev
             if room(c):
@@ -377,7 +396,7 @@ class CachingAllocator:
         space += space // 8
         seg = Segment(self._take_address(space), page, -(-space // page))
         self._expandable[pool.small].append(seg)
-        b = Block(seg.base, seg.size, pool, seg)
+        b = Block(seg.base, seg.size, pool, seg, stream)
         b.mapped = False
         pool.unmapped[b.addr] = b
         return b
@@ -395,7 +414,7 @@ class CachingAllocator:
         del pool.unmapped[to_map.addr]
         to_map.mapped = True
         if mapped < to_map.size:
-            rest = Block(to_map.addr + mapped, to_map.size - mapped, pool, seg)
+            rest = Block(to_map.addr + mapped, to_map.size - mapped, pool, seg, to_map.stream)
             rest.mapped = False
             rest.splice(to_map, to_map.next)
             pool.unmapped[rest.addr] = rest
@@ -407,8 +426,8 @@ class CachingAllocator:
         self.peak_reserved = max(self.peak_reserved, self.reserved)
         return True
 
-    def _try_allocate_expandable(self, pool: Pool, size: int) -> Block | None:
-        c = self._find_expandable(pool, size)
+    def _try_allocate_expandable(self, pool: Pool, size: int, stream: int = 0) -> Block | None:
+        c = self._find_expandable(pool, size, stream)
         if not c.mapped and not self._map(c, min(c.size, size)):
             return None
         while c.size < size:
@@ -429,11 +448,11 @@ class CachingAllocator:
         pool.remove(block)
         start, stop = seg.base + begin * seg.page, seg.base + end * seg.page
         if start > block.addr:
-            before = Block(block.addr, start - block.addr, pool, seg)
+            before = Block(block.addr, start - block.addr, pool, seg, block.stream)
             before.splice(block.prev, block)
             pool.insert(before)
         if stop < block.addr + block.size:
-            after = Block(stop, block.addr + block.size - stop, pool, seg)
+            after = Block(stop, block.addr + block.size - stop, pool, seg, block.stream)
             after.splice(block, block.next)
             pool.insert(after)
         block.addr, block.size, block.mapped = start, stop - start, False
@@ -450,23 +469,25 @@ class CachingAllocator:
         self.reserved -= block.size
         self.segments -= 1
 
-    def _release_available_cached_blocks(self, pool: Pool, size: int) -> bool:
-        """Free oversize cached blocks, the largest first, until ``size`` is covered."""
+    def _release_available_cached_blocks(self, pool: Pool, size: int, stream: int = 0) -> bool:
+        """Free ``stream``'s oversize cached blocks, the largest first, until ``size`` is
+        covered."""
         cut = self._cfg.max_split_size
         if cut == UNLIMITED:
             return False
         key = max(size, cut)
-        i = pool.lower_bound(key)
+        i = pool.lower_bound(key, stream)
         # pytorch/pytorch#134338: an expandable block found is never released; the
         # search falls back to the oversize blocks below it. (A free oversize block is a
         # whole segment: oversize requests are never split, smaller ones get segments
         # rounded to 2 MiB.)
-        if i < len(pool.keys) and pool.blocks[pool.keys[i]].segment is None:
+        found = i < len(pool.keys) and pool.keys[i][0] == stream
+        if found and pool.blocks[pool.keys[i]].segment is None:
             self._release_block(pool.blocks[pool.keys[i]])
             return True
         released = 0
         for k in reversed(pool.keys[:i]):
-            if released >= key or k[0] < cut:
+            if released >= key or k[0] != stream or k[1] < cut:
                 break
             b = pool.blocks[k]
             if b.segment is None:

@@ -1,9 +1,11 @@
 """Replay a recorded allocation stream through the caching-allocator model.
 
-A stream is the ordered events one device saw: ``("alloc", key, nbytes, phase)`` and
-``("free", key)`` (:class:`introspect.measure.live_tracker.LiveStorageTracker` records
-them with ``record=True``; :mod:`introspect.allocator.synthetic` builds them from the
-closed form's tensors). :func:`replay` runs them through
+A stream is the ordered events one device saw: ``("alloc", key, nbytes, phase)`` (with
+a fifth element, the CUDA stream the request is made on: 0, the default, when absent),
+``("free", key)`` and ``("empty_cache",)``
+(:class:`introspect.measure.live_tracker.LiveStorageTracker` records them with
+``record=True``; :mod:`introspect.allocator.synthetic` builds them from the closed
+form's tensors). :func:`replay` runs them through
 :class:`~introspect.allocator.caching.CachingAllocator` and reads what
 ``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()`` would: the allocated
 peak (blocks, each rounded by ``round_size``), the reserved peak, the fragmentation at the
@@ -96,7 +98,7 @@ def steps(events: list[tuple], count: int) -> list[tuple]:
         for e in body:
             key = (k, e[1])
             if e[0] == "alloc":
-                out.append(("alloc", key, e[2], e[3]))
+                out.append(("alloc", key, *e[2:]))
                 alive[key] = None
             elif key in alive:
                 out.append(("free", key))
@@ -120,10 +122,13 @@ def replay(events: Iterable[tuple], cfg: AllocatorConfig, capacity: int | None =
             if block is not None:
                 alloc.free(block)
             continue
-        _, key, nbytes, phase = event
+        if event[0] == "empty_cache":  # torch.cuda.empty_cache(): cached segments go back
+            alloc.empty_cache()
+            continue
+        _, key, nbytes, phase = event[:4]
         requests += 1
         try:
-            live[key] = alloc.malloc(nbytes)
+            live[key] = alloc.malloc(nbytes, event[4] if len(event) > 4 else 0)
         except OutOfMemory as oom:
             failure = Failure(index, nbytes, phase, oom.allocated, oom.reserved)
             break

@@ -43,6 +43,23 @@ def resolve(args: argparse.Namespace, framework: str, command: str):
     return device
 
 
+def check_fit(args: argparse.Namespace, framework: str) -> None:
+    """``fit --gpu`` naming a Mac with a torch framework (the default) is one line: a
+    Mac's budget is Metal's working set, priced for MLX; torch's figures are CUDA's."""
+    name = getattr(args, "gpu", None)
+    if name is None or framework.startswith("mlx"):
+        return
+    from introspect.devices import lookup
+
+    device = lookup(name)
+    if device.kind != "cuda":
+        raise IntrospectError(
+            f"--gpu {name} with --framework {framework}: a Mac, whose budget fit prices "
+            f"for MLX; use 'introspect fit ... --gpu {device.name} --framework mlx' (or "
+            "mlx-compiled), or name a CUDA GPU"
+        )
+
+
 def device_line(device, view) -> str:
     """What the device holds beside what the step's view shows (decimal GB)."""
     from introspect import report

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from introspect import applies, bounds, fit, report
+from introspect.commands import _gpu
 from introspect.commands._args import (
     add_common,
     add_config_flag,
@@ -315,6 +316,7 @@ def run(args: argparse.Namespace) -> int:
     if args.budget is None and args.gpu is None:
         raise IntrospectError("fit needs a budget: --budget MEM (80GB or 80GiB) or --gpu NAME")
     check_plot(args.plot)
+    _gpu.check_fit(args, setup.framework)
     from introspect.allocator import flags as allocator_flags
 
     allocator, allocator_notes = allocator_flags.resolve(args, setup.framework)

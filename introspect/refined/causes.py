@@ -25,9 +25,10 @@ CAUSES: dict[str, str] = {
     "vectors of each matrix (transformers' Adafactor)",
     "optimizer/adafactor_second_moment": "Adafactor's full FP32 second moment of 1-D parameters",
     "optimizer/adafactor_rms": "Adafactor's 0-d RMS per parameter",
-    "grads/deepspeed_flat_partition": "DeepSpeed ZeRO-2's step: the flat copy of this "
-    "rank's gradients (flatten_dense_tensors_aligned), beside them",
-    "grads/deepspeed_fp32_partition": "DeepSpeed ZeRO-2's step: the flat copy converted to "
+    "grads/deepspeed_flat_partition": "DeepSpeed's step: the flat copy of this rank's "
+    "gradients (ZeRO-2: flatten_dense_tensors_aligned; ZeRO-3: self.flatten per "
+    "sub-group), beside them",
+    "grads/deepspeed_fp32_partition": "DeepSpeed's step: the flat copy converted to "
     "FP32, the FP32 partition's gradient (freed after the step)",
     "optimizer/paged_state": "bitsandbytes' paged m and v (cudaMallocManaged): torch's "
     "allocator does not count it, nvidia-smi does while resident",
@@ -195,6 +196,13 @@ def causes(spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]) -> dict
     }
     if setup.grad_accum > 1 and terms.get("grads", 0):
         fill["phase_grads"] = "allocated; from the second micro-batch on, all of them"
+    from introspect.refined import deepspeed
+
+    if deepspeed.stage3_applies(setup):
+        fill["phase_grads"] = (
+            "DeepSpeed ZeRO-3's contiguous partition, grad_partitions_flat_buffer: "
+            "allocated with the optimizer, held at every moment"
+        )
     from introspect.refined import lora
 
     fill["quant"] = setup.resolved_base_quant

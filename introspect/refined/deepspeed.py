@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-2's own buffers, on any number of ranks — one included.
+"""DeepSpeed ZeRO-2's and ZeRO-3's own buffers, on any number of ranks — one included.
 
 ``--zero 2`` and ``--zero 3`` are DeepSpeed's stages (``--zero 1`` is torch's
 ``ZeroRedundancyOptimizer``, ``--fsdp`` FSDP2's ``fully_shard``). DeepSpeed runs on one
@@ -32,6 +32,37 @@ D = 1. This module adds what ``deepspeed/runtime/zero/stage_1_and_2.py``
   ``torch_adam`` or a CPU offload; :attr:`TrainingSetup.resolved_optimizer_impl` is
   ``fused`` for ``--zero 2``/``3`` unless ``--optimizer-impl`` says otherwise.
 
+ZeRO-3 (``deepspeed/runtime/zero/stage3.py``, ``DeepSpeedZeroOptimizer_Stage3``; the
+same logic at v0.14.2, the release of April 2024, and at ``edaa72212``), full training, the
+optimizer on the device (:func:`stage3_applies`):
+
+* **persistent from the optimizer's construction** (``_setup_for_real_optimizer``,
+  stage3.py:731-752 at ``edaa72212``, :488-508 at v0.14.2): under
+  ``contiguous_gradients`` (default True) the IPG bucket, ``torch.empty(reduce_bucket_size,
+  dtype=...)`` — one buffer per gradient dtype, ``reduce_bucket_size`` elements whatever N
+  (5e8 by default: ``runtime/zero/config.py``) — and the contiguous gradient partition
+  ``grad_partitions_flat_buffer = torch.zeros(sum(p.partition_numel()), dtype=
+  gradient_accumulation_dtype)`` (the model's dtype unless ``data_types.grad_accum_dtype``
+  says otherwise: ``engine.py`` ``get_data_types``). Both are held at every moment, the
+  forward included (:func:`stage3_state`; the partition is the ``grads`` term at every
+  moment: :func:`stage3_grads`). Autograd's own gradient of each parameter is copied
+  into the bucket by the gradient hook and its ``.data`` pointed there
+  (``__add_grad_to_ipg_bucket``), then reduced into the partition: the model's
+  gradients are never held beside it (one parameter's gradient between autograd and
+  the hook: not modelled; the tied embedding's sum of two: ``grads/embedding_sum``).
+* **the step** (``step``): ``_partition_all_parameters`` first (the gathered weights
+  are released); the fp16 loss scaler's overflow check (``has_overflow`` with
+  ``partition_gradients``: ``torch.isinf(grad_partitions_flat_buffer).any()`` and
+  ``isnan``, one byte per local parameter) and the norm (``get_grad_norm_direct``:
+  ``g.double().norm(2)`` per gradient, one 8-byte copy of a local tensor at a time) —
+  both below the conversion's 6 bytes per local parameter while the largest tensor is
+  under 3/4 of the partition, so not modelled as moments; per sub-group (at most
+  ``sub_group_size`` = 1e9 elements) ``_prepare_fp32_grad_for_sub_group``:
+  ``self.flatten(averaged_gradients).to(fp32)`` — a flat copy in the gradients' dtype
+  and its FP32 conversion alive together (:data:`FLAT_GRADS`, :data:`FP32_GRADS`),
+  the copy freed after the statement; the update runs on the FP32 gradient
+  (:func:`stage3_step_moments`).
+
 Not measured: DeepSpeed is not a dependency and its ZeRO kernels need an accelerator;
 the figures follow the source above (DeepSpeed at ``edaa72212``, 2026).
 """
@@ -41,6 +72,7 @@ from __future__ import annotations
 import math
 
 from introspect.refined.precision import working_weight_bytes
+from introspect.refined.shard_shapes import DS_REDUCE_BUCKET
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 
@@ -49,6 +81,9 @@ FP32 = 4
 #: The copy of the working-dtype gradients the step flattens, and its FP32 conversion.
 FLAT_GRADS = "grads/deepspeed_flat_partition"
 FP32_GRADS = "grads/deepspeed_fp32_partition"
+#: ``runtime/zero/config.py``: the ``sub_group_size`` default (``reduce_bucket_size``'s is
+#: :data:`introspect.refined.shard_shapes.DS_REDUCE_BUCKET`).
+DS_SUB_GROUP = 1_000_000_000
 
 
 def is_deepspeed(setup: TrainingSetup) -> bool:
@@ -103,3 +138,69 @@ def grad_partition_moment(
     terms[FLAT_GRADS] = w * n
     terms[FP32_GRADS] = FP32 * n if w < FP32 else 0
     return terms
+
+
+def stage3_applies(setup: TrainingSetup) -> bool:
+    """Whether ZeRO-3's terms apply (module docstring): DeepSpeed stage 3, full training,
+    an optimizer that steps on the device (an offload keeps the partition on the host)."""
+    return (
+        is_deepspeed(setup)
+        and setup.zero_stage == 3
+        and setup.finetune == "full"
+        and setup.optimizer != "none"
+        and setup.offload == "none"
+        and not setup.optimizer_in_backward
+    )
+
+
+def stage3_gathers(setup: TrainingSetup) -> bool:
+    """Whether ZeRO-3 allocates what it gathers: not on one rank. With
+    ``num_partitions == 1`` ``all_gather_coalesced`` returns ``_no_gather_coalesced``
+    (``partition_parameters.py`` :1166-1167 and :769-779 at v0.14.2), whose
+    ``NoGatherHandle`` sets ``param.data = param.ds_tensor.data.to(device).view(
+    ds_shape)`` (:44-56): the partition is on the device already, so ``.to`` returns it
+    and the parameter is a view of the flat partition — no gathered copy, no prefetch
+    buffer."""
+    return setup.devices > 1
+
+
+def stage3_state(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The IPG bucket ZeRO-3 allocates when the optimizer is built and holds to the end
+    (``w · reduce_bucket_size``, one buffer); empty where :func:`stage3_applies` does
+    not."""
+    if not stage3_applies(setup):
+        return {}
+    from introspect.terms import ZERO_REDUCE_BUCKET
+
+    return {ZERO_REDUCE_BUCKET: working_weight_bytes(setup) * DS_REDUCE_BUCKET}
+
+
+def stage3_grads(spec: ModelSpec, setup: TrainingSetup) -> int | None:
+    """ZeRO-3's contiguous gradient partition, ``w · ceil(N/D)``, held from the
+    optimizer's construction (zeros) to the end: the gradients at every moment. None
+    where :func:`stage3_applies` does not."""
+    if not stage3_applies(setup):
+        return None
+    return working_weight_bytes(setup) * local_parameters(spec, setup)
+
+
+def stage3_step_moments(
+    spec: ModelSpec, setup: TrainingSetup, step: dict[str, int]
+) -> list[tuple[str, dict[str, int]]]:
+    """ZeRO-3's step after ``_partition_all_parameters`` (``step``, the optimizer step's
+    terms, less the gathered weights; the partition still held), as (phase, terms): the
+    conversion of the largest sub-group (``min(sub_group_size, ceil(N/D))`` elements:
+    its flat copy, ``w`` bytes each, and its FP32 conversion; none under FP32, where
+    ``.to`` returns the copy), then the update on the FP32 gradient. Empty where
+    :func:`stage3_applies` does not."""
+    if not stage3_applies(setup):
+        return []
+    from introspect.terms import GATHERED_WEIGHTS, GRADS
+
+    held = {k: v for k, v in step.items() if k != GATHERED_WEIGHTS}
+    n = local_parameters(spec, setup)
+    held[GRADS] = working_weight_bytes(setup) * n
+    sub, w = min(DS_SUB_GROUP, n), working_weight_bytes(setup)
+    convert = {**held, FLAT_GRADS: w * sub, FP32_GRADS: FP32 * sub if w < FP32 else 0}
+    update = {**held, FP32_GRADS: FP32 * sub}
+    return [("master_grads", convert), ("optimizer_step", update)]

@@ -576,9 +576,18 @@ def moments(
             flat[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
         out.append(("master_grads", flat))
     step = optimizer_step(spec, setup)
-    if step is not None:
+    zero3 = deepspeed.stage3_step_moments(spec, setup, step or {})
+    if zero3:  # ZeRO-3's own step: the FP32 conversion, then the update
+        out += zero3
+    elif step is not None:
         out.append(("optimizer_step", step))
     return out
+
+
+def resident_grads(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Gradient bytes held before backward makes any: DeepSpeed ZeRO-3's contiguous
+    partition (:func:`deepspeed.stage3_grads`), else none."""
+    return deepspeed.stage3_grads(spec, setup) or 0
 
 
 def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
@@ -590,7 +599,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         saved_all = activation_offload.at_forward_end(saved_all)
     terms = _add(state_terms(spec, setup), saved_all)
     terms[LOGITS_GRAD] = logits_transient(spec, setup)
-    terms[GRADS] = 0
+    terms[GRADS] = resident_grads(spec, setup)
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -627,7 +636,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     if losses.is_library(setup):  # the library's loss, after the backbone's forward
         terms = _add(state_terms(spec, setup), saved_terms(spec, setup))
         terms.update(_prefixed(losses.forward_transients(spec, setup)))
-        terms[GRADS] = 0
+        terms[GRADS] = resident_grads(spec, setup)
         wb = working_weight_bytes(setup)
         terms.update(sharding.moment_terms(spec, setup, "forward_end", wb))
         return terms
@@ -650,7 +659,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
             terms["activations/autocast_cache"] = stack_cache
         if _lora(setup):  # only the adapters require grad: a frozen weight is not cached
             terms["activations/autocast_cache"] = lora.autocast_cache_bytes(spec, setup)
-    terms[GRADS] = 0
+    terms[GRADS] = resident_grads(spec, setup)
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
@@ -990,6 +999,9 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms["grads/embedding_sum"] = 2 * grad_bytes(
             spec, setup, spec.vocab_size * spec.hidden_size
         )
+        if deepspeed.stage3_applies(setup):  # autograd's sum, before ZeRO-3's hook: whole
+            vd = spec.vocab_size * spec.hidden_size
+            terms["grads/embedding_sum"] = 2 * working_weight_bytes(setup) * vd
     else:
         terms["activations/embedding/grad"] = (
             setup.tokens * spec.hidden_size * setup.activation_bytes

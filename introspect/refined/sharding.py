@@ -52,6 +52,7 @@ import math
 
 from introspect._record import record
 from introspect.params import norm_params, trainable_parameter_count
+from introspect.refined import deepspeed
 from introspect.refined.memo import per_estimate
 from introspect.refined.model_parallel import model_parallel_parameters
 from introspect.refined.shard_shapes import (  # noqa: F401 (re-exported)
@@ -130,7 +131,10 @@ def state_terms(
                 numel(s) for s in parameter_tensors(spec) if numel(s) < DS_PERSISTENCE_THRESHOLD
             )
             terms = {WEIGHTS: working * (math.ceil((N - small) / D) + small)}
-            terms[GATHERED_WEIGHTS] = working * min(N - small, DS_MAX_LIVE_PARAMETERS)
+            # one rank: the parameters are views of the partition (deepspeed.stage3_gathers)
+            gathered = deepspeed.stage3_gathers(setup) or setup.finetune != "full"
+            terms[GATHERED_WEIGHTS] = working * min(N - small, DS_MAX_LIVE_PARAMETERS) * gathered
+            terms.update(deepspeed.stage3_state(spec, setup))  # its IPG bucket
         else:
             terms = {WEIGHTS: working * N}
     else:  # fsdp
@@ -161,6 +165,9 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, working: in
     if how == "ddp" or (how == "zero" and setup.zero_stage == 1):
         return 0 if setup.gradient_as_bucket_view else working * n_params
     if how == "zero":
+        partition = deepspeed.stage3_grads(spec, setup)  # ZeRO-3: held from the start
+        if partition is not None:
+            return partition
         return math.ceil(working * n_params / D)
     if how != "fsdp":
         return working * n_params
@@ -260,9 +267,11 @@ def moment_terms(
     if how == "zero" and setup.zero_stage >= 2:
         buckets = 2 if setup.zero_stage == 3 else 1  # overlap_comm's default
         terms = {}
-        if moment != "forward_end" and moment != "optimizer_step":
+        persistent = deepspeed.stage3_applies(setup)  # ZeRO-3's bucket: in the state
+        if moment != "forward_end" and moment != "optimizer_step" and not persistent:
             terms[ZERO_REDUCE_BUCKET] = _reduce_bucket(spec, setup, working, buckets)
-        if setup.zero_stage == 3 and moment != "optimizer_step":
+        gathers = deepspeed.stage3_gathers(setup) or setup.finetune != "full"
+        if setup.zero_stage == 3 and moment != "optimizer_step" and gathers:
             terms[ZERO_ALL_GATHER] = working * min(DS_PREFETCH_BUCKET, spec.n_params)
         return terms
     if how != "fsdp" or moment == "optimizer_step":
@@ -423,13 +432,20 @@ def causes(spec: ModelSpec, setup: TrainingSetup, working: int) -> dict[str, str
         )
     elif how == "zero":
         out[ZERO_REDUCE_BUCKET] = (
-            "DeepSpeed reduce bucket(s) (reduce_bucket_size=5e8 elements"
+            "DeepSpeed ZeRO-3's IPG bucket: one buffer of reduce_bucket_size=5e8 elements "
+            f"({working} bytes each) allocated with the optimizer and held to the end "
+            "(stage3.py _setup_for_real_optimizer); not measured"
+            if deepspeed.stage3_applies(setup)
+            else "DeepSpeed reduce bucket(s) (reduce_bucket_size=5e8 elements"
             + (", two with overlap_comm at stage 3)" if setup.zero_stage == 3 else ")")
             + "; not measured"
         )
         out[ZERO_ALL_GATHER] = "DeepSpeed stage3_prefetch_bucket_size=5e7; not measured"
         out[GATHERED_WEIGHTS] = (
             "DeepSpeed ZeRO-3 live parameters (stage3_max_live_parameters=1e9); not measured"
+            if D > 1 or setup.finetune != "full"
+            else "none on one rank: each parameter is a view of its partition "
+            "(partition_parameters.py _no_gather_coalesced / NoGatherHandle)"
         )
         shard = f"this rank's ÷{D} DeepSpeed partition"
         if setup.finetune != "full" and setup.zero_stage == 3:
