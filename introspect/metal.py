@@ -364,7 +364,8 @@ def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
     setups on torch's moments)."""
     if not _derivable(spec, setup):
         return None
-    if spec.head_dim not in (64, 80, 128):
+    head_dim = spec.head_dim or spec.hidden_size // spec.num_attention_heads
+    if head_dim not in (64, 80, 128):
         return None  # v0.24.2 fast.cpp:738-739: no fused kernel, the unfused graph ran
     return max(_moment_totals(spec, setup, 1))
 
