@@ -53,7 +53,20 @@ Everything MLX says about an MLX step in this project (the replay,
   are kept per layer as on the CPU; on 0.24.x the fused forward ran and its VJP
   recomputed one layer's attention at a time (:func:`attention_kept_in_training`,
   :func:`fused_attention_peak`: the T×T kinds at one layer). Not applied by ``profile``,
-  which knows no MLX version: printed beside the estimate.
+  which knows no MLX version: printed beside the estimate. The ``force_fused=True``
+  argument (ml-explore/mlx 772bc8a00, 2026-08-18; in no release at 846d17622) takes the
+  fused forward under grad again, and its VJP is still the fallback's
+  (``ScaledDotProductAttentionVJP::use_fallback`` is true on Metal,
+  ``scaled_dot_product_attention.cpp:918-920``; ``fast.cpp:872-883``): the 0.24.x case.
+  mlx-lm does not pass it (ml-explore/mlx-lm d78bf58e). How much of the T×T the one
+  layer holds is the CPU line's, fitted at L ≥ 4: :func:`t2_free_peak` gives the same
+  step with no T×T at all, the floor under any one-layer count.
+* **mlx-lm's trainer, not Metal: eager or compiled.** ``mlx_lm.lora`` compiles its step
+  (``@partial(mx.compile, inputs=state, outputs=state) def step``,
+  ``mlx_lm/tuner/trainer.py``) since ml-explore/mlx-lm b92c8f3e (#53, 2025-03-25), and
+  did from 93a8ac0f (#528, 2024-03-12) until 0cd45a2b (#608, 2024-03-24); in between
+  (e.g. a5322574, 2025-03-22) the step ran eagerly (:func:`mlx_lm_step_compiled`): a
+  published row takes ``--framework mlx-compiled`` or ``mlx`` by its date.
 * **Limits.** ``set_memory_limit`` defaults to min(1.5 × recommendedMaxWorkingSetSize,
   0.95 × RAM) and past it the evaluator waits for buffers to finish
   (``transforms.cpp:272-283``); ``set_wired_limit`` (default 0, at most the working set,
@@ -84,6 +97,10 @@ DEFAULT_COMMIT = (40, 40)
 #: the first whose SDPA falls back to the unfused graph under grad (2025-04-17).
 FUSED_CAUSAL_ATTENTION = (0, 24, 0)
 UNFUSED_TRAINING_ATTENTION = (0, 25, 0)
+#: The days (from, until) mlx-lm's trainer compiled its step: ml-explore/mlx-lm 93a8ac0f
+#: (#528) added ``mx.compile``, 0cd45a2b (#608, for MoE models) removed it, b92c8f3e (#53)
+#: put it back.
+MLX_LM_COMPILED_STEP = (("2024-03-12", "2024-03-24"), ("2025-03-25", None))
 
 #: Fraction of unified memory Metal recommends as the GPU's working set (the figure
 #: :mod:`introspect.overhead` budgets with).
@@ -142,16 +159,33 @@ def _version(text: str) -> tuple[int, int, int]:
     return tuple(parts + [0] * (3 - len(parts)))  # type: ignore[return-value]
 
 
-def attention_kept_in_training(mlx_version: str | None) -> bool | None:
+def attention_kept_in_training(mlx_version: str | None, force_fused: bool = False) -> bool | None:
     """Whether Metal keeps each layer's T×T probabilities under ``value_and_grad`` as the
     CPU graph does (None when the version is not known). Before 0.24 the fused kernel
     took no mask (v0.23.2 ``fast.cpp:715``: ``!mask``), and a training step has a causal
     one, so the unfused graph ran; 0.24.x fused causal attention under grad too
-    (v0.24.2 ``fast.cpp:743-783``); from 0.25.0 grad tracing takes the unfused graph
-    again (:data:`UNFUSED_TRAINING_ATTENTION`)."""
+    (v0.24.0 ``fast.cpp:728-733``: a causal mask is supported, no grad check; v0.24.2
+    ``fast.cpp:743-783``); from 0.25.0 grad tracing takes the unfused graph again
+    (:data:`UNFUSED_TRAINING_ATTENTION`) unless the caller passes ``force_fused=True``
+    (``scaled_dot_product_attention.cpp:728-743``: checked before ``is_training``), whose
+    VJP recomputes one layer at a time as on 0.24.x."""
+    if force_fused:
+        return False
     if not mlx_version:
         return None
     return not (FUSED_CAUSAL_ATTENTION <= _version(mlx_version) < UNFUSED_TRAINING_ATTENTION)
+
+
+def mlx_lm_step_compiled(date: str | None) -> bool | None:
+    """Whether ``mlx_lm.lora``'s trainer compiled its step on ``date`` (ISO
+    ``YYYY-MM-DD``: the run's, or its mlx-lm checkout's): inside a window of
+    :data:`MLX_LM_COMPILED_STEP` (``mlx_lm/tuner/trainer.py``: ``step`` under
+    ``@partial(mx.compile, inputs=state, outputs=state)``; between the windows, e.g.
+    a5322574 on 2025-03-22, a plain function). None when not known."""
+    if not date:
+        return None
+    day = date[:10]
+    return any(lo <= day and (hi is None or day < hi) for lo, hi in MLX_LM_COMPILED_STEP)
 
 
 def buffer_sizes(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int]]:
@@ -280,10 +314,13 @@ def metal_view(
 T2_KINDS = ("T²", "B·T²", "B·h·T²")
 
 
-def _moment_totals(spec: ModelSpec, setup: TrainingSetup, t2_layers: int | None) -> list[int]:
+def _moment_totals(
+    spec: ModelSpec, setup: TrainingSetup, t2_layers: int | None, t2_fixed: bool = True
+) -> list[int]:
     """Each derived MLX moment's total (:func:`introspect.refined.mlx.moments`), with the
     T×T kinds counted at ``t2_layers`` layers on the same line (None: at the step's
-    depth, as the closed form counts them)."""
+    depth, as the closed form counts them); ``t2_fixed`` False drops the line's
+    intercept for those kinds too (with ``t2_layers`` 0: no T×T at all)."""
     from introspect.refined import mlx
     from introspect.refined.lora import adapted_layers
     from introspect.refined.mlx_counts import candidates as counts
@@ -304,7 +341,8 @@ def _moment_totals(spec: ModelSpec, setup: TrainingSetup, t2_layers: int | None)
         for kind in dict.fromkeys([*per, *fixed]):
             layers = t2_layers if (kind in T2_KINDS and t2_layers is not None) else depth
             size = mlx.numel(mlx.MHA_KIND.get(kind, kind) if mha else kind, x)
-            total += round((layers * per.get(kind, 0) + fixed.get(kind, 0)) * size)
+            intercept = fixed.get(kind, 0) if (t2_fixed or kind not in T2_KINDS) else 0
+            total += round((layers * per.get(kind, 0) + intercept) * size)
         totals.append(total)
     return totals
 
@@ -326,6 +364,17 @@ def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
     setups on torch's moments)."""
     if not _derivable(spec, setup):
         return None
-    if spec.head_dim not in (64, 80, 128):
+    head_dim = spec.head_dim or spec.hidden_size // spec.num_attention_heads
+    if head_dim not in (64, 80, 128):
         return None  # v0.24.2 fast.cpp:738-739: no fused kernel, the unfused graph ran
     return max(_moment_totals(spec, setup, 1))
+
+
+def t2_free_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
+    """The derived MLX peak with no T×T tensor at all (every moment's T×T kinds dropped,
+    per layer and fixed; every other kind as the closed form counts it): the floor under
+    :func:`fused_attention_peak` whatever the one layer holds. None where the derived
+    counts do not apply."""
+    if not _derivable(spec, setup):
+        return None
+    return max(_moment_totals(spec, setup, 0, t2_fixed=False))

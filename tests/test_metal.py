@@ -134,6 +134,49 @@ def test_moments_rebuilt_as_the_closed_form():
         assert fused is not None and fused < total
 
 
+def test_no_t2_floor_sits_under_the_fused_peak():
+    from introspect.adapters import resolve
+
+    from introspect import refined
+    from introspect.refined.implementations import resolve_attention
+
+    spec = resolve("meta-llama/Llama-3.2-1B").spec
+    flags = dict(finetune="lora", lora_rank=8, num_layers=16, batch_size=4, precision="bf16")
+    setup = resolve_attention(spec, TrainingSetup(framework="mlx", seq_len=512, **flags))
+    total = refined.estimate(spec, setup).total
+    floor, fused = metal.t2_free_peak(spec, setup), metal.fused_attention_peak(spec, setup)
+    assert floor is not None and floor < fused < total
+    # the floor is the one-layer line with the T×T kinds' per-layer and fixed parts dropped
+    assert floor == max(metal._moment_totals(spec, setup, 0, t2_fixed=False))
+    assert floor <= max(metal._moment_totals(spec, setup, 0))
+
+
+@pytest.mark.parametrize(
+    ("date", "compiled"),
+    [
+        ("2024-03-11", False),
+        ("2024-03-12", True),  # mlx-lm 93a8ac0f (#528)
+        ("2024-03-23", True),
+        ("2024-03-24", False),  # 0cd45a2b (#608) removed it
+        ("2024-10-30", False),
+        ("2025-03-22", False),  # a5322574: step() is a plain function
+        ("2025-03-25", True),  # b92c8f3e (#53)
+        ("2026-05-19T10:00", True),
+        (None, None),
+        ("", None),
+    ],
+)
+def test_mlx_lm_compiled_its_step_by_date(date, compiled):
+    assert metal.mlx_lm_step_compiled(date) == compiled
+
+
+def test_force_fused_takes_the_024_path_on_any_version():
+    # scaled_dot_product_attention.cpp:728-743: force_fused is checked before is_training
+    assert metal.attention_kept_in_training("0.31.0") is True
+    assert metal.attention_kept_in_training("0.31.0", force_fused=True) is False
+    assert metal.attention_kept_in_training(None, force_fused=True) is False
+
+
 def test_fused_attention_not_derived_for_checkpointing():
     from introspect.adapters import resolve
 
