@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -333,6 +334,7 @@ def memory_row(row: dict) -> None:
     from introspect.adapters.hf_config import spec_from_config
 
     from introspect import refined
+    from introspect.errors import DryRunCannot
     from introspect.measure import runner
     from introspect.unmodelled import NotModelled, check_setup
 
@@ -371,6 +373,8 @@ def memory_row(row: dict) -> None:
                     config=(small, row["model_type"]),
                 )
             cell["dry_run"] = m.peak_bytes
+        except DryRunCannot as e:  # no dry run answers this step: the one line says why
+            cell["cannot"] = str(e).split("the dry run cannot answer this step: ", 1)[-1]
         except Exception as e:  # noqa: BLE001 - the dry run's failure, reported
             if "shape" not in row:  # the shrunk widths may be inconsistent: retry wide
                 row["shape"] = "widths kept"
@@ -466,11 +470,13 @@ def summary(rows: list[dict]) -> list[str]:
         answered = sum(c.get("answer") == "dry_run" and "dry_run" in c for c in cells)
         refused = sum("refused" in c for c in cells)
         own = sum("class_fails" in c for c in cells)
-        failed = sum(not {"dry_run", "refused", "class_fails"} & set(c) for c in cells)
+        cannot = sum("cannot" in c for c in cells)
+        failed = sum(not {"dry_run", "refused", "class_fails", "cannot"} & set(c) for c in cells)
         lines.append(
             f"- {name}: closed form {modelled} modelled, {within3} within ±3%, {within5} "
             f"more within ±5%; answered by the dry run {answered}; class refuses this setup "
-            f"{refused}; class fails at its default config {own}; dry-run failures {failed}"
+            f"{refused}; class fails at its default config {own}; no dry run can answer "
+            f"{cannot}; dry-run failures {failed}"
         )
     return lines
 
@@ -484,6 +490,8 @@ def cell_text(c: dict) -> str:
         return "refused"
     if "class_fails" in c:
         return "class fails"
+    if "cannot" in c:
+        return "cannot"
     return "fail"
 
 
@@ -499,7 +507,9 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         "class itself refuses the setup (no SDPA path, no checkpointing): not a dry-run "
         "failure, and `introspect profile` refuses it in one line instead of a number; or "
         "`class fails` where a real CPU step fails as the dry run does, at the default widths "
-        "too (the class's own failure at its default config).",
+        "too (the class's own failure at its default config); or `cannot` where no dry run "
+        "answers the step (its held bytes follow values of the data; the note says which, "
+        "`introspect measure --device fake` prints the same line).",
         "",
         *summary(rows),
         "",
@@ -524,6 +534,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         notes += sorted(f"class refuses: {why}" for why in refused)
         own = {c["class_fails"] for c in setups.values() if "class_fails" in c}
         notes += sorted(f"the class's own step fails (a real CPU step too): {e}" for e in own)
+        why = {c["cannot"] for c in setups.values() if "cannot" in c}
+        notes += sorted(f"the dry run cannot: {w}" for w in why)
         count = "" if "introspect" not in r else ("exact" if r["exact"] else "differs")
         cells = [cell_text(setups[n]) if n in setups else "" for n in SETUPS]
         built = f"{r['built']:,}" if "built" in r else ""
@@ -548,8 +560,18 @@ def write(
     elif resumed:  # the seconds are this run's; the rows before it came from an earlier one
         command += " --resume"
     out = OUT.with_name(OUT.name + (f"-{only}" if only else ""))
-    out.with_suffix(".md").write_text(render(rows, seconds, command), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+    replace_text(out.with_suffix(".json"), json.dumps(rows, indent=1, default=str))
+    replace_text(out.with_suffix(".md"), render(rows, seconds, command))
+
+
+def replace_text(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or, if the run is cut while writing, what it held before:
+    the text goes to a sibling file that ``os.replace`` then renames over ``path`` (an
+    atomic rename on POSIX), so a run stopped between two types leaves every row before
+    the stop for ``--resume``, and one stopped mid-write no torn JSON."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def setup_for(name: str):
@@ -579,7 +601,7 @@ def reclassify(rows: list[dict]) -> int:
     marked = 0
     for row in rows:
         for name, cell in row.get("setups", {}).items():
-            if {"dry_run", "refused", "class_fails"} & set(cell) or name not in SETUPS:
+            if {"dry_run", "refused", "class_fails", "cannot"} & set(cell) or name not in SETUPS:
                 continue
             why = class_refusal(row["model_type"], setup_for(name))
             if why:
@@ -625,7 +647,16 @@ def main() -> int:
         help="comma-separated model_types (exact names) to run again, their rows replaced in "
         "place in the full results (every-type.json) and its summary written again",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="the folder the results files are read from and written to "
+        "(default: benchmarks/results)",
+    )
     args = parser.parse_args()
+    global OUT
+    if args.results:
+        OUT = args.results / OUT.name
     from transformers.utils import logging
 
     logging.set_verbosity_error()
@@ -639,7 +670,7 @@ def main() -> int:
         head = md.read_text(encoding="utf-8").splitlines()[2] if md.exists() else ""
         ran = re.match(r"`(.*)` \((\d+) s\)\. Counts", head)
         command, seconds = (ran.group(1), float(ran.group(2))) if ran else ("", 0.0)
-        md.write_text(render(rows, seconds, command), encoding="utf-8")
+        replace_text(md, render(rows, seconds, command))
         return 0
     earlier = _earlier(saved.with_suffix(".md")) if args.redo else ""
     if args.reclassify:
@@ -647,8 +678,8 @@ def main() -> int:
         print(f"{marked} failed cells are the class's refusal of the setup")
         md = saved.with_suffix(".md")
         command = _earlier(md) + "benchmarks/every_type.py --reclassify"
-        md.write_text(render(rows, time.perf_counter() - start, command), encoding="utf-8")
-        saved.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+        replace_text(saved, json.dumps(rows, indent=1, default=str))
+        replace_text(md, render(rows, time.perf_counter() - start, command))
         return 0
     if args.recount:
         command = f"benchmarks/every_type.py --recount {args.recount}"
@@ -664,8 +695,8 @@ def main() -> int:
             print(t, row.get("built"), row.get("introspect"), row.get("exact"), flush=True)
         seconds = time.perf_counter() - start
         md = saved.with_suffix(".md")
-        md.write_text(render(rows, seconds, _earlier(md) + command), encoding="utf-8")
-        saved.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+        replace_text(saved, json.dumps(rows, indent=1, default=str))
+        replace_text(md, render(rows, seconds, _earlier(md) + command))
         return 0
     redo = [t for t in (args.redo or "").split(",") if t]
     unknown = sorted(set(redo) - set(types(None)))
@@ -684,10 +715,10 @@ def main() -> int:
             rows[at[0]] = row
         else:
             rows.append(row)
+        # on disk before it is reported: a run stopped after this type keeps its row
+        write(rows, time.perf_counter() - start, args.only, bool(done), redo, earlier)
         cells = {k: cell_text(v) for k, v in row.get("setups", {}).items()}
         print(t, row.get("exact"), cells, row.get("note", ""), flush=True)
-        # partial results survive a stop
-        write(rows, time.perf_counter() - start, args.only, bool(done), redo, earlier)
     print("\n".join(summary(rows)))
     return 0
 
