@@ -62,7 +62,7 @@ HEAD_KEYS = (
     "encoder_attention_heads",
 )
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "depth")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 PATTERN_KEYS = (
@@ -72,6 +72,24 @@ PATTERN_KEYS = (
     "block_types",
     "hybrid_override_pattern",
 )
+#: Layer indices a config lists (a layer pattern written as the layers of one kind):
+#: Qwen2.5-VL's full-attention tower blocks, Qwen3-VL's deepstack taps, GOT-OCR2's
+#: global-attention blocks, Mllama's tapped tower layers and cross-attention layers.
+INDEX_KEYS = (
+    "fullatt_block_indexes",
+    "deepstack_visual_indexes",
+    "global_attn_indexes",
+    "intermediate_layers_indices",
+    "cross_attention_layers",
+)
+#: A wrapper's nested configs, each shrunk under its own model_type's keys.
+NESTED_KEYS = ("text_config", "vision_config")
+#: Tower widths that are the language model's width: the merger's or adapter's output,
+#: which the wrapper scatters into the text embeddings (``inputs_embeds.masked_scatter``,
+#: e.g. ``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLModel.forward``).
+TO_TEXT_KEYS = ("out_hidden_size", "adapter_out_dim")
+#: Tower widths that are the tower's own width (dots.llm3-note's adapter input).
+TO_TOWER_KEYS = ("adapter_in_dim",)
 
 
 #: Why a type's default config builds nothing, read from transformers' source: none has
@@ -99,8 +117,13 @@ def shrink(
 
     ``widths=False`` keeps every width and head (only layers, experts and vocab cut): the
     fallback for a type whose width keys this helper does not know (rope or mixer head
-    dims); under FakeTensorMode the width costs no memory and little time."""
+    dims); under FakeTensorMode the width costs no memory and little time.
+
+    A wrapper's ``text_config`` and ``vision_config`` (:data:`NESTED_KEYS`) are shrunk the
+    same way, each under its own ``model_type``'s key names (:func:`_nested`)."""
     out = dict(raw)
+    if any(isinstance(raw.get(k), dict) for k in NESTED_KEYS):
+        return _nested(out, hidden=hidden, layers=layers, vocab=vocab, widths=widths)
     alias = _aliases(raw.get("model_type"))
     head_keys, kv_keys = _with(HEAD_KEYS, alias), _with(KV_KEYS, alias)
     layer_keys, expert_keys = _with(LAYER_KEYS, alias), _with(EXPERT_KEYS, alias)
@@ -130,13 +153,17 @@ def shrink(
             if isinstance(out.get("head_dim"), int):
                 out["head_dim"] = max(8, hidden // new)
     patterns = [k for k in PATTERN_KEYS if isinstance(out.get(k), (list, str)) and out[k]]
+    old_layers = next((out[k] for k in layer_keys if isinstance(out.get(k), int)), None)
+    indexed = {k: out[k] for k in INDEX_KEYS if _indices(out.get(k), old_layers)}
     keep = layers
-    for k in patterns:
-        seq = list(out[k])
+    seqs = [list(out[k]) for k in patterns]
+    seqs += [[i in set(ix) for i in range(old_layers)] for ix in indexed.values()]
+    for seq in seqs:
         every = next(i + 1 for i in range(len(seq)) if set(seq[: i + 1]) == set(seq))
         keep = max(keep, min(_period(seq), every))
     keep = _layer_constraints(out, keep)
-    old_layers = next((out[k] for k in layer_keys if isinstance(out.get(k), int)), None)
+    for k, ix in indexed.items():  # the listed layers among the kept ones
+        out[k] = [i for i in ix if i < keep]
     for key in layer_keys:
         if isinstance(out.get(key), int) and out[key] > keep:
             out[key] = keep
@@ -144,7 +171,7 @@ def shrink(
         seq = out[k]
         out[k] = seq[:keep] if isinstance(seq, list) else seq[:keep]
     if old_layers and keep < old_layers:
-        _cut_per_layer(out, raw, old_layers, keep, patterns)
+        _cut_per_layer(out, raw, old_layers, keep, [*patterns, *indexed])
     for key in expert_keys:
         if isinstance(out.get(key), int) and out[key] > 4:
             out[key] = 4
@@ -168,6 +195,66 @@ def shrink(
         spans = [out.get(k) for k in ("attention_chunk_size", "sliding_window")]
         floor = max([4096, *(v for v in spans if isinstance(v, int))])
         out["max_position_embeddings"] = min(out["max_position_embeddings"], floor)
+    return out
+
+
+def _indices(value, layers: int | None) -> bool:
+    """Whether ``value`` is a non-empty list of layer indices within ``layers``."""
+    return (
+        isinstance(layers, int)
+        and isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in value)
+    )
+
+
+def _nested(out: dict, **cut) -> dict:
+    """:func:`shrink` of a wrapper (``out``, a copy of its config): each nested config of
+    :data:`NESTED_KEYS` shrunk as a config of its own ``model_type`` (Qwen2.5-VL's
+    ``qwen2_5_vl_text`` and ``qwen2_5_vl_vision``: their own aliases and layer lists), the
+    wrapper's own keys after it:
+
+    * a tower width that is the language model's (:data:`TO_TEXT_KEYS`) set to the cut
+      text width, so that the tower's output still fits the text embeddings it replaces
+      (also where the default config's two disagree: Qwen2.5-VL's 3584 beside 8192), and
+      one that is the tower's own (:data:`TO_TOWER_KEYS`) to the cut tower width;
+    * the wrapper's special token ids (``image_token_id``, ``image_token_index``,
+      ``boi_token_index`` and kin) at or above the cut vocabulary moved to distinct ids at
+      its top, in their order, as ``shrink`` moves ``pad_token_id``; the ids themselves
+      carry no memory.
+
+    A nested config without a ``model_type`` is cut under the wrapper's names."""
+    text = out.get("text_config")
+    if isinstance(text, dict):
+        sub = {"model_type": out.get("model_type"), **text}
+        out["text_config"] = {**shrink(sub, **cut), "model_type": text.get("model_type")}
+        if text.get("model_type") is None:
+            out["text_config"].pop("model_type")
+    vision = out.get("vision_config")
+    if isinstance(vision, dict):
+        sub = {"model_type": out.get("model_type"), **vision}
+        small = {**shrink(sub, **cut), "model_type": vision.get("model_type")}
+        if vision.get("model_type") is None:
+            small.pop("model_type")
+        width = (out.get("text_config") or {}).get("hidden_size")
+        for key in TO_TEXT_KEYS:
+            if isinstance(small.get(key), int) and isinstance(width, int):
+                small[key] = width
+        for key in TO_TOWER_KEYS:
+            if small.get(key) == vision.get("hidden_size") and isinstance(small[key], int):
+                small[key] = small["hidden_size"]
+        out["vision_config"] = small
+    vocab = (out.get("text_config") or {}).get("vocab_size")
+    if isinstance(vocab, int):
+        ids = sorted(
+            (v, k)
+            for k, v in out.items()
+            if (k.endswith("_token_id") or k.endswith("_token_index"))
+            and isinstance(v, int)
+            and v >= vocab
+        )
+        for n, (_, key) in enumerate(reversed(ids)):
+            out[key] = vocab - 1 - n
     return out
 
 

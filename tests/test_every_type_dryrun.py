@@ -151,3 +151,42 @@ def test_a_run_killed_after_one_type_keeps_that_row(tmp_path):
     rows = json.loads((tmp_path / "every-type-gpt_neo.json").read_text())
     assert [r["model_type"] for r in rows] == ["gpt_neo"]
     assert set(rows[0]["setups"]) == set(every_type.SETUPS)
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_5_vl", "qwen3_vl", "mistral3"])
+def test_a_wrappers_nested_configs_are_shrunk_under_their_own_keys(model_type):
+    """The text_config and vision_config are cut (widths, layers, vocab) under their own
+    model_type's names; the tower's listed layers keep one period (Qwen2.5-VL's
+    full-attention blocks, Qwen3-VL's deepstack taps), its output width follows the cut
+    text width, and the image token ids move inside the cut vocabulary; the class
+    builds and introspect counts it exactly."""
+    import torch
+    from introspect.adapters.hf_config import spec_from_config
+    from transformers import AutoConfig
+
+    from introspect.measure.hf_models import build_config, model_class
+
+    raw = {**AutoConfig.for_model(model_type).to_dict(), "model_type": model_type}
+    small = every_type.shrink(raw)
+    text, vision = small["text_config"], small["vision_config"]
+    assert text["model_type"] == raw["text_config"]["model_type"]
+    assert text["hidden_size"] == 64 and text["vocab_size"] == 512
+    assert text["num_hidden_layers"] < raw["text_config"]["num_hidden_layers"]
+    assert vision["hidden_size"] == 64
+    depth = "depth" if "depth" in vision else "num_hidden_layers"
+    assert vision[depth] < raw["vision_config"][depth]
+    if "out_hidden_size" in vision:
+        assert vision["out_hidden_size"] == text["hidden_size"]
+    if model_type == "qwen2_5_vl":
+        assert vision["depth"] == 8 and vision["fullatt_block_indexes"] == [7]
+    if model_type == "qwen3_vl":
+        assert vision["deepstack_visual_indexes"] == [8] and vision["depth"] == 9
+    ids = [v for k, v in small.items() if k.endswith(("_token_id", "_token_index"))]
+    assert ids and all(isinstance(i, int) and i < 512 for i in ids)
+    assert len(set(ids)) == len(ids)
+    spec = spec_from_config(small, source=model_type)
+    with torch.device("meta"):
+        model = model_class(model_type, small, model_type).from_config(
+            build_config(small, model_type)
+        )
+    assert sum(p.numel() for p in model.parameters()) == spec.n_params
