@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -61,7 +62,7 @@ HEAD_KEYS = (
     "encoder_attention_heads",
 )
 KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers", "depth")
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts")
 PATTERN_KEYS = (
@@ -71,6 +72,24 @@ PATTERN_KEYS = (
     "block_types",
     "hybrid_override_pattern",
 )
+#: Layer indices a config lists (a layer pattern written as the layers of one kind):
+#: Qwen2.5-VL's full-attention tower blocks, Qwen3-VL's deepstack taps, GOT-OCR2's
+#: global-attention blocks, Mllama's tapped tower layers and cross-attention layers.
+INDEX_KEYS = (
+    "fullatt_block_indexes",
+    "deepstack_visual_indexes",
+    "global_attn_indexes",
+    "intermediate_layers_indices",
+    "cross_attention_layers",
+)
+#: A wrapper's nested configs, each shrunk under its own model_type's keys.
+NESTED_KEYS = ("text_config", "vision_config")
+#: Tower widths that are the language model's width: the merger's or adapter's output,
+#: which the wrapper scatters into the text embeddings (``inputs_embeds.masked_scatter``,
+#: e.g. ``models/qwen2_5_vl/modeling_qwen2_5_vl.py`` ``Qwen2_5_VLModel.forward``).
+TO_TEXT_KEYS = ("out_hidden_size", "adapter_out_dim")
+#: Tower widths that are the tower's own width (dots.llm3-note's adapter input).
+TO_TOWER_KEYS = ("adapter_in_dim",)
 
 
 #: Why a type's default config builds nothing, read from transformers' source: none has
@@ -98,8 +117,13 @@ def shrink(
 
     ``widths=False`` keeps every width and head (only layers, experts and vocab cut): the
     fallback for a type whose width keys this helper does not know (rope or mixer head
-    dims); under FakeTensorMode the width costs no memory and little time."""
+    dims); under FakeTensorMode the width costs no memory and little time.
+
+    A wrapper's ``text_config`` and ``vision_config`` (:data:`NESTED_KEYS`) are shrunk the
+    same way, each under its own ``model_type``'s key names (:func:`_nested`)."""
     out = dict(raw)
+    if any(isinstance(raw.get(k), dict) for k in NESTED_KEYS):
+        return _nested(out, hidden=hidden, layers=layers, vocab=vocab, widths=widths)
     alias = _aliases(raw.get("model_type"))
     head_keys, kv_keys = _with(HEAD_KEYS, alias), _with(KV_KEYS, alias)
     layer_keys, expert_keys = _with(LAYER_KEYS, alias), _with(EXPERT_KEYS, alias)
@@ -129,13 +153,17 @@ def shrink(
             if isinstance(out.get("head_dim"), int):
                 out["head_dim"] = max(8, hidden // new)
     patterns = [k for k in PATTERN_KEYS if isinstance(out.get(k), (list, str)) and out[k]]
+    old_layers = next((out[k] for k in layer_keys if isinstance(out.get(k), int)), None)
+    indexed = {k: out[k] for k in INDEX_KEYS if _indices(out.get(k), old_layers)}
     keep = layers
-    for k in patterns:
-        seq = list(out[k])
+    seqs = [list(out[k]) for k in patterns]
+    seqs += [[i in set(ix) for i in range(old_layers)] for ix in indexed.values()]
+    for seq in seqs:
         every = next(i + 1 for i in range(len(seq)) if set(seq[: i + 1]) == set(seq))
         keep = max(keep, min(_period(seq), every))
     keep = _layer_constraints(out, keep)
-    old_layers = next((out[k] for k in layer_keys if isinstance(out.get(k), int)), None)
+    for k, ix in indexed.items():  # the listed layers among the kept ones
+        out[k] = [i for i in ix if i < keep]
     for key in layer_keys:
         if isinstance(out.get(key), int) and out[key] > keep:
             out[key] = keep
@@ -143,7 +171,7 @@ def shrink(
         seq = out[k]
         out[k] = seq[:keep] if isinstance(seq, list) else seq[:keep]
     if old_layers and keep < old_layers:
-        _cut_per_layer(out, raw, old_layers, keep, patterns)
+        _cut_per_layer(out, raw, old_layers, keep, [*patterns, *indexed])
     for key in expert_keys:
         if isinstance(out.get(key), int) and out[key] > 4:
             out[key] = 4
@@ -167,6 +195,66 @@ def shrink(
         spans = [out.get(k) for k in ("attention_chunk_size", "sliding_window")]
         floor = max([4096, *(v for v in spans if isinstance(v, int))])
         out["max_position_embeddings"] = min(out["max_position_embeddings"], floor)
+    return out
+
+
+def _indices(value, layers: int | None) -> bool:
+    """Whether ``value`` is a non-empty list of layer indices within ``layers``."""
+    return (
+        isinstance(layers, int)
+        and isinstance(value, list)
+        and bool(value)
+        and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in value)
+    )
+
+
+def _nested(out: dict, **cut) -> dict:
+    """:func:`shrink` of a wrapper (``out``, a copy of its config): each nested config of
+    :data:`NESTED_KEYS` shrunk as a config of its own ``model_type`` (Qwen2.5-VL's
+    ``qwen2_5_vl_text`` and ``qwen2_5_vl_vision``: their own aliases and layer lists), the
+    wrapper's own keys after it:
+
+    * a tower width that is the language model's (:data:`TO_TEXT_KEYS`) set to the cut
+      text width, so that the tower's output still fits the text embeddings it replaces
+      (also where the default config's two disagree: Qwen2.5-VL's 3584 beside 8192), and
+      one that is the tower's own (:data:`TO_TOWER_KEYS`) to the cut tower width;
+    * the wrapper's special token ids (``image_token_id``, ``image_token_index``,
+      ``boi_token_index`` and kin) at or above the cut vocabulary moved to distinct ids at
+      its top, in their order, as ``shrink`` moves ``pad_token_id``; the ids themselves
+      carry no memory.
+
+    A nested config without a ``model_type`` is cut under the wrapper's names."""
+    text = out.get("text_config")
+    if isinstance(text, dict):
+        sub = {"model_type": out.get("model_type"), **text}
+        out["text_config"] = {**shrink(sub, **cut), "model_type": text.get("model_type")}
+        if text.get("model_type") is None:
+            out["text_config"].pop("model_type")
+    vision = out.get("vision_config")
+    if isinstance(vision, dict):
+        sub = {"model_type": out.get("model_type"), **vision}
+        small = {**shrink(sub, **cut), "model_type": vision.get("model_type")}
+        if vision.get("model_type") is None:
+            small.pop("model_type")
+        width = (out.get("text_config") or {}).get("hidden_size")
+        for key in TO_TEXT_KEYS:
+            if isinstance(small.get(key), int) and isinstance(width, int):
+                small[key] = width
+        for key in TO_TOWER_KEYS:
+            if small.get(key) == vision.get("hidden_size") and isinstance(small[key], int):
+                small[key] = small["hidden_size"]
+        out["vision_config"] = small
+    vocab = (out.get("text_config") or {}).get("vocab_size")
+    if isinstance(vocab, int):
+        ids = sorted(
+            (v, k)
+            for k, v in out.items()
+            if (k.endswith("_token_id") or k.endswith("_token_index"))
+            and isinstance(v, int)
+            and v >= vocab
+        )
+        for n, (_, key) in enumerate(reversed(ids)):
+            out[key] = vocab - 1 - n
     return out
 
 
@@ -333,6 +421,7 @@ def memory_row(row: dict) -> None:
     from introspect.adapters.hf_config import spec_from_config
 
     from introspect import refined
+    from introspect.errors import DryRunCannot
     from introspect.measure import runner
     from introspect.unmodelled import NotModelled, check_setup
 
@@ -371,6 +460,8 @@ def memory_row(row: dict) -> None:
                     config=(small, row["model_type"]),
                 )
             cell["dry_run"] = m.peak_bytes
+        except DryRunCannot as e:  # no dry run answers this step: the one line says why
+            cell["cannot"] = str(e).split("the dry run cannot answer this step: ", 1)[-1]
         except Exception as e:  # noqa: BLE001 - the dry run's failure, reported
             if "shape" not in row:  # the shrunk widths may be inconsistent: retry wide
                 row["shape"] = "widths kept"
@@ -466,11 +557,13 @@ def summary(rows: list[dict]) -> list[str]:
         answered = sum(c.get("answer") == "dry_run" and "dry_run" in c for c in cells)
         refused = sum("refused" in c for c in cells)
         own = sum("class_fails" in c for c in cells)
-        failed = sum(not {"dry_run", "refused", "class_fails"} & set(c) for c in cells)
+        cannot = sum("cannot" in c for c in cells)
+        failed = sum(not {"dry_run", "refused", "class_fails", "cannot"} & set(c) for c in cells)
         lines.append(
             f"- {name}: closed form {modelled} modelled, {within3} within ±3%, {within5} "
             f"more within ±5%; answered by the dry run {answered}; class refuses this setup "
-            f"{refused}; class fails at its default config {own}; dry-run failures {failed}"
+            f"{refused}; class fails at its default config {own}; no dry run can answer "
+            f"{cannot}; dry-run failures {failed}"
         )
     return lines
 
@@ -484,6 +577,8 @@ def cell_text(c: dict) -> str:
         return "refused"
     if "class_fails" in c:
         return "class fails"
+    if "cannot" in c:
+        return "cannot"
     return "fail"
 
 
@@ -499,7 +594,9 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         "class itself refuses the setup (no SDPA path, no checkpointing): not a dry-run "
         "failure, and `introspect profile` refuses it in one line instead of a number; or "
         "`class fails` where a real CPU step fails as the dry run does, at the default widths "
-        "too (the class's own failure at its default config).",
+        "too (the class's own failure at its default config); or `cannot` where no dry run "
+        "answers the step (its held bytes follow values of the data; the note says which, "
+        "`introspect measure --device fake` prints the same line).",
         "",
         *summary(rows),
         "",
@@ -524,6 +621,8 @@ def render(rows: list[dict], seconds: float, command: str) -> str:
         notes += sorted(f"class refuses: {why}" for why in refused)
         own = {c["class_fails"] for c in setups.values() if "class_fails" in c}
         notes += sorted(f"the class's own step fails (a real CPU step too): {e}" for e in own)
+        why = {c["cannot"] for c in setups.values() if "cannot" in c}
+        notes += sorted(f"the dry run cannot: {w}" for w in why)
         count = "" if "introspect" not in r else ("exact" if r["exact"] else "differs")
         cells = [cell_text(setups[n]) if n in setups else "" for n in SETUPS]
         built = f"{r['built']:,}" if "built" in r else ""
@@ -548,8 +647,18 @@ def write(
     elif resumed:  # the seconds are this run's; the rows before it came from an earlier one
         command += " --resume"
     out = OUT.with_name(OUT.name + (f"-{only}" if only else ""))
-    out.with_suffix(".md").write_text(render(rows, seconds, command), encoding="utf-8")
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+    replace_text(out.with_suffix(".json"), json.dumps(rows, indent=1, default=str))
+    replace_text(out.with_suffix(".md"), render(rows, seconds, command))
+
+
+def replace_text(path: Path, text: str) -> None:
+    """``path`` holds ``text`` or, if the run is cut while writing, what it held before:
+    the text goes to a sibling file that ``os.replace`` then renames over ``path`` (an
+    atomic rename on POSIX), so a run stopped between two types leaves every row before
+    the stop for ``--resume``, and one stopped mid-write no torn JSON."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def setup_for(name: str):
@@ -579,7 +688,7 @@ def reclassify(rows: list[dict]) -> int:
     marked = 0
     for row in rows:
         for name, cell in row.get("setups", {}).items():
-            if {"dry_run", "refused", "class_fails"} & set(cell) or name not in SETUPS:
+            if {"dry_run", "refused", "class_fails", "cannot"} & set(cell) or name not in SETUPS:
                 continue
             why = class_refusal(row["model_type"], setup_for(name))
             if why:
@@ -625,7 +734,16 @@ def main() -> int:
         help="comma-separated model_types (exact names) to run again, their rows replaced in "
         "place in the full results (every-type.json) and its summary written again",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help="the folder the results files are read from and written to "
+        "(default: benchmarks/results)",
+    )
     args = parser.parse_args()
+    global OUT
+    if args.results:
+        OUT = args.results / OUT.name
     from transformers.utils import logging
 
     logging.set_verbosity_error()
@@ -639,7 +757,7 @@ def main() -> int:
         head = md.read_text(encoding="utf-8").splitlines()[2] if md.exists() else ""
         ran = re.match(r"`(.*)` \((\d+) s\)\. Counts", head)
         command, seconds = (ran.group(1), float(ran.group(2))) if ran else ("", 0.0)
-        md.write_text(render(rows, seconds, command), encoding="utf-8")
+        replace_text(md, render(rows, seconds, command))
         return 0
     earlier = _earlier(saved.with_suffix(".md")) if args.redo else ""
     if args.reclassify:
@@ -647,8 +765,8 @@ def main() -> int:
         print(f"{marked} failed cells are the class's refusal of the setup")
         md = saved.with_suffix(".md")
         command = _earlier(md) + "benchmarks/every_type.py --reclassify"
-        md.write_text(render(rows, time.perf_counter() - start, command), encoding="utf-8")
-        saved.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+        replace_text(saved, json.dumps(rows, indent=1, default=str))
+        replace_text(md, render(rows, time.perf_counter() - start, command))
         return 0
     if args.recount:
         command = f"benchmarks/every_type.py --recount {args.recount}"
@@ -664,8 +782,8 @@ def main() -> int:
             print(t, row.get("built"), row.get("introspect"), row.get("exact"), flush=True)
         seconds = time.perf_counter() - start
         md = saved.with_suffix(".md")
-        md.write_text(render(rows, seconds, _earlier(md) + command), encoding="utf-8")
-        saved.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+        replace_text(saved, json.dumps(rows, indent=1, default=str))
+        replace_text(md, render(rows, seconds, _earlier(md) + command))
         return 0
     redo = [t for t in (args.redo or "").split(",") if t]
     unknown = sorted(set(redo) - set(types(None)))
@@ -684,10 +802,10 @@ def main() -> int:
             rows[at[0]] = row
         else:
             rows.append(row)
+        # on disk before it is reported: a run stopped after this type keeps its row
+        write(rows, time.perf_counter() - start, args.only, bool(done), redo, earlier)
         cells = {k: cell_text(v) for k, v in row.get("setups", {}).items()}
         print(t, row.get("exact"), cells, row.get("note", ""), flush=True)
-        # partial results survive a stop
-        write(rows, time.perf_counter() - start, args.only, bool(done), redo, earlier)
     print("\n".join(summary(rows)))
     return 0
 

@@ -22,3 +22,8 @@ class ConfigError(IntrospectError):
 
 class HubError(IntrospectError):
     """The Hub or its cache could not give what was asked (offline, gated, missing, failing)."""
+
+
+class DryRunCannot(IntrospectError):
+    """A step whose held bytes follow values computed from the data, which a dry run's
+    fake tensors do not have (``introspect.measure.fake.DRY_RUN_CANNOT``)."""

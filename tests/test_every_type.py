@@ -192,9 +192,10 @@ def test_summary_counts_refusals_and_the_class_failures_apart():
     ]
     fp32, amp = summary(rows)[1:3]
     assert "answered by the dry run 1; class refuses this setup 0; class fails at its " in fp32
-    assert fp32.endswith("default config 1; dry-run failures 0")
+    assert fp32.endswith("default config 1; no dry run can answer 0; dry-run failures 0")
     assert amp.endswith(
-        "refuses this setup 1; class fails at its default config 0; dry-run failures 1"
+        "refuses this setup 1; class fails at its default config 0; no dry run can answer 0; "
+        "dry-run failures 1"
     )
 
 

@@ -239,6 +239,117 @@ def even_expert_counts(model) -> Iterator[None]:
             cls.forward = forward
 
 
+@contextmanager
+def checked_lengths(model) -> Iterator[None]:
+    """In a dry run of XLM, answer the sanity check on its row lengths, which reads a
+    value a fake tensor does not hold; everything else in the step is the class's own code.
+
+    ``XLMModel.forward`` (``transformers/models/xlm/modeling_xlm.py`` l. 785-793, and
+    ``get_masks`` l. 66) computes ``lengths = (input_ids != pad_index).sum(dim=1)`` and
+    checks ``assert lengths.max().item() <= slen``. ``lengths.max()`` is made (its 8
+    bytes counted, as for real); only its ``.item()`` is answered, with ``slen``: a count
+    of the non-pad tokens of a row of ``slen`` tokens is at most ``slen``, so the check
+    passes as it always does for real, and the value feeds nothing but the ``assert``
+    (the masks are tensor ops on ``lengths`` itself). Inside that forward only, a 0-d
+    integer fake tensor's ``.item()`` answers so; real tensors, and every other
+    ``.item()``, are read as torch reads them. Outside FakeTensorMode, or for a model
+    without ``XLMModel``, nothing is touched; the forward is restored on exit."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    models = {type(m) for m in model.modules() if type(m).__name__ == "XLMModel"}
+    if not models or torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
+        yield
+        return
+    own_item = FakeTensor.__dict__.get("item")  # None: torch.Tensor.item, which raises here
+
+    def patched(forward):
+        def checked(self, input_ids=None, *args, **kwargs):
+            embeds = kwargs.get("inputs_embeds")
+            slen = (input_ids if input_ids is not None else embeds).shape[1]
+
+            def item(tensor):
+                if tensor.dim() == 0 and not tensor.dtype.is_floating_point:
+                    return int(slen)
+                return torch.Tensor.item(tensor)
+
+            FakeTensor.item = item
+            try:
+                return forward(self, input_ids, *args, **kwargs)
+            finally:
+                _restore(FakeTensor, "item", own_item)
+
+        return checked
+
+    owns = {cls: cls.__dict__["forward"] for cls in models}
+    for cls, forward in owns.items():
+        cls.forward = patched(forward)
+    try:
+        yield
+    finally:
+        for cls, forward in owns.items():
+            cls.forward = forward
+
+
+#: The note a dry run of XLM carries.
+CHECKED_LENGTHS_NOTE = (
+    "XLM's length check (assert lengths.max().item() <= slen): a fake tensor holds no "
+    "value, so the .item() answers slen, the check's outcome for any row "
+    "(introspect.measure.fake.checked_lengths)"
+)
+
+
+@contextmanager
+def answered_reads(model) -> Iterator[None]:
+    """:func:`even_expert_counts` and :func:`checked_lengths` together: each a no-op but
+    for its own class in a dry run."""
+    with even_expert_counts(model), checked_lengths(model):
+        yield
+
+
+def answered_notes(model) -> list[str]:
+    """The notes of the reads :func:`answered_reads` answers for ``model``."""
+    names = {type(m).__name__ for m in model.modules()}
+    return [
+        note
+        for name, note in (
+            ("JetMoeTopKGating", EVEN_COUNTS_NOTE),
+            ("XLMModel", CHECKED_LENGTHS_NOTE),
+        )
+        if name in names
+    ]
+
+
+_REAL_STEP = "run `introspect measure --impl transformers --device cpu` at a small --seq"
+
+#: Why a dry run cannot answer a type's step, read from transformers' source: the held
+#: bytes follow values the step computes from the data, which no faithful answer gives.
+DRY_RUN_CANNOT = {
+    "blt": "BltPatcher sets the patches from its own next-byte entropies "
+    "(modeling_blt.py l. 915-990: patch starts where entropy > patching_threshold, then "
+    "process_patch_lengths' .item(), l. 826-848), so the global transformer's length "
+    "is a value of the data, which a fake tensor does not have; " + _REAL_STEP,
+    "longcat_flash": "LongcatFlashExperts loops over the experts hit (modeling_longcat_flash.py "
+    "l. 187-201: nonzero, then one block per expert), and its zero_expert_num identity "
+    "experts save less than the routed ones, so the held bytes follow how the router "
+    "splits the top-k rows, a value of the data; " + _REAL_STEP,
+    "gemma4_unified_assistant": "Gemma4UnifiedAssistantForCausalLM is a drafter for "
+    "assisted decoding: its forward takes the backbone's inputs_embeds and "
+    "shared_kv_states, not token ids (modeling_gemma4_unified_assistant.py l. 172-173), "
+    "so the class defines no training step of its own (a real step fails the same way); "
+    "measure the backbone it drafts for (gemma4_unified)",
+}
+
+
+def cannot(model_type: str | None) -> str | None:
+    """The one line for a ``model_type`` whose step no dry run answers
+    (:data:`DRY_RUN_CANNOT`), else ``None``."""
+    why = DRY_RUN_CANNOT.get(model_type or "")
+    if why is None:
+        return None
+    return f"model_type {model_type!r}: the dry run cannot answer this step: {why}"
+
+
 #: The note a dry run of JetMoE carries.
 EVEN_COUNTS_NOTE = (
     "JetMoE's router counts: a fake tensor holds none, so its .tolist() answers T·k rows "

@@ -277,6 +277,13 @@ def measure(
             "--finetune qlora: the NF4 base is quantized by bitsandbytes on CPU and "
             "measured there; use --device cpu, or --device fake for a dry run (not cuda)"
         )
+    if device == "fake":
+        from introspect.errors import DryRunCannot
+        from introspect.measure.fake import cannot
+
+        why = cannot(raw.get("model_type"))
+        if why:
+            raise DryRunCannot(f"{where}: {why}")
     vocab = spec.vocab_size
     images = bool(setup.images)
     if images:
@@ -313,10 +320,10 @@ def measure(
         if device == "cuda":
             model = model.to("cuda")
         vocab = model.config.get_text_config().vocab_size
-        from introspect.measure.fake import even_expert_counts
+        from introspect.measure.fake import answered_reads
 
         try:
-            with even_expert_counts(model):  # a no-op but for JetMoE in a dry run
+            with answered_reads(model):  # a no-op but for JetMoE and XLM in a dry run
                 m = torch_step.measure_step(
                     model,
                     setup,
@@ -339,7 +346,7 @@ def measure(
             ) from err
         saved = None
         if census:
-            with even_expert_counts(model):
+            with answered_reads(model):
                 saved = torch_step.run_census(
                     model,
                     setup,
@@ -371,10 +378,10 @@ def measure(
         notes.append(f"MoE experts implementation: {experts}")
         if device == "fake" and experts == "grouped_mm":
             notes.append(GROUPED_MM_NOTE)
-    if device == "fake" and any(type(m).__name__ == "JetMoeTopKGating" for m in model.modules()):
-        from introspect.measure.fake import EVEN_COUNTS_NOTE
+    if device == "fake":
+        from introspect.measure.fake import answered_notes
 
-        notes.append(EVEN_COUNTS_NOTE)
+        notes += answered_notes(model)
     if device == "fake":
         notes.append(
             "dry run: FakeTensorMode, no memory allocated; transformers' packed-sequence "
