@@ -101,6 +101,7 @@ DDP_BUCKETS = "comm/ddp_buckets"
 ZERO_REDUCE_BUCKET = "comm/reduce_bucket"
 ZERO_ALL_GATHER = "comm/all_gather"
 GATHERED_WEIGHTS = "weights/gathered"
+BUFFERS = "weights/buffers"
 LOGITS_OUTPUT = "activations/logits/output"
 LOGITS_GRAD = "activations/logits/grad"
 LOG_SOFTMAX = "activations/logits/log_softmax"
@@ -2219,6 +2220,14 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/execution.py: framework_extra",
             ),
             tests=("tests/test_trainer_terms.py::test_trainer_peak_is_the_closed_form",),
+        ),
+        Term(
+            name="weights/buffers",
+            category="weights",
+            equation="buffer_bytes + float_buffer_elements·w: the built class's nn.Buffers (each storage once), resident through the step: boolean/integer ones at their bytes, floating ones at the working weights' dtype w (from_config's local_torch_dtype); GPT-Neo's per-layer max_positions² bool causal mask, GPT-BigCode's one, OpenAI GPT's per-layer n_positions² mask",
+            source="transformers/models/gpt_neo/modeling_gpt_neo.py: GPTNeoSelfAttention.__init__ (l. 59-70); transformers/models/gpt_bigcode/modeling_gpt_bigcode.py: GPTBigCodeModel.__init__ (l. 381); transformers/models/openai/modeling_openai.py: Attention.__init__ (l. 53), OpenAIGPTModel.__init__ (l. 306); transformers/modeling_utils.py: _from_config (introspect/refined/buffers.py)",
+            computed_by=("introspect/refined/buffers.py: buffer_terms",),
+            tests=("tests/test_every_type_gpt.py::test_causal_mask_buffers",),
         ),
         Term(
             name="weights",

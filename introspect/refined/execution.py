@@ -56,6 +56,7 @@ from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import (
     accumulation,
     activation_offload,
+    buffers,
     deepspeed,
     dpo,
     hf_saved,
@@ -1105,11 +1106,13 @@ def framework_extra(
 ) -> tuple[dict[str, int], int]:
     """The peak moment's terms plus what the framework holds beyond these moments, and
     that extra in bytes (added to every phase): the HF Trainer's collated batch, bound
-    through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop. MLX's
+    through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop; and
+    the buffers transformers' class registers (:func:`buffers.buffer_terms`: GPT-Neo's
+    causal masks), resident from the build on. MLX's
     step is not torch's moments plus an extra; :mod:`introspect.refined.mlx` builds its
     own moments (what the lazy graph holds when ``mx.eval`` runs it), used by
     :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
-    extra = trainers.extra_terms(spec, setup)
+    extra = {**trainers.extra_terms(spec, setup), **buffers.buffer_terms(spec, setup)}
     if not extra:
         return terms, 0
     return _add(terms, extra), sum(extra.values())

@@ -1,0 +1,93 @@
+"""The GPT-style every-type rows the closed form missed (issue 22): one test per mechanism
+fixed, each the real transformers class at a small shape (the widths
+``benchmarks/every_type.py`` shrinks to), the refined closed form against its dry run
+(FakeTensorMode, :func:`introspect.measure.hf_models.measure`) within ±3%. B = 1, T = 64,
+the labels loop and AdamW, as ``benchmarks/every_type.py``; before/after ratios in
+``benchmarks/results/every-type-gpt.md``."""
+
+from __future__ import annotations
+
+import pytest
+from introspect.adapters.hf_config import spec_from_config
+
+from introspect.setup import TrainingSetup
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+SETUPS = {
+    "fp32 eager": dict(precision="fp32", attention="eager", activation_dtype="fp32"),
+    "amp ckpt": dict(precision="amp", attention="eager", activation_checkpointing=True),
+    "bf16 sdpa": dict(precision="bf16", attention="memory_efficient"),
+}
+
+
+def _ratio(raw: dict, setup_name: str) -> float:
+    from introspect import refined
+    from introspect.measure import hf_models
+
+    spec = spec_from_config(raw)
+    assert not spec.unmodelled
+    setup = TrainingSetup(
+        batch_size=1, seq_len=64, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS[setup_name],
+    )  # fmt: skip
+    measured, _ = hf_models.measure(
+        raw, raw["model_type"], spec, setup, device="fake", census=False
+    )
+    return refined.estimate(spec, setup).total / measured.peak_bytes
+
+
+#: Classes that register a causal mask of the whole context as a buffer
+#: (:mod:`introspect.refined.buffers`): GPT-Neo one bool mask per layer, GPT-BigCode one
+#: on the model, OpenAI GPT one FP32 mask per layer. At T = 64 each outweighs the weights.
+MASKS = {
+    "gpt_neo": dict(
+        model_type="gpt_neo", hidden_size=64, num_layers=4, num_heads=4, vocab_size=512,
+        max_position_embeddings=2048, attention_types=[[["global", "local"], 2]],
+        window_size=256,
+    ),
+    "gpt_bigcode": dict(
+        model_type="gpt_bigcode", n_embd=64, n_layer=4, n_head=4, vocab_size=512,
+        n_positions=1024, multi_query=True,
+    ),
+    "openai-gpt": dict(
+        model_type="openai-gpt", n_embd=64, n_layer=4, n_head=4, vocab_size=512,
+        n_positions=512,
+    ),
+}  # fmt: skip
+
+
+def test_mask_buffers_are_read_from_the_build():
+    """Each storage once, bools and integers in bytes, floating ones in elements."""
+    neo = spec_from_config(MASKS["gpt_neo"])
+    assert (neo.buffer_bytes, neo.float_buffer_elements) == (4 * 2048 * 2048, 0)
+    bigcode = spec_from_config(MASKS["gpt_bigcode"])
+    assert bigcode.buffer_bytes == 1024 * 1024  # one mask, shared by the blocks
+    gpt = spec_from_config(MASKS["openai-gpt"])
+    assert (gpt.buffer_bytes, gpt.float_buffer_elements) == (512 * 8, 4 * 512 * 512)
+
+
+@pytest.mark.parametrize(
+    ("name", "setup_name"),
+    [
+        ("gpt_neo", "fp32 eager"),
+        ("gpt_neo", "amp ckpt"),
+        ("gpt_bigcode", "fp32 eager"),
+        ("gpt_bigcode", "amp ckpt"),
+        ("gpt_bigcode", "bf16 sdpa"),
+    ],
+)
+def test_causal_mask_buffers(name, setup_name):
+    """The masks are resident in every moment (``weights/buffers``)."""
+    assert _ratio(MASKS[name], setup_name) == pytest.approx(1, abs=0.03)
+
+
+def test_openai_gpt_runs_its_own_gelu():
+    """OpenAI GPT's ``afn="gelu"`` is ``gelu_new`` in its own ``ACT_FNS`` table: the
+    walker reads the activation module the block holds, whose three extra B·T·f tensors
+    (and the FP32 mask buffers) the closed form then counts."""
+    assert spec_from_config(MASKS["openai-gpt"]).hidden_act == "gelu_new"
+    assert _ratio(MASKS["openai-gpt"], "fp32 eager") == pytest.approx(1, abs=0.03)
