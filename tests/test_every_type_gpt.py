@@ -91,3 +91,17 @@ def test_openai_gpt_runs_its_own_gelu():
     (and the FP32 mask buffers) the closed form then counts."""
     assert spec_from_config(MASKS["openai-gpt"]).hidden_act == "gelu_new"
     assert _ratio(MASKS["openai-gpt"], "fp32 eager") == pytest.approx(1, abs=0.03)
+
+
+#: Jais-2's ``relu2`` feed-forward (``ReLUSquaredActivation``: ``torch.square(relu(x))``).
+JAIS2 = dict(
+    model_type="jais2", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=4, head_dim=16, intermediate_size=512, vocab_size=512,
+)  # fmt: skip
+
+
+def test_relu2_backward_holds_the_pow_temporaries():
+    """``square``'s backward (``pow_backward``) makes ``x.pow(1)`` and ``2·x`` beside the
+    product: two B·T·f tensors the feed-forward's backward holds beyond F.gelu's."""
+    assert spec_from_config(JAIS2).hidden_act == "relu2"
+    assert _ratio(JAIS2, "fp32 eager") == pytest.approx(1, abs=0.03)

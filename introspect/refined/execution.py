@@ -448,10 +448,22 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = 
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
 
+#: B·T·f tensors an activation's backward holds beyond a one-op activation's (its input's
+#: gradient beside the output's). ``relu2`` (``ReLUSquaredActivation``,
+#: ``transformers/activations.py``: ``torch.square(relu(x))``): ``square`` is ``pow(x,
+#: 2)``, whose backward (``pow_backward``, ``torch/csrc/autograd/FunctionsManual.cpp``:
+#: ``grad * (exponent * self.pow(exponent - 1))``) makes ``x.pow(1)`` and ``2·x`` beside
+#: the product: two more (a CPU step of up → relu2 → down under the live tracker: peak
+#: over the forward's end 4·B·T·f, F.gelu's 2).
+ACTIVATION_BACKWARD_EXTRA: dict[str, int] = {"relu2": 2}
+
+
 def ffn_buffers(spec: ModelSpec) -> int:
     """B·T·f-wide gradients alive inside a feed-forward's backward: the activation's and
-    the up projection's, and a gated one's product's."""
-    return {"gated": 3, "plain": 2}.get(spec.ffn, 0)  # none: a mixer-only block
+    the up projection's, and a gated one's product's; plus what the activation's own
+    backward makes (:data:`ACTIVATION_BACKWARD_EXTRA`)."""
+    base = {"gated": 3, "plain": 2}.get(spec.ffn, 0)  # none: a mixer-only block
+    return base + (ACTIVATION_BACKWARD_EXTRA.get(spec.hidden_act, 0) if base else 0)
 
 
 def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
