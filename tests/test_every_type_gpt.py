@@ -105,3 +105,53 @@ def test_relu2_backward_holds_the_pow_temporaries():
     product: two B·T·f tensors the feed-forward's backward holds beyond F.gelu's."""
     assert spec_from_config(JAIS2).hidden_act == "relu2"
     assert _ratio(JAIS2, "fp32 eager") == pytest.approx(1, abs=0.03)
+
+
+#: Granite-SWA: one K/V head (``repeat_kv`` a view) and the post-attention sink scale.
+GRANITE_SWA = dict(
+    model_type="granite_swa", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=1, intermediate_size=200, vocab_size=512, sliding_window=128,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt"])
+def test_granite_swa_lse_sink_scale(setup_name):
+    """logsumexp keeps the masked scores and the product keeps probabilities·V
+    (``transformers_classes.ClassFacts.lse_sink_scale``); K and V are kept at one head's
+    width, ``repeat_kv`` viewing them."""
+    assert _ratio(GRANITE_SWA, setup_name) == pytest.approx(1, abs=0.03)
+
+
+#: Mistral at one K/V head: eager's ``repeat_kv`` is a view, the matmuls keep kv_dim.
+MISTRAL_MQA = dict(
+    model_type="mistral", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=1, head_dim=16, intermediate_size=224, vocab_size=512,
+)  # fmt: skip
+
+
+def test_one_kv_head_repeat_is_a_view():
+    """``expand(B, 1, n, T, hd).reshape(B, n, T, hd)`` is a view: K and V saved at kv_dim
+    (before: counted q-wide, mistral 1.018 at the every-type shape)."""
+    from introspect import refined
+
+    spec = spec_from_config(MISTRAL_MQA)
+    setup = TrainingSetup(
+        batch_size=1, seq_len=64, implementation="transformers", device="cpu",
+        optimizer="adamw", **SETUPS["fp32 eager"],
+    )  # fmt: skip
+    terms = refined.estimate(spec, setup).execution.terms
+    k = terms.get("activations/layer/attention/linear/k")
+    if k is not None:
+        assert k == 4 * 64 * 16 * 4  # L · T · kv_dim · FP32
+    assert _ratio(MISTRAL_MQA, "fp32 eager") == pytest.approx(1, abs=0.005)
+
+
+#: BLOOM: its GeLUFunction's hand-written backward (``bloom_gelu_back``).
+BLOOM = dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=8, vocab_size=512)
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt"])
+def test_bloom_gelu_backward_temporaries(setup_name):
+    """``bloom_gelu_back`` holds five B·T·f tensors beside the incoming gradient
+    (``ClassFacts.activation_backward_extra``), where the peak of the step falls."""
+    assert _ratio(BLOOM, setup_name) == pytest.approx(1, abs=0.03)
