@@ -150,7 +150,9 @@ def spec_from_build(
 
         # The class's own probabilities (its defaults applied): its dropouts run in
         # the training step, so the execution layer keeps their masks.
-        spec = spec.replace(**dropout_facts(model.config.to_dict()), **_class_facts(model))
+        spec = spec.replace(
+            **dropout_facts(model.config.to_dict()), **_class_facts(model), **_buffers(model)
+        )
     if parts:
         from .families import NOT_MODELLED
 
@@ -163,6 +165,21 @@ def spec_from_build(
         num_parameters=exact,
         assumptions=(built, *spec.assumptions),
     )
+
+
+def _buffers(model) -> dict[str, int]:
+    """The built model's buffers, each storage once (a buffer shared by the blocks is one
+    tensor): boolean and integer ones in bytes (GPT-Neo's and GPT-BigCode's causal-mask
+    ``bias``, OpenAI GPT's ``position_ids``), floating ones in elements (OpenAI GPT's
+    FP32 ``bias`` mask, rotary ``inv_freq`` tables), whose dtype the step's build decides
+    (:func:`introspect.refined.buffers.buffer_terms`)."""
+    fixed = floating = 0
+    for buf in model.buffers():  # torch yields a shared buffer once (remove_duplicate)
+        if buf.is_floating_point():
+            floating += buf.numel()
+        else:
+            fixed += buf.numel() * buf.element_size()
+    return {"buffer_bytes": fixed, "float_buffer_elements": floating}
 
 
 def _class_facts(model) -> dict[str, Any]:

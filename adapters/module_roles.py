@@ -125,6 +125,21 @@ def is_rotary(qname: str, class_name: str) -> bool:
     return "rotary" in text or "rope" in text
 
 
+#: transformers' activation modules (``transformers/activations.py`` ``ACT2CLS``) by class
+#: name, as the ``hidden_act`` name the estimators read. A class's own table can run
+#: another activation than its config's name says: OpenAI GPT's ``afn="gelu"`` is
+#: ``gelu_new`` (``ACT_FNS``, ``models/openai/modeling_openai.py`` l. 43), whose
+#: ``NewGELUActivation`` keeps three tensors more than ``F.gelu``.
+ACTIVATION_CLASSES: dict[str, str] = {
+    "NewGELUActivation": "gelu_new",
+    "FastGELUActivation": "gelu_fast",
+    "AccurateGELUActivation": "gelu_accurate",
+    "QuickGELUActivation": "quick_gelu",
+    "GELUTanh": "gelu_pytorch_tanh",
+    "ReLUSquaredActivation": "relu2",
+}
+
+
 def activation_from_class(name: str) -> str | None:
     lower = name.lower()
     for needle, act in (("silu", "silu"), ("swish", "silu"), ("swiglu", "silu")):

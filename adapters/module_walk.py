@@ -361,10 +361,19 @@ class _Reader:
         return "head" if found.qk_norm_width == head_dim else "full"
 
     def activation(self, found: roles.BlockRoles, prefix: str) -> str:
+        """The feed-forward's activation: the ``hidden_act`` name of a transformers
+        activation module the block's feed-forward holds (what runs:
+        :data:`~introspect.adapters.module_roles.ACTIVATION_CLASSES`), else the config's
+        name, else one guessed from a class name."""
+        mlp_prefix = f"{prefix}.0.{found.mlp_path}" if found.mlp_path else f"{prefix}.0"
+        for qname, obj in self.tree.modules.items():
+            if qname.startswith(mlp_prefix + "."):
+                exact = roles.ACTIVATION_CLASSES.get(type(obj).__name__)
+                if exact:
+                    return exact
         named = self.lookup_str("hidden_act", "activation_function", "hidden_activation")
         if named:
             return named
-        mlp_prefix = f"{prefix}.0.{found.mlp_path}" if found.mlp_path else f"{prefix}.0"
         for qname, obj in self.tree.modules.items():
             if qname == mlp_prefix or qname.startswith(mlp_prefix + "."):
                 guess = roles.activation_from_class(type(obj).__name__)

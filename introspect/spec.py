@@ -131,6 +131,15 @@ class ModelSpec:
     #: (Falcon's multi-query block, ``models/falcon/modeling_falcon.py`` l. 313-346):
     #: torch's fused kernels need equal head counts, so the math kernel runs.
     sdpa_kv_heads_broadcast: bool = False
+    #: The built class's buffers (``model.named_buffers()``, each storage once), resident
+    #: beside the weights through the whole step: the integer and boolean ones in bytes
+    #: (GPT-Neo's per-layer ``bias`` causal mask, ``max_position_embeddings``² bools,
+    #: ``models/gpt_neo/modeling_gpt_neo.py`` l. 59-70) and the floating ones in elements
+    #: (OpenAI GPT's ``tril(ones(n_positions, n_positions))`` mask, ``models/openai/
+    #: modeling_openai.py`` l. 53), which the class builds in its load dtype. Read from
+    #: a meta-device build only; 0 where the spec comes from a family reader.
+    buffer_bytes: int = 0
+    float_buffer_elements: int = 0
     #: Fraction of each head that rotary positions rotate (Phi's ``partial_rotary_factor``).
     partial_rotary_factor: float = 1.0
     #: Gemma 2's tanh soft-capping of the attention scores and of the logits

@@ -101,6 +101,7 @@ DDP_BUCKETS = "comm/ddp_buckets"
 ZERO_REDUCE_BUCKET = "comm/reduce_bucket"
 ZERO_ALL_GATHER = "comm/all_gather"
 GATHERED_WEIGHTS = "weights/gathered"
+BUFFERS = "weights/buffers"
 LOGITS_OUTPUT = "activations/logits/output"
 LOGITS_GRAD = "activations/logits/grad"
 LOG_SOFTMAX = "activations/logits/log_softmax"
@@ -991,6 +992,30 @@ def _records() -> tuple[Term, ...]:
                 "tests/test_refined_execution.py::test_saved_activations_equal_the_torch_census",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
             ),
+        ),
+        Term(
+            name="activations/layer/attention/quadratic/sink_scores",
+            category="activations",
+            equation="B·h·T²·r per layer: the masked scores logsumexp saves (the mask at the residual dtype r promotes them: FP32 under autocast)",
+            source="transformers/models/granite_swa/modeling_granite_swa.py: eager_attention_forward (l. 105-117): torch.logsumexp, (lse - sinks).to(torch.float32).sigmoid(), attn_output * sink_scale.unsqueeze(-1).to(attn_output.dtype) (introspect/refined/hf_saved.py: _lse_sink_terms)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=("tests/test_every_type_gpt.py::test_granite_swa_lse_sink_scale",),
+        ),
+        Term(
+            name="activations/layer/attention/sink_scale",
+            category="activations",
+            equation="B·h·T·(r + 4 + s if s < 4) per layer: logsumexp's output, the FP32 sigmoid's output, its cast to the activations' dtype",
+            source="transformers/models/granite_swa/modeling_granite_swa.py: eager_attention_forward (l. 105-117): torch.logsumexp, (lse - sinks).to(torch.float32).sigmoid(), attn_output * sink_scale.unsqueeze(-1).to(attn_output.dtype) (introspect/refined/hf_saved.py: _lse_sink_terms)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=("tests/test_every_type_gpt.py::test_granite_swa_lse_sink_scale",),
+        ),
+        Term(
+            name="activations/layer/attention/linear/sink_context",
+            category="activations",
+            equation="B·T·q·s per layer: probabilities·V, saved by its product with the sink scale",
+            source="transformers/models/granite_swa/modeling_granite_swa.py: eager_attention_forward (l. 105-117): torch.logsumexp, (lse - sinks).to(torch.float32).sigmoid(), attn_output * sink_scale.unsqueeze(-1).to(attn_output.dtype) (introspect/refined/hf_saved.py: _lse_sink_terms)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=("tests/test_every_type_gpt.py::test_granite_swa_lse_sink_scale",),
         ),
         Term(
             name="activations/layer/attention/quadratic/probs_cast",
@@ -2228,6 +2253,14 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/execution.py: framework_extra",
             ),
             tests=("tests/test_trainer_terms.py::test_trainer_peak_is_the_closed_form",),
+        ),
+        Term(
+            name="weights/buffers",
+            category="weights",
+            equation="buffer_bytes + float_buffer_elements·w: the built class's nn.Buffers (each storage once), resident through the step: boolean/integer ones at their bytes, floating ones at the working weights' dtype w (from_config's local_torch_dtype); GPT-Neo's per-layer max_positions² bool causal mask, GPT-BigCode's one, OpenAI GPT's per-layer n_positions² mask",
+            source="transformers/models/gpt_neo/modeling_gpt_neo.py: GPTNeoSelfAttention.__init__ (l. 59-70); transformers/models/gpt_bigcode/modeling_gpt_bigcode.py: GPTBigCodeModel.__init__ (l. 381); transformers/models/openai/modeling_openai.py: Attention.__init__ (l. 53), OpenAIGPTModel.__init__ (l. 306); transformers/modeling_utils.py: _from_config (introspect/refined/buffers.py)",
+            computed_by=("introspect/refined/buffers.py: buffer_terms",),
+            tests=("tests/test_every_type_gpt.py::test_causal_mask_buffers",),
         ),
         Term(
             name="weights",

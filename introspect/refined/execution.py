@@ -56,6 +56,7 @@ from introspect.params import attention_params, norm_params, qk_norm_params
 from introspect.refined import (
     accumulation,
     activation_offload,
+    buffers,
     deepspeed,
     dpo,
     hf_saved,
@@ -75,6 +76,7 @@ from introspect.refined.implementations import implementation_of
 from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
 from introspect.refined.reference import is_mlx
+from introspect.refined.transformers_classes import facts
 from introspect.setup import OPTIMIZER_STATE_BYTES, TrainingSetup
 from introspect.spec import ModelSpec
 from introspect.terms import (
@@ -447,10 +449,27 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = 
     return B * T * (spec.q_dim + 2 * spec.kv_dim) * s + stream
 
 
-def ffn_buffers(spec: ModelSpec) -> int:
+#: B·T·f tensors an activation's backward holds beyond a one-op activation's (its input's
+#: gradient beside the output's). ``relu2`` (``ReLUSquaredActivation``,
+#: ``transformers/activations.py``: ``torch.square(relu(x))``): ``square`` is ``pow(x,
+#: 2)``, whose backward (``pow_backward``, ``torch/csrc/autograd/FunctionsManual.cpp``:
+#: ``grad * (exponent * self.pow(exponent - 1))``) makes ``x.pow(1)`` and ``2·x`` beside
+#: the product: two more (a CPU step of up → relu2 → down under the live tracker: peak
+#: over the forward's end 4·B·T·f, F.gelu's 2).
+ACTIVATION_BACKWARD_EXTRA: dict[str, int] = {"relu2": 2}
+
+
+def ffn_buffers(spec: ModelSpec, setup: TrainingSetup) -> int:
     """B·T·f-wide gradients alive inside a feed-forward's backward: the activation's and
-    the up projection's, and a gated one's product's."""
-    return {"gated": 3, "plain": 2}.get(spec.ffn, 0)  # none: a mixer-only block
+    the up projection's, and a gated one's product's; plus what the activation's own
+    backward makes (:data:`ACTIVATION_BACKWARD_EXTRA`; a transformers class's own
+    backward: :attr:`~introspect.refined.transformers_classes.ClassFacts.
+    activation_backward_extra`, BLOOM's ``bloom_gelu_back``)."""
+    base = {"gated": 3, "plain": 2}.get(spec.ffn, 0)  # none: a mixer-only block
+    if not base:
+        return 0
+    own = facts(spec).activation_backward_extra if setup.implementation == "transformers" else 0
+    return base + ACTIVATION_BACKWARD_EXTRA.get(spec.hidden_act, 0) + own
 
 
 def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -461,7 +480,7 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     ``shared_expert``, an MLP over every token beside the routed ones, run at the
     activations' dtype: its linears are autocast's) the larger of the two, which
     autograd runs one after the other."""
-    buffers = ffn_buffers(spec)
+    buffers = ffn_buffers(spec, setup)
     stream = spec.hidden_size * setup.activation_bytes
     if not spec.is_moe:
         return (buffers * spec.ffn_dim * setup.activation_bytes + stream) * setup.tokens
@@ -474,7 +493,7 @@ def ffn_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
 def shared_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """A shared expert's backward buffers (:func:`ffn_transient`'s dense rule at the
     shared width; 0 without one)."""
-    buffers = ffn_buffers(spec)
+    buffers = ffn_buffers(spec, setup)
     shared = spec.kinds[0][0].feed_forward.shared_intermediate_size
     return buffers * shared * setup.activation_bytes * setup.tokens
 
@@ -496,12 +515,12 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
         # the E·B·T rows (autocast's bmm: the activations' dtype), and the gradient of
         # the experts' summed output.
         e = setup.activation_bytes
-        buffers = ffn_buffers(spec)
+        buffers = ffn_buffers(spec, setup)
         rows = ff.num_experts * setup.tokens
         return (buffers * rows * spec.ffn_dim + setup.tokens * spec.hidden_size) * e
     S, e = spec.num_experts_per_tok * setup.tokens, saved_feed_forward.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
-    buffers = ffn_buffers(spec)
+    buffers = ffn_buffers(spec, setup)
     # The larger of its two moments: the activation's backward (the product's, the
     # activation's and the up half's gradients, as a dense MLP's) and the up matmul's.
     return S * max(buffers * spec.ffn_dim, width + spec.hidden_size) * e
@@ -1117,11 +1136,13 @@ def framework_extra(
 ) -> tuple[dict[str, int], int]:
     """The peak moment's terms plus what the framework holds beyond these moments, and
     that extra in bytes (added to every phase): the HF Trainer's collated batch, bound
-    through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop. MLX's
+    through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop; and
+    the buffers transformers' class registers (:func:`buffers.buffer_terms`: GPT-Neo's
+    causal masks), resident from the build on. MLX's
     step is not torch's moments plus an extra; :mod:`introspect.refined.mlx` builds its
     own moments (what the lazy graph holds when ``mx.eval`` runs it), used by
     :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
-    extra = trainers.extra_terms(spec, setup)
+    extra = {**trainers.extra_terms(spec, setup), **buffers.buffer_terms(spec, setup)}
     if not extra:
         return terms, 0
     return _add(terms, extra), sum(extra.values())

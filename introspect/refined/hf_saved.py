@@ -135,14 +135,24 @@ def keeps_t2(spec: ModelSpec, setup: TrainingSetup) -> bool:
     return setup.attention == "eager" or math_fallback(spec, setup)
 
 
-def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
-    """K/V width kept: repeated to every query head by ``repeat_kv`` when the T×T path runs
-    (eager, or SDPA given a mask or head_dim > 256), else ``kv_dim``."""
+def kv_repeated(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether ``repeat_kv`` repeats K and V to every query head before the kernel: GQA on
+    the T×T path (eager, or SDPA given a mask or head_dim > 256)."""
     if _broadcast_kv(spec, setup):
-        return spec.kv_dim
-    if spec.group_size > 1 and (
+        return False
+    return spec.group_size > 1 and (
         keeps_t2(spec, setup) or spec.head_size > 256 or _sdpa_mask(spec, setup)
-    ):
+    )
+
+
+def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """K/V width kept: repeated to every query head by ``repeat_kv`` (:func:`kv_repeated`),
+    else ``kv_dim``. With one K/V head the repeat is a view: ``repeat_kv``'s
+    ``expand(B, 1, n_rep, T, hd).reshape(B, n_rep, T, hd)`` merges a size-1 dim with the
+    stride-0 one, which ``reshape`` can view (``computeStride``,
+    ``aten/src/ATen/TensorUtils.cpp``), so the matmuls save the kv_dim storage (census:
+    Granite-SWA at one K/V head keeps B·T·kv of each)."""
+    if kv_repeated(spec, setup) and spec.kv_heads > 1:
         return spec.q_dim
     return spec.kv_dim
 
@@ -322,6 +332,8 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             # eager's ``softmax(..., dtype=torch.float32).to(query.dtype)``; the math
             # kernel multiplies V by its FP32 softmax as it is.
             out["attention/quadratic/probs_cast"] = t2 * s
+        if facts(spec).lse_sink_scale:
+            out.update(_lse_sink_terms(spec, setup))
     else:
         out["attention/logsumexp"] = logsumexp_bytes(
             B,
@@ -373,6 +385,25 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return out
 
 
+def _lse_sink_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What Granite-SWA's post-attention sink scale keeps per layer
+    (:attr:`~introspect.refined.transformers_classes.ClassFacts.lse_sink_scale`):
+    ``logsumexp`` saves its input, the masked scores (``attn_weights + attention_mask``:
+    the mask is at the residual dtype, so FP32 under autocast by type promotion), and its
+    B·h·T output; ``sigmoid`` its FP32 output; ``attn_output * sink_scale…`` the
+    probabilities·V product (B·T·q at the activations' dtype) and, when that dtype is
+    16-bit, the scale's cast copy (``.to(attn_output.dtype)``)."""
+    B, T, s, h = setup.batch_size, setup.seq_len, setup.activation_bytes, spec.num_attention_heads
+    r = residual_bytes(setup)
+    rows = B * h * T
+    scale = rows * (r + FP32 + (s if s < FP32 else 0))
+    return {
+        "attention/quadratic/sink_scores": rows * T * r,
+        "attention/sink_scale": scale,
+        "attention/linear/sink_context": B * T * spec.q_dim * s,
+    }
+
+
 def _fused_qkv_kept(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """SDPA beside a fused q/k/v projection with rotary positions: SDPA saves V as it is
     given, a view of the fused output (``qkv[..., q + kv:]`` in
@@ -384,7 +415,7 @@ def _fused_qkv_kept(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     already the three terms)."""
     if not fused(spec, "qkv") or spec.position_embedding != "rope":
         return {}
-    if keeps_t2(spec, setup) or kv_saved_width(spec, setup) != spec.kv_dim:
+    if keeps_t2(spec, setup) or kv_repeated(spec, setup):
         return {}
     return {
         "attention/linear/qkv_fused": setup.tokens

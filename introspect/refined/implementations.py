@@ -176,10 +176,11 @@ class Transformers:
 
     def attention_stream(self, spec: ModelSpec, setup: TrainingSetup) -> int:
         """The residual stream's gradient at the stream's dtype (FP32 under autocast) and
-        V's gradient at the width the kernel kept V (repeated under eager GQA)."""
+        V's gradient at the width the kernel saw V (repeated under eager GQA: q-wide even
+        where the repeat is a view, one K/V head)."""
         B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
         r = residual_bytes(setup)
-        v = hf_saved.kv_saved_width(spec, setup)
+        v = spec.q_dim if hf_saved.kv_repeated(spec, setup) else spec.kv_dim
         stream = B * T * (spec.hidden_size * r + v * s)
         if spec.parallel_block:
             # The feed-forward's gradient of the shared norm output waits in the engine's

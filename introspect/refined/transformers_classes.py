@@ -52,6 +52,22 @@ class ClassFacts:
     #: copies of gate and up and the FP32 activation are kept; the 16-bit projection
     #: outputs are not (``.float()`` saves nothing), the product at the activations' dtype.
     swiglu_fp32: bool = False
+    #: A learned per-head sink applied after attention as an LSE scale (Granite-SWA's
+    #: ``eager_attention_forward``, ``models/granite_swa/modeling_granite_swa.py`` l.
+    #: 105-117: ``lse = torch.logsumexp(attn_weights, dim=-1)``, ``sink_scale = (lse -
+    #: sinks).to(torch.float32).sigmoid()``, ``attn_output * sink_scale.unsqueeze(-1)
+    #: .to(attn_output.dtype)``): logsumexp keeps the masked scores and its output, the
+    #: sigmoid its FP32 output, the product the probabilities·V output and the cast scale.
+    lse_sink_scale: bool = False
+    #: B·T·f tensors the feed-forward activation's own backward holds beyond F.gelu's
+    #: (its input's gradient beside the output's): BLOOM's ``GeLUFunction`` runs
+    #: ``bloom_gelu_back`` (``models/bloom/modeling_bloom.py`` l. 124-139), whose
+    #: ``ff = 0.5 * x * ((1 - tanh_out * tanh_out) * (0.79788456 + 0.1070322243 * x * x))
+    #: + …`` holds ``tanh_out``, ``0.5 * x``, ``1 - tanh²``, ``0.107·x`` and ``·x`` (then
+    #: their sum, their product) at once: five beside the incoming gradient, where
+    #: F.gelu's backward makes one — four more (a CPU step under the live tracker: the
+    #: peak rises 5·B·T·f inside that backward).
+    activation_backward_extra: int = 0
 
 
 LLAMA = ClassFacts()
@@ -77,6 +93,8 @@ CLASSES: dict[str, ClassFacts] = {
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
     "beam": ClassFacts(swiglu_fp32=True),
+    "granite_swa": ClassFacts(lse_sink_scale=True),
+    "bloom": ClassFacts(activation_backward_extra=4),
     # NemotronHRMSNorm multiplies x·rstd by ``weight.to(torch.float32)`` and casts only the
     # product back (models/nemotron_h/modeling_nemotron_h.py l. 626).
     "nemotron_h": ClassFacts(fp32_normalized=True),
