@@ -137,8 +137,12 @@ def spec_from_build(
     refuse_encoder(model, model_type, where)
     built = f"read from transformers' {type(model).__name__} built on the meta device"
     exact = unique_parameters(model)
-    tree = torch_tree(model)
+    tree, keep = _language_tree(model, torch_tree(model))
     parts = unmodelled_parts(tree)
+    from .families import NOT_MODELLED
+
+    if model_type in NOT_MODELLED and not parts:  # a structure no block shows (HRM's cycles)
+        parts = (NOT_MODELLED[model_type],)
     spec = None
     if not parts:
         try:
@@ -153,11 +157,11 @@ def spec_from_build(
         spec = spec.replace(
             **dropout_facts(model.config.to_dict()), **_class_facts(model), **_buffers(model)
         )
+        spec = _clamped_glu(spec, model)
+        spec = _composite_tower(spec, model, exact, keep)
     if parts:
-        from .families import NOT_MODELLED
-
         why = NOT_MODELLED.get(model_type)
-        parts = (why, *parts) if why else parts
+        parts = (why, *parts) if why and why not in parts else parts
         spec = frame_spec(model, tree, parts, exact=exact, source=source)
     return spec.replace(
         model_type=model_type,
@@ -192,6 +196,84 @@ def _class_facts(model) -> dict[str, Any]:
     if cfg.model_type == "falcon":
         return {"sdpa_kv_heads_broadcast": not cfg.new_decoder_architecture}
     return {}
+
+
+def _language_tree(model, tree):
+    """The tree the module walker reads and the kept prefixes: for a causal-LM class that
+    wraps a language model beside an encoder tower (a submodule named ``language_model``:
+    MOSS-Transcribe-Diarize's ``model.language_model`` beside ``model.audio_tower`` and
+    ``model.multi_modal_projector``), the language model and head only, as
+    :func:`~introspect.adapters.multimodal.spec_from_wrapper` reads an image-text
+    wrapper — the whole tree would read the audio tower's ``embed_positions`` as a
+    learned position table; else the whole tree and ``None``."""
+    from .module_walk import ModuleTree
+    from .multimodal import kept_prefixes
+
+    if not any(n.rpartition(".")[2] == "language_model" for n in tree.modules):
+        return tree, None
+    keep = kept_prefixes(model)
+
+    def kept(name: str) -> bool:
+        return any(name == k or name.startswith(k + ".") for k in keep)
+
+    def ancestor(name: str) -> bool:
+        return any(k == name or k.startswith(name + ".") for k in keep) or name == ""
+
+    text = ModuleTree(
+        tree.framework,
+        tuple(p for p in tree.params if kept(p.name)),
+        {n: m for n, m in tree.modules.items() if kept(n) or ancestor(n)},
+    )
+    return text, keep
+
+
+def _composite_tower(spec: ModelSpec, model, exact: int, keep: list[str] | None) -> ModelSpec:
+    """``spec`` with ``tower_parameters``: every parameter outside the language model and
+    head of a composite class (:func:`_language_tree`). MOSS-Transcribe-Diarize's audio
+    tower and projector run only when ``input_features`` are given
+    (``MossTranscribeDiarizeModel.forward``, ``models/moss_transcribe_diarize/
+    modeling_moss_transcribe_diarize.py`` l. 485-498), so a text-only step gives them no
+    gradient (:func:`introspect.refined.execution._with_grads`). The tower's parameters
+    its class freezes (``audio_tower.embed_positions.requires_grad_(False)``, l. 287)
+    are ``tower_frozen_parameters``: no optimizer state either."""
+    if keep is None:
+        return spec
+    from .multimodal import describe_tower
+
+    names = {id(m): n for n, m in model.named_modules()}
+    text, frozen = 0, 0
+    for name, p in model.named_parameters():  # a tied weight once
+        if any(name == k or name.startswith(k + ".") for k in keep):
+            text += p.numel()
+        elif not p.requires_grad:
+            frozen += p.numel()
+    tower = exact - text
+    if tower <= 0:
+        return spec
+    return spec.replace(
+        tower_parameters=tower,
+        tower_frozen_parameters=frozen,
+        tower=describe_tower(model, names, keep),
+    )
+
+
+def _clamped_glu(spec: ModelSpec, model) -> ModelSpec:
+    """``spec`` with every feed-forward's ``clamped_glu`` set when the build's MLPs clamp
+    their SwiGLU as gpt-oss's experts do: a module holding ``swiglu_limit`` and
+    ``swiglu_alpha`` (MiniMax-M3's ``MiniMaxM3VLDenseMLP``, its shared experts, and
+    ``MiniMaxM3VLExperts._apply_gate``: ``gate.clamp(max=limit)``, ``up.clamp(-limit,
+    limit)``, ``gate * sigmoid(gate * alpha)``, ``(up + 1) * glu``, ``models/minimax_m3_vl/
+    modeling_minimax_m3_vl.py`` l. 184-190, 221-227), which keeps three more tensors per
+    row than a plain SwiGLU (:func:`introspect.refined.saved_feed_forward.feed_forward`)."""
+    if not any(hasattr(m, "swiglu_limit") and hasattr(m, "swiglu_alpha") for m in model.modules()):
+        return spec
+    from introspect._record import replace
+    from introspect.layers import LayerRun
+
+    def clamped(kind):
+        return replace(kind, feed_forward=replace(kind.feed_forward, clamped_glu=True))
+
+    return spec.replace(layers=tuple(LayerRun(clamped(r.kind), r.count) for r in spec.runs))
 
 
 def refuse_not_causal(model_type: str, where: str) -> None:

@@ -321,5 +321,5 @@ def active_parameter_count(spec: ModelSpec) -> int:
 
 def trainable_parameter_count(spec: ModelSpec, *, freeze_tower: bool = False) -> int:
     """Parameters that get gradients and optimizer state: N, less the multimodal tower
-    when it is frozen."""
-    return spec.n_params - (spec.tower_parameters if freeze_tower else 0)
+    when it is frozen, else less the tower's parameters its class freezes itself."""
+    return spec.n_params - (spec.tower_parameters if freeze_tower else spec.tower_frozen_parameters)

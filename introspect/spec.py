@@ -97,6 +97,10 @@ class ModelSpec:
     #: N but reported apart, and what they are.
     tower_parameters: int = 0
     tower: str = ""
+    #: Of those, the ones the class itself freezes (``requires_grad_(False)``: MOSS-
+    #: Transcribe-Diarize's ``audio_tower.embed_positions``): no gradient, no optimizer
+    #: state, whatever the setup.
+    tower_frozen_parameters: int = 0
     #: A vision-language wrapper's processor rule and tower geometry: images → visual
     #: tokens (:mod:`introspect.vision`); ``None`` for a text model.
     vision: VisionTower | None = None
@@ -188,6 +192,8 @@ class ModelSpec:
             raise ValueError(f"norms_per_layer must be >= 0, got {self.norms_per_layer}")
         if self.tower_parameters < 0 or self.unbuilt_parameters < 0:
             raise ValueError("tower_parameters and unbuilt_parameters must be >= 0")
+        if not 0 <= self.tower_frozen_parameters <= self.tower_parameters:
+            raise ValueError("tower_frozen_parameters must be between 0 and tower_parameters")
         self._check_layers()
 
     def _check_layers(self) -> None:

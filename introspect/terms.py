@@ -1204,7 +1204,10 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/architecture.py: _kind_terms",
                 "introspect/refined/saved_feed_forward.py: feed_forward",
             ),
-            tests=("tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",),
+            tests=(
+                "tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",
+                "tests/test_every_type_odd.py::test_minimax_m3_clamped_swiglu_everywhere",
+            ),
         ),
         Term(
             name="activations/layer/feed_forward/grad",

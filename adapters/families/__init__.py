@@ -71,6 +71,22 @@ NOT_MODELLED: dict[str, str] = {
         "layer kind's saved set does not apply (its full_attention layers' "
         "KimiLinearAttention is MLA with no rotary)"
     ),
+    # modeling_mimo_v2_flash.py:354-357, 380: v_proj and o_proj at v_head_dim (128 by
+    # default, configuration_mimo_v2_flash.py:105), q_proj and k_proj at head_dim (192)
+    "mimo_v2_flash": (
+        "MiMoV2FlashAttention's values at v_head_dim, not head_dim (v_proj, the context "
+        "and o_proj's input at num_heads x v_head_dim, scaled by attention_value_scale): "
+        "the attention layer kind gives V the query/key head width"
+    ),
+    # modeling_hrm_text.py:493-526 (HrmTextModel.forward): an H and an L HrmTextStack of
+    # num_layers_per_stack blocks each, run H_cycles x (L_cycles + 1) times per step, the
+    # first L_cycles - L_bp_cycles[h] L passes of each H cycle under torch.no_grad()
+    "hrm_text": (
+        "HrmTextModel's H/L-cycle recurrence: two stacks of num_layers_per_stack blocks, "
+        "each block run several times per step (H_cycles x (L_cycles + 1) stack calls, "
+        "the first L_cycles - L_bp_cycles[h] L calls of each H cycle under no_grad), so "
+        "every block keeps one saved set per call with gradients, not one"
+    ),
 }
 
 

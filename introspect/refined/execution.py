@@ -195,6 +195,23 @@ def _trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     return trainable_parameter_count(spec, freeze_tower=setup.freeze_tower)
 
 
+@per_estimate
+def _with_grads(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Parameters the backward gives a gradient: the trainable ones, less a multimodal
+    tower (``ModelSpec.tower_parameters``) in a text-only step (no ``--images``). The
+    tower is on no path from the loss then — GOT-OCR2's ``GotOcr2Model.forward`` and
+    MOSS-Transcribe-Diarize's ``MossTranscribeDiarizeModel.forward`` (``models/got_ocr2/
+    modeling_got_ocr2.py``, ``models/moss_transcribe_diarize/
+    modeling_moss_transcribe_diarize.py`` l. 485-498) run the tower only when
+    ``pixel_values`` / ``input_features`` are given — so its ``.grad`` stays None, while
+    its optimizer state is still counted (:func:`_trainable`: the dry run primes AdamW's
+    state for every trainable parameter, ``introspect/measure/optimizer_state.py``)."""
+    n = _trainable(spec, setup)
+    if spec.tower_parameters and not setup.freeze_tower and not setup.images:
+        n -= spec.tower_parameters - spec.tower_frozen_parameters
+    return n
+
+
 def _share(n: int, devices: int, sharded: bool) -> int:
     return math.ceil(n / devices) if sharded else n
 
@@ -262,7 +279,7 @@ def step_grad_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     optimizer updates its master on the host."""
     if deepspeed.applies(setup):  # ZeRO-2 steps on its FP32 partition's gradient
         return deepspeed.step_grad_bytes(spec, setup)
-    n = _trainable(spec, setup)
+    n = _with_grads(spec, setup)
     return FP32 * n if copies_to_master_grads(setup) else grad_bytes(spec, setup, n)
 
 
@@ -579,7 +596,7 @@ def moments(
         out += accumulation.later_micro_batch(
             spec,
             setup,
-            full_grads=grad_bytes(spec, setup, _trainable(spec, setup)),
+            full_grads=grad_bytes(spec, setup, _with_grads(spec, setup)),
             loss_forward=forward,
             logits_kept=LOGITS_OUTPUT in saved_terms(spec, setup),
             forward_end=forward_end(spec, setup),
@@ -1013,7 +1030,7 @@ def backward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     saved_all = saved_terms(spec, setup)
     if LOGITS_OUTPUT in saved_all:
         terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
-    terms[GRADS] = grad_bytes(spec, setup, _trainable(spec, setup))
+    terms[GRADS] = grad_bytes(spec, setup, _with_grads(spec, setup))
     if spec.tie_word_embeddings:
         terms["grads/embedding_sum"] = 2 * grad_bytes(
             spec, setup, spec.vocab_size * spec.hidden_size
@@ -1125,6 +1142,10 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     if _lora(setup):
         n = lora.trainable_parameters(spec, setup)
         local = _share(n, setup.devices, setup.zero_stage >= 1)
+    elif sharding.strategy(setup) == "none":
+        # torch's update skips a parameter whose .grad is None (Adam's _init_group):
+        # a text-only step's tower (_with_grads)
+        local = _with_grads(spec, setup)
     else:
         local = sharding.local_parameters(spec, setup)
     terms[OPTIMIZER_TEMPORARIES] = optimizer_temporaries(spec, setup, local)

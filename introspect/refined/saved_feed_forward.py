@@ -35,7 +35,11 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
     (``routed_input``), gate_up's output (gate and up: one storage), act, product and the
     expert outputs (``expert_down``); the router's FP32 softmax over E — over the top-k
     only for gpt-oss, a sigmoid for DeepSeek/Llama 4 (``router``); the dispatch's index
-    vectors (``routing``); gpt-oss's clamped SwiGLU's three extra tensors (``glu``);
+    vectors (``routing``); the clamped SwiGLU's three extra tensors (``glu``: clamp(gate),
+    sigmoid(α·gate), up + 1: gpt-oss's ``GptOssExperts._apply_gate``; MiniMax-M3's
+    ``MiniMaxM3VLExperts._apply_gate`` and ``MiniMaxM3VLDenseMLP.forward``,
+    ``models/minimax_m3_vl/modeling_minimax_m3_vl.py`` l. 184-190, 221-227, whose dense
+    layers and shared experts run the same gate, so they keep the three too);
     shared experts on every token like a dense MLP, plus their output when a sigmoid
     gate multiplies it (Qwen2-MoE). No capacity padding: every routed row is computed
     once. Checked against a saved-tensor census (``introspect.measure.census``) of
@@ -59,6 +63,10 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
     if ff.ffn == "gated":
         out["feed_forward/product"] = k * BT * f * s
     out["feed_forward/down"] = BT * d * setup.activation_bytes
+    if ff.clamped_glu:
+        # clamp(gate), sigmoid(α·gate), up + 1: three more k·BT·f tensors (the routed
+        # rows', or a dense clamped MLP's: MiniMax-M3's dense layers).
+        out["feed_forward/glu"] = 3 * k * BT * f * s
     if ff.is_moe:
         out["feed_forward/routed_input"] = k * BT * d * s
         out["feed_forward/expert_down"] = k * BT * d * s
@@ -72,15 +80,14 @@ def feed_forward(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict
         out["feed_forward/routing_index"] = k * BT * 3 * 8 + BT * k * 8 + ff.num_experts * 4
         if ff.router_groups:
             out.update(_fp32_group_router(setup, ff, d))
-        if ff.clamped_glu:
-            # clamp(gate), sigmoid(α·gate), up + 1: three more k·BT·f tensors.
-            out["feed_forward/glu"] = 3 * k * BT * f * s
         fs = ff.shared_intermediate_size
         if fs:
             # The shared experts are plain linears (autocast's under amp), not the
             # grouped matmuls: at the activations' dtype.
             a = setup.activation_bytes
             shared = (4 if ff.ffn == "gated" else 2) * BT * fs * a
+            if ff.clamped_glu:  # MiniMax-M3's shared experts clamp as its routed ones
+                shared += 3 * BT * fs * a
             if ff.shared_expert_gate:
                 shared += BT * d * a + BT * a
             out["feed_forward/shared"] = shared

@@ -46,6 +46,8 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
     att = spec.kinds[0][0].attention
     if att.kind == "mamba2":
         out += mamba2_tensors(att, d)
+    elif att.kind == "mla":
+        out += mla_tensors(spec, att, d)
     elif att.kind != "none":
         out += _linear(q, d, spec.qkv_bias) + _linear(kv, d, spec.qkv_bias) * 2
         out += _linear(d, q, spec.o_bias)
@@ -81,6 +83,28 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
         out += _linear(f, d, spec.mlp_bias)
     out += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
     return out
+
+
+def mla_tensors(spec: ModelSpec, att, d: int) -> list[Shape]:
+    """Multi-head latent attention's tensors in module order (``MiniCPM3Attention`` /
+    ``DeepseekV3Attention.__init__``, ``models/minicpm3/modeling_minicpm3.py`` l. 253-286):
+    q_proj (h·qk_head_dim, d), or q_a_proj (r_q, d), q_a_layernorm (r_q) and q_b_proj
+    (h·qk_head_dim, r_q); kv_a_proj_with_mqa (r_kv + rope, d), kv_a_layernorm (r_kv),
+    kv_b_proj (h·(nope + v), r_kv); o_proj (d, h·v). The a-projections and o_proj carry
+    ``attention_bias``; the b-projections none. The single-tensor Adam loop's largest
+    temporaries are q_b_proj's (:func:`introspect.refined.sharding.
+    single_tensor_temporaries`)."""
+    h, bias = att.num_attention_heads, att.qkv_bias
+    out: list[Shape] = []
+    if att.q_lora_rank is None:
+        out += _linear(h * att.qk_head_dim, d, False)
+    else:
+        r = att.q_lora_rank
+        out += _linear(r, d, bias) + _norm(spec, r) + _linear(h * att.qk_head_dim, r, False)
+    r = att.kv_lora_rank
+    out += _linear(r + att.qk_rope_head_dim, d, bias) + _norm(spec, r)
+    out += _linear(h * (att.qk_nope_head_dim + att.v_head_dim), r, False)
+    return out + _linear(d, h * att.v_head_dim, att.o_bias)
 
 
 def mamba2_tensors(att, d: int) -> list[Shape]:
