@@ -52,6 +52,17 @@ class ClassFacts:
     #: copies of gate and up and the FP32 activation are kept; the 16-bit projection
     #: outputs are not (``.float()`` saves nothing), the product at the activations' dtype.
     swiglu_fp32: bool = False
+    #: The MoE router scores an FP32 copy of its input, which ``F.linear`` keeps for the
+    #: weight's gradient: GLM-4-MoE's and Solar Open's ``F.linear(hidden_states.type(
+    #: torch.float32), self.weight.type(torch.float32))`` (``Glm4MoeTopkRouter.forward``,
+    #: ``models/glm4_moe/modeling_glm4_moe.py`` l. 282-284; ``models/solar_open/
+    #: modeling_solar_open.py`` l. 116-118), ERNIE 4.5 MoE's ``F.linear(hidden_states.
+    #: float(), self.weight.float())`` with autocast off (``models/ernie4_5_moe/
+    #: modeling_ernie4_5_moe.py`` l. 348-349); the weight stays FP32
+    #: (``_keep_in_fp32_modules_strict = [..., "gate.weight"]``), so its cast is itself.
+    #: DeepSeek's family reader states the same on the layer kind
+    #: (``FeedForward.router_fp32_input``).
+    router_fp32_input: bool = False
 
 
 LLAMA = ClassFacts()
@@ -86,11 +97,25 @@ CLASSES: dict[str, ClassFacts] = {
     # goes through the reference layers (implementations.TransformersAroundReference),
     # which count a layer's two norms wherever they sit.
     "olmo_hybrid": ClassFacts(fp32_normalized=True),
+    # HeliumRMSNorm: ``(self.weight.to(torch.float32) * hidden_states).to(input_dtype)``,
+    # x·rstd times the weight in FP32 (models/helium/modeling_helium.py l. 53-58).
+    "helium": ClassFacts(fp32_normalized=True),
+    "glm4_moe": ClassFacts(router_fp32_input=True),
+    "solar_open": ClassFacts(router_fp32_input=True),
+    "ernie4_5_moe": ClassFacts(router_fp32_input=True),
 }
 
 #: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper
 #: runs Gemma3TextModel's blocks.
-ALIASES: dict[str, str] = {"gemma3": "gemma3_text"}
+ALIASES: dict[str, str] = {
+    "gemma3": "gemma3_text",
+    # Olmo3's blocks are OLMo2's (post-norm, ``(self.weight * hidden_states).to(
+    # input_dtype)``, uncast rotary tables: models/olmo3/modeling_olmo3.py l. 45-59, 261-267,
+    # 326-331) plus sliding-window layers, which are the spec's layer kinds.
+    "olmo3": "olmo2",
+    # Sarvam-MoE's config builds Glm4MoeForCausalLM (transformers' causal-LM mapping).
+    "sarvam_moe": "glm4_moe",
+}
 
 
 def facts(spec: ModelSpec) -> ClassFacts:
