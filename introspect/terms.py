@@ -858,14 +858,16 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/linear/output_gate",
             category="activations",
-            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention)",
-            source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/reference.py: _attention)",
+            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention); 2 * BT * spec.q_dim * s  (per_layer: a separate gate_proj, ClassFacts.output_gate_proj)",
+            source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/reference.py: _attention); models/afmoe/modeling_afmoe.py, models/beam/modeling_beam.py: output * torch.sigmoid(gate_proj(x)) (introspect/refined/transformers_classes.py)",
             computed_by=(
                 "introspect/refined/architecture.py: _kind_terms",
                 "introspect/refined/reference.py: _attention",
+                "introspect/refined/hf_saved.py: per_layer",
             ),
             tests=(
                 "tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
             ),
         ),
         Term(
@@ -1591,10 +1593,13 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/logits/softcap",
             category="activations",
-            equation="BT * V * setup.activation_bytes  (logits_saved)",
-            source="transformers/models/gemma2/modeling_gemma2.py: final logit soft-capping (introspect/refined/hf_saved.py)",
+            equation="BT * V * setup.activation_bytes  (logits_saved); BT * V * FP32 where the class caps an FP32 copy (ClassFacts.softcap_fp32)",
+            source="transformers/models/gemma2/modeling_gemma2.py: final logit soft-capping; models/beam/modeling_beam.py: logits.float() / cap, tanh (introspect/refined/hf_saved.py)",
             computed_by=("introspect/refined/hf_saved.py: logits_saved",),
-            tests=("tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",),
+            tests=(
+                "tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
+            ),
         ),
         Term(
             name="activations/logits/upcast",

@@ -46,6 +46,20 @@ CASES = {
         model_type="ernie4_5_moe", **_SMALL, num_key_value_heads=1, intermediate_size=304,
         moe_intermediate_size=32, moe_k=2, moe_num_experts=4,
     ),
+    # ClassFacts.fp32_normalized and .output_gate_proj: gate_proj's sigmoid on the output.
+    "afmoe, FP32 RMSNorm product and output gate": dict(
+        model_type="afmoe", **_SMALL, intermediate_size=192, moe_intermediate_size=40,
+        num_key_value_heads=4, head_dim=16, num_experts=4, num_experts_per_tok=2,
+        layer_types=["sliding_attention"] * 3 + ["full_attention"],
+    ),
+    # Beam: the above, its router's FP32 input and the FP32 final soft-capping.
+    "beam, FP32 norms, output gate, FP32 router input and soft-capping": dict(
+        model_type="beam", **{**_SMALL, "num_hidden_layers": 6}, intermediate_size=256,
+        num_key_value_heads=1, moe_intermediate_size=32, num_experts_per_tok=2,
+        num_experts=4, head_dim=16, n_group=1, topk_group=1,
+        layer_types=["sliding_attention"] * 5 + ["full_attention"],
+        mlp_layer_types=["dense"] * 3 + ["sparse"] * 3,
+    ),
 }  # fmt: skip
 
 

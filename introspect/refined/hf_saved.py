@@ -250,6 +250,8 @@ def linear_weights_per_layer(spec: ModelSpec) -> int:
     bias is not kept for backward)."""
     d, f = spec.hidden_size, spec.ffn_dim
     attention = d * spec.q_dim + 2 * d * spec.kv_dim + spec.q_dim * d
+    if facts(spec).output_gate_proj:
+        attention += d * spec.q_dim  # AFMoE's gate_proj
     if spec.is_moe:
         # The router is a linear layer; the experts' grouped matmuls are not autocast's
         # (they run at the weights' dtype), so no copy of them is made. Shared experts
@@ -308,6 +310,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     out["attention/linear/k"] = BT * kv * inner
     out["attention/linear/v"] = BT * kv * inner
     out["attention/linear/context"] = BT * spec.q_dim * s
+    if facts(spec).output_gate_proj:
+        # the gate's sigmoid and the gated context (ClassFacts.output_gate_proj)
+        out["attention/linear/output_gate"] = 2 * BT * spec.q_dim * s
     if keeps_t2(spec, setup):
         t2 = B * h * T * T
         probs = probs_bytes(spec, setup)
@@ -536,7 +541,8 @@ def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     # Gemma 2's cap·tanh(logits/cap): tanh's backward keeps its output (logits' dtype).
     softcap = {}
     if spec.final_logit_softcapping:
-        softcap["logits/softcap"] = BT * V * setup.activation_bytes
+        capped = FP32 if facts(spec).softcap_fp32 else setup.activation_bytes
+        softcap["logits/softcap"] = BT * V * capped
     if setup.cross_entropy != "standard":
         return {"logits/logsumexp": BT * FP32} | softcap
     out = {"logits/log_softmax": BT * V * loss_bytes(setup)} | softcap

@@ -63,6 +63,16 @@ class ClassFacts:
     #: DeepSeek's family reader states the same on the layer kind
     #: (``FeedForward.router_fp32_input``).
     router_fp32_input: bool = False
+    #: A separate ``gate_proj`` (d → q_dim) whose sigmoid multiplies the attention output
+    #: before o_proj (AFMoE: ``output = output * torch.sigmoid(gate_states)``,
+    #: ``models/afmoe/modeling_afmoe.py`` l. 336, 354, 384): the sigmoid's output (kept
+    #: by its backward and by the multiply) and the gated context (kept by o_proj), beside
+    #: the attention output the multiply keeps (``attention/linear/context``).
+    output_gate_proj: bool = False
+    #: The final logit soft-capping runs on an FP32 copy of the logits (Beam's
+    #: ``logits.float() / cap``, ``tanh``, ``* cap``, ``models/beam/modeling_beam.py``
+    #: l. 637-641): tanh keeps its FP32 output (Gemma 2's stays in the logits' dtype).
+    softcap_fp32: bool = False
 
 
 LLAMA = ClassFacts()
@@ -87,7 +97,17 @@ CLASSES: dict[str, ClassFacts] = {
     # Cohere's (v1) CohereLayerNorm is the same hand-written FP32 LayerNorm
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
-    "beam": ClassFacts(swiglu_fp32=True),
+    # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
+    # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
+    # multiplies the output (l. 277-278); BeamTopKRouter's ``F.linear(hidden_states.
+    # float(), self.weight.float())`` (l. 352; ``mlp.gate.weight`` kept FP32, l. 470).
+    "beam": ClassFacts(
+        swiglu_fp32=True,
+        fp32_normalized=True,
+        output_gate_proj=True,
+        router_fp32_input=True,
+        softcap_fp32=True,
+    ),
     # NemotronHRMSNorm multiplies x·rstd by ``weight.to(torch.float32)`` and casts only the
     # product back (models/nemotron_h/modeling_nemotron_h.py l. 626).
     "nemotron_h": ClassFacts(fp32_normalized=True),
@@ -100,6 +120,8 @@ CLASSES: dict[str, ClassFacts] = {
     # HeliumRMSNorm: ``(self.weight.to(torch.float32) * hidden_states).to(input_dtype)``,
     # x·rstd times the weight in FP32 (models/helium/modeling_helium.py l. 53-58).
     "helium": ClassFacts(fp32_normalized=True),
+    # AfmoeRMSNorm: ``(self.weight * hidden_states).to(input_dtype)`` (l. 100-105).
+    "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
     "solar_open": ClassFacts(router_fp32_input=True),
     "ernie4_5_moe": ClassFacts(router_fp32_input=True),
