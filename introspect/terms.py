@@ -754,6 +754,16 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/rotary_tables",
+            category="activations",
+            equation="2 * BT * rotary * table  (per_layer; table = FP32 where the tables are returned uncast, else the stream's dtype)",
+            source="transformers/models/helium/modeling_helium.py, models/ernie4_5/modeling_ernie4_5.py, models/ernie4_5_moe/modeling_ernie4_5_moe.py: apply_rotary_pos_emb's cos[..., : half].repeat_interleave(2), a copy per layer kept by the multiplies (introspect/refined/transformers_classes.py: rotary_tables_per_layer)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=(
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/linear/context_copy",
             category="activations",
             equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * spec.q_dim * s  (per_layer); BT * att.q_dim * s  (_attention)",
@@ -1351,6 +1361,26 @@ def _records() -> tuple[Term, ...]:
             ),
             tests=(
                 "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            ),
+        ),
+        Term(
+            name="activations/layer/layernorm/sub_norms",
+            category="activations",
+            equation="BT * q * FP32 (when s < FP32) + 2 * BT * FP32 + BT * (q + f) * s  (sub_norms)",
+            source="transformers/models/bitnet/modeling_bitnet.py: BitNetRMSNorm, attn_sub_norm before o_proj and ffn_sub_norm before down_proj: the FP32 copy of the attention output, the two rstds, the outputs o_proj and down_proj keep (introspect/refined/hf_saved.py: sub_norms)",
+            computed_by=("introspect/refined/hf_saved.py: sub_norms",),
+            tests=(
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/layernorm/sub_norms/normalized",
+            category="activations",
+            equation="BT * (q + f) * r  (sub_norms)",
+            source="transformers/models/bitnet/modeling_bitnet.py: BitNetRMSNorm's x·rstd cast back to the input dtype, saved by the weight multiply (introspect/refined/hf_saved.py: sub_norms)",
+            computed_by=("introspect/refined/hf_saved.py: sub_norms",),
+            tests=(
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
             ),
         ),
         Term(

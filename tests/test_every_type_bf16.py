@@ -22,7 +22,8 @@ _ROUTED = dict(num_key_value_heads=1, moe_intermediate_size=16, num_experts_per_
 
 #: mechanism → (the small config, what the closed form was missing without it).
 CASES = {
-    # ClassFacts.fp32_normalized: ``(self.weight.to(torch.float32) * hidden_states)``.
+    # ClassFacts.fp32_normalized: ``(self.weight.to(torch.float32) * hidden_states)``,
+    # and its rotary tables repeated per layer.
     "helium, RMSNorm's product in FP32": dict(
         model_type="helium", **_SMALL, intermediate_size=176, num_key_value_heads=4, head_dim=16
     ),
@@ -59,6 +60,14 @@ CASES = {
         num_experts=4, head_dim=16, n_group=1, topk_group=1,
         layer_types=["sliding_attention"] * 5 + ["full_attention"],
         mlp_layer_types=["dense"] * 3 + ["sparse"] * 3,
+    ),
+    # ClassFacts.sub_norms: the extra norms inside the branches, at widths q_dim and f.
+    "bitnet, in-branch sub norms": dict(
+        model_type="bitnet", **_SMALL, intermediate_size=168, num_key_value_heads=1
+    ),
+    # ClassFacts.rotary_tables_per_layer: each layer's repeat_interleave'd FP32 tables.
+    "ernie4_5, rotary tables repeated per layer": dict(
+        model_type="ernie4_5", **_SMALL, num_key_value_heads=1, intermediate_size=192, head_dim=16
     ),
 }  # fmt: skip
 

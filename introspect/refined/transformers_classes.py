@@ -73,6 +73,18 @@ class ClassFacts:
     #: ``logits.float() / cap``, ``tanh``, ``* cap``, ``models/beam/modeling_beam.py``
     #: l. 637-641): tanh keeps its FP32 output (Gemma 2's stays in the logits' dtype).
     softcap_fp32: bool = False
+    #: The block's two extra norms sit inside the branches, on the attention output before
+    #: o_proj (width q_dim) and on the gated product before down_proj (width
+    #: intermediate_size), not on the branch outputs (BitNet's ``attn_sub_norm`` and
+    #: ``ffn_sub_norm``, ``models/bitnet/modeling_bitnet.py`` l. 177, 216-217, 74-77):
+    #: :func:`introspect.refined.hf_saved.sub_norms`.
+    sub_norms: bool = False
+    #: ``apply_rotary_pos_emb`` repeats the first half of the tables in every layer
+    #: (``cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)``, and ``sin``):
+    #: each layer's multiplies keep its own two (B, 1, T, rotary) copies, and nothing
+    #: keeps the shared tables (Helium: ``models/helium/modeling_helium.py`` l. 188-189;
+    #: ERNIE 4.5 / 4.5 MoE: ``models/ernie4_5_moe/modeling_ernie4_5_moe.py`` l. 162-163).
+    rotary_tables_per_layer: bool = False
 
 
 LLAMA = ClassFacts()
@@ -119,12 +131,18 @@ CLASSES: dict[str, ClassFacts] = {
     "olmo_hybrid": ClassFacts(fp32_normalized=True),
     # HeliumRMSNorm: ``(self.weight.to(torch.float32) * hidden_states).to(input_dtype)``,
     # x·rstd times the weight in FP32 (models/helium/modeling_helium.py l. 53-58).
-    "helium": ClassFacts(fp32_normalized=True),
+    "helium": ClassFacts(fp32_normalized=True, rotary_tables_per_layer=True),
     # AfmoeRMSNorm: ``(self.weight * hidden_states).to(input_dtype)`` (l. 100-105).
+    "bitnet": ClassFacts(sub_norms=True),
     "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
     "solar_open": ClassFacts(router_fp32_input=True),
-    "ernie4_5_moe": ClassFacts(router_fp32_input=True),
+    # ERNIE 4.5's rotary returns its FP32 tables uncast (l. 121-127).
+    "ernie4_5_moe": ClassFacts(
+        router_fp32_input=True, rotary_tables_per_layer=True, rope_tables_fp32=True
+    ),
+    # the dense ERNIE 4.5: the same rotary (models/ernie4_5/modeling_ernie4_5.py l. 87, 176-177)
+    "ernie4_5": ClassFacts(rotary_tables_per_layer=True, rope_tables_fp32=True),
 }
 
 #: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper
