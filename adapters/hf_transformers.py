@@ -191,10 +191,15 @@ def _class_facts(model) -> dict[str, Any]:
     (``new_decoder_architecture`` False) hands SDPA K and V at ``num_kv_heads`` — one
     head under ``multi_query`` — without ``enable_gqa`` (``models/falcon/
     modeling_falcon.py`` l. 313-346); the new one broadcasts them to every head first
-    (``_split_heads``, l. 255-263)."""
+    (``_split_heads``, l. 255-263). A ``final_logit_softcapping`` the config sets (Beam:
+    ``tanh(logits / cap) * cap`` in ``BeamForCausalLM.forward``, whose tanh keeps its
+    output) is read as the family readers read it (``hf_config.execution_facts``)."""
     cfg = model.config
     if cfg.model_type == "falcon":
         return {"sdpa_kv_heads_broadcast": not cfg.new_decoder_architecture}
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+        return {"final_logit_softcapping": float(cap)}
     return {}
 
 

@@ -755,6 +755,16 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/rotary_tables",
+            category="activations",
+            equation="2 * BT * rotary * table  (per_layer; table = FP32 where the tables are returned uncast, else the stream's dtype)",
+            source="transformers/models/helium/modeling_helium.py, models/ernie4_5/modeling_ernie4_5.py, models/ernie4_5_moe/modeling_ernie4_5_moe.py: apply_rotary_pos_emb's cos[..., : half].repeat_interleave(2), a copy per layer kept by the multiplies (introspect/refined/transformers_classes.py: rotary_tables_per_layer)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=(
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/linear/context_copy",
             category="activations",
             equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * spec.q_dim * s  (per_layer); BT * att.q_dim * s  (_attention)",
@@ -859,14 +869,16 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/linear/output_gate",
             category="activations",
-            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention)",
-            source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/reference.py: _attention)",
+            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 3 * BT * att.q_dim * s  (_attention); 2 * BT * spec.q_dim * s  (per_layer: a separate gate_proj, ClassFacts.output_gate_proj)",
+            source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3-Next's gated attention, q_proj's gate half (introspect/refined/reference.py: _attention); models/afmoe/modeling_afmoe.py, models/beam/modeling_beam.py: output * torch.sigmoid(gate_proj(x)) (introspect/refined/transformers_classes.py)",
             computed_by=(
                 "introspect/refined/architecture.py: _kind_terms",
                 "introspect/refined/reference.py: _attention",
+                "introspect/refined/hf_saved.py: per_layer",
             ),
             tests=(
                 "tests/test_refined_moe.py::test_qwen3_next_gated_attention_and_the_linear_layers",
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
             ),
         ),
         Term(
@@ -1275,6 +1287,7 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_refined_moe.py::test_moe_feed_forward_keeps_what_autograd_keeps",
                 "tests/test_mla_families.py::test_deepseek_router_keeps_an_fp32_copy_of_its_bf16_input",
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
             ),
         ),
         Term(
@@ -1376,6 +1389,26 @@ def _records() -> tuple[Term, ...]:
             ),
             tests=(
                 "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
+            ),
+        ),
+        Term(
+            name="activations/layer/layernorm/sub_norms",
+            category="activations",
+            equation="BT * q * FP32 (when s < FP32) + 2 * BT * FP32 + BT * (q + f) * s  (sub_norms)",
+            source="transformers/models/bitnet/modeling_bitnet.py: BitNetRMSNorm, attn_sub_norm before o_proj and ffn_sub_norm before down_proj: the FP32 copy of the attention output, the two rstds, the outputs o_proj and down_proj keep (introspect/refined/hf_saved.py: sub_norms)",
+            computed_by=("introspect/refined/hf_saved.py: sub_norms",),
+            tests=(
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/layernorm/sub_norms/normalized",
+            category="activations",
+            equation="BT * (q + f) * r  (sub_norms)",
+            source="transformers/models/bitnet/modeling_bitnet.py: BitNetRMSNorm's x·rstd cast back to the input dtype, saved by the weight multiply (introspect/refined/hf_saved.py: sub_norms)",
+            computed_by=("introspect/refined/hf_saved.py: sub_norms",),
+            tests=(
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
             ),
         ),
         Term(
@@ -1618,10 +1651,13 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/logits/softcap",
             category="activations",
-            equation="BT * V * setup.activation_bytes  (logits_saved)",
-            source="transformers/models/gemma2/modeling_gemma2.py: final logit soft-capping (introspect/refined/hf_saved.py)",
+            equation="BT * V * setup.activation_bytes  (logits_saved); BT * V * FP32 where the class caps an FP32 copy (ClassFacts.softcap_fp32)",
+            source="transformers/models/gemma2/modeling_gemma2.py: final logit soft-capping; models/beam/modeling_beam.py: logits.float() / cap, tanh (introspect/refined/hf_saved.py)",
             computed_by=("introspect/refined/hf_saved.py: logits_saved",),
-            tests=("tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",),
+            tests=(
+                "tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",
+                "tests/test_every_type_bf16.py::test_bf16_sdpa_closed_form_within_three_percent_of_the_dry_run",
+            ),
         ),
         Term(
             name="activations/logits/upcast",

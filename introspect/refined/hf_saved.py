@@ -260,6 +260,8 @@ def linear_weights_per_layer(spec: ModelSpec) -> int:
     bias is not kept for backward)."""
     d, f = spec.hidden_size, spec.ffn_dim
     attention = d * spec.q_dim + 2 * d * spec.kv_dim + spec.q_dim * d
+    if facts(spec).output_gate_proj:
+        attention += d * spec.q_dim  # AFMoE's gate_proj
     if spec.is_moe:
         # The router is a linear layer; the experts' grouped matmuls are not autocast's
         # (they run at the weights' dtype), so no copy of them is made. Shared experts
@@ -318,6 +320,13 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     out["attention/linear/k"] = BT * kv * inner
     out["attention/linear/v"] = BT * kv * inner
     out["attention/linear/context"] = BT * spec.q_dim * s
+    if facts(spec).rotary_tables_per_layer and spec.position_embedding == "rope":
+        # each layer's repeat_interleave'd cos and sin (ClassFacts.rotary_tables_per_layer)
+        table = _table(spec, residual_bytes(setup))
+        out["attention/rotary_tables"] = 2 * BT * _rotary_width(spec) * table
+    if facts(spec).output_gate_proj:
+        # the gate's sigmoid and the gated context (ClassFacts.output_gate_proj)
+        out["attention/linear/output_gate"] = 2 * BT * spec.q_dim * s
     if keeps_t2(spec, setup):
         t2 = B * h * T * T
         probs = probs_bytes(spec, setup)
@@ -371,10 +380,14 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         if extra:
             out["feed_forward/act_intermediates"] = extra * BT * f * s
         if gated:
-            out["feed_forward/product"] = BT * f * s
+            # BitNet's ffn_sub_norm keeps its FP32 copy of the product instead (the
+            # product itself in FP32): see sub_norms.
+            out["feed_forward/product"] = BT * f * (FP32 if facts(spec).sub_norms else s)
     if spec.hidden_dropout > 0:
         out["feed_forward/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
-    if spec.sandwich_norms:
+    if spec.sandwich_norms and facts(spec).sub_norms:
+        out.update(sub_norms(spec, setup))
+    elif spec.sandwich_norms:
         # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
         out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + BT * FP32)
         out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32
@@ -401,6 +414,25 @@ def _lse_sink_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         "attention/quadratic/sink_scores": rows * T * r,
         "attention/sink_scale": scale,
         "attention/linear/sink_context": B * T * spec.q_dim * s,
+    }
+
+
+def sub_norms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """BitNet's two in-branch RMSNorms (``BitNetRMSNorm``: ``hidden_states.to(torch.
+    float32)``, ``pow(2).mean``, ``rsqrt``, ``self.weight * hidden_states.to(input_dtype)``;
+    ``models/bitnet/modeling_bitnet.py`` l. 53-58), on SDPA's output (width q_dim, before
+    o_proj) and on the gated product (width f, before down_proj). Each keeps its input's
+    FP32 copy (saved by ``pow`` and the rstd multiply) — for the attention one beyond the
+    16-bit output SDPA keeps itself, none when that output is FP32; the product's copy is
+    counted as ``feed_forward/product`` — its rstd, the normalized value cast back to the
+    stream's dtype (saved by the weight multiply) and its output at the activations' dtype
+    (kept by o_proj / down_proj; under autocast their BF16 casts)."""
+    BT, s, r = setup.tokens, setup.activation_bytes, residual_bytes(setup)
+    q, f = spec.q_dim, spec.ffn_dim
+    copy = BT * q * FP32 if s < FP32 else 0
+    return {
+        "layernorm/sub_norms": copy + 2 * BT * FP32 + BT * (q + f) * s,
+        "layernorm/sub_norms/normalized": BT * (q + f) * r,
     }
 
 
@@ -518,11 +550,18 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         # checkpointed layer among its inputs (each layer's additive copy is made again
         # when it is recomputed)
         out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2
-    if spec.position_embedding == "rope":
-        rotary = int(spec.head_size * spec.partial_rotary_factor)
-        table = FP32 if facts(spec).rope_tables_fp32 else r
-        out["activations/positions"] = 2 * setup.seq_len * rotary * table
+    if spec.position_embedding == "rope" and not facts(spec).rotary_tables_per_layer:
+        out["activations/positions"] = 2 * setup.seq_len * _rotary_width(spec) * _table(spec, r)
     return out
+
+
+def _rotary_width(spec: ModelSpec) -> int:
+    return int(spec.head_size * spec.partial_rotary_factor)
+
+
+def _table(spec: ModelSpec, r: int) -> int:
+    """Bytes per value of the rotary tables: FP32 where the class returns them uncast."""
+    return FP32 if facts(spec).rope_tables_fp32 else r
 
 
 def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
@@ -567,7 +606,8 @@ def logits_saved(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     # Gemma 2's cap·tanh(logits/cap): tanh's backward keeps its output (logits' dtype).
     softcap = {}
     if spec.final_logit_softcapping:
-        softcap["logits/softcap"] = BT * V * setup.activation_bytes
+        capped = FP32 if facts(spec).softcap_fp32 else setup.activation_bytes
+        softcap["logits/softcap"] = BT * V * capped
     if setup.cross_entropy != "standard":
         return {"logits/logsumexp": BT * FP32} | softcap
     out = {"logits/log_softmax": BT * V * loss_bytes(setup)} | softcap

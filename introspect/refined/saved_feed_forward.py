@@ -101,8 +101,17 @@ def router_copies(spec: ModelSpec, setup: TrainingSetup, ff) -> int:
     DeepseekV2ForCausalLM in BF16 shows it as a ``_to_copy`` row under ``mlp.gate``).
     The weight's cast returns the weight itself: ``_keep_in_fp32_modules_strict =
     ["gate.weight"]`` keeps it FP32 in a BF16 build. In FP32 the input's cast returns
-    the input; under autocast the linear runs on autocast's BF16 copies instead."""
-    if not ff.router_fp32_input or setup.implementation != "transformers":
+    the input; under autocast the linear runs on autocast's BF16 copies instead.
+
+    The module-walked families whose router is written the same way (GLM-4-MoE, Solar
+    Open, ERNIE 4.5 MoE: :attr:`~introspect.refined.transformers_classes.ClassFacts.
+    router_fp32_input`) keep the same copy; their ``gate.weight`` is in
+    ``_keep_in_fp32_modules_strict`` too."""
+    from introspect.refined.transformers_classes import facts
+
+    if setup.implementation != "transformers":
+        return 0
+    if not (ff.router_fp32_input or facts(spec).router_fp32_input):
         return 0
     if setup.precision == "amp" or setup.activation_bytes >= FP32:
         return 0

@@ -68,6 +68,39 @@ class ClassFacts:
     #: F.gelu's backward makes one — four more (a CPU step under the live tracker: the
     #: peak rises 5·B·T·f inside that backward).
     activation_backward_extra: int = 0
+    #: The MoE router scores an FP32 copy of its input, which ``F.linear`` keeps for the
+    #: weight's gradient: GLM-4-MoE's and Solar Open's ``F.linear(hidden_states.type(
+    #: torch.float32), self.weight.type(torch.float32))`` (``Glm4MoeTopkRouter.forward``,
+    #: ``models/glm4_moe/modeling_glm4_moe.py`` l. 282-284; ``models/solar_open/
+    #: modeling_solar_open.py`` l. 116-118), ERNIE 4.5 MoE's ``F.linear(hidden_states.
+    #: float(), self.weight.float())`` with autocast off (``models/ernie4_5_moe/
+    #: modeling_ernie4_5_moe.py`` l. 348-349); the weight stays FP32
+    #: (``_keep_in_fp32_modules_strict = [..., "gate.weight"]``), so its cast is itself.
+    #: DeepSeek's family reader states the same on the layer kind
+    #: (``FeedForward.router_fp32_input``).
+    router_fp32_input: bool = False
+    #: A separate ``gate_proj`` (d → q_dim) whose sigmoid multiplies the attention output
+    #: before o_proj (AFMoE: ``output = output * torch.sigmoid(gate_states)``,
+    #: ``models/afmoe/modeling_afmoe.py`` l. 336, 354, 384): the sigmoid's output (kept
+    #: by its backward and by the multiply) and the gated context (kept by o_proj), beside
+    #: the attention output the multiply keeps (``attention/linear/context``).
+    output_gate_proj: bool = False
+    #: The final logit soft-capping runs on an FP32 copy of the logits (Beam's
+    #: ``logits.float() / cap``, ``tanh``, ``* cap``, ``models/beam/modeling_beam.py``
+    #: l. 637-641): tanh keeps its FP32 output (Gemma 2's stays in the logits' dtype).
+    softcap_fp32: bool = False
+    #: The block's two extra norms sit inside the branches, on the attention output before
+    #: o_proj (width q_dim) and on the gated product before down_proj (width
+    #: intermediate_size), not on the branch outputs (BitNet's ``attn_sub_norm`` and
+    #: ``ffn_sub_norm``, ``models/bitnet/modeling_bitnet.py`` l. 177, 216-217, 74-77):
+    #: :func:`introspect.refined.hf_saved.sub_norms`.
+    sub_norms: bool = False
+    #: ``apply_rotary_pos_emb`` repeats the first half of the tables in every layer
+    #: (``cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)``, and ``sin``):
+    #: each layer's multiplies keep its own two (B, 1, T, rotary) copies, and nothing
+    #: keeps the shared tables (Helium: ``models/helium/modeling_helium.py`` l. 188-189;
+    #: ERNIE 4.5 / 4.5 MoE: ``models/ernie4_5_moe/modeling_ernie4_5_moe.py`` l. 162-163).
+    rotary_tables_per_layer: bool = False
 
 
 LLAMA = ClassFacts()
@@ -92,9 +125,19 @@ CLASSES: dict[str, ClassFacts] = {
     # Cohere's (v1) CohereLayerNorm is the same hand-written FP32 LayerNorm
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
-    "beam": ClassFacts(swiglu_fp32=True),
     "granite_swa": ClassFacts(lse_sink_scale=True),
     "bloom": ClassFacts(activation_backward_extra=4),
+    # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
+    # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
+    # multiplies the output (l. 277-278); BeamTopKRouter's ``F.linear(hidden_states.
+    # float(), self.weight.float())`` (l. 352; ``mlp.gate.weight`` kept FP32, l. 470).
+    "beam": ClassFacts(
+        swiglu_fp32=True,
+        fp32_normalized=True,
+        output_gate_proj=True,
+        router_fp32_input=True,
+        softcap_fp32=True,
+    ),
     # NemotronHRMSNorm multiplies x·rstd by ``weight.to(torch.float32)`` and casts only the
     # product back (models/nemotron_h/modeling_nemotron_h.py l. 626).
     "nemotron_h": ClassFacts(fp32_normalized=True),
@@ -104,11 +147,33 @@ CLASSES: dict[str, ClassFacts] = {
     # goes through the reference layers (implementations.TransformersAroundReference),
     # which count a layer's two norms wherever they sit.
     "olmo_hybrid": ClassFacts(fp32_normalized=True),
+    # HeliumRMSNorm: ``(self.weight.to(torch.float32) * hidden_states).to(input_dtype)``,
+    # x·rstd times the weight in FP32 (models/helium/modeling_helium.py l. 53-58).
+    "helium": ClassFacts(fp32_normalized=True, rotary_tables_per_layer=True),
+    # AfmoeRMSNorm: ``(self.weight * hidden_states).to(input_dtype)`` (l. 100-105).
+    "bitnet": ClassFacts(sub_norms=True),
+    "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
+    "glm4_moe": ClassFacts(router_fp32_input=True),
+    "solar_open": ClassFacts(router_fp32_input=True),
+    # ERNIE 4.5's rotary returns its FP32 tables uncast (l. 121-127).
+    "ernie4_5_moe": ClassFacts(
+        router_fp32_input=True, rotary_tables_per_layer=True, rope_tables_fp32=True
+    ),
+    # the dense ERNIE 4.5: the same rotary (models/ernie4_5/modeling_ernie4_5.py l. 87, 176-177)
+    "ernie4_5": ClassFacts(rotary_tables_per_layer=True, rope_tables_fp32=True),
 }
 
 #: model_types that run another's class (as mlx-lm keys its models): Gemma 3's wrapper
 #: runs Gemma3TextModel's blocks.
-ALIASES: dict[str, str] = {"gemma3": "gemma3_text"}
+ALIASES: dict[str, str] = {
+    "gemma3": "gemma3_text",
+    # Olmo3's blocks are OLMo2's (post-norm, ``(self.weight * hidden_states).to(
+    # input_dtype)``, uncast rotary tables: models/olmo3/modeling_olmo3.py l. 45-59, 261-267,
+    # 326-331) plus sliding-window layers, which are the spec's layer kinds.
+    "olmo3": "olmo2",
+    # Sarvam-MoE's config builds Glm4MoeForCausalLM (transformers' causal-LM mapping).
+    "sarvam_moe": "glm4_moe",
+}
 
 
 def facts(spec: ModelSpec) -> ClassFacts:
