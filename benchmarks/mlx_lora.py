@@ -391,33 +391,32 @@ def write_other(others: list[dict], seconds: float) -> None:
     REPORT.write_text("\n".join([kept, *other_section(others, seconds)]) + "\n")
 
 
-def merged_other(families: tuple[str, ...], fresh: list[dict], seconds: float):
+def merged_other(families: tuple[str, ...], fresh: list[dict], seconds: float) -> list[dict]:
     """The other structures' rows of :data:`OTHER_JSON` with those of ``families``
     replaced by ``fresh`` (all of them when none is named), in :func:`other_grid`'s
-    order, written back; and the seconds all of them took (each family's run timed)."""
+    order, written back with the seconds each family's run took, and the report's
+    other structures' section rewritten from them (:func:`write_other`)."""
     import fcntl
     import json
     import tempfile
 
-    # runs for different families may go side by side: one reads and writes at a time
+    # runs for different families may go side by side: one merges and writes at a time
     with open(Path(tempfile.gettempdir()) / "mlx-lora-other.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return _merged_other(json, families, fresh, seconds)
-
-
-def _merged_other(json, families, fresh, seconds):
-    kept = {"rows": [], "seconds": {}}
-    if families and OTHER_JSON.exists():
-        kept = json.loads(OTHER_JSON.read_text(encoding="utf-8"))
-    ran = families or tuple(dict.fromkeys(r["family"] for r in fresh))
-    rows = [r for r in kept["rows"] if r["family"] not in ran] + fresh
-    order = [f for f, _ in OTHER_STRUCTURES]
-    rows.sort(key=lambda r: (order.index(r["family"]), not r["held_out"]))
-    times = {f: t for f, t in kept["seconds"].items() if f not in ran}
-    times.update({f: seconds / len(ran) for f in ran})
-    doc = {"command": "python benchmarks/mlx_lora.py --other [FAMILY ...]", "rows": rows}
-    OTHER_JSON.write_text(json.dumps({**doc, "seconds": times}, indent=1) + "\n")
-    return rows, sum(times.values())
+        kept = {"rows": [], "seconds": {}}
+        if families and OTHER_JSON.exists():
+            kept = json.loads(OTHER_JSON.read_text(encoding="utf-8"))
+        ran = families or tuple(dict.fromkeys(r["family"] for r in fresh))
+        rows = [r for r in kept["rows"] if r["family"] not in ran] + fresh
+        order = [f for f, _ in OTHER_STRUCTURES]
+        rows.sort(key=lambda r: (order.index(r["family"]), not r["held_out"]))
+        times = {f: t for f, t in kept["seconds"].items() if f not in ran}
+        times.update({f: round(seconds / len(ran)) for f in ran})
+        doc = {"command": "python benchmarks/mlx_lora.py --other [FAMILY ...]", "rows": rows}
+        OTHER_JSON.write_text(json.dumps({**doc, "seconds": times}, indent=1) + "\n")
+        if families:
+            write_other(rows, sum(times.values()))
+    return rows
 
 
 def main() -> None:
@@ -429,8 +428,9 @@ def main() -> None:
             names = ", ".join(f for f, _ in OTHER_STRUCTURES)
             raise SystemExit(f"--other {unknown[0]}: not one of {names}")
         fresh = other_rows(families)
-        rows, seconds = merged_other(families, fresh, time.perf_counter() - start)
-        write_other(rows, seconds)
+        merged_other(
+            families or tuple(f for f, _ in OTHER_STRUCTURES), fresh, time.perf_counter() - start
+        )
         print(REPORT.read_text())
         return
     found = rows()
