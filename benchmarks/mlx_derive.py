@@ -440,6 +440,8 @@ def add_depths(
             ]
             got = fit(structure, dtype, tops, dims, depths)["at"]
             c[part] = dict(sorted({**c.get(part, {}), **got}.items()))
+            shape = c.pop("shape")  # the row's keys in row_of's order: shape last
+            c["shape"] = shape
     return rows
 
 
