@@ -25,10 +25,21 @@ and moments are under full fine-tuning.
 
 With structures named, ``--lora`` derives their LoRA keys only (every other key kept,
 the files written after each key), at L = 1, 2, 3 directly (what ``--shallow`` adds to
-the L = 2 of a bare ``--lora``). mlx-lm's default keys are every ``nn.Linear`` of a
-block, whatever they are called: Phi-3's fused ``qkv_proj`` (its ``lora_b`` r × (q + 2kv),
-kind ``qkv·r``) and ``gate_up_proj`` (r × 2f, ``2f·r``), GPT-2's ``c_attn`` (r × 3d,
-``3d·r``); Qwen3's and Gemma 3's q/k norms and every norm stay frozen, not adapted.
+the L = 2 of a bare ``--lora``) and at L = 5–9 (:data:`DENSE_BETWEEN`: the largest
+moment shifts by a few ops with each layer added, so no depth up to 10 is left to the
+straight line). mlx-lm's default keys are every ``nn.Linear`` of a block, whatever they
+are called (``linear_to_lora_layers`` in ``mlx_lm/tuner/utils.py`` collects them with
+``apply_to_modules``): Phi-3's fused ``qkv_proj`` (its ``lora_b`` r × (q + 2kv), kind
+``qkv·r``) and ``gate_up_proj`` (r × 2f, ``2f·r``); GPT-2's ``c_attn`` (r × 3d, ``3d·r``),
+``attn.c_proj``, ``mlp.c_fc`` and ``mlp.c_proj``; StarCoder2's q/k/v/o and ``c_fc``,
+``c_proj``; Gemma's and Gemma 2's the seven of Llama's; Qwen3's and Gemma 3's q/k norms
+and every norm stay frozen, not adapted.
+
+    python benchmarks/mlx_derive.py --between STRUCTURE ...   # add L = 5–9 to LoRA keys
+
+``--between`` adds the counts at L = 5–9 to the LoRA keys of structures derived before
+``--lora`` read them (Gemma 3, OLMo 2, Phi-3), every count already there kept: the same
+files as a fresh ``--lora STRUCTURE`` (the replays are deterministic).
 
     python benchmarks/mlx_derive.py --shallow [STRUCTURE ...]   # add L = 1, 2, 3 counts
 
@@ -362,7 +373,8 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
     layers = MOE_LAYERS if moe else LAYERS
     for shape, dims in zip(shapes, dims_by, strict=True):
         shallow_depths = () if moe else shallow_of(structure, lora)
-        between = DENSE_BETWEEN if shallow_depths and not lora else ()
+        # LoRA's counts (every structure's) and the dense classes' full ones: L = 5–9 too.
+        between = DENSE_BETWEEN if shallow_depths else ()
         depths = layers + shallow_depths + between
         tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
         for phase in ("any", "optimizer_step"):
@@ -390,6 +402,16 @@ def add_shallow(structure: str, dtype: str, compiled: bool, lora: bool, rows: li
     each depth of :data:`ALL_SHALLOW` not yet counted: per derivation shape, the largest
     moment overall (the shape's first candidate) and within the update (its second),
     read as :func:`derive` reads them."""
+    return add_depths(structure, dtype, compiled, lora, rows, ALL_SHALLOW, "shallow")
+
+
+def add_depths(
+    structure: str, dtype: str, compiled: bool, lora: bool, rows: list[dict], wanted, part: str
+):
+    """``rows`` with their counts at each depth of ``wanted`` not yet counted, kept in the
+    candidates' ``part`` (``shallow`` below L = 4, ``between`` for 5–9): per derivation
+    shape, the largest moment overall (the shape's first candidate) and within the update
+    (its second), read as :func:`derive` reads them."""
     from introspect.refined import mlx as closed
 
     moe = structure in closed.MOE_STRUCTURES
@@ -400,8 +422,10 @@ def add_shallow(structure: str, dtype: str, compiled: bool, lora: bool, rows: li
             for c in rows
             if (c["shape"]["seq"], c["shape"]["vocab"]) == (shape["seq"], shape["vocab"])
         ]
-        have = set(mine[0].get("at", {})) | set(mine[0].get("shallow", {})) if mine else set()
-        depths = tuple(L for L in ALL_SHALLOW if L not in have and runs(structure, L))
+        have = (
+            {L for p in ("at", "shallow", "between") for L in mine[0].get(p, {})} if mine else set()
+        )
+        depths = tuple(L for L in wanted if L not in have and runs(structure, L))
         if not mine or not depths:
             continue
         dims = dims_of(structure, dict(shape), lora)
@@ -415,7 +439,9 @@ def add_shallow(structure: str, dtype: str, compiled: bool, lora: bool, rows: li
                 for t in tapes
             ]
             got = fit(structure, dtype, tops, dims, depths)["at"]
-            c["shallow"] = dict(sorted({**c.get("shallow", {}), **got}.items()))
+            c[part] = dict(sorted({**c.get(part, {}), **got}.items()))
+            shape = c.pop("shape")  # the row's keys in row_of's order: shape last
+            c["shape"] = shape
     return rows
 
 
@@ -517,6 +543,9 @@ def main() -> None:
                 print(k, "shallow", sorted(rows[0].get("shallow", {})), flush=True)
         write(counts)
         return
+    if sys.argv[1:2] == ["--between"]:
+        between_of(sys.argv[2:])
+        return
     if sys.argv[1:2] == ["--lora"] and sys.argv[2:]:
         lora_of(sys.argv[2:])
         return
@@ -566,6 +595,25 @@ def lora_of(structures: list[str]) -> None:
                 print(k, len(counts[k]), "candidates", flush=True)
                 # this structure's file only: runs for other structures may be under way
                 write({k: v for k, v in counts.items() if k.split("/", 1)[0] == structure})
+
+
+def between_of(structures: list[str]) -> None:
+    """``--between STRUCTURE ...``: add the counts at L = 5–9 (:data:`DENSE_BETWEEN`) to
+    the LoRA keys of the structures named (derived before ``--lora`` read them), every
+    count already there kept; a structure's file is written after each of its keys."""
+    from introspect.refined import mlx_counts
+
+    counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
+    for structure in structures:
+        keys = [k for k in counts if k.split("/")[0] == structure and k.endswith("/lora")]
+        if not keys:
+            raise SystemExit(f"--between {structure}: no LoRA counts to add to (--lora first)")
+        for k in keys:
+            dtype, mode = k.split("/")[1:3]
+            compiled = mode == "compiled"
+            add_depths(structure, dtype, compiled, True, counts[k], DENSE_BETWEEN, "between")
+            print(k, "between", sorted(counts[k][0].get("between", {})), flush=True)
+            write({k: v for k, v in counts.items() if k.split("/", 1)[0] == structure})
 
 
 def row_of(candidate) -> dict:

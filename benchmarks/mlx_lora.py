@@ -2,6 +2,7 @@
 
     python benchmarks/mlx_lora.py     # writes benchmarks/results/mlx-lora.md
     python benchmarks/mlx_lora.py --other   # only its other structures' section
+    python benchmarks/mlx_lora.py --other gpt2 gemma   # those families' rows rerun
 
 Each row is a real step (:func:`introspect.measure.mlx_lm_models.measure` with
 ``finetune="lora"``: ``model.freeze()``, ``linear_to_lora_layers`` on every block with
@@ -25,6 +26,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 REPORT = ROOT / "benchmarks" / "results" / "mlx-lora.md"
+#: The other structures' rows (``--other FAMILY ...`` reruns those families' rows only,
+#: the others' kept from here).
+OTHER_JSON = ROOT / "benchmarks" / "results" / "mlx-lora-other.json"
 BAND = 0.05
 REPEATS = 2
 
@@ -104,7 +108,11 @@ OTHER_STRUCTURES = (
     ("starcoder2", True),
     ("gemma2", True),
     ("gemma", True),
+    ("gpt2", True),
 )
+#: Classes with no K/V heads of their own: Phi's counts were read MHA, as Phi's
+#: checkpoints are; GPT-2's attention is MHA (``mlx_lm/models/gpt2.py``: one ``c_attn``).
+MHA = ("phi", "gpt2")
 HELD_OUT = ((96, 3, 256, 4, 2, 3000), (160, 6, 448, 5, 1, 5000))
 #: (rank, B, T) of the held-out rows (BF16: the first shape only).
 OTHER_GRID = ((4, 1, 64), (8, 2, 256))
@@ -155,33 +163,38 @@ def grid() -> list[tuple[str, str, int, int, int, bool]]:
 def rows() -> list[dict]:
     from introspect.adapters.hf_config import spec_from_config
 
-    from introspect.measure import mlx_lm_models
-    from introspect.refined import estimate
-
     out = []
     for name, dtype, rank, batch, seq, compiled in grid():
         raw = MODELS[name]
         spec = spec_from_config(raw, source=name)
         setup = setup_of(rank, batch, seq, compiled, dtype)
-        m = mlx_lm_models.measure(raw, name, spec, setup, compiled=compiled, repeats=REPEATS)
-        now = estimate(spec, setup)
-        with fallback():
-            before = estimate(spec, setup).total
-        out.append(
-            dict(
-                model=name, dtype=dtype, rank=rank, B=batch, T=seq, compiled=compiled,
-                measured=m.peak_bytes, estimate=now.total, fallback=before,
-                phase=now.execution.meta.get("peak_phase"), adapters=m.trainable_params,
-                layers=spec.num_hidden_layers,
-            )
-        )  # fmt: skip
-        print(
-            f"{name} {dtype} r={rank} B={batch} T={seq} "
-            f"{'compiled' if compiled else 'eager'}: measured {m.peak_bytes / 1e6:.2f} "
-            f"MB, estimate {now.total / 1e6:.2f}, fallback {before / 1e6:.2f}",
-            flush=True,
-        )
+        out.append(row(raw, name, spec, setup, dtype, layers=spec.num_hidden_layers))
     return out
+
+
+def row(raw: dict, name: str, spec, setup, dtype: str, **extra) -> dict:
+    """One real mlx-lm LoRA step of ``raw`` under ``setup`` beside the refined estimate
+    and the fallback (printed as it is made); ``extra`` joins the row as it is."""
+    from introspect.measure import mlx_lm_models
+    from introspect.refined import estimate
+
+    compiled = setup.framework == "mlx_compiled"
+    m = mlx_lm_models.measure(raw, name, spec, setup, compiled=compiled, repeats=REPEATS)
+    now = estimate(spec, setup)
+    with fallback():
+        before = estimate(spec, setup).total
+    print(
+        f"{name} {dtype} r={setup.lora_rank} B={setup.batch_size} T={setup.seq_len} "
+        f"{'compiled' if compiled else 'eager'}: measured {m.peak_bytes / 1e6:.2f} MB, "
+        f"estimate {now.total / 1e6:.2f} ({now.total / m.peak_bytes:.3f}), "
+        f"fallback {before / 1e6:.2f}",
+        flush=True,
+    )
+    return dict(
+        model=name, dtype=dtype, rank=setup.lora_rank, B=setup.batch_size, T=setup.seq_len,
+        compiled=compiled, measured=m.peak_bytes, estimate=now.total, fallback=before,
+        phase=now.execution.meta.get("peak_phase"), adapters=m.trainable_params, **extra,
+    )  # fmt: skip
 
 
 def other_config(family: str, tied: bool, shape: tuple) -> dict:
@@ -189,7 +202,7 @@ def other_config(family: str, tied: bool, shape: tuple) -> dict:
     from introspect.measure import mlx_replay as mr
 
     d, layers, f, heads, kv, vocab = shape
-    if family == "phi":  # its counts were read MHA, as Phi's checkpoints are
+    if family in MHA:
         kv = heads
     cfg = mr.family_config(family, d, layers, f, heads, kv, vocab)
     cfg["tie_word_embeddings"] = tied
@@ -198,14 +211,16 @@ def other_config(family: str, tied: bool, shape: tuple) -> dict:
     return cfg
 
 
-def other_grid() -> list[tuple[str, bool, tuple, str, int, int, int, bool, bool]]:
+def other_grid(
+    families: tuple[str, ...] = (),
+) -> list[tuple[str, bool, tuple, str, int, int, int, bool, bool]]:
     """(family, tied, shape, dtype, rank, B, T, compiled, held out) of every row of the
-    other structures whose LoRA counts are derived."""
+    other structures whose LoRA counts are derived (of ``families`` only, if named)."""
     from introspect.refined import mlx
 
     out = []
     for family, tied in OTHER_STRUCTURES:
-        if family not in mlx.LORA_STRUCTURES:
+        if family not in mlx.LORA_STRUCTURES or families and family not in families:
             continue
         for i, shape in enumerate(HELD_OUT):
             for dtype in ("fp32", "bf16") if i == 0 else ("fp32",):
@@ -219,38 +234,17 @@ def other_grid() -> list[tuple[str, bool, tuple, str, int, int, int, bool, bool]
     return out
 
 
-def other_rows() -> list[dict]:
+def other_rows(families: tuple[str, ...] = ()) -> list[dict]:
     from introspect.adapters.hf_config import spec_from_config
 
-    from introspect.measure import mlx_lm_models
-    from introspect.refined import estimate
-
     out = []
-    for family, tied, shape, dtype, rank, batch, seq, compiled, held in other_grid():
+    for family, tied, shape, dtype, rank, batch, seq, compiled, held in other_grid(families):
         raw = other_config(family, tied, shape)
         d, layers, f, heads, kv, vocab = shape
-        name = f"{family} d={d} L={layers} h={heads}/{kv} V={vocab}"
+        name = f"{family} d={d} L={layers} h={heads}/{heads if family in MHA else kv} V={vocab}"
         spec = spec_from_config(raw, source=name, use_transformers=False)
         setup = setup_of(rank, batch, seq, compiled, dtype)
-        m = mlx_lm_models.measure(raw, name, spec, setup, compiled=compiled, repeats=REPEATS)
-        now = estimate(spec, setup)
-        with fallback():
-            before = estimate(spec, setup).total
-        out.append(
-            dict(
-                model=name, dtype=dtype, rank=rank, B=batch, T=seq, compiled=compiled,
-                measured=m.peak_bytes, estimate=now.total, fallback=before,
-                phase=now.execution.meta.get("peak_phase"), adapters=m.trainable_params,
-                layers=layers, held_out=held, family=family,
-            )
-        )  # fmt: skip
-        print(
-            f"{name} {dtype} r={rank} B={batch} T={seq} "
-            f"{'compiled' if compiled else 'eager'}: measured {m.peak_bytes / 1e6:.2f} "
-            f"MB, estimate {now.total / 1e6:.2f} ({now.total / m.peak_bytes:.3f}), "
-            f"fallback {before / 1e6:.2f}",
-            flush=True,
-        )
+        out.append(row(raw, name, spec, setup, dtype, layers=layers, held_out=held, family=family))
     return out
 
 
@@ -329,13 +323,18 @@ def other_section(rows: list[dict], seconds: float | None = None) -> list[str]:
         "## Other structures (mlx-lm's, where their LoRA counts are derived)",
         "",
         *(
-            [f"    python benchmarks/mlx_lora.py --other    # {seconds:.0f} s", ""]
+            [
+                f"    python benchmarks/mlx_lora.py --other    # {seconds:.0f} s (rows: "
+                f"{OTHER_JSON.name}; `--other FAMILY ...` reruns those families' rows)",
+                "",
+            ]
             if seconds
             else []
         ),
         "Their LoRA counts: `python benchmarks/mlx_derive.py --lora STRUCTURE` (replays only, "
-        "the shapes above, L ∈ {1, 2, 3, 4, 10, 16, 32}); mlx-lm's default keys adapt every "
-        "nn.Linear of a block (Phi-3's fused qkv_proj and gate_up_proj one adapter each). "
+        "the shapes above, L = 1–10, 16 and 32; Qwen3's and Phi's L ∈ {1, 2, 3, 4, 10, 16, "
+        "32}); mlx-lm's default keys adapt every nn.Linear of a block (Phi-3's fused qkv_proj "
+        "and gate_up_proj one adapter each, GPT-2's c_attn, c_proj, c_fc, c_proj). "
         "*fallback*: torch's moments, what these estimates were before their counts.",
         "",
         "### Held-out shapes (d = 96 and 160, L = 3 and 6, MQA and GQA: no derivation shape)",
@@ -392,14 +391,51 @@ def write_other(others: list[dict], seconds: float) -> None:
     REPORT.write_text("\n".join([kept, *other_section(others, seconds)]) + "\n")
 
 
+def merged_other(families: tuple[str, ...], fresh: list[dict], seconds: float) -> list[dict]:
+    """The other structures' rows of :data:`OTHER_JSON` with those of ``families``
+    replaced by ``fresh`` (all of them when none is named), in :func:`other_grid`'s
+    order, written back with the seconds each family's run took, and the report's
+    other structures' section rewritten from them (:func:`write_other`)."""
+    import fcntl
+    import json
+    import tempfile
+
+    # runs for different families may go side by side: one merges and writes at a time
+    with open(Path(tempfile.gettempdir()) / "mlx-lora-other.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = {"rows": [], "seconds": {}}
+        if families and OTHER_JSON.exists():
+            kept = json.loads(OTHER_JSON.read_text(encoding="utf-8"))
+        ran = families or tuple(dict.fromkeys(r["family"] for r in fresh))
+        rows = [r for r in kept["rows"] if r["family"] not in ran] + fresh
+        order = [f for f, _ in OTHER_STRUCTURES]
+        rows.sort(key=lambda r: (order.index(r["family"]), not r["held_out"]))
+        times = {f: t for f, t in kept["seconds"].items() if f not in ran}
+        times.update({f: round(seconds / len(ran)) for f in ran})
+        doc = {"command": "python benchmarks/mlx_lora.py --other [FAMILY ...]", "rows": rows}
+        OTHER_JSON.write_text(json.dumps({**doc, "seconds": times}, indent=1) + "\n")
+        if families:
+            write_other(rows, sum(times.values()))
+    return rows
+
+
 def main() -> None:
     start = time.perf_counter()
-    if sys.argv[1:] == ["--other"]:
-        write_other(other_rows(), time.perf_counter() - start)
+    if sys.argv[1:2] == ["--other"]:
+        families = tuple(sys.argv[2:])
+        unknown = [f for f in families if f not in dict(OTHER_STRUCTURES)]
+        if unknown:
+            names = ", ".join(f for f, _ in OTHER_STRUCTURES)
+            raise SystemExit(f"--other {unknown[0]}: not one of {names}")
+        fresh = other_rows(families)
+        merged_other(
+            families or tuple(f for f, _ in OTHER_STRUCTURES), fresh, time.perf_counter() - start
+        )
         print(REPORT.read_text())
         return
     found = rows()
     others = other_rows()
+    merged_other((), others, 0.0)
     write(found, time.perf_counter() - start, others)
     print(REPORT.read_text())
 

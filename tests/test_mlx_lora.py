@@ -165,9 +165,9 @@ def test_lora_state_is_the_frozen_base_and_fp32_adapters_with_their_adam_state()
 def test_lora_moments_apply_only_where_derived():
     """mlx-lm's default LoRA on a derived structure uses the derived counts (with a
     dropout too: introspect.refined.mlx_dora); named targets, checkpointing and our
-    reference model keep torch's moments; an underived structure (GPT-2's) gets no figure
-    at all: one line that the MLX dry run answers, from the estimate and from the fit's
-    search."""
+    reference model keep torch's moments; an underived structure (an untied Gemma 3's)
+    gets no figure at all: one line that the MLX dry run answers, from the estimate and
+    from the fit's search."""
     from introspect import refined
     from introspect.commands.fit import _model_takes
     from introspect.refined import mlx
@@ -182,20 +182,30 @@ def test_lora_moments_apply_only_where_derived():
     ):
         assert not mlx.applies(other)
         assert "torch's moments" in refined.execution_estimate(spec, other).label
-    gpt2 = spec_from_config(CONFIGS_GPT2, source="gpt2.json", use_transformers=False)
-    # pick another underived family here once GPT-2's LoRA counts are derived
-    assert "gpt2" not in mlx.LORA_STRUCTURES
-    assert mlx.applies(lora_setup()) and not mlx.applies(lora_setup(), gpt2)
-    line = "gpt2.json: LoRA counts not derived for mlx-lm's gpt2: answered by the MLX dry run"
+    other = spec_from_config(UNDERIVED, source="gemma3.json", use_transformers=False)
+    # pick another underived structure here once an untied Gemma 3's LoRA counts are derived
+    assert mlx.structure_of(other, lora_setup()) not in mlx.LORA_STRUCTURES
+    assert mlx.applies(lora_setup()) and not mlx.applies(lora_setup(), other)
+    line = (
+        r"gemma3.json: LoRA counts not derived for mlx-lm's gemma3_text \(untied\): "
+        "answered by the MLX dry run"
+    )
     for setup in (lora_setup(), lora_setup(lora_dropout=0.05), lora_setup("mlx_compiled")):
         with pytest.raises(NotModelled, match=line):
-            refined.estimate(gpt2, setup)
-    assert not _model_takes(gpt2, lora_setup()) and _model_takes(spec, lora_setup())
-    assert refined.estimate(gpt2, lora_setup(finetune="full")).total > 0
-    assert not mlx.lora_not_derived(gpt2, lora_setup(framework="torch", implementation=None))
+            refined.estimate(other, setup)
+    assert not _model_takes(other, lora_setup()) and _model_takes(spec, lora_setup())
+    assert refined.estimate(other, lora_setup(finetune="full")).total > 0
+    assert not mlx.lora_not_derived(other, lora_setup(framework="torch", implementation=None))
 
 
-CONFIGS_GPT2 = MLX_LM["gpt2"]
+#: A structure without LoRA counts: mlx-lm's Gemma 3 untied (its class keeps ``lm_head``
+#: when the checkpoint has one; the LoRA counts are the tied structure's).
+UNDERIVED = dict(
+    model_type="gemma3_text", hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
+    vocab_size=512, rms_norm_eps=1e-6, sliding_window=4096, sliding_window_pattern=2,
+    tie_word_embeddings=False,
+)  # fmt: skip
 
 
 def test_lora_counts_are_whole_tensors_down_to_two_layers():
@@ -280,8 +290,8 @@ def test_qwen3_lora_step_beside_the_closed_form(framework):
 
 
 def test_an_underived_family_is_answered_by_the_mlx_dry_run(tmp_path, capsys):
-    """``introspect profile`` on mlx-lm's LoRA of a family with no LoRA counts (GPT-2):
-    the not-derived line and the MLX dry run of GPT-2's own class — within 5% of the
+    """``introspect profile`` on mlx-lm's LoRA of a structure with no LoRA counts (an
+    untied Gemma 3): the not-derived line and the MLX dry run of its own class — within 5% of the
     real step's peak, as the replay is — and no estimate of another structure;
     ``introspect measure --device fake --impl mlx-lm`` runs the same dry run."""
     import json
@@ -290,25 +300,28 @@ def test_an_underived_family_is_answered_by_the_mlx_dry_run(tmp_path, capsys):
     from introspect.measure import mlx_lora_dry_run
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(CONFIGS_GPT2))
+    path.write_text(json.dumps(UNDERIVED))
     flags = ["--framework", "mlx", "--finetune", "lora", "--lora-rank", "4"]
     flags += ["--seq", "96", "--batch", "2"]
     assert main(["profile", str(path), *flags, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["estimates"] is None and out["answer"] == "dry_run"
-    assert out["unmodelled"][0].startswith("LoRA counts not derived for mlx-lm's gpt2")
+    assert out["unmodelled"][0].startswith(f"LoRA counts not derived for {WHICH}")
     answer = out["dry_run"]
-    spec = spec_from_config(CONFIGS_GPT2, source="gpt2", use_transformers=False)
+    spec = spec_from_config(UNDERIVED, source="gemma3", use_transformers=False)
     setup = lora_setup(seq_len=96, batch_size=2)
     assert answer["trainable_params"] == adapter_parameters(spec, setup)
-    m = mlx_lm_models.measure(CONFIGS_GPT2, "gpt2", spec, setup, compiled=False, repeats=2)
+    m = mlx_lm_models.measure(UNDERIVED, "gemma3", spec, setup, compiled=False, repeats=2)
     assert answer["peak_bytes"] == pytest.approx(m.peak_bytes, rel=0.05)
-    dry = mlx_lora_dry_run.dry_run(CONFIGS_GPT2, "gpt2", spec, setup)
+    dry = mlx_lora_dry_run.dry_run(UNDERIVED, "gemma3", spec, setup)
     assert dry.peak_bytes == answer["peak_bytes"]
     assert main(["profile", str(path), *flags]) == 0
     text = capsys.readouterr().out
-    assert "LoRA counts not derived for mlx-lm's gpt2: answered by the MLX dry run" in text
+    assert f"LoRA counts not derived for {WHICH}: answered by the MLX dry run" in text
     assert "refined" not in text and f"({answer['peak_bytes']:,} bytes)" in text
     code = main(["measure", str(path), *flags, "--device", "fake", "--impl", "mlx-lm"])
     assert code == 0
-    assert "not derived for mlx-lm's gpt2" in capsys.readouterr().out
+    assert f"not derived for {WHICH}" in capsys.readouterr().out
+
+
+WHICH = "mlx-lm's gemma3_text (untied)"

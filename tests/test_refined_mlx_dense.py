@@ -111,16 +111,11 @@ def test_structure_of_the_dense_families_and_their_ties():
     assert mlx.structure_of(olmo2.replace(model_type="olmo"), s) == "qwen3"
 
 
-#: Structures whose LoRA counts have no replays at L = 5–9 (derived without ``between``).
-LINE_4_TO_10 = ("gemma3_text", "olmo2", "phi3")
-
-
 def test_dense_counts_are_read_at_every_depth_up_to_ten():
-    """Each dense candidate has whole-number counts at the shared depths, at L = 2, 3
-    (``shallow``) and 5–9 (``between``), and the closed form reads those counts there.
-    The LoRA counts of Gemma 3, OLMo 2 and Phi-3 (``mlx_derive.py --lora STRUCTURE``)
-    were replayed at L = 1–4, 10, 16, 32 only: between 4 and 10 they are the straight
-    line (their held-out steps at L = 6 are within ±5%, ``results/mlx-lora.md``)."""
+    """Each dense candidate, full fine-tuning's and LoRA's, has whole-number counts at the
+    shared depths, at L = 2, 3 (``shallow``) and 5–9 (``between``), and the closed form
+    reads those counts there (the LoRA ones: ``mlx_derive.py --lora STRUCTURE``, whose
+    L = 5–9 for Gemma 3, OLMo 2 and Phi-3 ``mlx_derive.py --between`` added)."""
     from introspect.refined.mlx_counts import all_counts
 
     derived = all_counts()
@@ -129,9 +124,8 @@ def test_dense_counts_are_read_at_every_depth_up_to_ten():
     for k in keys:
         for c in derived[k]:
             assert set(c.at) == set(mlx.DEPTHS)
-            line = k.endswith("/lora") and k.split("/")[0] in LINE_4_TO_10
             assert {2, 3} <= set(c.shallow)
-            assert set(c.between) == (set() if line else {5, 6, 7, 8, 9})
+            assert set(c.between) == {5, 6, 7, 8, 9}
             for depth, counts in (*c.shallow.items(), *c.between.items()):
                 assert all(isinstance(v, int) for v in counts.values())
                 read = {kind: v for kind, v in mlx.counts_at(c, depth).items() if v}

@@ -855,6 +855,7 @@ def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
 LORA_STRUCTURES = (
     *("llama", "llama-untied", "qwen2"),
     *("qwen3", "gemma3_text", "phi", "phi3", "olmo2"),
+    *("gpt2", "gemma", "gemma2", "starcoder2"),
 )
 
 
@@ -878,8 +879,9 @@ def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
     structure = structure_of(spec, setup)
     if structure in LORA_STRUCTURES:
         return ""
+    untied = " (untied)" if structure.endswith("-untied") else ""
     return (
-        f"LoRA counts not derived for mlx-lm's {STRUCTURES[structure][0]}: answered by the "
-        "MLX dry run (`introspect profile` runs it, or `introspect measure SOURCE "
+        f"LoRA counts not derived for mlx-lm's {STRUCTURES[structure][0]}{untied}: answered "
+        "by the MLX dry run (`introspect profile` runs it, or `introspect measure SOURCE "
         "--framework mlx --impl mlx-lm --device fake --finetune lora`)"
     )
