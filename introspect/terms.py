@@ -708,6 +708,19 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/recompute",
+            category="transient",
+            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; plus the stream's gradient B·T·d",
+            source="transformers/models/nemotron_h/modeling_nemotron_h.py: mamba2_chunk_scan (l. 273-377), NemotronHMamba2Mixer.torch_forward; torch/utils/checkpoint.py: unpack_hook (recompute at the first unpack) (introspect/refined/mamba2.py: recompute_extra)",
+            computed_by=(
+                "introspect/refined/mamba2.py: recompute_extra",
+                "introspect/refined/execution.py: at_layer",
+            ),
+            tests=(
+                "tests/test_ssm.py::test_mamba2_recomputed_scan_peak_is_within_3_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/linear",
             category="activations",
             equation="s·L·5·B·T·d: Q, K, V, probs·V and the output (the seed's attention_linear_values)",

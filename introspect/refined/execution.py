@@ -854,6 +854,26 @@ def _after_down_projection(
     return out, d * f + (d if spec.mlp_bias else 0)
 
 
+def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> dict[str, int]:
+    """A checkpointed Mamba-2 layer's moment inside its recomputation (empty for other
+    mixers): the attention side's saved set (the mixer's whole, its norm's) and the bytes
+    its scan holds beyond it at the forward's peak
+    (:func:`introspect.refined.mamba2.recompute_extra`), beside the residual stream's
+    gradient that reached the layer. The recomputation runs at the start of the layer's
+    backward (``torch/utils/checkpoint.py``, the first unpack of a saved tensor), before
+    its feed-forward is made again."""
+    if att.kind != "mamba2" or spec.kinds[0][0].mixer is not None:
+        return {}
+    from introspect.refined import mamba2
+    from introspect.refined.stream import residual_bytes
+
+    out = dict(side)
+    out.update(hf_saved.attention_norm(spec, setup))
+    stream = setup.tokens * spec.hidden_size * residual_bytes(setup)
+    out["attention/recompute"] = mamba2.recompute_extra(att, setup, spec.hidden_size) + stream
+    return out
+
+
 def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     """One layer's share of its backward moments, for a homogeneous ``spec`` (a kind of a
     heterogeneous stack through :meth:`ModelSpec.for_kind`): what it keeps while the layers
@@ -866,8 +886,9 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     below = saved.checkpointed_layer(spec, setup) if setup.activation_checkpointing else full
     impl = implementation_of(spec, setup)
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
-    current = impl.at_attention_backward(spec, setup, full, side)
     att = spec.kinds[0][0].attention
+    recompute = _mixer_recompute(spec, setup, att, side) if setup.activation_checkpointing else {}
+    current = impl.at_attention_backward(spec, setup, full, side)
     if att.kind == "none":
         side = 0
     elif att.kind in ("mamba1", "mamba2"):
@@ -884,6 +905,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
+        if recompute:
+            recompute = _add(recompute, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
     return {
         # Prefixed once: a moment differs from the next only by the layers below.
@@ -892,6 +915,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         else _prefixed({f"layer/{k}": v for k, v in below.items()}),
         "whole": _prefixed({f"layer/{k}": v for k, v in whole.items()}),
         "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
+        "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
         "params": layer_parameters(spec),
@@ -986,6 +1010,16 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
+        if part["recompute"]:
+            # Checkpointing: the mixer's forward peak as the recomputation runs it, with
+            # the gradient of everything above made (none of this layer's yet).
+            terms = dict(base)
+            terms.update(below_i)
+            _add_into(terms, part["recompute"])
+            _add_into(terms, loop_logits)
+            terms[GRADS] = grad_bytes(spec, setup, above)
+            terms.update(placed)
+            out.append(terms)
         for post in sharding.post_backward(spec, setup, wb, i):
             # FSDP2: the block's reduce-scatter, its activations freed.
             terms = dict(base)

@@ -169,3 +169,50 @@ def made_before_peak(att: Attention, hidden_size: int) -> int:
     bias) and the gated norm's weight, whose backwards run first."""
     inner = att.mamba_num_heads * att.mamba_head_dim
     return inner * hidden_size + (hidden_size if att.mamba_proj_bias else 0) + inner
+
+
+def recompute_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
+    """Bytes the mixer's forward holds at its scan's peak beyond its whole saved set, as
+    checkpointing's recomputation runs it again inside the backward (may be negative).
+
+    The peak is ``(Y_diag + Y_off).contiguous()`` in ``mamba2_chunk_scan``
+    (``transformers/models/nemotron_h/modeling_nemotron_h.py`` l. 273–377, the function
+    Falcon-H1 and Granite-4.0-H call too): every local the function still binds is
+    alive — ``D_residual`` and the three B·T_p·I FP32 tensors the line makes or reads
+    (``Y_off``, the sum, its contiguous copy), the Y_diag einsum's output (B·T_p·I·m),
+    the zero initial state (B·h·p·n·m), the padded A and its cumsum (2·B·T_p·h·4).
+    Under autocast the FP32 tensors whose BF16 casts the einsums saved are locals too —
+    the padded C and x, ``B_decay`` (B·T_p·(2·h·n + I)·4) and M (B·h·N·c²·4) — and so
+    are the caller's BF16 in_proj output (B·T·P·2), the conv's SiLU output (B·T·C·2),
+    the conv bias cast (C·2) and the clamped dt (B·T·h·2); under BF16 the SiLU output
+    and clamped dt (FP32 keeps both). Not yet made: the gated norm's saved set
+    (``gated_norm``), out_proj's input (``context``) and, under autocast, its weight
+    cast. Read from a live-storage trace of ``NemotronHMamba2Mixer``'s forward."""
+    B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
+    autocast = setup.precision == "amp"
+    h, p, n = att.mamba_num_heads, att.mamba_head_dim, att.mamba_state_size
+    c, d = att.mamba_chunk_size, hidden_size
+    size = widths(att, d)
+    inner, conv, proj = size["I"], size["C"], size["P"]
+    N = -(-T // c)
+    Tp = N * c
+    m = BF16 if autocast else FP32
+    held = B * Tp * inner * (4 * FP32 + m) + B * h * p * n * m + 2 * B * Tp * h * FP32
+    if autocast:
+        held += B * Tp * (2 * h * n + inner) * FP32 + B * h * N * c * c * FP32
+        held += B * T * proj * BF16 + conv * BF16 * (1 if att.mamba_conv_bias else 0)
+    elif B * N > 1:
+        # The einsums copy their operands here (the saved set's views are the one-row,
+        # one-chunk case's): the padded x and B_decay are locals beside their copies,
+        # and with several chunks the padded C too.
+        held += B * Tp * (inner + h * n) * FP32 + (B * Tp * h * n * FP32 if N > 1 else 0)
+    if N > 1:
+        # The recurrence's output, whose first N chunks the output einsum copied.
+        held += B * h * (N + 1) * p * n * m
+    if autocast or a != FP32:
+        held += B * T * conv * a + B * T * h * a
+    kept = saved(att, setup, d)
+    later = kept["attention/mamba/gated_norm"] + kept["attention/linear/context"]
+    if autocast:
+        later += inner * d * BF16
+    return held - later
