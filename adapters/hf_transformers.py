@@ -211,8 +211,8 @@ def _language_tree(model, tree):
     :func:`~introspect.adapters.multimodal.spec_from_wrapper` reads an image-text
     wrapper — the whole tree would read the audio tower's ``embed_positions`` as a
     learned position table; else the whole tree and ``None``."""
+    from .composite import kept_prefixes
     from .module_walk import ModuleTree
-    from .multimodal import kept_prefixes
 
     if not any(n.rpartition(".")[2] == "language_model" for n in tree.modules):
         return tree, None
@@ -243,7 +243,7 @@ def _composite_tower(spec: ModelSpec, model, exact: int, keep: list[str] | None)
     are ``tower_frozen_parameters``: no optimizer state either."""
     if keep is None:
         return spec
-    from .multimodal import describe_tower
+    from .composite import describe_tower
 
     names = {id(m): n for n, m in model.named_modules()}
     text, frozen = 0, 0

@@ -24,7 +24,7 @@ SETUPS = {
 }
 
 
-def _ratio(raw: dict, setup_name: str) -> float:
+def _ratio_to_dry_run(raw: dict, setup_name: str) -> float:
     from introspect import refined
     from introspect.measure import hf_models
 
@@ -82,7 +82,7 @@ def test_mask_buffers_are_read_from_the_build():
 )
 def test_causal_mask_buffers(name, setup_name):
     """The masks are resident in every moment (``weights/buffers``)."""
-    assert _ratio(MASKS[name], setup_name) == pytest.approx(1, abs=0.03)
+    assert _ratio_to_dry_run(MASKS[name], setup_name) == pytest.approx(1, abs=0.03)
 
 
 def test_openai_gpt_runs_its_own_gelu():
@@ -90,7 +90,7 @@ def test_openai_gpt_runs_its_own_gelu():
     walker reads the activation module the block holds, whose three extra B·T·f tensors
     (and the FP32 mask buffers) the closed form then counts."""
     assert spec_from_config(MASKS["openai-gpt"]).hidden_act == "gelu_new"
-    assert _ratio(MASKS["openai-gpt"], "fp32 eager") == pytest.approx(1, abs=0.03)
+    assert _ratio_to_dry_run(MASKS["openai-gpt"], "fp32 eager") == pytest.approx(1, abs=0.03)
 
 
 #: Jais-2's ``relu2`` feed-forward (``ReLUSquaredActivation``: ``torch.square(relu(x))``).
@@ -104,7 +104,7 @@ def test_relu2_backward_holds_the_pow_temporaries():
     """``square``'s backward (``pow_backward``) makes ``x.pow(1)`` and ``2·x`` beside the
     product: two B·T·f tensors the feed-forward's backward holds beyond F.gelu's."""
     assert spec_from_config(JAIS2).hidden_act == "relu2"
-    assert _ratio(JAIS2, "fp32 eager") == pytest.approx(1, abs=0.03)
+    assert _ratio_to_dry_run(JAIS2, "fp32 eager") == pytest.approx(1, abs=0.03)
 
 
 #: Granite-SWA: one K/V head (``repeat_kv`` a view) and the post-attention sink scale.
@@ -119,7 +119,7 @@ def test_granite_swa_lse_sink_scale(setup_name):
     """logsumexp keeps the masked scores and the product keeps probabilities·V
     (``transformers_classes.ClassFacts.lse_sink_scale``); K and V are kept at one head's
     width, ``repeat_kv`` viewing them."""
-    assert _ratio(GRANITE_SWA, setup_name) == pytest.approx(1, abs=0.03)
+    assert _ratio_to_dry_run(GRANITE_SWA, setup_name) == pytest.approx(1, abs=0.03)
 
 
 #: Mistral at one K/V head: eager's ``repeat_kv`` is a view, the matmuls keep kv_dim.
@@ -143,7 +143,7 @@ def test_one_kv_head_repeat_is_a_view():
     k = terms.get("activations/layer/attention/linear/k")
     if k is not None:
         assert k == 4 * 64 * 16 * 4  # L · T · kv_dim · FP32
-    assert _ratio(MISTRAL_MQA, "fp32 eager") == pytest.approx(1, abs=0.005)
+    assert _ratio_to_dry_run(MISTRAL_MQA, "fp32 eager") == pytest.approx(1, abs=0.005)
 
 
 #: BLOOM: its GeLUFunction's hand-written backward (``bloom_gelu_back``).
@@ -154,4 +154,4 @@ BLOOM = dict(model_type="bloom", hidden_size=64, n_layer=2, n_head=8, vocab_size
 def test_bloom_gelu_backward_temporaries(setup_name):
     """``bloom_gelu_back`` holds five B·T·f tensors beside the incoming gradient
     (``ClassFacts.activation_backward_extra``), where the peak of the step falls."""
-    assert _ratio(BLOOM, setup_name) == pytest.approx(1, abs=0.03)
+    assert _ratio_to_dry_run(BLOOM, setup_name) == pytest.approx(1, abs=0.03)

@@ -70,6 +70,14 @@ def specs() -> dict:
     from test_falcon_h1 import FALCON_H1  # attention and a Mamba-2 mixer in parallel
 
     out["falcon_h1, attention ∥ mamba2"] = spec_from_config(dict(FALCON_H1))
+    from test_every_type_gpt import GRANITE_SWA  # the LSE sink scale (a walker type)
+
+    out["granite_swa, lse sink"] = spec_from_config(dict(GRANITE_SWA))
+    from test_every_type_bf16 import CASES  # BitNet's sub norms, ERNIE's rotary tables
+
+    out["bitnet, sub norms"] = spec_from_config(dict(CASES["bitnet, in-branch sub norms"]))
+    ernie = CASES["ernie4_5, rotary tables repeated per layer"]
+    out["ernie4_5, rotary tables per layer"] = spec_from_config(dict(ernie))
     return out
 
 

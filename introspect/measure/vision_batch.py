@@ -170,7 +170,7 @@ def with_images(model, extra: dict):
 def freeze_tower(model) -> int:
     """``--freeze-tower`` on the real class: every parameter outside the language model
     and the head stops requiring a gradient; returns how many weights it froze."""
-    from introspect.adapters.multimodal import kept_prefixes
+    from introspect.adapters.composite import kept_prefixes
 
     keep = kept_prefixes(model)
     frozen = 0
