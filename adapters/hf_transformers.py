@@ -193,14 +193,29 @@ def _class_facts(model) -> dict[str, Any]:
     modeling_falcon.py`` l. 313-346); the new one broadcasts them to every head first
     (``_split_heads``, l. 255-263). A ``final_logit_softcapping`` the config sets (Beam:
     ``tanh(logits / cap) * cap`` in ``BeamForCausalLM.forward``, whose tanh keeps its
-    output) is read as the family readers read it (``hf_config.execution_facts``)."""
+    output) is read as the family readers read it (``hf_config.execution_facts``), and so
+    is an ``attn_logit_softcapping`` the attention modules hand eager attention
+    (VaultGemma: ``softcap=self.attn_logit_softcapping``, ``models/vaultgemma/
+    modeling_vaultgemma.py`` l. 188, 226; ``eager_attention_forward``'s tanh keeps a
+    T×T output, l. 146-149)."""
     cfg = model.config
     if cfg.model_type == "falcon":
         return {"sdpa_kv_heads_broadcast": not cfg.new_decoder_architecture}
+    out = {}
     cap = getattr(cfg, "final_logit_softcapping", None)
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
-        return {"final_logit_softcapping": float(cap)}
-    return {}
+    if _positive(cap):
+        out["final_logit_softcapping"] = float(cap)
+    attn = next(
+        (m.attn_logit_softcapping for m in model.modules() if hasattr(m, "attn_logit_softcapping")),
+        None,
+    )
+    if _positive(attn):
+        out["attn_logit_softcapping"] = float(attn)
+    return out
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _language_tree(model, tree):

@@ -155,3 +155,42 @@ def test_bloom_gelu_backward_temporaries(setup_name):
     """``bloom_gelu_back`` holds five B·T·f tensors beside the incoming gradient
     (``ClassFacts.activation_backward_extra``), where the peak of the step falls."""
     assert _ratio_to_dry_run(BLOOM, setup_name) == pytest.approx(1, abs=0.03)
+
+
+#: VaultGemma: its attention modules hand eager attention ``softcap``; the tanh keeps a
+#: T×T tensor per layer (before: 0.957 at the every-type shape).
+VAULTGEMMA = dict(
+    model_type="vaultgemma", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=1, head_dim=16, intermediate_size=256, vocab_size=512,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt"])
+def test_attention_softcapping_of_a_walked_class(setup_name):
+    spec = spec_from_config(VAULTGEMMA)
+    assert spec.attn_logit_softcapping == 50.0  # VaultGemmaConfig's default
+    assert _ratio_to_dry_run(VAULTGEMMA, setup_name) == pytest.approx(1, abs=0.03)
+
+
+#: Llama 4 with a vision_config: the reader counts the tower, so the dry run builds the
+#: wrapper (``AutoModelForImageTextToText``), fed text only — not Llama4ForCausalLM.
+LLAMA4 = dict(
+    model_type="llama4", boi_token_index=509, eoi_token_index=510, image_token_index=511,
+    text_config=dict(
+        model_type="llama4_text", vocab_size=512, hidden_size=64, intermediate_size=96,
+        intermediate_size_mlp=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+        interleave_moe_layer_step=1, no_rope_layers=[1, 0], attention_chunk_size=8192,
+    ),
+    vision_config=dict(
+        model_type="llama4_vision_model", hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, vision_output_dim=128,
+        image_size=56, patch_size=14, projector_input_dim=128, projector_output_dim=64,
+    ),
+)  # fmt: skip
+
+
+def test_llama4_with_a_vision_config_is_dry_run_as_its_wrapper():
+    spec = spec_from_config(LLAMA4)
+    assert spec.tower_parameters > 0
+    assert _ratio_to_dry_run(LLAMA4, "fp32 eager") == pytest.approx(1, abs=0.03)

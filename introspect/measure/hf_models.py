@@ -116,12 +116,12 @@ def model_class(model_type: str, config: dict[str, Any], where: str):
             f"{where}: transformers {_version()} does not know model_type {model_type!r}; "
             "upgrade transformers or use --impl reference"
         )
-    from introspect.adapters.families import REGISTRY
     from introspect.adapters.multimodal import is_wrapper
 
-    # Qwen3.5 with a vision_config is its wrapper, tower included, as it is counted; the
-    # hand-read families (Llama 4) keep the class their readers were checked against.
-    wrapper = model_type not in REGISTRY and is_wrapper(config, model_type)
+    # A config with a vision_config (Qwen3.5, Llama 4) is its wrapper, tower included, as
+    # it is counted (the hand-read Llama 4 reader counts the tower too); without one, the
+    # text-only causal-LM class.
+    wrapper = is_wrapper(config, model_type)
     if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not wrapper:
         from transformers import AutoModelForCausalLM
 

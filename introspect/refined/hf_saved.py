@@ -151,8 +151,10 @@ def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     ``expand(B, 1, n_rep, T, hd).reshape(B, n_rep, T, hd)`` merges a size-1 dim with the
     stride-0 one, which ``reshape`` can view (``computeStride``,
     ``aten/src/ATen/TensorUtils.cpp``), so the matmuls save the kv_dim storage (census:
-    Granite-SWA at one K/V head keeps B·T·kv of each)."""
-    if kv_repeated(spec, setup) and spec.kv_heads > 1:
+    Granite-SWA at one K/V head keeps B·T·kv of each). Eager's matmuls only: SDPA's math
+    fallback keeps the repeated width even then (dry run: Seed-OSS at one K/V head under
+    BF16 SDPA holds B·T·q of each)."""
+    if kv_repeated(spec, setup) and (spec.kv_heads > 1 or setup.attention != "eager"):
         return spec.q_dim
     return spec.kv_dim
 
