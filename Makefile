@@ -28,8 +28,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Two workers (pytest-xdist): the suite is thousands of small CPU-bound steps; every
+# port, file and cache a test uses is its own, so they run side by side.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) build *.egg-info
