@@ -101,10 +101,22 @@ def build_on_meta(config: dict[str, Any], model_type: str, where: str, *, auto: 
         with torch.device("meta"):
             return cls.from_config(cfg)
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds; one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(
-            f"{where}: transformers cannot build model_type {model_type!r} from it ({first})"
+            f"{where}: transformers cannot build model_type {model_type!r} from it "
+            f"({_first_line(e)})"
         ) from e
+
+
+def _first_line(error: BaseException) -> str:
+    """The error's first line, with the line after it when it only introduces it
+    (huggingface_hub's strict dataclasses: "Class validation error for validator
+    'validate_architecture':" above the ValueError that names the keys)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if lines[0].endswith(":") and len(lines) > 1:
+        return f"{lines[0]} {lines[1]}"
+    return lines[0]
 
 
 def unique_parameters(model) -> int:

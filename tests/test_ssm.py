@@ -249,3 +249,16 @@ def test_setups_the_mamba2_closed_form_does_not_model_are_refused(tmp_path, caps
     assert main(["profile", str(path), *flags]) == 2
     line = one_line_error(capsys)
     assert line.split("error: ")[1].startswith(flag) and "Mamba-2" in line
+
+
+def test_a_mamba2_config_transformers_rejects_names_the_keys(tmp_path, capsys):
+    """Mamba2Config's own validator (``hidden_size * expand`` against ``num_heads *
+    head_dim``) speaks on the line after its heading: the one line carries both."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({
+        "model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512,
+        "num_heads": 5, "head_dim": 16, "expand": 2, "state_size": 16, "n_groups": 1,
+    }))  # fmt: skip
+    assert main(["profile", str(path)]) == 2
+    line = one_line_error(capsys)
+    assert str(path) in line and "num_heads * head_dim" in line
