@@ -647,7 +647,11 @@ def both_section() -> list[str]:
         "reset_peak_memory_stats leaves; introspect.allocator.synthetic.load_stream), "
         "puts what the wrapper gathers on its all-gather stream and ZeRO-3's fp16 "
         "overflow check on its reduce stream (blocks are per stream: "
-        "CUDACachingAllocator.cpp's BlockPool), by the setup's sharding, never per row. "
+        "CUDACachingAllocator.cpp's BlockPool), and under ZeRO-3 hands each gradient to "
+        "the IPG bucket under record_stream (freed at the epilogue's synchronize), makes "
+        "each bucket's reduce-scatter flat buffer on the reduce stream and the gradient "
+        "norm's float64 copies (introspect.allocator.zero3), by the setup's sharding, "
+        "never per row. "
         "Verdict: the target (reserved within ±10%) is checked only "
         "where allocated is within ±5%. Data: benchmarks/data/published_reserved.json.",
         "",

@@ -19,7 +19,10 @@ The refined estimate is the *allocated* peak: the bytes of live tensors. What
   (:func:`introspect.allocator.synthetic.load_stream`: the cache it leaves is the step's
   first; ``reset_peak_memory_stats`` does not free it), and what the wrapper gathers is
   allocated on its all-gather stream, whose cached blocks no other stream reuses
-  (:func:`introspect.allocator.synthetic.side_terms`). The reserve is
+  (:func:`introspect.allocator.synthetic.side_terms`); under ZeRO-3 backward's gradients
+  are handed to the IPG bucket under ``record_stream`` and each bucket's reduce-scatter
+  buffer is made on the reduce stream, and the step's gradient norm takes a float64 copy
+  of each gradient partition (:mod:`introspect.allocator.zero3`). The reserve is
   the reserved peak less the allocated bytes. What happens between two moments (the
   operations' own temporaries, their order) is read only by replaying a recorded step
   (``measure --device fake``) (:data:`RESERVE_MODEL`).
@@ -215,7 +218,7 @@ def cuda_reserve(
     (``workspaces``: each handle's requests, cuBLAS's and cuBLASLt's; two handles,
     allocated at the forward's first moment and the backward's, held to the end)
     (:func:`introspect.allocator.synthetic.moment_stream`)."""
-    from introspect.allocator import synthetic
+    from introspect.allocator import synthetic, zero3
     from introspect.allocator.config import AllocatorConfig
     from introspect.allocator.replay import replay
 
@@ -224,7 +227,9 @@ def cuda_reserve(
     events = synthetic.moment_stream(
         spec, moments, synthetic.side_terms(setup), synthetic.load_stream(spec, setup)
     )
+    events = zero3.with_gradient_handoff(events, spec, setup)
     events = synthetic.with_overflow_check(events, spec, setup)
+    events = zero3.with_grad_norm(events, spec, setup)
     if workspaces:
         events = _with_workspaces(events, workspaces)
     replayed = replay(events, cfg)
