@@ -12,6 +12,10 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   16-bit input, plus the FP32 rstd and the normalized value cast back (saved by the
   weight multiply). ``GemmaRMSNorm`` (``models/gemma/modeling_gemma.py``) multiplies
   ``x·rstd`` by ``1 + weight.float()`` in FP32, so its normalized value stays FP32.
+  Gemma 4's (``models/gemma4_unified/modeling_gemma4_unified.py`` l. 156-173) does the
+  same and takes its rstd as ``torch.pow(mean_squared, -0.5)``, whose backward keeps
+  ``mean_squared`` too (two FP32 values a row), copies a 16-bit weight to FP32
+  (``self.weight.float()``, saved by the multiply) and norms V without a weight.
   ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd. ``Cohere2LayerNorm``
   (``models/cohere2/modeling_cohere2.py``), written out in FP32, saves two ``x - mean``
   (each computed anew), the rstd and the normalized value, and none of its input.
