@@ -209,6 +209,16 @@ def _records() -> tuple[Term, ...]:
             tests=("tests/test_refined_transformers.py::test_cohere2_dry_run_is_within_1_percent",),
         ),
         Term(
+            name="activations/final_norm/weight_cast",
+            category="activations",
+            equation="spec.hidden_size * FP32  (final; with 16-bit weights)",
+            source="transformers/models/gemma4_unified/modeling_gemma4_unified.py l. 156-173: Gemma4UnifiedRMSNorm's normed_output * self.weight.float(), the FP32 copy of a 16-bit weight saved by the multiply (introspect/refined/transformers_classes.py: rstd_by_pow)",
+            computed_by=("introspect/refined/hf_saved.py: final",),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/final_norm/input",
             category="activations",
             equation="BTd * norm_input_bytes(spec, setup)  (final); BTd * (norm_input_bytes(spec, setup) - layer_input_bytes(spec, setup))  (final)",
@@ -1425,6 +1435,26 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/layernorm/v_norm",
+            category="activations",
+            equation="BT * spec.kv_dim * FP32 + _rms_stats(spec) * v_rows * FP32  (per_layer; v_rows = BT * kv_heads)",
+            source="transformers/models/gemma4_unified/modeling_gemma4_unified.py l. 156-173, 355, 406: v_norm = Gemma4UnifiedRMSNorm(head_dim, with_scale=False): the FP32 copy of v_proj's output (saved by pow and x * rstd), mean_squared and the rstd per head row; its cast-back output is attention's V (introspect/refined/transformers_classes.py: v_norm)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/layernorm/weight_casts",
+            category="activations",
+            equation="(spec.norms_per_layer * d + 2 * head_dim) * FP32  (norm_weight_casts; with 16-bit weights)",
+            source="transformers/models/gemma4_unified/modeling_gemma4_unified.py l. 156-173: normed_output * self.weight.float() in each scaled RMSNorm (the block's four, q_norm, k_norm), the FP32 copy of a 16-bit weight saved by the multiply (introspect/refined/transformers_classes.py: rstd_by_pow)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/layernorm/branch_outputs",
             category="activations",
             equation="2 * (BT * d * FP32 + BT * FP32)  (per_layer)",
@@ -1516,7 +1546,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/layernorm/statistics",
             category="activations",
-            equation="(2 if spec.norm == 'layernorm' else 1) * BT * FP32  (_norm_terms); 2 * BT * FP32  (_post_norm_terms); (2 if spec.norm == 'layernorm' else 1) * BT * FP32  (first_layer_saving); n * norm_statistics(spec, BT)  (per_layer)",
+            equation="(2 if spec.norm == 'layernorm' else _rms_stats(spec)) * BT * FP32  (_norm_terms; _rms_stats = 2 with torch.pow(mean_squared, -0.5), Gemma 4); 2 * BT * FP32  (_post_norm_terms); (2 if spec.norm == 'layernorm' else 1) * BT * FP32  (first_layer_saving); n * norm_statistics(spec, BT)  (per_layer)",
             source="transformers 5 (introspect/refined/hf_saved.py module docstring): LlamaRMSNorm (models/llama/modeling_llama.py), GemmaRMSNorm (models/gemma/modeling_gemma.py), nn.LayerNorm: input/FP32 copy, rstd (mean), x·rstd",
             computed_by=(
                 "introspect/refined/hf_saved.py: _norm_terms",
@@ -1900,11 +1930,12 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/positions",
             category="activations",
-            equation="2 * setup.seq_len * rotary * table  (embedding)",
-            source="transformers 5 (introspect/refined/hf_saved.py module docstring): the rotary cos/sin made once per forward by the model's rotary_emb, shared by every layer",
+            equation="2 * setup.seq_len * width * table  (embedding; width = _table_widths(spec): the rotary width, or the sum of the layer types' head_dims)",
+            source="transformers 5 (introspect/refined/hf_saved.py module docstring): the rotary cos/sin made once per forward by the model's rotary_emb, shared by every layer; Gemma 4 one pair per layer type (models/gemma4_unified/modeling_gemma4_unified.py l. 631; transformers_classes.py: rope_tables_per_layer_type)",
             computed_by=("introspect/refined/hf_saved.py: embedding",),
             tests=(
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+                "tests/test_gemma4_rows.py::test_gemma4_closed_form_within_three_percent_of_the_dry_run",
             ),
         ),
         Term(

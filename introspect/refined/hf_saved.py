@@ -12,6 +12,10 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
   16-bit input, plus the FP32 rstd and the normalized value cast back (saved by the
   weight multiply). ``GemmaRMSNorm`` (``models/gemma/modeling_gemma.py``) multiplies
   ``x·rstd`` by ``1 + weight.float()`` in FP32, so its normalized value stays FP32.
+  Gemma 4's (``models/gemma4_unified/modeling_gemma4_unified.py`` l. 156-173) does the
+  same and takes its rstd as ``torch.pow(mean_squared, -0.5)``, whose backward keeps
+  ``mean_squared`` too (two FP32 values a row), copies a 16-bit weight to FP32
+  (``self.weight.float()``, saved by the multiply) and norms V without a weight.
   ``nn.LayerNorm`` (GPT-2, Phi) saves its input, mean and rstd. ``Cohere2LayerNorm``
   (``models/cohere2/modeling_cohere2.py``), written out in FP32, saves two ``x - mean``
   (each computed anew), the rstd and the normalized value, and none of its input.
@@ -50,6 +54,7 @@ saved-tensor census (:mod:`introspect.measure.census`) of the real classes
 from __future__ import annotations
 
 from introspect.refined.cuda_sdpa import logsumexp_bytes
+from introspect.refined.precision import working_weight_bytes
 from introspect.refined.saved_feed_forward import expert_bytes, feed_forward
 from introspect.refined.stream import is_amp, residual_bytes
 from introspect.refined.transformers_classes import facts
@@ -216,12 +221,31 @@ def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[s
         }
     terms = {
         "layernorm": BT * d * out_bytes,
-        "layernorm/statistics": (2 if spec.norm == "layernorm" else 1) * BT * FP32,
+        "layernorm/statistics": (2 if spec.norm == "layernorm" else _rms_stats(spec)) * BT * FP32,
     }
     if spec.norm == "rmsnorm":
         normalized = FP32 if facts(spec).fp32_normalized else r
         terms["layernorm/normalized"] = BT * d * normalized
     return terms
+
+
+def _rms_stats(spec: ModelSpec) -> int:
+    """FP32 values an RMSNorm keeps per normalized row: the rstd (rsqrt's output, saved by
+    rsqrt and the ``x·rstd`` multiply), and with ``torch.pow(mean_squared, -0.5)`` its
+    input too (:attr:`~introspect.refined.transformers_classes.ClassFacts.rstd_by_pow`)."""
+    return 2 if facts(spec).rstd_by_pow else 1
+
+
+def norm_weight_casts(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of one layer's ``self.weight.float()`` copies (Gemma 4's RMSNorm, ClassFacts.
+    rstd_by_pow): with 16-bit weights each scaled norm makes an FP32 copy of its weight,
+    saved by ``normed * weight``: ``norms_per_layer`` of width d and, with per-head q/k
+    norms, two of width head_dim (V's norm has no weight). FP32 weights cast to
+    themselves (a parameter, not an activation)."""
+    if not facts(spec).rstd_by_pow or working_weight_bytes(setup) >= FP32:
+        return 0
+    heads = 2 * spec.head_size if spec.qk_norm == "head" else 0
+    return (spec.norms_per_layer * spec.hidden_size + heads) * FP32
 
 
 def _add(into: dict[str, int], more: dict[str, int]) -> None:
@@ -312,8 +336,12 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             # The raw projection upcast (or kept, FP32), its rstd, x·rstd (cast back, or
             # FP32).
             normalized = FP32 if facts(spec).fp32_normalized else s
-            out["layernorm/qk_norm"] = BT * widths * FP32 + rows * FP32
+            out["layernorm/qk_norm"] = BT * widths * FP32 + _rms_stats(spec) * rows * FP32
             out["layernorm/qk_norm/normalized"] = BT * widths * normalized
+            if facts(spec).v_norm:
+                # ClassFacts.v_norm: V's FP32 copy and statistics; no weight, no x·rstd kept
+                v_rows = BT * spec.kv_heads if spec.qk_norm == "head" else BT
+                out["layernorm/v_norm"] = BT * spec.kv_dim * FP32 + _rms_stats(spec) * v_rows * FP32
     kv = kv_saved_width(spec, setup)
     # SDPA's math kernel upcasts 16-bit Q, K, V to FP32 on CPU and runs everything in
     # FP32 (census of GPT-2 under bf16 and amp); its output is cast back.
@@ -391,8 +419,10 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out.update(sub_norms(spec, setup))
     elif spec.sandwich_norms:
         # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
-        out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + BT * FP32)
+        out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + _rms_stats(spec) * BT * FP32)
         out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32
+    if norm_weight_casts(spec, setup):
+        out["layernorm/weight_casts"] = norm_weight_casts(spec, setup)
     if is_amp(setup):
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
     if layer_input_bytes(spec, setup):
@@ -553,12 +583,23 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         # when it is recomputed)
         out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2
     if spec.position_embedding == "rope" and not facts(spec).rotary_tables_per_layer:
-        out["activations/positions"] = 2 * setup.seq_len * _rotary_width(spec) * _table(spec, r)
+        width = _table_widths(spec)
+        out["activations/positions"] = 2 * setup.seq_len * width * _table(spec, r)
     return out
 
 
 def _rotary_width(spec: ModelSpec) -> int:
     return int(spec.head_size * spec.partial_rotary_factor)
+
+
+def _table_widths(spec: ModelSpec) -> int:
+    """Summed width of the shared rotary tables: one pair at the rotary width, or with
+    ClassFacts.rope_tables_per_layer_type one pair per layer type at its head_dim — the
+    distinct head_dims of the layer kinds stand for the layer types (Gemma 4's full-
+    attention layers have their own head_dim, proportional RoPE full-width tables)."""
+    if not facts(spec).rope_tables_per_layer_type:
+        return _rotary_width(spec)
+    return sum({spec.for_kind(kind).head_size for kind, _ in spec.kinds})
 
 
 def _table(spec: ModelSpec, r: int) -> int:
@@ -583,6 +624,9 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms["final_norm/input"] = BTd * (
             norm_input_bytes(spec, setup) - layer_input_bytes(spec, setup)
         )
+    if norm_weight_casts(spec, setup):
+        # the final norm's ``self.weight.float()`` copy (ClassFacts.rstd_by_pow)
+        terms["final_norm/weight_cast"] = spec.hidden_size * FP32
     if is_amp(setup):
         terms["logits/autocast_weight"] = 2 * spec.vocab_size * spec.hidden_size
     return terms

@@ -101,10 +101,33 @@ class ClassFacts:
     #: keeps the shared tables (Helium: ``models/helium/modeling_helium.py`` l. 188-189;
     #: ERNIE 4.5 / 4.5 MoE: ``models/ernie4_5_moe/modeling_ernie4_5_moe.py`` l. 162-163).
     rotary_tables_per_layer: bool = False
+    #: RMSNorm's rstd is ``torch.pow(mean_squared, -0.5)``, whose backward keeps its input
+    #: (``pow.Tensor_Scalar`` saves ``self``) beside the rstd the ``x·rstd`` multiply
+    #: keeps: two FP32 values per normalized row, not rsqrt's one; and ``normed *
+    #: self.weight.float()`` keeps a new FP32 copy of each 16-bit weight (Gemma 4's
+    #: ``Gemma4UnifiedRMSNorm``, ``models/gemma4_unified/modeling_gemma4_unified.py``
+    #: l. 156-173; ``Gemma4RMSNorm``, ``models/gemma4/modeling_gemma4.py`` l. 196-214).
+    rstd_by_pow: bool = False
+    #: A weightless per-head RMSNorm on V (``self.v_norm = ...RMSNorm(self.head_dim,
+    #: with_scale=False)``, ``value_states = self.v_norm(value_states)``: Gemma 4,
+    #: ``modeling_gemma4_unified.py`` l. 355, 406): the FP32 copy of the v projection and
+    #: its statistics are kept; its output, cast back, is the V attention keeps.
+    v_norm: bool = False
+    #: The model's ``rotary_emb`` makes one (cos, sin) pair per layer type, each at that
+    #: type's head_dim (``position_embeddings[layer_type] = self.rotary_emb(hidden_states,
+    #: position_ids, layer_type)``; proportional RoPE returns full head_dim tables:
+    #: ``modeling_rope_utils.py`` ``_compute_proportional_rope_parameters``), shared by
+    #: that type's layers (Gemma 4, ``modeling_gemma4_unified.py`` l. 177-245, 631).
+    rope_tables_per_layer_type: bool = False
 
 
 LLAMA = ClassFacts()
 _GEMMA2 = ClassFacts(fp32_normalized=True)
+#: Gemma 4's RMSNorm multiplies ``x·rstd`` by ``self.weight.float()`` in FP32 and casts
+#: the product back (``normed_output.type_as(hidden_states)``): fp32_normalized.
+_GEMMA4 = ClassFacts(
+    fp32_normalized=True, rstd_by_pow=True, v_norm=True, rope_tables_per_layer_type=True
+)
 
 #: The families whose class differs from Llama's, by ``model_type``.
 CLASSES: dict[str, ClassFacts] = {
@@ -113,6 +136,8 @@ CLASSES: dict[str, ClassFacts] = {
     "gemma": ClassFacts(fp32_normalized=True),
     "gemma2": _GEMMA2,
     "gemma3_text": _GEMMA2,
+    "gemma4_unified_text": _GEMMA4,
+    "gemma4_text": _GEMMA4,
     "olmo2": ClassFacts(fp32_normalized=True, post_norm=True, rope_tables_fp32=True),
     # Cohere2's parallel block (``residual + hidden_states_attention +
     # hidden_states_mlp``) is the spec's (ModelSpec.parallel_block). Its other quirks
@@ -167,6 +192,9 @@ CLASSES: dict[str, ClassFacts] = {
 #: runs Gemma3TextModel's blocks.
 ALIASES: dict[str, str] = {
     "gemma3": "gemma3_text",
+    # Gemma 4's image-text wrappers run their text model's blocks.
+    "gemma4_unified": "gemma4_unified_text",
+    "gemma4": "gemma4_text",
     # Olmo3's blocks are OLMo2's (post-norm, ``(self.weight * hidden_states).to(
     # input_dtype)``, uncast rotary tables: models/olmo3/modeling_olmo3.py l. 45-59, 261-267,
     # 326-331) plus sliding-window layers, which are the spec's layer kinds.
