@@ -244,3 +244,46 @@ def test_emulated_fused_norm_lowers_a_bf16_cpu_step():
     with metal_kernels(rope=False):
         fused = peak()
     assert fused < plain  # Metal's RMSNorm keeps x and w, the fallback its FP32 copy too
+
+
+def test_fused_attention_vjp_replay_holds_three_t2_tensors():
+    # MLX 0.24.x's Custom::vjp differentiates the fallback in the backward: a CPU replay of
+    # that VJP at ten small shapes holds three B·h·T² tensors at once, in either dtype
+    mx = pytest.importorskip("mlx.core")
+    from introspect.measure.mlx_metal_kernels import attention_vjp_t2_bytes, sdpa_fallback_024
+
+    shapes = [(1, 4, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)]
+    q, k, v = (mx.random.normal(s, key=mx.random.key(i)) for i, s in enumerate(shapes))
+
+    def loss(f):
+        return lambda q, k, v: (f(q, k, v) ** 2).sum()
+
+    def fused(q, k, v):
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+
+    ref = mx.grad(loss(fused), argnums=(0, 1, 2))(q, k, v)
+    ours = mx.grad(loss(sdpa_fallback_024(0.25, 4, 2, causal=True)), argnums=(0, 1, 2))(q, k, v)
+    assert all(mx.allclose(a, b, atol=1e-4).item() for a, b in zip(ref, ours, strict=True))
+    for dtype, size in (("bf16", 2), ("fp32", 4)):
+        held = attention_vjp_t2_bytes(dtype)
+        assert held == pytest.approx(metal.FUSED_VJP_T2_TENSORS * size, rel=0.03)
+
+
+def test_fused_peak_adds_one_layers_vjp_to_the_backward_moment():
+    from introspect.adapters import resolve
+
+    from introspect.refined.implementations import resolve_attention
+
+    spec = resolve("meta-llama/Llama-3.2-1B").spec
+    flags = dict(finetune="lora", lora_rank=8, num_layers=16, batch_size=4, precision="bf16")
+    setup = resolve_attention(spec, TrainingSetup(framework="mlx", seq_len=4095, **flags))
+    vjp = metal.fused_vjp_bytes(spec, setup)
+    # three BF16 B·h·T² tensors and the T² bool mask
+    assert vjp == 3 * 2 * 4 * 32 * 4095**2 + 4095**2
+    free = metal._moment_totals(spec, setup, 0, t2_fixed=False)
+    phases = metal._phases(spec, setup)
+    backward = max(t for p, t in zip(phases, free, strict=True) if p == "backward")
+    fused = max(backward + vjp, max(free))
+    assert metal.fused_attention_peak(spec, setup) == min(
+        fused, max(metal._moment_totals(spec, setup, None))
+    )
