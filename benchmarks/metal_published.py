@@ -393,8 +393,10 @@ def main() -> int:
         "*Metal-derived*: the same with what MLX's Metal backend did at the row's MLX "
         "version (`introspect.metal`: on 0.24.x fused causal attention under grad, no T×T "
         "kept per layer and one layer's VJP — three B·h·T² tensors, counted by a CPU replay "
-        "of 0.24.0's fallback VJP — at the backward moment); derived from MLX's source, not "
-        "measured. Ratio = measured / estimate.",
+        "of 0.24.0's fallback VJP — at the backward moment: an upper bound, CPU steps with "
+        "that attention emulated peak 1.9–2.6 such tensors above the T×T-free floor at small "
+        "shapes, not 3.06); derived from MLX's source, not measured. Ratio = measured / "
+        "estimate.",
         "",
         f"Found: {found} published figures — {len(rows)} with a setup priced below, "
         f"{len(FOUND_NOT_COMPARABLE)} whose source leaves out what an estimate needs "

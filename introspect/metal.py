@@ -400,7 +400,14 @@ def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
     (:func:`fused_vjp_bytes`): the backward moment's other tensors taken as alive while
     that VJP runs, capped at the unfused step's peak (which holds that VJP and every
     layer's probabilities too). The one layer is counted from the VJP itself, not read off the
-    L-layer line (whose L ≥ 4 intercept gave 6 tensors at one layer). None where the
+    L-layer line (whose L ≥ 4 intercept gave 6 tensors at one layer). An upper bound on
+    the VJP's moment: real mlx-lm LoRA steps on the CPU with the 0.24.x attention
+    emulated (``introspect.measure.mlx_metal_kernels.fused_attention_024``; BF16, B = 2,
+    h = 4, d = 256) peak 1.93–2.56 B·h·T² tensors above :func:`t2_free_peak` (L = 2,
+    T = 1024 and 2048; L = 4, T = 1536) where this derives 3.06: 8–12% above those
+    steps, the backward moment's MLP and logits tensors being freed by the time the top
+    layer's attention VJP runs (not modelled: that moment is not a derived candidate).
+    None where the
     derived counts do not apply (other structures, checkpointing, torch's moments)."""
     if not _derivable(spec, setup):
         return None

@@ -287,3 +287,31 @@ def test_fused_peak_adds_one_layers_vjp_to_the_backward_moment():
     assert metal.fused_attention_peak(spec, setup) == min(
         fused, max(metal._moment_totals(spec, setup, None))
     )
+
+
+@pytest.mark.slow
+def test_emulated_024_attention_step_sits_between_floor_and_derived_peak():
+    # a real mlx-lm LoRA step with 0.24.x's fused attention emulated (forward keeps only
+    # its output, VJP the fallback's built in the backward) peaks above the T×T-free floor
+    # and at most the derived peak: the VJP's three tensors on the backward moment's rest
+    pytest.importorskip("mlx_lm")
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import mlx_lm_models
+    from introspect.measure.mlx_metal_kernels import fused_attention_024
+
+    raw = dict(
+        model_type="llama", hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=512, vocab_size=512, head_dim=64,
+        tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=2048,
+    )  # fmt: skip
+    spec = spec_from_config(raw, source="tiny")
+    setup = TrainingSetup(
+        framework="mlx", implementation="mlx_lm", precision="bf16", activation_dtype="bf16",
+        weights_dtype="bf16", attention="memory_efficient", batch_size=2, seq_len=640,
+        finetune="lora", lora_rank=4,
+    )  # fmt: skip
+    with fused_attention_024():
+        m = mlx_lm_models.measure(raw, "tiny", spec, setup, compiled=False, repeats=1)
+    floor, derived = metal.t2_free_peak(spec, setup), metal.fused_attention_peak(spec, setup)
+    assert floor < m.peak_bytes <= derived

@@ -154,3 +154,42 @@ def attention_vjp_t2_bytes(dtype: str = "bf16") -> float:
         peaks.append(fused_attention_vjp_bytes(b, h, kv, t, hd, dtype))
     coef, *_ = np.linalg.lstsq(np.array(rows, float), np.array(peaks, float), rcond=None)
     return float(coef[0])
+
+
+def _fused_sdpa_024(orig):
+    import mlx.core as mx
+
+    def sdpa(q, k, v, *, scale, mask=None, **kw):
+        causal = isinstance(mask, str) and mask == "causal"
+        if mask is not None and not causal:
+            return orig(q, k, v, scale=scale, mask=mask, **kw)  # array masks: not emulated
+        fallback = sdpa_fallback_024(scale, q.shape[1], k.shape[1], causal)
+
+        @mx.custom_function
+        def f(q, k, v):
+            return orig(q, k, v, scale=scale, mask=mask, **kw)
+
+        @f.vjp
+        def f_vjp(primals, cotangent, output):
+            # Custom::vjp (v0.24.0 fast.cpp:15-29): the fallback's VJP built here
+            _, grads = mx.vjp(fallback, list(primals), [cotangent])
+            return tuple(grads)
+
+        return f(q, k, v)
+
+    return sdpa
+
+
+@contextlib.contextmanager
+def fused_attention_024() -> Iterator[None]:
+    """``mx.fast.scaled_dot_product_attention`` as MLX 0.24.x ran it on Metal under grad
+    while inside: the forward keeps only its output (the fused kernel makes no T×T) and
+    the VJP is the 0.24.0 fallback's, built in the backward (:func:`sdpa_fallback_024`)."""
+    import mlx.core as mx
+
+    orig = mx.fast.scaled_dot_product_attention
+    mx.fast.scaled_dot_product_attention = _fused_sdpa_024(orig)
+    try:
+        yield
+    finally:
+        mx.fast.scaled_dot_product_attention = orig
