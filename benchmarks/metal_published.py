@@ -293,6 +293,7 @@ def cause(row: dict, ratio: float, result: dict) -> str:
     """The named cause of a miss of the Metal-derived estimate, read off the row's setup,
     its MLX version and the estimate's terms; for a bound, whether the measured peak
     respects it."""
+    from introspect import metal
     from introspect.refined.mlx import LORA_STRUCTURES
     from introspect.units import GB
 
@@ -324,13 +325,14 @@ def cause(row: dict, ratio: float, result: dict) -> str:
         left = row["measured_gb"] * GB - free
         one_layer = result["metal_estimate_bytes"] - free
         parts.append(
-            "MLX 0.24.x ran fused causal attention under grad (applied: the T×T kinds at "
-            f"one layer). The largest derived moment without any T×T is {free / GB:.2f} GB "
-            f"({row['measured_gb'] * GB / free:.2f} of it measured): the measured peak leaves "
-            f"{left / GB:.2f} GB, {left / tensor:.2f} B·h·T² tensors in the step's dtype, "
-            f"for the T×T; the estimate adds {one_layer / GB:.2f} GB "
-            f"({one_layer / tensor:.1f} tensors), the one layer read off the CPU line fitted "
-            "at L ≥ 4 — its intercept, unverified at one layer, is the miss"
+            "MLX 0.24.x ran fused causal attention under grad (applied: no T×T kept per "
+            "layer, one layer's VJP at the backward moment). The largest derived moment "
+            f"without any T×T is {free / GB:.2f} GB ({row['measured_gb'] * GB / free:.2f} of "
+            f"it measured): the measured peak leaves {left / GB:.2f} GB, "
+            f"{left / tensor:.2f} B·h·T² tensors in the step's dtype, for the T×T; the "
+            f"estimate adds {one_layer / GB:.2f} GB ({one_layer / tensor:.1f} tensors: the "
+            f"VJP's {metal.FUSED_VJP_T2_TENSORS}, introspect.metal.FUSED_VJP_T2_TENSORS, on "
+            "the backward moment's other tensors, taken as alive while it runs)"
         )
     elif terms.get("activations/mlx/attention"):
         share = terms["activations/mlx/attention"] / result["estimate_bytes"]
@@ -389,8 +391,11 @@ def main() -> int:
         "b92c8f3e; `introspect.metal.mlx_lm_step_compiled`) — verified on the CPU stream, "
         "plus Metal's page rounding. "
         "*Metal-derived*: the same with what MLX's Metal backend did at the row's MLX "
-        "version (`introspect.metal`: on 0.24.x fused causal attention under grad, the T×T "
-        "kinds at one layer); derived from MLX's source, not measured. Ratio = measured / "
+        "version (`introspect.metal`: on 0.24.x fused causal attention under grad, no T×T "
+        "kept per layer and one layer's VJP — three B·h·T² tensors, counted by a CPU replay "
+        "of 0.24.0's fallback VJP — at the backward moment: an upper bound, CPU steps with "
+        "that attention emulated peak 1.9–2.6 such tensors above the T×T-free floor at small "
+        "shapes, not 3.06); derived from MLX's source, not measured. Ratio = measured / "
         "estimate.",
         "",
         f"Found: {found} published figures — {len(rows)} with a setup priced below, "

@@ -59,8 +59,9 @@ Everything MLX says about an MLX step in this project (the replay,
   (``ScaledDotProductAttentionVJP::use_fallback`` is true on Metal,
   ``scaled_dot_product_attention.cpp:918-920``; ``fast.cpp:872-883``): the 0.24.x case.
   mlx-lm does not pass it (ml-explore/mlx-lm d78bf58e). How much of the T×T the one
-  layer holds is the CPU line's, fitted at L ≥ 4: :func:`t2_free_peak` gives the same
-  step with no T×T at all, the floor under any one-layer count.
+  layer holds is counted from that VJP (:data:`FUSED_VJP_T2_TENSORS`: three B·h·T²
+  tensors, a CPU replay of 0.24.0's fallback VJP), not the L ≥ 4 line's intercept;
+  :func:`t2_free_peak` gives the same step with no T×T at all.
 * **mlx-lm's trainer, not Metal: eager or compiled.** ``mlx_lm.lora`` compiles its step
   (``@partial(mx.compile, inputs=state, outputs=state) def step``,
   ``mlx_lm/tuner/trainer.py``) since ml-explore/mlx-lm b92c8f3e (#53, 2025-03-25), and
@@ -353,21 +354,76 @@ def _derivable(spec: ModelSpec, setup: TrainingSetup) -> bool:
     return mlx.applies(setup, spec) and not setup.activation_checkpointing
 
 
+#: B·h·T² tensors (in the step's dtype) one layer's fused-attention VJP holds at once on
+#: MLX 0.24.x: ``Custom::vjp`` (v0.24.0 ``fast.cpp:15-29``) differentiates the fallback
+#: (``fast.cpp:667-717``) in the backward, and at ``Softmax::vjp`` (``primitives.cpp``
+#: v0.24.0:4212-4224: ``s·g − s·sum(s·g)``) the recomputed probabilities s, their product
+#: with the cotangent and ``s·sum(...)`` are alive together — three, the rest donated
+#: into them. The CPU replay of that VJP (``introspect.measure.mlx_metal_kernels.
+#: attention_vjp_t2_bytes``, least squares over ten small shapes) reads 6.13 bytes per
+#: B·h·T² element in BF16 and 12.25 in FP32: 3.06 tensors. Metal runs the same graph in
+#: the same order; its kernels, unlike the CPU's BF16 GEMM, make no FP32 copies.
+FUSED_VJP_T2_TENSORS = 3
+
+
+def fused_vjp_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """The T×T bytes of one layer's fused-attention VJP on MLX 0.24.x:
+    :data:`FUSED_VJP_T2_TENSORS` · B·h·T² · (2 in BF16, else 4) plus the T² bool mask
+    the fallback builds (``q_idx >= k_idx``, v0.24.0 ``fast.cpp:686-695``)."""
+    from introspect.refined import mlx
+
+    x = mlx.dims(spec, setup)
+    size = 2 if mlx.dtype_of(setup) == "bf16" else 4
+    return FUSED_VJP_T2_TENSORS * size * mlx.numel("B·h·T²", x) + mlx.numel("T²", x)
+
+
+def _phases(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
+    from introspect.refined import mlx
+    from introspect.refined.mlx_counts import candidates as counts
+
+    structure = mlx.structure_of(spec, setup)
+    lora = setup.finetune in ("lora", "dora")
+    return [
+        c.phase
+        for c in counts(mlx.key(structure, mlx.dtype_of(setup), mlx.compiled(setup), lora=lora))
+    ]
+
+
 def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:
     """The MLX peak as Metal ran it on MLX 0.24.x (:func:`attention_kept_in_training`):
     ``mx.fast.scaled_dot_product_attention`` under ``value_and_grad`` took the fused
     kernel (v0.24.2 ``fast.cpp:738-783``: head dims 64/80/128, causal or array mask, on
-    the GPU) and its VJP was ``Custom::vjp`` — the unfused graph's VJP built in the
-    backward (``fast.cpp:15-26``), so the T×T tensors exist for one layer at a time: the
-    T×T kinds at one layer of the counted line, every other kind as the closed form counts
-    it. None where the derived counts do not apply (other structures, checkpointing,
-    setups on torch's moments)."""
+    the GPU), which keeps no T×T, and its VJP was ``Custom::vjp`` — the unfused graph's
+    VJP built in the backward (``fast.cpp:15-26``), so T×T tensors exist for one layer
+    at a time. Peak = max over the derived moments of the moment's T×T-free total
+    (:func:`t2_free_peak`'s) plus, for a backward moment, one layer's VJP
+    (:func:`fused_vjp_bytes`): the backward moment's other tensors taken as alive while
+    that VJP runs, capped at the unfused step's peak (which holds that VJP and every
+    layer's probabilities too). The one layer is counted from the VJP itself, not read off the
+    L-layer line (whose L ≥ 4 intercept gave 6 tensors at one layer). An upper bound on
+    the VJP's moment: real mlx-lm LoRA steps on the CPU with the 0.24.x attention
+    emulated (``introspect.measure.mlx_metal_kernels.fused_attention_024``; BF16, B = 2,
+    h = 4, d = 256) peak 1.93–2.56 B·h·T² tensors above :func:`t2_free_peak` (L = 2,
+    T = 1024 and 2048; L = 4, T = 1536) where this derives 3.06: 8–12% above those
+    steps, the backward moment's MLP and logits tensors being freed by the time the top
+    layer's attention VJP runs (not modelled: that moment is not a derived candidate).
+    None where the
+    derived counts do not apply (other structures, checkpointing, torch's moments)."""
     if not _derivable(spec, setup):
         return None
     head_dim = spec.head_dim or spec.hidden_size // spec.num_attention_heads
     if head_dim not in (64, 80, 128):
         return None  # v0.24.2 fast.cpp:738-739: no fused kernel, the unfused graph ran
-    return max(_moment_totals(spec, setup, 1))
+    vjp = fused_vjp_bytes(spec, setup)
+    free = _moment_totals(spec, setup, 0, t2_fixed=False)
+    fused = max(
+        total + (vjp if phase == "backward" else 0)
+        for phase, total in zip(_phases(spec, setup), free, strict=True)
+    )
+    # The unfused step runs the same VJP graph with every layer's probabilities kept
+    # besides, so the fused one holds no more; above it (small T) the backward moment's
+    # other tensors were over-counted as alive during the VJP.
+    return min(fused, max(_moment_totals(spec, setup, None)))
 
 
 def t2_free_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:

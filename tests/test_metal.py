@@ -244,3 +244,74 @@ def test_emulated_fused_norm_lowers_a_bf16_cpu_step():
     with metal_kernels(rope=False):
         fused = peak()
     assert fused < plain  # Metal's RMSNorm keeps x and w, the fallback its FP32 copy too
+
+
+def test_fused_attention_vjp_replay_holds_three_t2_tensors():
+    # MLX 0.24.x's Custom::vjp differentiates the fallback in the backward: a CPU replay of
+    # that VJP at ten small shapes holds three B·h·T² tensors at once, in either dtype
+    mx = pytest.importorskip("mlx.core")
+    from introspect.measure.mlx_metal_kernels import attention_vjp_t2_bytes, sdpa_fallback_024
+
+    shapes = [(1, 4, 8, 16), (1, 2, 8, 16), (1, 2, 8, 16)]
+    q, k, v = (mx.random.normal(s, key=mx.random.key(i)) for i, s in enumerate(shapes))
+
+    def loss(f):
+        return lambda q, k, v: (f(q, k, v) ** 2).sum()
+
+    def fused(q, k, v):
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+
+    ref = mx.grad(loss(fused), argnums=(0, 1, 2))(q, k, v)
+    ours = mx.grad(loss(sdpa_fallback_024(0.25, 4, 2, causal=True)), argnums=(0, 1, 2))(q, k, v)
+    assert all(mx.allclose(a, b, atol=1e-4).item() for a, b in zip(ref, ours, strict=True))
+    for dtype, size in (("bf16", 2), ("fp32", 4)):
+        held = attention_vjp_t2_bytes(dtype)
+        assert held == pytest.approx(metal.FUSED_VJP_T2_TENSORS * size, rel=0.03)
+
+
+def test_fused_peak_adds_one_layers_vjp_to_the_backward_moment():
+    from introspect.adapters import resolve
+
+    from introspect.refined.implementations import resolve_attention
+
+    spec = resolve("meta-llama/Llama-3.2-1B").spec
+    flags = dict(finetune="lora", lora_rank=8, num_layers=16, batch_size=4, precision="bf16")
+    setup = resolve_attention(spec, TrainingSetup(framework="mlx", seq_len=4095, **flags))
+    vjp = metal.fused_vjp_bytes(spec, setup)
+    # three BF16 B·h·T² tensors and the T² bool mask
+    assert vjp == 3 * 2 * 4 * 32 * 4095**2 + 4095**2
+    free = metal._moment_totals(spec, setup, 0, t2_fixed=False)
+    phases = metal._phases(spec, setup)
+    backward = max(t for p, t in zip(phases, free, strict=True) if p == "backward")
+    fused = max(backward + vjp, max(free))
+    assert metal.fused_attention_peak(spec, setup) == min(
+        fused, max(metal._moment_totals(spec, setup, None))
+    )
+
+
+@pytest.mark.slow
+def test_emulated_024_attention_step_sits_between_floor_and_derived_peak():
+    # a real mlx-lm LoRA step with 0.24.x's fused attention emulated (forward keeps only
+    # its output, VJP the fallback's built in the backward) peaks above the T×T-free floor
+    # and at most the derived peak: the VJP's three tensors on the backward moment's rest
+    pytest.importorskip("mlx_lm")
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.measure import mlx_lm_models
+    from introspect.measure.mlx_metal_kernels import fused_attention_024
+
+    raw = dict(
+        model_type="llama", hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, intermediate_size=512, vocab_size=512, head_dim=64,
+        tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=2048,
+    )  # fmt: skip
+    spec = spec_from_config(raw, source="tiny")
+    setup = TrainingSetup(
+        framework="mlx", implementation="mlx_lm", precision="bf16", activation_dtype="bf16",
+        weights_dtype="bf16", attention="memory_efficient", batch_size=2, seq_len=640,
+        finetune="lora", lora_rank=4,
+    )  # fmt: skip
+    with fused_attention_024():
+        m = mlx_lm_models.measure(raw, "tiny", spec, setup, compiled=False, repeats=1)
+    floor, derived = metal.t2_free_peak(spec, setup), metal.fused_attention_peak(spec, setup)
+    assert floor < m.peak_bytes <= derived
