@@ -32,6 +32,7 @@ from .config_file import load_config as load_config
 from .config_reader import Reader
 from .dropout import dropout_facts, number_at
 from .families import ALIASES, REGISTRY, BuildInstead
+from .softcap import softcap_facts
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
@@ -164,9 +165,6 @@ def execution_facts(config: dict[str, Any], family: str) -> dict[str, float]:
     if family == "phi":
         facts["partial_rotary_factor"] = number("partial_rotary_factor", fallback=0.5)
     final, attn = _SOFTCAP_DEFAULTS.get(family, (None, None))
-    for key, fallback in (("final_logit_softcapping", final), ("attn_logit_softcapping", attn)):
-        # An explicit null turns the default off, as the configuration class reads it.
-        value = config[key] if key in config else fallback
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            facts[key] = float(value)
-    return facts
+    # An explicit null turns the default off, as the configuration class reads it.
+    final = config.get("final_logit_softcapping", final)
+    return facts | softcap_facts(final, config.get("attn_logit_softcapping", attn))

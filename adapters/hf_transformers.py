@@ -21,6 +21,8 @@ from functools import cache
 from introspect.errors import ConfigError, IntrospectError, UnsupportedArchitecture
 from introspect.spec import ModelSpec
 
+from .softcap import softcap_facts
+
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
     from typing import Any
@@ -213,21 +215,11 @@ def _class_facts(model) -> dict[str, Any]:
     cfg = model.config
     if cfg.model_type == "falcon":
         return {"sdpa_kv_heads_broadcast": not cfg.new_decoder_architecture}
-    out = {}
-    cap = getattr(cfg, "final_logit_softcapping", None)
-    if _positive(cap):
-        out["final_logit_softcapping"] = float(cap)
     attn = next(
         (m.attn_logit_softcapping for m in model.modules() if hasattr(m, "attn_logit_softcapping")),
         None,
     )
-    if _positive(attn):
-        out["attn_logit_softcapping"] = float(attn)
-    return out
-
-
-def _positive(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return softcap_facts(getattr(cfg, "final_logit_softcapping", None), attn)
 
 
 def _language_tree(model, tree):
