@@ -6,23 +6,12 @@ float64 copies of get_grad_norm_direct (DeepSpeed v0.14.2 stage3.py)."""
 from __future__ import annotations
 
 import pytest
+from test_allocator_streams import OFF, ON, SPEC, ZERO3  # the same small ZeRO-3 step
 
 from introspect import overhead
 from introspect.allocator import synthetic, zero3
-from introspect.allocator.config import AllocatorConfig, with_expandable
 from introspect.allocator.replay import replay
 from introspect.setup import TrainingSetup
-from introspect.spec import ModelSpec
-
-OFF = AllocatorConfig()
-ON = with_expandable(AllocatorConfig(), True)
-SPEC = ModelSpec(
-    hidden_size=512, num_hidden_layers=4, num_attention_heads=8, vocab_size=32000
-).replace(num_parameters=None)
-ZERO3 = TrainingSetup(
-    seq_len=256, sharding="zero", zero_stage=3, devices=1, precision="mixed",
-    activation_dtype="fp16",
-)  # fmt: skip
 
 
 def test_buckets_close_when_the_next_gradient_would_overflow():
