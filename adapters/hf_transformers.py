@@ -18,7 +18,9 @@ import importlib.util
 import sys
 from functools import cache
 
+from introspect._record import replace
 from introspect.errors import ConfigError, IntrospectError, UnsupportedArchitecture
+from introspect.layers import runs_from_list
 from introspect.spec import ModelSpec
 
 from .softcap import softcap_facts
@@ -172,6 +174,7 @@ def spec_from_build(
             **dropout_facts(model.config.to_dict()), **_class_facts(model), **_buffers(model)
         )
         spec = _clamped_glu(spec, model)
+        spec = sliding_windows(spec, model)
         spec = _composite_tower(spec, model, exact, keep)
     if parts:
         why = NOT_MODELLED.get(model_type)
@@ -183,6 +186,43 @@ def spec_from_build(
         num_parameters=exact,
         assumptions=(built, *spec.assumptions),
     )
+
+
+def sliding_windows(spec: ModelSpec, model) -> ModelSpec:
+    """The walked stack with its sliding-window layers marked, as the class's forward picks
+    each layer's mask: ``causal_mask_mapping[self.config.layer_types[i]]``, the
+    ``"sliding_attention"`` entry built by ``create_sliding_window_causal_mask`` with the
+    config's ``sliding_window`` (ModernBERT-decoder, ``models/modernbert_decoder/
+    modeling_modernbert_decoder.py`` l. 481-494; EXAONE 4, AFMoE, Flint, Granite-SWA the
+    same). The module walker reads parameters, which a window does not have; unmarked,
+    such layers read as full attention and SDPA's explicit mask for them
+    (``hf_saved.short_window``) is missed. An attention module's own ``sliding_window``
+    attribute is not the rule: EXAONE 4 sets it on every layer and keeps ``is_sliding``
+    apart (``models/exaone4/modeling_exaone4.py`` l. 199-202). Unchanged when the config
+    lists no sliding layer or its ``layer_types`` does not match the L blocks."""
+    cfg = model.config
+    get = getattr(cfg, "get_text_config", None)
+    cfg = get() if callable(get) else cfg
+    types = getattr(cfg, "layer_types", None)
+    window = getattr(cfg, "sliding_window", None)
+    L = spec.num_hidden_layers
+    if (
+        not isinstance(types, (list, tuple))
+        or len(types) != L
+        or "sliding_attention" not in types
+        or not isinstance(window, int)
+        or isinstance(window, bool)
+        or window <= 0
+    ):
+        return spec
+    kinds = [run.kind for run in spec.runs for _ in range(run.count)]
+    marked = [
+        replace(k, attention=replace(k.attention, kind="sliding", window=window))
+        if t == "sliding_attention" and k.attention.kind == "full"
+        else k
+        for k, t in zip(kinds, types, strict=True)
+    ]
+    return spec.replace(layers=runs_from_list(marked))
 
 
 def _buffers(model) -> dict[str, int]:

@@ -353,7 +353,17 @@ def _read_ffn(found: dict, d: int, where: str) -> tuple[str, int, bool]:
     source = weight("up") or weight("gate") or weight("down")
     if source is None:
         raise RoleError(f"no {where} projection weights recognised")
-    return ("gated" if gated else "plain"), width(source, d, f"{where} projection"), bias
+    f = width(source, d, f"{where} projection")
+    down = weight("down")
+    if not gated and weight("up") is not None and down is not None:
+        f_down = width(down, d, f"{where} down projection")
+        if f == 2 * f_down:
+            # An up projection twice as wide as down's input: gate and up fused, split by
+            # ``chunk(2, dim=-1)`` (ModernBERT's ``Wi``: ``input, gate = self.Wi(x).chunk(2,
+            # dim=-1)``, models/modernbert_decoder/modeling_modernbert_decoder.py l. 86-88);
+            # a plain MLP's down reads all of up's output.
+            return "gated", f_down, bias
+    return ("gated" if gated else "plain"), f, bias
 
 
 #: Class names of token mixers the closed form has no layer kind for, whatever their

@@ -163,6 +163,8 @@ class _Reader:
             vocab_size=V,
             tie_word_embeddings=tied,
             lm_head_bias=lm_head_bias,
+            embedding_norm=self.has_role("norm.embedding"),
+            head_transform=self.has_role("head.dense") and self.has_role("norm.head"),
             position_embedding="learned" if positions else self.rotary_or_none(),
             max_position_embeddings=positions.shape[0] if positions else None,
             model_type=self.lookup_str("model_type") or "module",
@@ -450,7 +452,9 @@ class _Reader:
             if head_owner is not None and p.owner == head_owner and p.shape == (V,):
                 self.placed[p.name] = ("lm_head.bias", "lm_head")
             elif len(p.shape) == 1 and roles.is_norm(p.owner.rpartition(".")[2], owner_class):
-                self.placed[p.name] = ("norm.final", "norms")
+                self.placed[p.name] = (self.outside_norm(p, outside, d), "norms")
+            elif p.shape == (d, d) and self.head_norm(p.owner, outside) is not None:
+                self.placed[p.name] = ("head.dense", "lm_head")
             elif len(p.shape) == 1 and p.shape == (V,) and roles.is_lm_head(p.name):
                 self.placed[p.name] = ("lm_head.bias", "lm_head")
             else:
@@ -476,6 +480,44 @@ class _Reader:
                 suffix = "" if tied_flag is None else f", though the config says {tied_flag!r}"
                 self.assume(text + suffix)
         return True, lm_head_bias
+
+    def has_role(self, role: str) -> bool:
+        return any(r == role for r, _ in self.placed.values())
+
+    def outside_norm(self, p: ParamEntry, outside: list[ParamEntry], d: int) -> str:
+        """The role of a norm outside the blocks: on the embedding output when it or its
+        module is named for the embedding (ModernBERT-decoder's ``model.embeddings.norm``,
+        BLOOM's ``transformer.word_embeddings_layernorm``) and another norm can be the final
+        one (LFM2's only norm outside the blocks is named ``embedding_norm`` but runs after
+        them, ``models/lfm2/modeling_lfm2.py`` l. 463, 523), the
+        head transform's when a d×d dense shares its parent (``lm_head.norm`` beside
+        ``lm_head.dense``), else the final norm."""
+        parent = p.owner.rpartition(".")[0]
+        norms = [q for q in outside if len(q.shape) == 1 and q.owner != p.owner and self.is_norm(q)]
+        if _embedding_named(p.owner) and any(not _embedding_named(q.owner) for q in norms):
+            return "norm.embedding"
+        dense = [q for q in outside if q.shape == (d, d) and q.owner.rpartition(".")[0] == parent]
+        if parent and dense:
+            return "norm.head"
+        return "norm.final"
+
+    def is_norm(self, q: ParamEntry) -> bool:
+        owner_class = type(self.tree.modules.get(q.owner)).__name__
+        return roles.is_norm(q.owner.rpartition(".")[2], owner_class)
+
+    def head_norm(self, owner: str, outside: list[ParamEntry]) -> str | None:
+        """The norm beside a d×d dense outside the blocks (a head transform), if any."""
+        parent = owner.rpartition(".")[0]
+        if not parent:
+            return None
+        return next(
+            (
+                q.owner
+                for q in outside
+                if len(q.shape) == 1 and q.owner.rpartition(".")[0] == parent and self.is_norm(q)
+            ),
+            None,
+        )
 
     # ---- attributes ------------------------------------------------------------------
     def sources(self, local: list | None = None) -> list:
@@ -523,6 +565,12 @@ class _Reader:
                 + "; ".join(differ)
                 + "); num_parameters carries the exact count"
             )
+
+
+def _embedding_named(owner: str) -> bool:
+    """A module named for the embedding, or inside one named so."""
+    parent, _, name = owner.rpartition(".")
+    return any("emb" in part.lower() for part in (name, parent.rpartition(".")[2]))
 
 
 def _positive_int(value: object) -> bool:

@@ -122,6 +122,10 @@ def spec_from_wrapper(
         except (IntrospectError, ValueError) as e:
             cls = type(language).__name__
             parts = (f"{cls}'s blocks, which the module walker cannot read ({e})",)
+        else:
+            from .hf_transformers import sliding_windows  # imports this module
+
+            spec = sliding_windows(spec, model)
     if parts:
         try:
             spec = frame_spec(model, text_tree, parts, exact=exact, source=source)

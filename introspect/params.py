@@ -294,8 +294,10 @@ def parameters_by_component(spec: ModelSpec) -> dict[str, int]:
     for block in shared_blocks(spec).values():
         for name, n in shared_block_params(spec, block).items():
             out[name] += n
-    out["norms"] += norm_params(spec, d)
+    out["norms"] += norm_params(spec, d) * (1 + spec.embedding_norm + spec.head_transform)
     out["lm_head"] = (0 if spec.tie_word_embeddings else V * d) + (V if spec.lm_head_bias else 0)
+    if spec.head_transform:  # the transform's dense (a bias, where it has one, is noted)
+        out["lm_head"] += d * d
     if spec.tower_parameters:
         out["vision_tower"] = spec.tower_parameters
     return out

@@ -131,6 +131,14 @@ class ModelSpec:
     attention_dropout: float = 0.0
     hidden_dropout: float = 0.0
     embedding_dropout: float = 0.0
+    #: Parts outside the blocks beside the final norm, read off a built class:
+    #: ``embedding_norm``, a norm of the block norms' kind on the embedding output before
+    #: the first block (ModernBERT-decoder's ``embeddings.norm``); ``head_transform``, a
+    #: d→d dense, its activation and such a norm between the final norm and the output
+    #: projection (``ModernBertDecoderPredictionHead``, ``models/modernbert_decoder/
+    #: modeling_modernbert_decoder.py`` l. 338-347).
+    embedding_norm: bool = False
+    head_transform: bool = False
     #: The class calls SDPA with K and V at their own, fewer heads and no ``enable_gqa``
     #: (Falcon's multi-query block, ``models/falcon/modeling_falcon.py`` l. 313-346):
     #: torch's fused kernels need equal head counts, so the math kernel runs.

@@ -165,9 +165,17 @@ EXAONE_MOE = dict(
 def test_walker_reads_each_differing_block_and_the_shared_experts():
     """A dense first block before MoE blocks is its own layer kind (the walker read block
     0 for every block), and the dense feed-forward beside the routed experts is their
-    shared expert (``shared_experts`` in modeling_exaone_moe.py)."""
-    (dense, n_dense), (moe, n_moe) = spec_from_config(EXAONE_MOE).kinds
-    assert (n_dense, n_moe) == (1, 3)
+    shared expert (``shared_experts`` in modeling_exaone_moe.py); its ``layer_types``
+    mark the first three sliding (``adapters/hf_transformers.py`` ``sliding_windows``)."""
+    kinds = spec_from_config(EXAONE_MOE).kinds
+    assert [(k.attention.kind, n) for k, n in kinds] == [
+        ("sliding", 1),
+        ("sliding", 2),
+        ("full", 1),
+    ]
+    (dense, n_dense), (moe, n_moe) = kinds[0], kinds[1]
+    assert (n_dense, n_moe) == (1, 2)
+    assert kinds[2][0].feed_forward == moe.feed_forward
     assert dense.feed_forward.num_experts == 0 and dense.feed_forward.intermediate_size == 256
     ff = moe.feed_forward
     assert (ff.num_experts, ff.top_k, ff.intermediate_size) == (4, 2, 16)

@@ -92,6 +92,14 @@ CAUSES: dict[str, str] = {
     "activations/final_norm": "final norm output, saved by lm_head (the seed has no final norm)",
     "activations/final_norm/statistics": "final {norm} statistics, FP32 per token",
     "activations/final_norm/normalized": "final RMSNorm keeps x·rstd",
+    "activations/embedding/norm": "the norm on the embedding output keeps its input (the "
+    "embedding's output) and statistics",
+    "activations/head/dense": "the head transform's dense output, saved by its activation",
+    "activations/head/act": "the head transform's activation output, saved by its norm",
+    "activations/head/norm": "the head transform's norm output, saved by the output projection",
+    "activations/head/norm/statistics": "the head transform's {norm} statistics, FP32 per token",
+    "activations/head/norm/normalized": "the head transform's RMSNorm keeps x·rstd",
+    "activations/head/autocast_weight": "autocast's BF16 copy of the head transform's dense weight",
     "activations/mlx": "MLX: forward tensors its VJPs keep, gradients in flight and what "
     "the ~110 pending dispatches pin, at this moment of the step's one graph, counted per "
     "layer from the graph (introspect.refined.mlx)",
@@ -312,8 +320,10 @@ def census_term(term: str) -> str:
         return "activations/layer/feed_forward"
     if rest.startswith("layer/"):
         return "activations/layer/" + rest.split("/")[1]
-    if rest.startswith("final_norm"):
+    if rest.startswith("final_norm") or rest.startswith("head/norm"):
         return "activations/final_norm"
+    if rest.startswith("head/"):
+        return "activations/logits"
     if rest.startswith("logits/") and not rest.endswith("/grad"):
         return "activations/logits"
     if rest.startswith("embedding") and not rest.endswith("/grad"):

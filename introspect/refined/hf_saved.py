@@ -156,18 +156,28 @@ def kv_saved_width(spec: ModelSpec, setup: TrainingSetup) -> int:
     ``expand(B, 1, n_rep, T, hd).reshape(B, n_rep, T, hd)`` merges a size-1 dim with the
     stride-0 one, which ``reshape`` can view (``computeStride``,
     ``aten/src/ATen/TensorUtils.cpp``), so the matmuls save the kv_dim storage (census:
-    Granite-SWA at one K/V head keeps B·T·kv of each). Eager's matmuls only: SDPA's math
-    fallback keeps the repeated width even then (dry run: Seed-OSS at one K/V head under
-    BF16 SDPA holds B·T·q of each)."""
-    if kv_repeated(spec, setup) and (spec.kv_heads > 1 or setup.attention != "eager"):
+    Granite-SWA at one K/V head keeps B·T·kv of each), and so do SDPA's fused kernels,
+    which save their inputs as given (dry run: Mistral at one K/V head, its window as an
+    explicit mask, under BF16 SDPA keeps B·T·kv of each). SDPA's math fallback keeps the
+    repeated width even then (:func:`math_fallback`; dry run: Seed-OSS, whose attention
+    dropout sends CPU steps to it, at one K/V head under BF16 SDPA holds B·T·q of each)."""
+    if kv_repeated(spec, setup) and (spec.kv_heads > 1 or math_fallback(spec, setup)):
         return spec.q_dim
     return spec.kv_dim
 
 
 def short_window(kind, setup: TrainingSetup) -> bool:
-    """A sliding (or Llama 4's chunked) layer whose window is shorter than the sequence
-    (SDPA then gets it as an explicit mask)."""
-    return kind.attention.keys_seen(setup.seq_len) < setup.seq_len
+    """A sliding (or Llama 4's chunked) layer that SDPA gets an explicit mask for: the
+    sequence at least as long as the window. ``sdpa_mask`` skips the mask (``is_causal``
+    instead) only while ``kv_length < local_attention_size`` (``_ignore_causal_mask_sdpa``,
+    ``transformers/masking_utils.py`` l. 286; ``local_size`` is ``sliding_window`` or
+    ``attention_chunk_size``, l. 1248, 1484), so at T equal to the window — Mistral's
+    4096 at T = 4096, ModernBERT-decoder's 64 — the mask is built though it hides no
+    key."""
+    att = kind.attention
+    if att.window is None or att.kind not in ("sliding", "chunked"):
+        return False
+    return setup.seq_len >= att.window
 
 
 def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
@@ -582,6 +592,14 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         # checkpointed layer among its inputs (each layer's additive copy is made again
         # when it is recomputed)
         out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2
+    if spec.embedding_norm:
+        # A norm on the embedding output before layer 0 (ModernBERT-decoder's
+        # ``embeddings.norm``, BLOOM's ``word_embeddings_layernorm``): it keeps its input,
+        # the embedding's output, and its statistics; its output is layer 0's input above.
+        norm = _norm_terms(spec, setup, 1)
+        out["activations/embedding/norm"] = BT * d * norm_input_bytes(spec, setup) + sum(
+            v for k, v in norm.items() if k != "layernorm"
+        )
     if spec.position_embedding == "rope" and not facts(spec).rotary_tables_per_layer:
         width = _table_widths(spec)
         out["activations/positions"] = 2 * setup.seq_len * width * _table(spec, r)
@@ -595,11 +613,14 @@ def _rotary_width(spec: ModelSpec) -> int:
 def _table_widths(spec: ModelSpec) -> int:
     """Summed width of the shared rotary tables: one pair at the rotary width, or with
     ClassFacts.rope_tables_per_layer_type one pair per layer type at its head_dim — the
-    distinct head_dims of the layer kinds stand for the layer types (Gemma 4's full-
-    attention layers have their own head_dim, proportional RoPE full-width tables)."""
+    distinct (attention kind, head_dim) pairs stand for the layer types (Gemma 4's full-
+    attention layers have their own head_dim, proportional RoPE full-width tables, and
+    its wrapper's stack reads both kinds as full; ModernBERT-decoder's sliding and full
+    types share one head_dim)."""
     if not facts(spec).rope_tables_per_layer_type:
         return _rotary_width(spec)
-    return sum({spec.for_kind(kind).head_size for kind, _ in spec.kinds})
+    types = {(kind.attention.kind, spec.for_kind(kind).head_size) for kind, _ in spec.kinds}
+    return sum(width for _, width in types)
 
 
 def _table(spec: ModelSpec, r: int) -> int:
@@ -629,7 +650,32 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         terms["final_norm/weight_cast"] = spec.hidden_size * FP32
     if is_amp(setup):
         terms["logits/autocast_weight"] = 2 * spec.vocab_size * spec.hidden_size
+    if spec.head_transform:
+        terms |= head_transform(spec, setup)
     return terms
+
+
+def head_transform(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """A transform between the final norm and the output projection,
+    ``norm(act(dense(x)))`` (``ModernBertDecoderPredictionHead.forward``,
+    ``models/modernbert_decoder/modeling_modernbert_decoder.py`` l. 346-347): the final
+    norm's output is kept by ``dense`` as it would be by lm_head; the dense's output by the
+    activation (B·T·d·s, the compute dtype: BF16 under autocast); the activation's output
+    by the norm as a block norm keeps its input (:func:`norm_input_bytes`: FP32 under
+    autocast, whose LayerNorm casts up); the norm's statistics, and its output as the
+    output projection keeps it (:func:`_norm_terms`); under autocast the dense weight's
+    BF16 copy (2·d²)."""
+    BTd, d = setup.tokens * spec.hidden_size, spec.hidden_size
+    norm = _norm_terms(spec, setup, 1)
+    out = {
+        "head/dense": BTd * setup.activation_bytes,
+        "head/act": BTd * norm_input_bytes(spec, setup),
+        "head/norm": norm.pop("layernorm"),
+    }
+    out |= {f"head/norm{k[len('layernorm') :]}": v for k, v in norm.items()}
+    if is_amp(setup):
+        out["head/autocast_weight"] = 2 * d * d
+    return out
 
 
 def loss_bytes(setup: TrainingSetup) -> int:

@@ -117,7 +117,9 @@ class ClassFacts:
     #: type's head_dim (``position_embeddings[layer_type] = self.rotary_emb(hidden_states,
     #: position_ids, layer_type)``; proportional RoPE returns full head_dim tables:
     #: ``modeling_rope_utils.py`` ``_compute_proportional_rope_parameters``), shared by
-    #: that type's layers (Gemma 4, ``modeling_gemma4_unified.py`` l. 177-245, 631).
+    #: that type's layers (Gemma 4, ``modeling_gemma4_unified.py`` l. 177-245, 631;
+    #: ModernBERT-decoder's global and local thetas at one head_dim,
+    #: ``modeling_modernbert_decoder.py`` l. 140, 485-486).
     rope_tables_per_layer_type: bool = False
 
 
@@ -132,6 +134,7 @@ _GEMMA4 = ClassFacts(
 #: The families whose class differs from Llama's, by ``model_type``.
 CLASSES: dict[str, ClassFacts] = {
     "gpt2": ClassFacts(softmax_in_input_dtype=True),
+    "modernbert-decoder": ClassFacts(rope_tables_per_layer_type=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
     "gemma2": _GEMMA2,
