@@ -14,7 +14,10 @@ parts no layer kind models are named, not guessed); the tower is every other par
 
 A config whose model_type has a text-only causal-LM class as well (Qwen3.5's
 ``Qwen3_5ForCausalLM``, which drops the tower) is built as the wrapper when it carries a
-``vision_config``, so the published total counts the tower.
+``vision_config``, so the published total counts the tower. Where the walker cannot
+model the language model's blocks but a family reader models its ``text_config``'s type
+(Qwen3.5's Gated DeltaNet layers: ``qwen3_5_text``, ``qwen3_5_moe_text``), the reader's
+spec is the language model, held to the build's count of it.
 
 The language model's keys may sit in ``text_config`` (Qwen3-VL, Mistral 3) or at the top
 level (the flat layout of Qwen2-VL and Qwen2.5-VL, whose configuration class builds its
@@ -123,6 +126,8 @@ def spec_from_wrapper(
             cls = type(language).__name__
             parts = (f"{cls}'s blocks, which the module walker cannot read ({e})",)
     if parts:
+        spec = _text_reader_spec(config, model, text_params, where=where, source=source)
+    if parts and spec is None:
         try:
             spec = frame_spec(model, text_tree, parts, exact=exact, source=source)
         except (NotImplementedError, AttributeError, TypeError) as e:
@@ -142,6 +147,32 @@ def spec_from_wrapper(
         vision=tower_facts(model_type, config),
         assumptions=(built, *spec.assumptions),
     )
+
+
+def _text_reader_spec(
+    config: dict[str, Any], model, text_params: int, *, where: str, source: str
+) -> ModelSpec | None:
+    """The language model's spec from its family reader, where the walker cannot model
+    its blocks but a reader does (Qwen3.5's ``qwen3_5_text`` and ``qwen3_5_moe_text``:
+    the Gated DeltaNet layers, :func:`introspect.adapters.families.hybrid.qwen3_5_text`)
+    — read from the config's ``text_config`` (else the build's own text config), its
+    ``model_type`` the build's text config's; ``None`` without such a reader, or where
+    the reader's count is not the build's language model and head (``text_params``), so
+    the walker's unmodelled answer stands."""
+    from .families import REGISTRY
+    from .hf_config import spec_from_config
+
+    built = model.config.get_text_config()
+    text_type = getattr(built, "model_type", None)
+    if text_type not in REGISTRY:
+        return None
+    text = config.get("text_config")
+    text = dict(text) if isinstance(text, dict) else built.to_dict()
+    text["model_type"] = text_type
+    spec = spec_from_config(text, source=source, path=f"{where} (text_config)")
+    if spec.unmodelled or spec.n_params != text_params:
+        return None
+    return spec
 
 
 def _causal_class(model_type: str) -> bool:
