@@ -90,7 +90,7 @@ def spec_from_config(
 
         if with_hf and hft.knows(model_type) and multimodal.is_wrapper(config, model_type):
             return multimodal.spec_from_wrapper(
-                config, model_type, where=where, source=source or where
+                config, model_type, where=where, source=source or where, read_text=spec_from_config
             )
         if with_hf and hft.knows(model_type):
             return hft.spec_from_build(config, model_type, where=where, source=source or where)

@@ -14,7 +14,10 @@ parts no layer kind models are named, not guessed); the tower is every other par
 
 A config whose model_type has a text-only causal-LM class as well (Qwen3.5's
 ``Qwen3_5ForCausalLM``, which drops the tower) is built as the wrapper when it carries a
-``vision_config``, so the published total counts the tower.
+``vision_config``, so the published total counts the tower. Where the walker cannot
+model the language model's blocks but a family reader models its ``text_config``'s type
+(Qwen3.5's Gated DeltaNet layers: ``qwen3_5_text``, ``qwen3_5_moe_text``), the reader's
+spec is the language model, held to the build's count of it.
 
 The language model's keys may sit in ``text_config`` (Qwen3-VL, Mistral 3) or at the top
 level (the flat layout of Qwen2-VL and Qwen2.5-VL, whose configuration class builds its
@@ -31,6 +34,7 @@ from .composite import describe_tower, kept_prefixes
 
 TYPE_CHECKING = False  # typing's flag without importing typing (see introspect._record)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 #: Keys a flat wrapper config gives its language model at the top level.
@@ -77,10 +81,18 @@ def check_layout(config: dict[str, Any], model_type: str, where: str) -> None:
 
 
 def spec_from_wrapper(
-    config: dict[str, Any], model_type: str, *, where: str, source: str
+    config: dict[str, Any],
+    model_type: str,
+    *,
+    where: str,
+    source: str,
+    read_text: Callable[..., ModelSpec] | None = None,
 ) -> ModelSpec:
     """The spec of a vision-language wrapper: the language model and head walked from the
-    meta-device build, the tower counted apart, N the wrapper's exact count."""
+    meta-device build, the tower counted apart, N the wrapper's exact count.
+    ``read_text`` (:func:`~introspect.adapters.hf_config.spec_from_config`, handed in by
+    its caller) reads a text config a family reader models where the walker cannot
+    (:func:`_text_reader_spec`)."""
     from .hf_transformers import build_on_meta, frame_spec, refuse_encoder, unique_parameters
     from .module_walk import ModuleTree, describe_tree, unmodelled_parts
     from .torch_module import torch_tree
@@ -126,7 +138,9 @@ def spec_from_wrapper(
             from .hf_transformers import sliding_windows  # imports this module
 
             spec = sliding_windows(spec, model)
-    if parts:
+    if parts and read_text is not None:
+        spec = _text_reader_spec(config, model, text_params, read_text, where=where, source=source)
+    if parts and spec is None:
         try:
             spec = frame_spec(model, text_tree, parts, exact=exact, source=source)
         except (NotImplementedError, AttributeError, TypeError) as e:
@@ -146,6 +160,41 @@ def spec_from_wrapper(
         vision=tower_facts(model_type, config),
         assumptions=(built, *spec.assumptions),
     )
+
+
+def _text_reader_spec(
+    config: dict[str, Any],
+    model,
+    text_params: int,
+    read_text: Callable[..., ModelSpec],
+    *,
+    where: str,
+    source: str,
+) -> ModelSpec | None:
+    """The language model's spec from its family reader, where the walker cannot model
+    its blocks but a reader does (Qwen3.5's ``qwen3_5_text`` and ``qwen3_5_moe_text``:
+    the Gated DeltaNet layers, :func:`introspect.adapters.families.hybrid.qwen3_5_text`)
+    — read from the config's ``text_config`` (else the build's own text config), its
+    ``model_type`` the build's text config's; ``None`` without such a reader, where the
+    reader refuses what the class built, or where the reader's count is not the build's
+    language model and head (``text_params``), so the walker's unmodelled answer
+    stands."""
+    from .families import REGISTRY
+
+    built = model.config.get_text_config()
+    text_type = getattr(built, "model_type", None)
+    if text_type not in REGISTRY:
+        return None
+    text = config.get("text_config")
+    text = dict(text) if isinstance(text, dict) else built.to_dict()
+    text["model_type"] = text_type
+    try:
+        spec = read_text(text, source=source, path=f"{where} (text_config)")
+    except (IntrospectError, ValueError):  # the class built it: its dry run still answers
+        return None
+    if spec.unmodelled or spec.n_params != text_params:
+        return None
+    return spec
 
 
 def _causal_class(model_type: str) -> bool:

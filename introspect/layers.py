@@ -28,6 +28,8 @@ if TYPE_CHECKING:
         "full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "none"
     ]
 
+#: The Gated DeltaNet's projection layouts (:attr:`Attention.linear_projections`).
+LINEAR_PROJECTIONS = ("qkvz", "separate", "qkv_z_b_a")
 ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "none")
 #: The Mamba-2 mixer's size fields (:class:`Attention`), each positive.
 MAMBA2_FIELDS = (
@@ -98,8 +100,10 @@ class Attention:
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 0
     #: How the Gated DeltaNet projects its input: Qwen3-Next's fused ``in_proj_qkvz`` and
-    #: ``in_proj_ba`` (``qkvz``), or OLMo-Hybrid's six separate linears q, k, v, a, b and
-    #: the gate ``g_proj`` (``separate``); the same parameters, other saved tensors.
+    #: ``in_proj_ba`` (``qkvz``), OLMo-Hybrid's six separate linears q, k, v, a, b and
+    #: the gate ``g_proj`` (``separate``), or Qwen3.5's ``in_proj_qkv`` (the conv's
+    #: channels in order), ``in_proj_z``, ``in_proj_b`` and ``in_proj_a``
+    #: (``qkv_z_b_a``); the same parameters, other saved tensors.
     linear_projections: str = "qkvz"
     # -- Mamba-2 mixer (Nemotron-H, Granite 4.0-H: ``mamba_n_heads`` heads of
     # ``mamba_d_head``, ``mamba_n_groups`` groups of ``mamba_d_state`` states, a depthwise
@@ -163,9 +167,10 @@ class Attention:
                 "linear_conv_kernel_dim",
             ):
                 _positive(name, getattr(self, name))
-            if self.linear_projections not in ("qkvz", "separate"):
+            if self.linear_projections not in LINEAR_PROJECTIONS:
                 raise ValueError(
-                    f"linear_projections must be qkvz or separate; got {self.linear_projections!r}"
+                    f"linear_projections must be one of {', '.join(LINEAR_PROJECTIONS)}; "
+                    f"got {self.linear_projections!r}"
                 )
         if self.kind == "mamba1":
             for name in MAMBA1_FIELDS:

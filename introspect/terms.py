@@ -901,8 +901,8 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/linear/input_casts",
             category="activations",
-            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); 2 * B * T * d * BF16  (saved)",
-            source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet (introspect/refined/deltanet.py)",
+            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); casts * B * T * d * BF16, casts the linears reading the FP32 norm output: 2 (in_proj_qkvz, in_proj_ba), 6 (OLMo-Hybrid's q, k, v, a, b, g_proj), 4 (Qwen3.5's in_proj_qkv, _z, _b, _a)  (saved)",
+            source="transformers/models/qwen3_next/modeling_qwen3_next.py: Qwen3NextGatedDeltaNet; models/olmo_hybrid/modeling_olmo_hybrid.py: OlmoHybridGatedDeltaNet; models/qwen3_5/modeling_qwen3_5.py: Qwen3_5GatedDeltaNet (introspect/refined/deltanet.py)",
             computed_by=(
                 "introspect/refined/architecture.py: _kind_terms",
                 "introspect/refined/deltanet.py: saved",
@@ -910,6 +910,7 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_measure_torch.py::test_census_covers_the_seed_terms_and_logits_are_exact",
                 "tests/test_deltanet.py::test_gated_deltanet_saved_set_equals_the_census",
+                "tests/test_deltanet.py::test_qwen3_5_deltanet_saved_set_equals_the_census",
             ),
         ),
         Term(

@@ -1,9 +1,11 @@
 """Hybrid stacks as closed-form layer kinds (issue 22, item 2): OLMo-Hybrid's Gated
 DeltaNet (``OlmoHybridGatedDeltaNet``: Qwen3-Next's torch kernel behind six separate
-projections) against a census of the real module, exact parameter counts against the
-meta-device build, and the closed form of the stack against the dry run of the real class
-(``introspect measure --device fake``) for FP32 eager, autocast with checkpointing and
-BF16 SDPA, within ±3%. Bad sizes are one line naming the file and key."""
+projections) against a census of the real module; Qwen3.5's language models (four
+projections, the mixer's census in tests/test_deltanet.py) and their wrapper; exact
+parameter counts against the meta-device build, and the closed form of the stack against
+the dry run of the real class (``introspect measure --device fake``) for FP32 eager,
+autocast with checkpointing and BF16 SDPA, within ±3%. Bad sizes are one line naming the
+file and key."""
 
 from __future__ import annotations
 
@@ -132,6 +134,154 @@ def test_olmo_hybrid_closed_form_is_within_3_percent_of_the_dry_run(
         request.applymarker(_TRANSIENT)
     row = measured(tmp_path, capsys, OLMO_HYBRID, SETUPS[setup], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
+#: Qwen3.5's language model at a small shape (``Qwen3_5ForCausalLM``): OLMO_HYBRID's
+#: layout — three Gated DeltaNet layers behind in_proj_qkv, in_proj_z, in_proj_b and
+#: in_proj_a, one gated attention layer — with a SwiGLU MLP on every layer; and its MoE
+#: sibling (every layer Qwen3-Next's experts with a gated shared expert, no dense MLP).
+QWEN3_5_TEXT = {
+    "model_type": "qwen3_5_text",
+    "hidden_size": HIDDEN,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 256,
+    "intermediate_size": 96,
+    "layer_types": ["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+}
+QWEN3_5_MOE_TEXT = {
+    **{k: v for k, v in QWEN3_5_TEXT.items() if k != "intermediate_size"},
+    "model_type": "qwen3_5_moe_text",
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+}
+#: The image-text wrapper (``Qwen3_5ForConditionalGeneration``) around QWEN3_5_TEXT, with a
+#: one-block vision tower: the language model is the reader's, the tower counted apart.
+QWEN3_5 = {
+    "model_type": "qwen3_5",
+    "tie_word_embeddings": False,
+    "text_config": QWEN3_5_TEXT,
+    "vision_config": {
+        "depth": 1,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 2,
+        "out_hidden_size": HIDDEN,
+        "patch_size": 16,
+        "temporal_patch_size": 2,
+        "spatial_merge_size": 2,
+        "num_position_embeddings": 64,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        QWEN3_5_TEXT,
+        {**QWEN3_5_TEXT, "attention_bias": True, "tie_word_embeddings": True},
+        {k: v for k, v in QWEN3_5_TEXT.items() if not k.startswith(("layer_types", "linear_"))},
+        QWEN3_5_MOE_TEXT,
+    ],
+)
+def test_qwen3_5_text_parametercount_is_the_meta_build(config):
+    """Every linear layer is the Gated DeltaNet kind with Qwen3.5's four projections
+    (without ``layer_types``: three linear layers, then attention, as the class derives)."""
+    spec = count_is_the_meta_build(config)
+    linear = [r.kind.attention for r in spec.runs if r.kind.attention.kind == "linear"]
+    assert linear and all(a.linear_projections == "qkv_z_b_a" for a in linear)
+    assert all(r.kind.feed_forward.is_moe for r in spec.runs) == ("num_experts" in config)
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_5", "qwen3_5_moe"])
+def test_qwen3_5_wrapper_reads_its_language_model_with_the_tower_apart(model_type):
+    """The image-text wrapper: the walker cannot read the DeltaNet blocks, the text
+    reader does; N is the wrapper's build, the tower every parameter outside
+    ``model.language_model`` and ``lm_head``."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    text = QWEN3_5_TEXT if model_type == "qwen3_5" else QWEN3_5_MOE_TEXT
+    config = {**QWEN3_5, "model_type": model_type, "text_config": text}
+    spec = spec_from_config(json.loads(json.dumps(config)))
+    keys = {k: v for k, v in config.items() if k != "model_type"}
+    with torch.device("meta"):
+        built = AutoModelForImageTextToText.from_config(AutoConfig.for_model(model_type, **keys))
+    assert not spec.unmodelled
+    assert spec.n_params == sum(p.numel() for p in built.parameters())
+    language = sum(p.numel() for p in built.model.language_model.parameters())
+    assert spec.tower_parameters == spec.n_params - language - built.lm_head.weight.numel()
+    assert spec.n_params - spec.tower_parameters == count_is_the_meta_build(text).n_params
+
+
+#: The saved set's three precisions, autocast without checkpointing (which keeps only
+#: each layer's input in the forward).
+_SAVED = {
+    "fp32": SETUPS["fp32 eager"],
+    "amp": ["--precision", "amp"],
+    "bf16": SETUPS["bf16 sdpa"],
+}
+
+
+@pytest.mark.parametrize("precision", list(_SAVED))
+@pytest.mark.parametrize("config", [QWEN3_5_TEXT, QWEN3_5_MOE_TEXT], ids=["dense", "moe"])
+def test_qwen3_5_dry_run_keeps_the_closed_form_saved_set_in_each_deltanet(
+    tmp_path, capsys, precision, config
+):
+    """In the whole stack's dry run, the storages the real ``linear_attn`` modules produce
+    and autograd keeps (the census by producing module) are, to the byte, the closed
+    form's saved set times the linear layers."""
+    B, T = 2, 64
+    row = measured(tmp_path, capsys, config, _SAVED[precision], B, T)
+    held = sum(
+        sum(terms.values())
+        for module, terms in row["census_by_module"].items()
+        if module.split(".")[3:4] == ["linear_attn"]
+    )
+    spec = spec_from_config(dict(config))
+    linear = [r for r in spec.runs if r.kind.attention.kind == "linear"]
+    one = deltanet.saved(
+        linear[0].kind.attention,
+        TrainingSetup(batch_size=B, seq_len=T, precision=precision),
+        HIDDEN,
+    )
+    assert held == sum(r.count for r in linear) * sum(one.values())
+
+
+_QWEN3_5_TRANSIENT = pytest.mark.xfail(
+    strict=True,
+    reason="not modelled: the Gated DeltaNet's own backward transient (the recomputed "
+    "layer's peak under checkpointing is priced as an attention's); 1.050 at B=1, T=100",
+)
+
+
+@pytest.mark.parametrize("setup", list(SETUPS))
+@pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
+@pytest.mark.parametrize("config", [QWEN3_5_TEXT, QWEN3_5_MOE_TEXT], ids=["dense", "moe"])
+def test_qwen3_5_closed_form_is_within_3_percent_of_the_dry_run(
+    tmp_path, capsys, request, setup, B, T, config
+):
+    if setup == "autocast + checkpointing" and (B, T) == (1, 100) and config is QWEN3_5_TEXT:
+        request.applymarker(_QWEN3_5_TRANSIENT)
+    row = measured(tmp_path, capsys, config, SETUPS[setup], B, T)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
+def test_inconsistent_qwen3_5_heads_are_one_line_naming_file_and_key(tmp_path, capsys):
+    path = tmp_path / "qwen3_5_text.json"
+    path.write_text(json.dumps({**QWEN3_5_TEXT, "linear_num_value_heads": 3}))
+    assert main(["profile", str(path)]) == 2
+    line = one_line_error(capsys)
+    assert str(path) in line and "linear_num_value_heads" in line
 
 
 #: Nemotron-H with routed experts (test_unmodelled's stack without the latent

@@ -37,6 +37,8 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "llama4_text": deepseek.llama4_text,
     "llama4": deepseek.llama4,
     "qwen3_next": hybrid.qwen3_next,
+    "qwen3_5_text": hybrid.qwen3_5_text,
+    "qwen3_5_moe_text": hybrid.qwen3_5_moe_text,
     "granitemoehybrid": hybrid.granitemoehybrid,
     "bamba": hybrid.bamba,
     "nemotron_h": hybrid.nemotron_h,

@@ -1,5 +1,7 @@
 """Hybrid stacks: Qwen3-Next (Gated DeltaNet linear-attention layers between gated full
-attention layers, every feed-forward a mixture of experts with a gated shared expert).
+attention layers, every feed-forward a mixture of experts with a gated shared expert) and
+Qwen3.5's language models (the same layers, the DeltaNet behind four projections, a dense
+MLP or Qwen3-Next's experts), OLMo-Hybrid, and the Mamba-2 hybrids.
 
 Source: ``transformers/models/qwen3_next/{configuration,modeling}_qwen3_next.py`` (5.x):
 ``layer_types`` (by default three linear layers, then a full one:
@@ -74,6 +76,103 @@ def qwen3_next(r: Reader) -> dict:
         layers=runs_from_list(kinds),
     )
     return fields
+
+
+def _qwen3_5_stack(r: Reader, cls: str, fields: dict, ff_of: list[FeedForward]) -> dict:
+    """What Qwen3.5's two text configs share (``Qwen3_5TextConfig``,
+    ``Qwen3_5MoeTextConfig``): Qwen3-Next's gated attention (q_proj 2·h·head_dim, per-head
+    q/k RMSNorms, the (1 + w) RMSNorm, ``Qwen3_5Attention`` is ``Qwen3NextAttention``
+    line for line) and its Gated DeltaNet behind four linears (``in_proj_qkv``,
+    ``in_proj_z``, ``in_proj_b``, ``in_proj_a``: ``linear_projections="qkv_z_b_a"``,
+    priced in :mod:`introspect.refined.deltanet`), laid out by ``layer_types`` (by
+    default three linear layers, then a full one: ``full_attention_interval`` 4, as
+    ``__post_init__`` derives it); ``ff_of`` is each layer's feed-forward."""
+    bias = r.flag("attention_bias", False, f"{cls} default false")
+    fields.update(qkv_bias=bias, o_bias=bias, qk_norm="head")
+    L = fields["num_hidden_layers"]
+    types = r.items("layer_types", str, length=L)
+    if types is None:
+        interval = r.integer("full_attention_interval", default=4, why=f"{cls} default 4")
+        types = ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(L)]
+    nk = r.integer("linear_num_key_heads", default=16, why=f"{cls} default 16")
+    nv = r.integer("linear_num_value_heads", default=32, why=f"{cls} default 32")
+    if nv % nk:  # torch_chunk_gated_delta_rule repeats each key head nv / nk times
+        raise r.fail(f"linear_num_value_heads: {nv} is not a multiple of linear_num_key_heads {nk}")
+    linear = attention(
+        fields, kind="linear", qk_norm="none", qkv_bias=False, o_bias=False,
+        linear_num_key_heads=nk, linear_num_value_heads=nv,
+        linear_key_head_dim=r.integer("linear_key_head_dim", default=128, why=f"{cls} default"),
+        linear_value_head_dim=r.integer(
+            "linear_value_head_dim", default=128, why=f"{cls} default"
+        ),
+        linear_conv_kernel_dim=r.integer(
+            "linear_conv_kernel_dim", default=4, why=f"{cls} default 4"
+        ),
+        linear_projections="qkv_z_b_a",
+    )  # fmt: skip
+    full = attention(fields, output_gate=True)
+    kinds = []
+    for t, ff in zip(types, ff_of, strict=True):
+        kind = LAYER_TYPES.get(t)
+        if kind not in ("linear", "full"):
+            raise r.fail(f"layer_types: {t!r} is not a layer type {r.model_type} has")
+        kinds.append(LayerKind(attention=linear if kind == "linear" else full, feed_forward=ff))
+    fields.update(
+        max_position_embeddings=context(r, 32768),
+        tie_word_embeddings=r.tied(False, cls),
+        layers=runs_from_list(kinds),
+    )
+    return fields
+
+
+def qwen3_5_text(r: Reader) -> dict:
+    """Qwen3_5TextConfig (Qwen3.5's language model, ``Qwen3_5ForCausalLM``): 16 heads of
+    256 (4 K/V), 16/32 linear key/value heads of 128, every layer a SwiGLU MLP of
+    ``intermediate_size`` (``Qwen3_5DecoderLayer``).
+
+    Source: ``transformers/models/qwen3_5/{configuration,modeling}_qwen3_5.py``
+    (``Qwen3_5GatedDeltaNet`` l. 500, ``Qwen3_5Attention`` l. 742, ``Qwen3_5MLP`` l. 818,
+    ``Qwen3_5DecoderLayer`` l. 855)."""
+    cls = "Qwen3_5TextConfig"
+    fields = rmsnorm_gated(r, kv=4, head_dim=256, cls=cls)
+    ff = dense(fields)
+    return _qwen3_5_stack(r, cls, fields, [ff] * fields["num_hidden_layers"])
+
+
+def qwen3_5_moe_text(r: Reader) -> dict:
+    """Qwen3_5MoeTextConfig (Qwen3.5-MoE's language model): 16 heads of 256 (2 K/V), the
+    linear layers as :func:`qwen3_5_text`'s, every layer a mixture of experts
+    (``Qwen3_5MoeSparseMoeBlock``: 256 experts of 512, 8 active, the top-k renormalised,
+    a shared expert of 512 behind its sigmoid gate); the class has no dense MLP, so no
+    ``intermediate_size``.
+
+    Source: ``transformers/models/qwen3_5_moe/{configuration,modeling}_qwen3_5_moe.py``
+    (``Qwen3_5MoeGatedDeltaNet`` l. 517, ``Qwen3_5MoeSparseMoeBlock`` l. 913,
+    ``Qwen3_5MoeDecoderLayer`` l. 956)."""
+    cls = "Qwen3_5MoeTextConfig"
+    width = r.integer("moe_intermediate_size", default=512, why=f"{cls} default 512")
+    fields = dict(
+        r.shape(),
+        num_key_value_heads=r.kv_heads(2, cls),
+        head_dim=r.head_dim(256, cls),
+        intermediate_size=width,
+        norm="rmsnorm",
+        norm_bias=False,
+        ffn="gated",
+        hidden_act=r.text("hidden_act", default="silu"),
+        position_embedding="rope",
+    )
+    moe = dense(
+        fields,
+        num_experts=r.integer("num_experts", default=256, why=f"{cls} default 256"),
+        top_k=r.integer("num_experts_per_tok", default=8, why=f"{cls} default 8"),
+        shared_intermediate_size=r.integer(
+            "shared_expert_intermediate_size", default=512, why=f"{cls} default 512"
+        ),
+        shared_expert_gate=True,
+    )
+    fields.update(num_local_experts=moe.num_experts, num_experts_per_tok=moe.top_k)
+    return _qwen3_5_stack(r, cls, fields, [moe] * fields["num_hidden_layers"])
 
 
 def olmo_hybrid(r: Reader) -> dict:

@@ -83,6 +83,22 @@ linears cast the FP32 norm output (``input_casts`` 6·B·T·d·2; the weights ar
 ``linear_allow_neg_eigval``'s ``beta * 2.0`` saves nothing (a multiply by a number).
 Checked to the byte against the real module in ``tests/test_hybrids.py``.
 
+Qwen3.5 (``models/qwen3_5/modeling_qwen3_5.py``, ``Qwen3_5GatedDeltaNet``, l. 500–656;
+``models/qwen3_5_moe/modeling_qwen3_5_moe.py``, ``Qwen3_5MoeGatedDeltaNet``, l. 517–673,
+the same code) runs the same kernels (``causal_conv1d_fn``, ``l2norm``,
+``torch_chunk_gated_delta_rule``, l. 256–426, are Qwen3-Next's line for line, and
+``Qwen3_5RMSNormGated``, l. 204–220, is ``Qwen3NextRMSNormGated``) behind four linears
+(``linear_projections="qkv_z_b_a"``): ``in_proj_qkv``'s output is already the conv's
+channel order, so ``mixed_qkv.transpose(1, 2)`` feeds ``causal_conv1d_fn`` with no
+``torch.cat`` — conv1d keeps that projection's own B·T·C storage (in FP32 and BF16 its
+``.to(weight.dtype)`` is the tensor itself; under autocast its BF16 cast of the FP32
+copy), the same ``conv/input`` bytes; the gate is ``in_proj_z``'s own contiguous output
+(``reshape`` views of it), never a view of a wider fused storage, so in FP32 its SiLU
+keeps B·T·V·4 even with n_k = n_v; under autocast four linears cast the FP32 norm
+output (``input_casts`` 4·B·T·d·2) and their weights, d·(C + V + 2·n_v), are the fused
+layout's. A_log, dt_bias, the sigmoid of b and the softplus of a are Qwen3-Next's.
+Checked to the byte against both classes in ``tests/test_deltanet.py``.
+
 Checked against a census of the real module (``tests/test_deltanet.py``): equal to the
 byte in FP32, BF16 and autocast, T = 5, 64, 100, 128, 130, B = 1, 2, with n_k < n_v and
 n_k = n_v.
@@ -96,11 +112,15 @@ from introspect.setup import TrainingSetup
 
 FP32 = 4
 BF16 = 2
+#: The linears that read the mixer's input, by layout (``Attention.linear_projections``):
+#: in_proj_qkvz and in_proj_ba; q, k, v, a, b and g_proj; in_proj_qkv, _z, _b and _a.
+_LINEARS = {"qkvz": 2, "separate": 6, "qkv_z_b_a": 4}
 
 
 def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, int]:
-    """Bytes one ``Qwen3NextGatedDeltaNet`` forward keeps for backward, by term (see the
-    module docstring), excluding its input and parameters; B is the per-device batch."""
+    """Bytes one Gated DeltaNet forward (``Qwen3NextGatedDeltaNet``, OLMo-Hybrid's or
+    Qwen3.5's, by ``att.linear_projections``) keeps for backward, by term (see the module
+    docstring), excluding its input and parameters; B is the per-device batch."""
     B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
     autocast = setup.precision == "amp"
     nk, nv = att.linear_num_key_heads, att.linear_num_value_heads
@@ -162,9 +182,9 @@ def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, i
             out["attention/deltanet/matmul_copies"] = 4 * heads * Tp * dk * FP32
     rows = B * T * V
     weighted = FP32 if autocast else a
-    separate = att.linear_projections == "separate"
+    layout = att.linear_projections
     gate = rows * FP32
-    if nk == nv and aliased and not separate:
+    if nk == nv and aliased and layout == "qkvz":
         gate = B * T * 2 * (K + V) * FP32  # SiLU keeps in_proj_qkvz's whole output
     kernel_out = rows * FP32
     if aliased and nv == 1 and (B == 1 or T == Tp):
@@ -176,7 +196,7 @@ def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, i
     )
     out["attention/linear/context"] = rows * a
     if autocast:
-        casts = 6 if separate else 2  # q, k, v, a, b, g_proj or in_proj_qkvz, in_proj_ba
+        casts = _LINEARS[layout]  # the linears that read the FP32 norm output
         out["attention/linear/input_casts"] = casts * B * T * d * BF16
         weights = d * 2 * (K + V) + d * 2 * nv + C * w + V * d
         out["attention/linear/autocast_weights"] = weights * BF16

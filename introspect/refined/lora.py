@@ -135,7 +135,8 @@ def _attention_modules(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     with Qwen3-Next's output gate); DeepSeek's MLA (``modeling_deepseek_v3.py``:
     ``q_a_proj``/``q_b_proj`` or ``q_proj``, ``kv_a_proj_with_mqa``, ``kv_b_proj``,
     ``o_proj``); Gated DeltaNet's (``modeling_qwen3_next.py``: ``in_proj_qkvz``,
-    ``in_proj_ba``, ``out_proj``)."""
+    ``in_proj_ba``, ``out_proj``; ``modeling_qwen3_5.py`` l. 536, 540-543: ``in_proj_qkv``,
+    ``in_proj_z``, ``in_proj_b``, ``in_proj_a``, ``out_proj``)."""
     att, d = spec.kinds[0][0].attention, spec.hidden_size
     if att.kind == "mamba2":
         from introspect.refined.mamba2 import widths
@@ -145,10 +146,13 @@ def _attention_modules(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     if att.kind == "linear":
         nk, dk = att.linear_num_key_heads, att.linear_key_head_dim
         nv, dv = att.linear_num_value_heads, att.linear_value_head_dim
+        K, V = nk * dk, nv * dv
         if att.linear_projections == "separate":  # OlmoHybridGatedDeltaNet's names
-            K, V = nk * dk, nv * dv
             return {"q_proj": (d, K), "k_proj": (d, K), "v_proj": (d, V), "a_proj": (d, nv),
                     "b_proj": (d, nv), "g_proj": (d, V), "o_proj": (V, d)}  # fmt: skip
+        if att.linear_projections == "qkv_z_b_a":  # Qwen3_5GatedDeltaNet's names
+            return {"in_proj_qkv": (d, 2 * K + V), "in_proj_z": (d, V), "in_proj_b": (d, nv),
+                    "in_proj_a": (d, nv), "out_proj": (V, d)}  # fmt: skip
         return {
             "in_proj_qkvz": (d, 2 * nk * dk + 2 * nv * dv),
             "in_proj_ba": (d, 2 * nv),
