@@ -381,12 +381,7 @@ def _phases(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     from introspect.refined import mlx
     from introspect.refined.mlx_counts import candidates as counts
 
-    structure = mlx.structure_of(spec, setup)
-    lora = setup.finetune in ("lora", "dora")
-    return [
-        c.phase
-        for c in counts(mlx.key(structure, mlx.dtype_of(setup), mlx.compiled(setup), lora=lora))
-    ]
+    return [c.phase for c in counts(mlx.counts_key(spec, setup))]  # a LoRA step's keys too
 
 
 def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:

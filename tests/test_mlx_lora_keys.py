@@ -146,3 +146,51 @@ def test_checkpointed_lora_dry_run_beside_a_real_step(cfg, change, dtype, compil
         cfg, cfg["model_type"], spec, setup.replace(activation_checkpointing=False)
     )
     assert dry.peak_bytes < plain.peak_bytes
+
+
+@pytest.mark.parametrize("keys", sorted(mlx.NAMED_KEYS))
+def test_named_keys_counts_are_derived_at_every_depth_up_to_ten(keys):
+    """Each structure's counts for named keys (``python benchmarks/mlx_derive.py
+    --lora-keys``) have, like the all-linear ones, whole tensors at L = 1–10, 16 and 32,
+    so no depth up to 32 is extrapolated; they hold the adapters' kinds of those keys."""
+    from introspect.refined.mlx_counts import all_counts
+
+    derived = all_counts()
+    for structure in mlx.NAMED_KEYS[keys]:
+        for dtype in ("fp32", "bf16"):
+            for compiled in (False, True):
+                k = mlx.key(structure, dtype, compiled, lora=True, keys=keys)
+                assert k.endswith("/lora/" + ",".join(keys))
+                for c in derived[k]:
+                    assert set(c.at) == set(mlx.DEPTHS)
+                    assert set(c.shallow) == {1, 2, 3} and set(c.between) == {5, 6, 7, 8, 9}
+                    for counts in (*c.at.values(), *c.shallow.values(), *c.between.values()):
+                        assert all(isinstance(v, int) for v in counts.values())
+                        assert "f·r" not in counts  # no adapter on the feed-forward
+
+
+@pytest.mark.parametrize(
+    "cfg,keys,dtype,compiled",
+    [
+        (QWEN3, ("q_proj", "v_proj"), "fp32", False),
+        (QWEN3, ("q_proj", "v_proj"), "bf16", True),
+        (LLAMA, ("q_proj", "k_proj", "v_proj", "o_proj"), "bf16", False),
+        (LLAMA, ("q_proj", "v_proj"), "fp32", True),
+    ],
+)
+def test_named_keys_closed_form_within_5_percent_of_a_real_step(cfg, keys, dtype, compiled):
+    """A real mlx-lm LoRA step with named keys at a shape no count was read at: the
+    closed form from those keys' own counts — no not-derived line, no torch's moments —
+    within 5% of its measured peak, and below the all-linear step's estimate."""
+    from introspect.measure import mlx_lm_models
+
+    spec = spec_of(cfg)
+    setup = lora_setup(dtype, compiled, lora_targets=keys)
+    assert mlx.lora_keys(spec, setup) == tuple(sorted(keys))
+    assert not mlx.lora_not_derived(spec, setup) and mlx.applies(setup, spec)
+    m = mlx_lm_models.measure(cfg, cfg["model_type"], spec, setup, compiled=compiled, repeats=2)
+    assert m.trainable_params == adapter_parameters(spec, setup)
+    estimate = refined.estimate(spec, setup)
+    assert "torch" not in estimate.execution.label
+    assert estimate.total == pytest.approx(m.peak_bytes, rel=0.05)
+    assert estimate.total < refined.estimate(spec, lora_setup(dtype, compiled)).total

@@ -142,6 +142,20 @@ Gemma 3 untied) has no closed-form LoRA figure: :func:`lora_not_derived` says so
 line and the MLX dry run of the family's class answers
 (:mod:`introspect.measure.mlx_lora_dry_run`), not torch's moments (0.775–1.378 of the
 measured steps above; issue 23 reports 3.0–3.6× on Qwen3-0.6B).
+**Named keys** (``lora_parameters.keys``: ``linear_to_lora_layers`` in
+``mlx_lm/tuner/utils.py`` converts only the block's modules whose path is one of the
+keys; mlx-tune's and peft's default q_proj, v_proj; :func:`lora_keys`). The graph
+differs from the all-linear one only in which adapters exist: the other linears stay
+frozen ``nn.Linear`` with no B·T·r branch, adapter, gradient or update, and the backward
+keeps only the activations some VJP still reads (a frozen linear's VJP reads its weight,
+not its input). So the same kinds are read off replays with those keys, at the same
+shapes and depths (``python benchmarks/mlx_derive.py --lora-keys NAMES STRUCTURE``, keys
+``…/lora/<names>``): q/v and q/k/v/o for llama, qwen2 and qwen3 (:data:`NAMED_KEYS`).
+**Checked on** (``benchmarks/results/mlx-lora.md``, "Named keys"; ``python
+benchmarks/mlx_lora.py --keys``, run once after the counts were read, all held out):
+48 real mlx-lm LoRA steps (those three, both keys, d = 96 and 160, L = 3 and 6, GQA and
+MQA, r = 4–16, B·T = 64–512, FP32 and BF16, eager and compiled) — 48 within ±5% (−1.6%
+to +1.0%; torch's moments, what they had before: 0 of 48, 0.800 to 1.477).
 Every other mlx-lm LoRA setup the counts do not describe — named ``lora_targets``
 (mlx-lm's ``keys``, e.g. q_proj, v_proj) on a structure whose keys are not derived
 (:data:`NAMED_KEYS`), checkpointing, an optimizer other than Adam/AdamW, the reference
@@ -880,7 +894,11 @@ LORA_STRUCTURES = (
 #: benchmarks/mlx_derive.py --lora-keys NAMES STRUCTURE ...``, counts keys
 #: ``…/lora/<names>``). Other keys, or these keys on another structure:
 #: :func:`lora_not_derived`.
-NAMED_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {}
+NAMED_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
+    # mlx-tune's and peft's default (q_proj, v_proj), and the attention's four
+    ("q_proj", "v_proj"): ("llama", "qwen2", "qwen3"),
+    ("k_proj", "o_proj", "q_proj", "v_proj"): ("llama", "qwen2", "qwen3"),
+}
 
 
 #: The structures MLX's DoRA step was checked on (``benchmarks/mlx_dora.py``): DoRA's
