@@ -194,3 +194,44 @@ def test_named_keys_closed_form_within_5_percent_of_a_real_step(cfg, keys, dtype
     assert "torch" not in estimate.execution.label
     assert estimate.total == pytest.approx(m.peak_bytes, rel=0.05)
     assert estimate.total < refined.estimate(spec, lora_setup(dtype, compiled)).total
+
+
+def test_the_mlx_tune_qv_row_is_priced_by_its_keys_counts_and_a_setup_without_by_the_dry_run():
+    """benchmarks/metal_published.py's mlx-tune Qwen3-0.6B q/v row (issue 23: torch's
+    moments, 5.873 GB at the bound, before): priced from Qwen3's q/v counts now, within
+    5% of the MLX dry run of the same setup; the same row checkpointed, which no counts
+    describe, is priced by the dry run (the label the not-derived line)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from introspect.adapters import resolve
+
+    from introspect.measure import mlx_lora_dry_run
+    from introspect.refined.implementations import resolve_attention
+    from introspect.setup import TrainingSetup
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "benchmarks"))
+    loaded = importlib.util.spec_from_file_location(
+        "metal_published", root / "benchmarks" / "metal_published.py"
+    )
+    published = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(published)
+    (row,) = [r for r in published.ROWS if r["id"] == "mlx-tune-qwen3-0.6b-qv-T<=1024"]
+    result = published.estimate_row(row)
+    assert "torch" not in result["label"] and "not derived" not in result["label"]
+    spec = resolve(row["model"]).spec
+    setup = TrainingSetup(framework=published.framework_of(row), **row["flags"])
+    setup = resolve_attention(spec, setup)
+    assert mlx.lora_keys(spec, setup) == ("q_proj", "v_proj")
+    dry = mlx_lora_dry_run.answer(row["model"], spec, setup)
+    assert refined.estimate(spec, setup).total == pytest.approx(dry["peak_bytes"], rel=0.05)
+    checkpointed = dict(row, flags=dict(row["flags"], activation_checkpointing=True, seq_len=256))
+    result = published.estimate_row(checkpointed)
+    assert "with --checkpointing: answered by the MLX dry run" in result["label"]
+    assert all(k.startswith("dry_run/") for k, _ in result["largest_terms"])
+    found = mlx_lora_dry_run.answer(
+        row["model"], spec, setup.replace(activation_checkpointing=True, seq_len=256)
+    )
+    assert result["estimate_bytes"] >= found["peak_bytes"]
