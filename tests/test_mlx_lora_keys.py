@@ -176,6 +176,7 @@ def test_named_keys_counts_are_derived_at_every_depth_up_to_ten(keys):
         (QWEN3, ("q_proj", "v_proj"), "bf16", True),
         (LLAMA, ("q_proj", "k_proj", "v_proj", "o_proj"), "bf16", False),
         (LLAMA, ("q_proj", "v_proj"), "fp32", True),
+        (dict(LLAMA, tie_word_embeddings=False), ("q_proj", "v_proj"), "bf16", False),
     ],
 )
 def test_named_keys_closed_form_within_5_percent_of_a_real_step(cfg, keys, dtype, compiled):

@@ -150,12 +150,13 @@ frozen ``nn.Linear`` with no B·T·r branch, adapter, gradient or update, and th
 keeps only the activations some VJP still reads (a frozen linear's VJP reads its weight,
 not its input). So the same kinds are read off replays with those keys, at the same
 shapes and depths (``python benchmarks/mlx_derive.py --lora-keys NAMES STRUCTURE``, keys
-``…/lora/<names>``): q/v and q/k/v/o for llama, qwen2 and qwen3 (:data:`NAMED_KEYS`).
-**Checked on** (``benchmarks/results/mlx-lora.md``, "Named keys"; ``python
-benchmarks/mlx_lora.py --keys``, run once after the counts were read, all held out):
-48 real mlx-lm LoRA steps (those three, both keys, d = 96 and 160, L = 3 and 6, GQA and
-MQA, r = 4–16, B·T = 64–512, FP32 and BF16, eager and compiled) — 48 within ±5% (−1.6%
-to +1.0%; torch's moments, what they had before: 0 of 48, 0.800 to 1.477).
+``…/lora/<names>``): q/v and q/k/v/o for llama (tied and untied), qwen2 and qwen3
+(:data:`NAMED_KEYS`). **Checked on** (``benchmarks/results/mlx-lora.md``, "Named
+keys"; ``python benchmarks/mlx_lora.py --keys``, run after the counts were read, nothing
+changed after; all held out): 64 real mlx-lm LoRA steps (those four, both keys, d = 96
+and 160, L = 3 and 6, GQA and MQA, r = 4–16, B·T = 64–512, FP32 and BF16, eager and
+compiled) — 64 within ±5% (−1.6% to +1.3%; torch's moments, what they had before: 0 of
+64, 0.800 to 1.477).
 Every other mlx-lm LoRA setup the counts do not describe — named ``lora_targets``
 (mlx-lm's ``keys``, e.g. q_proj, v_proj) on a structure whose keys are not derived
 (:data:`NAMED_KEYS`), checkpointing, an optimizer other than Adam/AdamW, the reference
@@ -896,8 +897,8 @@ LORA_STRUCTURES = (
 #: :func:`lora_not_derived`.
 NAMED_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
     # mlx-tune's and peft's default (q_proj, v_proj), and the attention's four
-    ("q_proj", "v_proj"): ("llama", "qwen2", "qwen3"),
-    ("k_proj", "o_proj", "q_proj", "v_proj"): ("llama", "qwen2", "qwen3"),
+    ("q_proj", "v_proj"): ("llama", "llama-untied", "qwen2", "qwen3"),
+    ("k_proj", "o_proj", "q_proj", "v_proj"): ("llama", "llama-untied", "qwen2", "qwen3"),
 }
 
 
