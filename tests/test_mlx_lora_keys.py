@@ -236,3 +236,30 @@ def test_the_mlx_tune_qv_row_is_priced_by_its_keys_counts_and_a_setup_without_by
         row["model"], spec, setup.replace(activation_checkpointing=True, seq_len=256)
     )
     assert result["estimate_bytes"] >= found["peak_bytes"]
+
+
+def test_fit_knob_rows_with_grad_checkpoint_say_not_derived(tmp_path, capsys):
+    """``introspect fit`` on mlx-lm's LoRA (named keys derived for Qwen3): the knob
+    table's rows with grad_checkpoint on, which no counts describe, carry the not-derived
+    line and no length (torch's moments searched them before); the others are searched
+    on the closed form, and the setup itself fits."""
+    from introspect.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN3))
+    flags = ["--framework", "mlx", "--finetune", "lora", "--lora-rank", "4", "--seq", "128"]
+    flags += ["--lora-targets", "q_proj", "v_proj", "--budget", "1GB"]
+    assert main(["fit", str(path), *flags, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["fits"]
+    rows = out["mlx_lora_knobs"]["rows"]
+    assert {r["grad_checkpoint"] for r in rows} == {False, True}
+    for r in rows:
+        if r["grad_checkpoint"]:
+            assert "with --checkpointing" in r["not_derived"]
+            assert set(r["largest_seq"].values()) == {None}
+        else:
+            assert "not_derived" not in r and all(r["largest_seq"].values())
+    assert main(["fit", str(path), *flags]) == 0
+    text = capsys.readouterr().out
+    assert "not derived*" in text and "* LoRA counts not derived for" in text
