@@ -254,16 +254,23 @@ def framework_of(row: dict) -> str:
 def estimate_row(row: dict) -> dict:
     """The refined estimate for the row's setup (``profile --framework mlx`` or
     ``mlx-compiled`` by the row's date) and the Metal view
-    (:func:`introspect.metal.metal_view`)."""
+    (:func:`introspect.metal.metal_view`) — or, where mlx-lm's LoRA counts do not
+    describe the setup (:func:`introspect.refined.mlx.lora_not_derived`), what
+    ``introspect profile`` answers instead: the MLX dry run of mlx-lm's class
+    (:mod:`introspect.measure.mlx_lora_dry_run`), its label the not-derived line."""
     from introspect.adapters import resolve
 
     from introspect import metal, refined
+    from introspect.refined import mlx
     from introspect.refined.implementations import resolve_attention
     from introspect.setup import TrainingSetup
 
     spec = resolve(row["model"]).spec
     framework = framework_of(row)
     setup = resolve_attention(spec, TrainingSetup(framework=framework, **row["flags"]))
+    why = mlx.lora_not_derived(spec, setup)
+    if why:
+        return dry_run_row(row, spec, setup, why)
     est = refined.estimate(spec, setup)
     view = metal.metal_view(spec, setup, est.total)
     terms = {k: v for k, v in est.execution.terms.items() if v}
@@ -286,6 +293,30 @@ def estimate_row(row: dict) -> dict:
         "page_rounding_bytes": view.rounding,
         "label": est.execution.label,
         "largest_terms": sorted(terms.items(), key=lambda kv: -kv[1])[:4],
+    }
+
+
+def dry_run_row(row: dict, spec, setup, why: str) -> dict:
+    """:func:`estimate_row` for a setup the LoRA counts do not describe: the MLX dry run's
+    peak (its categories as the largest terms) plus Metal's page rounding."""
+    from introspect import metal
+    from introspect.measure import mlx_lora_dry_run
+
+    found = mlx_lora_dry_run.answer(row["model"], spec, setup)
+    view = metal.metal_view(spec, setup, found["peak_bytes"])
+    t2_tensor = setup.batch_size * spec.num_attention_heads * setup.seq_len**2
+    t2_tensor *= 2 if row["flags"].get("precision") == "bf16" else 4
+    cats = {f"dry_run/{k}": v for k, v in found["categories"].items() if v}
+    return {
+        "framework": setup.framework,
+        "metal_estimate_bytes": view.allocated,
+        "attention_kept": metal.attention_kept_in_training(row.get("mlx_version")),
+        "estimate_bytes": view.allocated,
+        "t2_free_bytes": None,
+        "t2_tensor_bytes": t2_tensor,
+        "page_rounding_bytes": view.rounding,
+        "label": f"{why}; the MLX dry run's peak {found['peak_bytes']:,} bytes",
+        "largest_terms": sorted(cats.items(), key=lambda kv: -kv[1])[:4],
     }
 
 
@@ -318,7 +349,12 @@ def cause(row: dict, ratio: float, result: dict) -> str:
         structures = ", ".join(dict.fromkeys(s.split("-")[0] for s in LORA_STRUCTURES))
         parts.append(
             f"this setup takes torch's moments (MLX LoRA counts exist for {structures} "
-            "blocks at mlx-lm's default targets only; the label says so)"
+            "blocks; the label says so)"
+        )
+    if "answered by the MLX dry run" in result["label"]:
+        parts.append(
+            "the LoRA counts do not describe this setup: the MLX dry run's CPU replay "
+            "answers (the label says which part is not derived)"
         )
     if result["attention_kept"] is False:
         free, tensor = result["t2_free_bytes"], result["t2_tensor_bytes"]

@@ -35,6 +35,18 @@ are called (``linear_to_lora_layers`` in ``mlx_lm/tuner/utils.py`` collects them
 ``c_proj``; Gemma's and Gemma 2's the seven of Llama's; Qwen3's and Gemma 3's q/k norms
 and every norm stay frozen, not adapted.
 
+    python benchmarks/mlx_derive.py --lora-keys q_proj,v_proj STRUCTURE ...   # named keys
+
+``--lora-keys`` derives LoRA on the linears named only (mlx-lm's ``lora_parameters.keys``,
+which ``linear_to_lora_layers`` matches against each block's module paths: ``q_proj``
+is ``self_attn.q_proj``; mlx-tune's and peft's default q/v, or q/k/v/o) at the same
+shapes and depths as ``--lora STRUCTURE``, keys ``<structure>/<dtype>/<mode>/lora/<names>``.
+MLX's graph for a subset differs from the all-linear one only in which adapters exist:
+no ``LoRALinear`` on the others, so no B·T·r branch, adapter, gradient or update for
+them, and the backward keeps fewer of the base's activations (a frozen linear's VJP
+needs its weight, not its input: only an adapter's ``lora_a`` gradient reads ``x``). The
+same kinds are read (B·T·r, d·r, kv·r, f·r), stored as the all-linear counts are.
+
     python benchmarks/mlx_derive.py --between STRUCTURE ...   # add L = 5–9 to LoRA keys
 
 ``--between`` adds the counts at L = 5–9 to the LoRA keys of structures derived before
@@ -142,9 +154,19 @@ ALL_SHALLOW = (1, 2, 3)
 DENSE_BETWEEN = (5, 6, 7, 8, 9)
 
 
-def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, lora: bool = False):
+def build(
+    structure: str,
+    dtype: str,
+    shape: dict,
+    layers: int,
+    compiled: bool,
+    lora: bool = False,
+    keys: tuple[str, ...] = (),
+):
     """(model, optimizer, step, batch) for one structure at one shape (with mlx-lm's
-    LoRA on every block under ``lora``)."""
+    LoRA on every block under ``lora``: on every nn.Linear, mlx-lm's default, or on the
+    linears named ``keys``, e.g. ``("q_proj", "v_proj")``, as ``lora_parameters.keys``
+    gives them to ``linear_to_lora_layers``)."""
     import mlx.core as mx
     import mlx.optimizers as optim
 
@@ -184,6 +206,8 @@ def build(structure: str, dtype: str, shape: dict, layers: int, compiled: bool, 
 
             model.freeze()
             config = {"rank": LORA_RANK, "scale": 20.0, "dropout": 0.0}
+            if keys:  # the block's paths ending in those names (self_attn.q_proj, ...)
+                config["keys"] = mlx_lm_models.lora_keys(model, keys)
             linear_to_lora_layers(model, -1, config)
             mx.eval(model.parameters())
         loss = mr.mlx_lm_loss
@@ -329,12 +353,13 @@ def tape(
     layers: int,
     worker: str = "behind",
     lora: bool = False,
+    keys: tuple[str, ...] = (),
 ):
     """Per op of the replayed tape: (signature, phase, bytes by kind beyond the state)."""
     from introspect.measure import mlx_replay as mr
     from introspect.measure.mlx_replay_eval import update_nodes
 
-    model, optimizer, step, batch = build(structure, dtype, shape, layers, compiled, lora)
+    model, optimizer, step, batch = build(structure, dtype, shape, layers, compiled, lora, keys)
     graph = mr.graph_of(model, optimizer, step, batch, compiled)
     table = kind_table(dims_of(structure, dict(shape), lora))
     census = Census(table)
@@ -357,11 +382,13 @@ def tape(
     return out, rep
 
 
-def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> list[dict]:
+def derive(
+    structure: str, dtype: str, compiled: bool, lora: bool = False, keys: tuple[str, ...] = ()
+) -> list[dict]:
     """The candidate moments of one structure: at each derivation shape, the live bytes
     by kind at the replay's largest moment (and at the update's largest) at each L of
     :data:`LAYERS` (:data:`MOE_LAYERS` for a MoE structure) give, by :func:`fit`, its
-    counts at each depth."""
+    counts at each depth (LoRA on the linears named ``keys`` when given)."""
     from introspect.refined import mlx as closed
 
     moe = structure in closed.MOE_STRUCTURES
@@ -376,7 +403,10 @@ def derive(structure: str, dtype: str, compiled: bool, lora: bool = False) -> li
         # LoRA's counts (every structure's) and the dense classes' full ones: L = 5–9 too.
         between = DENSE_BETWEEN if shallow_depths else ()
         depths = layers + shallow_depths + between
-        tapes = [tape(structure, dtype, compiled, dict(shape), L, lora=lora)[0] for L in depths]
+        tapes = [
+            tape(structure, dtype, compiled, dict(shape), L, lora=lora, keys=keys)[0]
+            for L in depths
+        ]
         for phase in ("any", "optimizer_step"):
             tops = []
             for t in tapes:
@@ -528,7 +558,7 @@ def main() -> None:
         counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
         for k, rows in counts.items():
             structure, dtype, mode = k.split("/")[:3]
-            if structure in sys.argv[2:] and not k.endswith("/lora"):
+            if structure in sys.argv[2:] and "/lora" not in k:
                 counts[k] = add_short(structure, dtype, mode == "compiled", rows)
                 print(k, len(counts[k]), "candidates", flush=True)
         write(counts)
@@ -538,7 +568,7 @@ def main() -> None:
         counts = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
         for k, rows in counts.items():
             structure, dtype, mode = k.split("/")[:3]
-            if structure in names:
+            if structure in names and k.count("/") < 4:  # named keys: L = 1–3 read already
                 add_shallow(structure, dtype, mode == "compiled", k.endswith("/lora"), rows)
                 print(k, "shallow", sorted(rows[0].get("shallow", {})), flush=True)
         write(counts)
@@ -549,13 +579,16 @@ def main() -> None:
     if sys.argv[1:2] == ["--lora"] and sys.argv[2:]:
         lora_of(sys.argv[2:])
         return
+    if sys.argv[1:2] == ["--lora-keys"] and sys.argv[3:]:
+        lora_of(sys.argv[3:], tuple(sorted(sys.argv[2].split(","))))
+        return
     if len(sys.argv) > 1:  # --from STRUCTURE / --lora: keep the others
         done = {k: [row_of(c) for c in cs] for k, cs in mlx_counts.all_counts().items()}
     lora_only = sys.argv[1:2] == ["--lora"]
     names = list(closed.STRUCTURES)
     first = names.index(sys.argv[2]) if len(sys.argv) > 2 and sys.argv[1] == "--from" else 0
     wanted = [
-        (structure, dtype, compiled, lora)
+        (structure, dtype, compiled, lora, ())
         for lora in (False, True)
         for structure in (closed.LORA_STRUCTURES if lora else names)
         for dtype in ("fp32", "bf16")
@@ -563,22 +596,31 @@ def main() -> None:
         # MLX's CPU GatherMM runs FP32 only (cpu/masked_mm.cpp): no BF16 MoE step.
         if dtype == "fp32" or structure not in closed.MOE_STRUCTURES
     ]
+    wanted += [  # the named keys (--lora-keys), after the all-linear ones
+        (structure, dtype, compiled, True, keys)
+        for keys, structures in closed.NAMED_KEYS.items()
+        for structure in structures
+        for dtype in ("fp32", "bf16")
+        for compiled in (False, True)
+    ]
     counts: dict[str, list[dict]] = {}
-    for structure, dtype, compiled, lora in wanted:
-        k = closed.key(structure, dtype, compiled, lora)
+    for structure, dtype, compiled, lora, keys in wanted:
+        k = closed.key(structure, dtype, compiled, lora, keys)
         if k in done and (lora_only and not lora or names.index(structure) < first):
             counts[k] = done[k]
         else:
-            counts[k] = derive(structure, dtype, compiled, lora)
+            counts[k] = derive(structure, dtype, compiled, lora, keys)
         print(k, len(counts[k]), "candidates", flush=True)
     write(counts)
 
 
-def lora_of(structures: list[str]) -> None:
+def lora_of(structures: list[str], keys: tuple[str, ...] = ()) -> None:
     """``--lora STRUCTURE ...``: derive the LoRA keys of the structures named (each
     dtype and compilation), every other key kept; a structure's file is written after
     each of its keys, so an interrupted run keeps what it finished, and runs for
-    different structures can go side by side."""
+    different structures can go side by side. ``--lora-keys q_proj,v_proj STRUCTURE
+    ...``: the same for LoRA on the linears named only (``keys``: the counts' keys
+    ``…/lora/k_proj,v_proj``), every other key kept."""
     from introspect.refined import mlx as closed
     from introspect.refined import mlx_counts
 
@@ -590,8 +632,8 @@ def lora_of(structures: list[str]) -> None:
             if dtype == "bf16" and structure in closed.MOE_STRUCTURES:
                 continue  # MLX's CPU GatherMM runs FP32 only (cpu/masked_mm.cpp)
             for is_compiled in (False, True):
-                k = closed.key(structure, dtype, is_compiled, lora=True)
-                counts[k] = derive(structure, dtype, is_compiled, lora=True)
+                k = closed.key(structure, dtype, is_compiled, lora=True, keys=keys)
+                counts[k] = derive(structure, dtype, is_compiled, lora=True, keys=keys)
                 print(k, len(counts[k]), "candidates", flush=True)
                 # this structure's file only: runs for other structures may be under way
                 write({k: v for k, v in counts.items() if k.split("/", 1)[0] == structure})
@@ -652,6 +694,11 @@ def write(counts: dict[str, list[dict]], out: Path = OUT) -> None:
                 ", never from a measured one.",
             ],
             "command": command(structure, keys),
+            **(
+                {"named_keys_commands": named_commands(structure, keys)}
+                if named_commands(structure, keys)
+                else {}
+            ),
             "derivation": derivation(structure, keys),
             "counts": keys,
         }
@@ -675,6 +722,13 @@ def command(structure: str, keys: dict[str, list[dict]]) -> str:
     return out
 
 
+def named_commands(structure: str, keys: dict[str, list[dict]]) -> list[str]:
+    """The ``--lora-keys`` commands that made a file's named-keys counts (one per key
+    set, in the file's order; none for a file without them)."""
+    names = dict.fromkeys(k.split("/")[4] for k in keys if k.count("/") == 4)
+    return [f"python benchmarks/mlx_derive.py --lora-keys {n} {structure}" for n in names]
+
+
 def derivation(structure: str, keys: dict[str, list[dict]]) -> dict:
     """The sizes a file's counts were read at (:func:`dims_of` at :data:`DERIVE`), and its
     T × V shapes and depths, from the rows themselves."""
@@ -689,7 +743,12 @@ def derivation(structure: str, keys: dict[str, list[dict]]) -> dict:
     )
     depths: dict[str, dict[str, list[int]]] = {}
     for k, rows in keys.items():
-        name = f"lora (rank {LORA_RANK}, all-linear)" if k.endswith("/lora") else "full fine-tuning"
+        parts = k.split("/")
+        name = (
+            f"lora (rank {LORA_RANK}, {parts[4] if len(parts) > 4 else 'all-linear'})"
+            if len(parts) > 3 and parts[3] == "lora"
+            else "full fine-tuning"
+        )
         seen = depths.setdefault(name, {})
         for c in rows:
             for part in ("at", "shallow", "between"):

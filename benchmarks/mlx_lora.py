@@ -3,6 +3,7 @@
     python benchmarks/mlx_lora.py     # writes benchmarks/results/mlx-lora.md
     python benchmarks/mlx_lora.py --other   # only its other structures' section
     python benchmarks/mlx_lora.py --other gpt2 gemma   # those families' rows rerun
+    python benchmarks/mlx_lora.py --keys [STRUCTURE ...]   # only its named-keys section
 
 Each row is a real step (:func:`introspect.measure.mlx_lm_models.measure` with
 ``finetune="lora"``: ``model.freeze()``, ``linear_to_lora_layers`` on every block with
@@ -123,6 +124,24 @@ AT_DERIVED = dict(shape=(128, 4, 216, 8, 2, 1000), rank=6, batch=3, seq=44)
 #: Gemma 3's sliding window (its counts were read with none shorter than T; a window
 #: shorter than T changes the peak by one T×T mask: introspect.refined.mlx.dense_structure).
 NO_WINDOW = 4096
+
+
+#: The named-keys rows (``--keys``): mlx-lm's ``lora_parameters.keys`` on the linears
+#: named only (mlx-tune's and peft's default q/v, and the attention's four), for the
+#: structures whose counts for those keys are derived (``python benchmarks/mlx_derive.py
+#: --lora-keys NAMES STRUCTURE``: B=3, d=128, 8 heads / 2 K/V, f=216, r=6, T ∈ {44, 176},
+#: V ∈ {1000, 4000, 16000}, L = 1–10, 16, 32), at :data:`HELD_OUT`'s shapes.
+KEYS_JSON = ROOT / "benchmarks" / "results" / "mlx-lora-keys.json"
+NAMED = (("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj", "o_proj"))
+KEYS_STRUCTURES = ("llama", "qwen2", "qwen3", "llama-untied")
+#: (shape index, dtype, rank, B, T) of each structure's rows per keys, each eager and
+#: compiled: both held-out shapes, FP32 and a BF16 base.
+KEYS_GRID = (
+    (0, "fp32", 4, 1, 64),
+    (0, "fp32", 8, 2, 256),
+    (0, "bf16", 8, 2, 256),
+    (1, "fp32", 16, 1, 256),
+)
 
 
 def setup_of(rank: int, batch: int, seq: int, compiled: bool, dtype: str = "fp32"):
@@ -246,6 +265,124 @@ def other_rows(families: tuple[str, ...] = ()) -> list[dict]:
         setup = setup_of(rank, batch, seq, compiled, dtype)
         out.append(row(raw, name, spec, setup, dtype, layers=layers, held_out=held, family=family))
     return out
+
+
+def keys_rows(structures: tuple[str, ...] = KEYS_STRUCTURES) -> list[dict]:
+    """Real mlx-lm LoRA steps with named keys (:data:`NAMED`) of ``structures`` (tied as
+    :data:`introspect.refined.mlx.STRUCTURES` says) at the held-out shapes, beside the
+    estimate from those keys' counts."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.refined import mlx
+
+    out = []
+    for structure in structures:
+        family, tied = mlx.STRUCTURES[structure]
+        for keys in NAMED:
+            for i, dtype, rank, batch, seq in KEYS_GRID:
+                for compiled in (False, True):
+                    raw = other_config(family, tied, HELD_OUT[i])
+                    d, layers, f, heads, kv, vocab = HELD_OUT[i]
+                    name = f"{family} d={d} L={layers} h={heads}/{kv} V={vocab}"
+                    name += "" if tied else " (untied)"
+                    spec = spec_from_config(raw, source=name, use_transformers=False)
+                    setup = setup_of(rank, batch, seq, compiled, dtype)
+                    setup = setup.replace(lora_targets=keys)
+                    out.append(
+                        row(raw, name, spec, setup, dtype, layers=layers, family=structure,
+                            keys=",".join(keys))
+                    )  # fmt: skip
+    return out
+
+
+def keys_section(rows: list[dict], seconds: float) -> list[str]:
+    """The named-keys rows: the table and its summary."""
+    if not rows:
+        return []
+    groups = [("all rows", lambda r: True)]
+    groups += [(k, lambda r, k=k: r["keys"] == k) for k in dict.fromkeys(r["keys"] for r in rows)]
+    groups += [
+        (f, lambda r, f=f: r["family"] == f) for f in dict.fromkeys(r["family"] for r in rows)
+    ]
+    groups += [
+        ("eager", lambda r: not r["compiled"]),
+        ("compiled", lambda r: r["compiled"]),
+        ("BF16 base", lambda r: r["dtype"] == "bf16"),
+    ]
+    lines = [
+        "| keys | " + table(rows)[0].lstrip("| "),
+        "|---" + table(rows)[1],
+    ]
+    lines += [f"| {r['keys']} " + line for r, line in zip(rows, table(rows)[2:], strict=True)]
+    return [
+        "",
+        "## Named keys (mlx-lm's lora_parameters.keys; all held out)",
+        "",
+        f"    python benchmarks/mlx_lora.py --keys    # {seconds:.0f} s (rows: {KEYS_JSON.name}; "
+        "`--keys STRUCTURE ...` reruns those structures' rows)",
+        "",
+        "`linear_to_lora_layers(model, -1, {rank, scale 20, dropout 0, keys})` with the "
+        "block's paths ending in the names given (`self_attn.q_proj` for q_proj: "
+        "`introspect.measure.mlx_lm_models.lora_keys`), the rest of the block frozen "
+        "with no adapter. *estimate*: from those keys' own counts (`python "
+        "benchmarks/mlx_derive.py --lora-keys NAMES STRUCTURE`: replays only, B=3, d=128, "
+        "8 heads / 2 K/V, f=216, r=6, T ∈ {44, 176}, V ∈ {1000, 4000, 16000}, L = 1–10, 16, "
+        "32); every row's shape is held out (d = 96 and 160, L = 3 and 6, GQA and MQA). "
+        "*fallback*: torch's moments, what these setups were priced on before their counts "
+        "(issue 23). Run after the counts were read; nothing was changed after a run.",
+        "",
+        *lines,
+        "",
+        *summary(rows, groups),
+    ]
+
+
+def save_keys(rows: list[dict], seconds: dict[str, int]) -> None:
+    """The named-keys rows and each structure's seconds to :data:`KEYS_JSON` (every
+    writer's section reads them)."""
+    import json
+
+    KEYS_JSON.write_text(
+        json.dumps({"command": "python benchmarks/mlx_lora.py --keys [STRUCTURE ...]",
+                    "rows": rows, "seconds": seconds}, indent=1) + "\n"
+    )  # fmt: skip
+
+
+def merged_keys(structures: tuple[str, ...], start: float) -> tuple[list[dict], dict[str, int]]:
+    """``--keys [STRUCTURE ...]``: the named-keys rows of the structures named rerun (all
+    of :data:`KEYS_STRUCTURES` when none is), the others' kept from :data:`KEYS_JSON`,
+    with the seconds each structure's rows took."""
+    import json
+
+    unknown = [s for s in structures if s not in KEYS_STRUCTURES]
+    if unknown:
+        raise SystemExit(f"--keys {unknown[0]}: not one of {', '.join(KEYS_STRUCTURES)}")
+    ran = structures or KEYS_STRUCTURES
+    rows = keys_rows(ran)
+    seconds = {s: round((time.perf_counter() - start) / len(ran)) for s in ran}
+    if structures and KEYS_JSON.exists():
+        kept = json.loads(KEYS_JSON.read_text(encoding="utf-8"))
+        rows = [r for r in kept["rows"] if r["family"] not in ran] + rows
+        rows.sort(key=lambda r: KEYS_STRUCTURES.index(r["family"]))
+        seconds = {**{s: t for s, t in kept["seconds"].items() if s not in ran}, **seconds}
+    return rows, seconds
+
+
+def write_keys(rows: list[dict], seconds: dict[str, int]) -> None:
+    """``--keys``: the report's other sections kept, its named-keys section replaced."""
+    save_keys(rows, seconds)
+    kept = REPORT.read_text().split("\n## Named keys", 1)[0].rstrip("\n")
+    REPORT.write_text("\n".join([kept, *keys_section(rows, sum(seconds.values()))]) + "\n")
+
+
+def kept_keys_section() -> list[str]:
+    """The named-keys section as :data:`KEYS_JSON` has it (for the other writers)."""
+    import json
+
+    if not KEYS_JSON.exists():
+        return []
+    doc = json.loads(KEYS_JSON.read_text(encoding="utf-8"))
+    return keys_section(doc["rows"], sum(doc["seconds"].values()))
 
 
 def within(rows: list[dict], key: str) -> int:
@@ -380,6 +517,7 @@ def write(rows: list[dict], seconds: float, others: list[dict] = ()) -> None:
     lines += summary(rows, GROUPS)
     lines += ["", HISTORY]
     lines += other_section(list(others))
+    lines += kept_keys_section()
     lines += [""]
     REPORT.write_text("\n".join(lines))
 
@@ -388,7 +526,8 @@ def write_other(others: list[dict], seconds: float) -> None:
     """``--other``: the report's Llama/Qwen2 part kept as it is, its other structures'
     section replaced by ``others``."""
     kept = REPORT.read_text().split("\n## Other structures", 1)[0].rstrip("\n")
-    REPORT.write_text("\n".join([kept, *other_section(others, seconds)]) + "\n")
+    sections = [*other_section(others, seconds), *kept_keys_section()]
+    REPORT.write_text("\n".join([kept, *sections]) + "\n")
 
 
 def merged_other(families: tuple[str, ...], fresh: list[dict], seconds: float) -> list[dict]:
@@ -433,9 +572,14 @@ def main() -> None:
         )
         print(REPORT.read_text())
         return
+    if sys.argv[1:2] == ["--keys"]:
+        write_keys(*merged_keys(tuple(sys.argv[2:]), start))
+        print(REPORT.read_text())
+        return
     found = rows()
     others = other_rows()
     merged_other((), others, 0.0)
+    save_keys(*merged_keys((), time.perf_counter()))
     write(found, time.perf_counter() - start, others)
     print(REPORT.read_text())
 

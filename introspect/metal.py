@@ -328,7 +328,7 @@ def _moment_totals(
 
     structure = mlx.structure_of(spec, setup)
     lora = setup.finetune in ("lora", "dora")
-    candidates = counts(mlx.key(structure, mlx.dtype_of(setup), mlx.compiled(setup), lora=lora))
+    candidates = counts(mlx.counts_key(spec, setup))  # a LoRA step's keys included
     base = sum(mlx.state_terms(spec, setup).values())
     base += mlx.lora_upcast_bytes(spec, setup) if lora else 0
     base += sum(mlx.extra_terms(spec, setup).values())  # DoRA, dropout, accumulation
@@ -381,12 +381,7 @@ def _phases(spec: ModelSpec, setup: TrainingSetup) -> list[str]:
     from introspect.refined import mlx
     from introspect.refined.mlx_counts import candidates as counts
 
-    structure = mlx.structure_of(spec, setup)
-    lora = setup.finetune in ("lora", "dora")
-    return [
-        c.phase
-        for c in counts(mlx.key(structure, mlx.dtype_of(setup), mlx.compiled(setup), lora=lora))
-    ]
+    return [c.phase for c in counts(mlx.counts_key(spec, setup))]  # a LoRA step's keys too
 
 
 def fused_attention_peak(spec: ModelSpec, setup: TrainingSetup) -> int | None:

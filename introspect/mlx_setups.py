@@ -22,19 +22,42 @@ def lora_applies(setup: TrainingSetup) -> bool:
     dropped copies are :func:`introspect.refined.mlx_dora.dropout_terms`), LoRA or DoRA
     (``fine_tune_type``; DoRA's extra is :mod:`introspect.refined.mlx_dora`'s), Adam or
     AdamW over the adapters, no checkpointing (``mx.checkpoint`` cannot be traced),
-    mlx-lm's class, one device."""
+    mlx-lm's class, one device (:func:`lora_unmodelled_flag`). Named keys are derived
+    for some structures only: :func:`introspect.refined.mlx.lora_not_derived` asks."""
     return (
         setup.framework in ("mlx", "mlx_compiled")
-        and setup.implementation == "mlx_lm"
         and "all-linear" in setup.lora_targets
-        and not setup.train_embeddings
-        and not setup.activation_checkpointing
-        and setup.optimizer in ("adam", "adamw")
-        and setup.cross_entropy == "standard"
-        and setup.devices == 1
-        and setup.offload == "none"
-        and not setup.optimizer_in_backward
+        and lora_unmodelled_flag(setup) is None
     )
+
+
+def lora_unmodelled_flag(setup: TrainingSetup) -> str | None:
+    """The first flag of an MLX LoRA setup that no LoRA counts describe, whatever the
+    structure and keys (None when there is none): the counts are read off mlx-lm's own
+    LoRA step (``mlx_lm/tuner/trainer.py`` ``train``: ``nn.value_and_grad`` over the
+    adapters, Adam's update, ``default_loss``) — not the reference model's
+    (``--impl reference``: MLX's LoRA is mlx-lm's ``LoRALinear``,
+    ``mlx_lm/tuner/lora.py``), not with trained embeddings (not part of mlx-lm's LoRA),
+    not checkpointed (``grad_checkpoint``'s ``mx.checkpoint`` cannot be traced, so not
+    read), Adam or AdamW only (another optimizer's state and update differ), the
+    standard loss, one device, nothing offloaded."""
+    if setup.implementation != "mlx_lm":
+        return f"--impl {setup.implementation.replace('_', '-')}"
+    if setup.train_embeddings:
+        return "--train-embeddings"
+    if setup.activation_checkpointing:
+        return "--checkpointing"
+    if setup.optimizer not in ("adam", "adamw"):
+        return f"--optimizer {setup.optimizer}"
+    if setup.cross_entropy != "standard":
+        return f"--cross-entropy {setup.cross_entropy}"
+    if setup.devices != 1:
+        return f"--devices {setup.devices}"
+    if setup.offload != "none":
+        return f"--offload {setup.offload}"
+    if setup.optimizer_in_backward:
+        return "--optimizer-in-backward"
+    return None
 
 
 def step_derived(setup: TrainingSetup) -> bool:

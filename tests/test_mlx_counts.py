@@ -27,6 +27,9 @@ def _wanted_keys() -> list[str]:
             keys += [mlx.key(structure, dtype, c) for c in (False, True)]
             if structure in mlx.LORA_STRUCTURES:
                 keys += [mlx.key(structure, dtype, c, lora=True) for c in (False, True)]
+            for names, structures in mlx.NAMED_KEYS.items():  # --lora-keys NAMES
+                if structure in structures:
+                    keys += [mlx.key(structure, dtype, c, True, names) for c in (False, True)]
     return keys
 
 

@@ -164,10 +164,10 @@ def test_lora_state_is_the_frozen_base_and_fp32_adapters_with_their_adam_state()
 
 def test_lora_moments_apply_only_where_derived():
     """mlx-lm's default LoRA on a derived structure uses the derived counts (with a
-    dropout too: introspect.refined.mlx_dora); named targets, checkpointing and our
-    reference model keep torch's moments; an underived structure (an untied Gemma 3's)
-    gets no figure at all: one line that the MLX dry run answers, from the estimate and
-    from the fit's search."""
+    dropout too: introspect.refined.mlx_dora); named targets not derived, checkpointing
+    and our reference model — torch's moments before (issue 23) — and an underived
+    structure (an untied Gemma 3's) get no figure at all: one line that the MLX dry run
+    answers, from the estimate and from the fit's search (tests/test_mlx_lora_keys.py)."""
     from introspect import refined
     from introspect.commands.fit import _model_takes
     from introspect.refined import mlx
@@ -176,12 +176,13 @@ def test_lora_moments_apply_only_where_derived():
     spec = spec_from_config(replay_config("llama"), use_transformers=False)
     assert mlx.applies(lora_setup(), spec) and mlx.applies(lora_setup(lora_dropout=0.05), spec)
     for other in (
-        lora_setup(lora_targets=("q_proj", "v_proj")),
+        lora_setup(lora_targets=("q_proj", "k_proj")),
         lora_setup(activation_checkpointing=True),
         lora_setup(implementation="reference"),
     ):
-        assert not mlx.applies(other)
-        assert "torch's moments" in refined.execution_estimate(spec, other).label
+        assert not mlx.applies(other) and not mlx.applies(other, spec)
+        with pytest.raises(NotModelled, match="answered by the MLX dry run"):
+            refined.execution_estimate(spec, other)
     other = spec_from_config(UNDERIVED, source="gemma3.json", use_transformers=False)
     # pick another underived structure here once an untied Gemma 3's LoRA counts are derived
     assert mlx.structure_of(other, lora_setup()) not in mlx.LORA_STRUCTURES

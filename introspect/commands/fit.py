@@ -241,10 +241,15 @@ def mlx_lora_knobs(spec: ModelSpec, setup: TrainingSetup, budget: int, need, cap
     """For mlx-lm's LoRA, the knobs ``mlx_lm.lora`` users turn: ``num_layers`` (the
     setup's, 8 and 4, at most L), ``grad_checkpoint`` off and on, and batch 1 and the
     setup's — for each, the largest ``max_seq_length`` that fits (None: not even T = 1),
-    at the setup's rank. None outside MLX LoRA."""
+    at the setup's rank. None outside MLX LoRA. A row the LoRA counts do not describe
+    (``grad_checkpoint`` on: :func:`introspect.refined.mlx.lora_not_derived`) has no
+    closed form to search with: its ``largest_seq`` is None for every batch and
+    ``not_derived`` says why (the MLX dry run answers one setup:
+    ``introspect profile``), never torch's moments."""
     if not (setup.framework.startswith("mlx") and setup.finetune == "lora"):
         return None
     from introspect.applies import NotApplicable
+    from introspect.refined.mlx import lora_not_derived
 
     L = spec.num_hidden_layers
     own = setup.num_layers or L
@@ -256,6 +261,14 @@ def mlx_lora_knobs(spec: ModelSpec, setup: TrainingSetup, budget: int, need, cap
             try:
                 base = setup.replace(num_layers=k, activation_checkpointing=ckpt)
             except NotApplicable:
+                continue
+            why = lora_not_derived(spec, base)
+            if why:
+                none = dict.fromkeys(batches)
+                rows.append(
+                    {"num_layers": k, "grad_checkpoint": ckpt, "largest_seq": none,
+                     "not_derived": why}
+                )  # fmt: skip
                 continue
             found = {}
             for b in batches:
@@ -470,13 +483,20 @@ def render(model, setup: TrainingSetup, budget: int, where: str, result: dict) -
                 str(r["num_layers"]),
                 "on" if r["grad_checkpoint"] else "off",
                 *(
-                    "none" if t is None else (f"≥{t:,}" if t == knobs["cap"] else f"{t:,}")
+                    "not derived*"
+                    if r.get("not_derived")
+                    else "none"
+                    if t is None
+                    else (f"≥{t:,}" if t == knobs["cap"] else f"{t:,}")
                     for t in r["largest_seq"].values()
                 ),
             )
             for r in knobs["rows"]
         ]
         lines.append(report.table(rows, head))
+        why = next((r["not_derived"] for r in knobs["rows"] if r.get("not_derived")), None)
+        if why:
+            lines.append(f"* {why}")
     body = [
         (r.label, fmt_memory(r.need), fmt_memory(r.saving), "yes" if r.fits else "no", r.cost)
         for r in result["changes"]

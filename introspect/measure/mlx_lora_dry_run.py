@@ -9,15 +9,17 @@ traced with ``mx.export_function`` and replayed through MLX's CPU evaluator
 (:mod:`introspect.measure.mlx_replay`), as the full fine-tuning dry run is. The same
 replay the LoRA counts are read from, so it answers any family mlx-lm has a class for,
 at any size; an ``--base-quant affine4``/``affine8`` base quantized first by mlx-lm's own
-``quantize_model`` (``mlx_lm/utils.py``), as ``mlx_lm.convert -q`` stores it. Not
-replayed: checkpointing (``mx.checkpoint`` cannot be exported).
+``quantize_model`` (``mlx_lm/utils.py``), as ``mlx_lm.convert -q`` stores it. With
+``--checkpointing`` (mlx-lm's ``grad_checkpoint``, ``mlx_lm/tuner/trainer.py``:
+``mx.checkpoint`` around every layer, which export cannot record) the step's graph is
+built by hand, the same update: :func:`introspect.measure.mlx_replay_ckpt.
+checkpointed_step`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from introspect.errors import IntrospectError
 from introspect.refined.affine import affine_bits
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -33,11 +35,6 @@ def dry_run(raw: dict[str, Any], where: str, spec: ModelSpec, setup: TrainingSet
     from introspect.measure import mlx_lm_models, mlx_step
     from introspect.measure import mlx_replay as mr
 
-    if setup.activation_checkpointing:
-        raise IntrospectError(
-            "--checkpointing: the MLX dry run cannot trace mx.checkpoint; run the step "
-            "(--device cpu) or drop --checkpointing"
-        )
     compiled = setup.framework == "mlx_compiled"
     dtype = mlx_step.check_setup(setup)
     model = mlx_lm_models.build(raw, where, dtype, evaluate=False)
@@ -52,7 +49,12 @@ def dry_run(raw: dict[str, Any], where: str, spec: ModelSpec, setup: TrainingSet
     optimizer.init(model.trainable_parameters())
     vocab = getattr(model.args, "vocab_size", None) or spec.vocab_size
     batch = mr.mlx_lm_batch(vocab, setup.batch_size, setup.seq_len, evaluate=False)
-    step = mr.make_step(model, optimizer, mr.mlx_lm_loss, compiled)
+    if setup.activation_checkpointing:  # mx.checkpoint's graph, built traceably
+        from introspect.measure.mlx_replay_ckpt import checkpointed_step
+
+        step = checkpointed_step(model, optimizer, compiled)
+    else:
+        step = mr.make_step(model, optimizer, mr.mlx_lm_loss, compiled)
     start = time.perf_counter()
     result = mr.predict(model, optimizer, step, batch, compiled)
     seconds = time.perf_counter() - start

@@ -23,7 +23,10 @@ lookup's VJP, added to the tied head's gradient (``vjp``'s cotangent accumulatio
 graph differs from the real one only by the ``CustomTransforms`` nodes, buffer-sharing
 views between a layer's output and the next layer's input. For mlx-lm classes whose
 ``Model`` takes ``input_embeddings`` and has ``model.embed_tokens`` (Llama, Qwen2,
-Qwen3, ...).
+Qwen3, ...). Under mlx-lm's LoRA (``model.freeze()``, ``linear_to_lora_layers``) the
+same function builds the LoRA step: each layer's VJP is taken over its trainable
+parameters (the adapters; none for the frozen blocks below ``num_layers``) and the
+frozen embedding has no lookup VJP.
 """
 
 from __future__ import annotations
@@ -94,7 +97,11 @@ def checkpointed_step(model, optimizer, compiled: bool) -> Callable:
         model.update(params)
         layer_grads = []
         for layer, x, args, kwargs, y in reversed(records):
-            keys, leaves = zip(*tree_flatten(layer.trainable_parameters()), strict=True)
+            # a frozen layer (LoRA's blocks below num_layers) has no parameter to
+            # differentiate: only its input's cotangent, which nothing reads unless a
+            # layer below is trained (an unread array is not in the traced graph)
+            flat = tree_flatten(layer.trainable_parameters())
+            keys, leaves = [k for k, _ in flat], [v for _, v in flat]
 
             def inner(*arrays, layer=layer, keys=keys, args=args, kwargs=kwargs):
                 layer.update(tree_unflatten(list(zip(keys, arrays[:-1], strict=True))))
@@ -112,10 +119,11 @@ def checkpointed_step(model, optimizer, compiled: bool) -> Callable:
             embed.weight = w
             return embed(inputs)
 
-        _, (lookup_grad,) = mx.vjp(lookup, [weight], [cotangent])
-        embed.weight = weight
-        table = grads["model"]["embed_tokens"]
-        table["weight"] = table["weight"] + lookup_grad if tied else lookup_grad
+        table = grads["model"].get("embed_tokens", {})
+        if "weight" in table:  # a trained embedding (LoRA's is frozen: no lookup VJP)
+            _, (lookup_grad,) = mx.vjp(lookup, [weight], [cotangent])
+            embed.weight = weight
+            table["weight"] = table["weight"] + lookup_grad if tied else lookup_grad
         optimizer.update(model, grads)
         return value
 

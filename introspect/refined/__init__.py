@@ -132,8 +132,9 @@ def execution_estimate(
         terms,
         label=f"refined: execution ({setup.framework} on {setup.resolved_device}"
         + (
-            "; torch's moments: MLX's are derived for full Adam fine-tuning, and for "
-            "mlx-lm's default LoRA (every linear adapted, no dropout), on one device only"
+            "; torch's moments: MLX's full fine-tuning is derived with Adam or AdamW on "
+            "one device only (mlx-lm's LoRA outside its counts gets no torch figure: the "
+            "MLX dry run answers it)"
             if setup.framework in ("mlx", "mlx_compiled") and not _mlx().applies(setup, spec)
             else ""
         )

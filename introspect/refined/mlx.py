@@ -142,8 +142,28 @@ Gemma 3 untied) has no closed-form LoRA figure: :func:`lora_not_derived` says so
 line and the MLX dry run of the family's class answers
 (:mod:`introspect.measure.mlx_lora_dry_run`), not torch's moments (0.775–1.378 of the
 measured steps above; issue 23 reports 3.0–3.6× on Qwen3-0.6B).
-Not derived: named ``lora_targets`` (mlx-lm's ``keys``) and checkpointing (those
-setups of a derived structure keep torch's moments, the label says so).
+**Named keys** (``lora_parameters.keys``: ``linear_to_lora_layers`` in
+``mlx_lm/tuner/utils.py`` converts only the block's modules whose path is one of the
+keys; mlx-tune's and peft's default q_proj, v_proj; :func:`lora_keys`). The graph
+differs from the all-linear one only in which adapters exist: the other linears stay
+frozen ``nn.Linear`` with no B·T·r branch, adapter, gradient or update, and the backward
+keeps only the activations some VJP still reads (a frozen linear's VJP reads its weight,
+not its input). So the same kinds are read off replays with those keys, at the same
+shapes and depths (``python benchmarks/mlx_derive.py --lora-keys NAMES STRUCTURE``, keys
+``…/lora/<names>``): q/v and q/k/v/o for llama (tied and untied), qwen2 and qwen3
+(:data:`NAMED_KEYS`). **Checked on** (``benchmarks/results/mlx-lora.md``, "Named
+keys"; ``python benchmarks/mlx_lora.py --keys``, run after the counts were read, nothing
+changed after; all held out): 64 real mlx-lm LoRA steps (those four, both keys, d = 96
+and 160, L = 3 and 6, GQA and MQA, r = 4–16, B·T = 64–512, FP32 and BF16, eager and
+compiled) — 64 within ±5% (−1.6% to +1.3%; torch's moments, what they had before: 0 of
+64, 0.800 to 1.477).
+Every other mlx-lm LoRA setup the counts do not describe — named ``lora_targets``
+(mlx-lm's ``keys``, e.g. q_proj, v_proj) on a structure whose keys are not derived
+(:data:`NAMED_KEYS`), checkpointing, an optimizer other than Adam/AdamW, the reference
+model (:func:`introspect.mlx_setups.lora_unmodelled_flag`) — takes the same path: the
+one line of :func:`lora_not_derived` and the MLX dry run; no setup of mlx-lm's LoRA
+gets torch's moments (before: those setups of a derived structure kept them, 2.3× the
+published mlx-tune Qwen3-0.6B q/v row's bound).
 
 **Mixtures of experts** (:data:`MOE_STRUCTURES`: mlx-lm's ``qwen3_moe`` and ``mixtral``,
 ``mlx_lm/models/qwen3_moe.py``, ``mixtral.py``). The router (``gate``, a d·E linear)
@@ -210,7 +230,7 @@ from __future__ import annotations
 
 from introspect import _record
 from introspect._record import record
-from introspect.mlx_setups import step_derived
+from introspect.mlx_setups import lora_unmodelled_flag, step_derived
 from introspect.refined.affine import affine_bits, affine_tensor_bytes
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
@@ -371,8 +391,16 @@ def numel(kind: str, dims: Dims) -> int:
     return KINDS[kind](dims)
 
 
-def key(structure: str, dtype: str, compiled: bool, lora: bool = False) -> str:
-    return f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}" + ("/lora" if lora else "")
+def key(
+    structure: str, dtype: str, compiled: bool, lora: bool = False, keys: tuple[str, ...] = ()
+) -> str:
+    """The counts' key: ``<structure>/<dtype>/<eager|compiled>``, then ``/lora`` for
+    mlx-lm's LoRA on every linear (its default keys) or ``/lora/<names>`` for LoRA on the
+    linears named (mlx-lm's ``lora_parameters.keys``; the names sorted, comma-joined)."""
+    out = f"{structure}/{dtype}/{'compiled' if compiled else 'eager'}"
+    if lora:
+        out += "/lora" + ("/" + ",".join(sorted(keys)) if keys else "")
+    return out
 
 
 #: Term of the breakdown each kind's bytes fall in.
@@ -668,7 +696,7 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     lora = mlx_dora.is_adapter(setup)
     mlx_dora.check(spec, setup, structure, DORA_STRUCTURES)
     if lora:
-        candidates = counts(key(structure, dtype_of(setup), compiled(setup), lora=True))
+        candidates = counts(counts_key(spec, setup))
     elif setup.activation_checkpointing:
         candidates = checkpointed_counts(
             structure, dtype_of(setup), compiled(setup), spec.num_hidden_layers
@@ -743,10 +771,11 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
-    """The moments ``refined.execution_estimate`` builds for an MLX affine base where the
-    LoRA counts do not apply to the setup (named targets, dropout) of a structure whose
-    counts are derived: :func:`introspect.refined.execution.moments` with MLX's base. An
-    underived structure gets none (:func:`lora_not_derived`)."""
+    """:func:`introspect.refined.execution.moments` with MLX's affine base (the
+    embedding quantized too), for an MLX affine-base setup :func:`applies` does not
+    cover and :func:`lora_not_derived` does not refuse. mlx-lm's LoRA never gets here:
+    a LoRA setup the counts do not describe is refused in that one line (the MLX dry
+    run answers it)."""
     from introspect.refined import execution
 
     out = execution.moments(spec, setup)
@@ -833,10 +862,13 @@ def applies(setup: TrainingSetup, spec: ModelSpec | None = None) -> bool:
     """Whether the derived counts describe this step (:func:`introspect.mlx_setups.
     step_derived`: MLX, full fine-tuning with Adam or AdamW, a standard cross-entropy,
     one device, nothing offloaded — or mlx-lm's LoRA/DoRA, :func:`lora_applies`). Other
-    MLX setups (SGD, QLoRA, chunked losses, sharding) keep torch's moments, which MLX's
-    graph does not follow — unmodelled here. With ``spec``, a LoRA step also needs a
-    structure of :data:`LORA_STRUCTURES` (without it, :func:`moments` gives torch's for
-    the rest)."""
+    MLX full fine-tuning setups (SGD, sharding) keep torch's moments, which MLX's graph
+    does not follow — unmodelled here. With ``spec``, a LoRA step is derived where
+    :func:`lora_not_derived` has nothing to say (the structure's counts, for its keys);
+    where it has, :func:`introspect.refined.execution_estimate` refuses it in that one
+    line and ``introspect profile`` answers with the MLX dry run — never torch's moments."""
+    if spec is not None and setup.finetune == "lora" and setup.framework in ("mlx", "mlx_compiled"):
+        return not lora_not_derived(spec, setup)
     if not step_derived(setup):
         return False
     # DoRA outside the derived structures is refused in moments (mlx_dora.check), never
@@ -858,30 +890,85 @@ LORA_STRUCTURES = (
     *("gpt2", "gemma", "gemma2", "starcoder2"),
 )
 
+#: mlx-lm's LoRA on named linears only (``lora_parameters.keys``; the names sorted) →
+#: the structures whose step with those keys is derived (``python
+#: benchmarks/mlx_derive.py --lora-keys NAMES STRUCTURE ...``, counts keys
+#: ``…/lora/<names>``). Other keys, or these keys on another structure:
+#: :func:`lora_not_derived`.
+NAMED_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
+    # mlx-tune's and peft's default (q_proj, v_proj), and the attention's four
+    ("q_proj", "v_proj"): ("llama", "llama-untied", "qwen2", "qwen3"),
+    ("k_proj", "o_proj", "q_proj", "v_proj"): ("llama", "llama-untied", "qwen2", "qwen3"),
+}
+
 
 #: The structures MLX's DoRA step was checked on (``benchmarks/mlx_dora.py``): DoRA's
 #: terms sit over these structures' LoRA counts; elsewhere it is refused, not guessed.
 DORA_STRUCTURES = ("llama", "llama-untied", "qwen2")
 
 
+def lora_keys(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
+    """mlx-lm's ``keys`` for ``setup.lora_targets``, sorted: ``()`` for mlx-lm's default
+    (``all-linear``, or every linear of the block named: ``linear_to_lora_layers`` in
+    ``mlx_lm/tuner/utils.py`` converts the same modules either way), else the block's
+    linears named (:func:`introspect.refined.lora.targets`; mlx-lm matches each against
+    the last name of a block's module paths, ``self_attn.q_proj`` for ``q_proj``:
+    :func:`introspect.measure.mlx_lm_models.lora_keys`)."""
+    if "all-linear" in setup.lora_targets:
+        return ()
+    from introspect.refined.lora import linear_shapes, targets
+
+    chosen = tuple(sorted(targets(spec, setup)))
+    return () if set(chosen) == set(linear_shapes(spec)) else chosen
+
+
+def counts_key(spec: ModelSpec, setup: TrainingSetup) -> str:
+    """The counts' key of the step (:func:`key`): the structure, dtype and compilation,
+    and for LoRA/DoRA its keys (:func:`lora_keys`)."""
+    from introspect.refined.mlx_dora import is_adapter
+
+    lora = is_adapter(setup)
+    keys = lora_keys(spec, setup) if lora else ()
+    return key(structure_of(spec, setup), dtype_of(setup), compiled(setup), lora, keys)
+
+
+#: What answers a LoRA step the counts do not describe (:func:`lora_not_derived`).
+DRY_RUN = (
+    "answered by the MLX dry run (`introspect profile` runs it, or `introspect measure "
+    "SOURCE --framework mlx --impl mlx-lm --device fake --finetune lora`)"
+)
+
+
 def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
-    """The one line for mlx-lm's LoRA on a structure outside :data:`LORA_STRUCTURES`
-    (empty elsewhere): no other structure's counts and no torch accounting stand in for
-    it (torch's moments, which did: 0.775–1.378 of measured steps of the structures derived
-    since, ``benchmarks/results/mlx-lora.md``); the MLX dry run of the family's class answers
-    (:mod:`introspect.measure.mlx_lora_dry_run`)."""
-    if (
-        setup.framework not in ("mlx", "mlx_compiled")
-        or setup.finetune != "lora"
-        or setup.implementation != "mlx_lm"
-    ):
+    """The one line for mlx-lm's LoRA where no counts describe the step (empty where they
+    do): a structure outside :data:`LORA_STRUCTURES`, named keys not derived for the
+    structure (:data:`NAMED_KEYS`), or a flag no LoRA counts cover
+    (:func:`introspect.mlx_setups.lora_unmodelled_flag`: checkpointing, SGD, ...). No
+    other structure's or keys' counts and no torch accounting stand in for it (torch's
+    moments, which did: 0.775–1.378 of measured steps of the structures derived since,
+    ``benchmarks/results/mlx-lora.md``; 2.3× the published mlx-tune Qwen3-0.6B q/v
+    row's bound, ``benchmarks/results/metal-published.md``); the MLX dry run of the
+    family's class answers (:mod:`introspect.measure.mlx_lora_dry_run`)."""
+    if setup.framework not in ("mlx", "mlx_compiled") or setup.finetune != "lora":
         return ""
+    flag = lora_unmodelled_flag(setup)
+    if flag and flag.startswith("--impl"):
+        return (
+            f"LoRA counts not derived with {flag}: MLX's LoRA is mlx-lm's LoRALinear "
+            "(mlx_lm/tuner/lora.py), read off mlx-lm's classes only; " + DRY_RUN
+        )
     structure = structure_of(spec, setup)
-    if structure in LORA_STRUCTURES:
-        return ""
     untied = " (untied)" if structure.endswith("-untied") else ""
-    return (
-        f"LoRA counts not derived for mlx-lm's {STRUCTURES[structure][0]}{untied}: answered "
-        "by the MLX dry run (`introspect profile` runs it, or `introspect measure SOURCE "
-        "--framework mlx --impl mlx-lm --device fake --finetune lora`)"
-    )
+    name = f"mlx-lm's {STRUCTURES[structure][0]}{untied}"
+    if structure not in LORA_STRUCTURES:
+        return f"LoRA counts not derived for {name}: " + DRY_RUN
+    if flag:
+        return f"LoRA counts not derived for {name} with {flag}: " + DRY_RUN
+    keys = lora_keys(spec, setup)
+    if keys and structure not in NAMED_KEYS.get(keys, ()):
+        derived = [", ".join(k) for k, names in NAMED_KEYS.items() if structure in names]
+        return (
+            f"LoRA counts not derived for {name} with keys {', '.join(keys)} (derived: "
+            f"every linear of the block{''.join('; ' + d for d in derived)}): " + DRY_RUN
+        )
+    return ""
