@@ -249,7 +249,8 @@ def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> d
     where FP32 keeps the z copy or ``in_proj_qkvz``'s output made before the kernel),
     out_proj's input and, under autocast, its weight's cast (V·d·2) — OLMo-Hybrid's
     ``g_proj`` runs after the kernel too: under autocast its input's and weight's casts
-    (B·T·d·2 + d·V·2). Checked to the byte
+    (B·T·d·2 + d·V·2). After the scan :func:`released` is freed (a decayed key still
+    bound to ``key`` when the kernel returns). Checked to the byte
     against a live-storage trace of the real modules (``tests/test_deltanet_rows.py``)."""
     B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
     autocast = setup.precision == "amp"
@@ -308,17 +309,45 @@ def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> d
         "scan/state": held + heads * dk * dv * (2 * FP32 + m) - later,
         "scan/output": held + 2 * heads * c * dv * m - later - state_casts - key_copy,
     }
+    # From ``last_recurrent_state = None`` on, the last state update's graph is freed;
+    # a decayed key it alone saved stays bound to ``key`` until the kernel returns.
+    gone = released(att, setup)
+    early = gone if autocast or copied else 0
     if N > 1:
-        out["reshape"] = held + heads * Tp * dv * FP32 - later
+        out["reshape"] = held + heads * Tp * dv * FP32 - later - early
     if not aliased:
-        out["cast"] = held + rows * a - later
+        out["cast"] = held + rows * a - later - early
         after = rows * a * (2 if separate else 1) + rows * FP32
-        out["norm"] = mixer + after + B * T * nv * FP32 - weight_cast
-        out["out_proj"] = mixer + B * T * d * a + (rows * a if separate else 0)
+        out["norm"] = mixer + after + B * T * nv * FP32 - weight_cast - gone
+        out["out_proj"] = mixer + B * T * d * a + (rows * a if separate else 0) - gone
     else:
-        out["norm"] = mixer + B * T * nv * FP32
-        out["out_proj"] = mixer + B * T * d * a
+        out["norm"] = mixer + B * T * nv * FP32 - gone
+        out["out_proj"] = mixer + B * T * d * a - gone
     return out
+
+
+def released(att: Attention, setup: TrainingSetup) -> int:
+    """Bytes of :func:`saved` that the forward frees again: what only the last chunk's
+    state update (``last_recurrent_state * chunk_decay[:, :, i] + key[:, :, i]ᵀ @ v_new``,
+    ``torch_chunk_gated_delta_rule`` l. 500) saves. Its result is dropped
+    (``last_recurrent_state = None`` without ``output_final_state``, l. 503), so no path
+    leads from the loss to that node and autograd frees it with what it saved. Under
+    autocast that is the FP32 state entering the last chunk (the other matmuls keep its
+    BF16 casts), B·n_v·d_k·d_v·4, and the BF16 casts of the key slice and v_new,
+    B·n_v·c·(d_k + d_v)·2; else the decayed key where only that matmul keeps it: the
+    whole B·n_v·T_p·d_k·4 with one chunk, or the last chunk's copy B·n_v·c·d_k·4 where
+    each slice is copied. (The census of :func:`saved` holds every saved tensor, so it
+    counts these too.) Measured with a live-storage trace of the real module whose
+    pack hook holds weak references only (``tests/test_deltanet_rows.py``)."""
+    B, T = setup.batch_size, setup.seq_len
+    nv, dk, dv = att.linear_num_value_heads, att.linear_key_head_dim, att.linear_value_head_dim
+    c = LINEAR_CHUNK
+    heads = B * nv
+    if setup.precision == "amp":
+        return heads * dk * dv * FP32 + heads * c * (dk + dv) * BF16
+    if _query_slices_copied(att, setup):
+        return heads * c * dk * FP32
+    return heads * c * dk * FP32 if T <= c else 0
 
 
 def _query_slices_copied(att: Attention, setup: TrainingSetup) -> bool:
