@@ -790,14 +790,45 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/recompute",
             category="transient",
-            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; plus the stream's gradient B·T·d",
+            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; plus the stream's gradient B·T·d (a Gated DeltaNet layer: the stream's gradient alone, its peak being attention/deltanet/forward)",
             source="transformers/models/nemotron_h/modeling_nemotron_h.py: mamba2_chunk_scan (l. 273-377), NemotronHMamba2Mixer.torch_forward; torch/utils/checkpoint.py: unpack_hook (recompute at the first unpack) (introspect/refined/mamba2.py: recompute_extra)",
             computed_by=(
                 "introspect/refined/mamba2.py: recompute_extra",
                 "introspect/refined/execution.py: at_layer",
+                "introspect/refined/execution.py: _mixer_recompute",
             ),
             tests=(
                 "tests/test_ssm.py::test_mamba2_recomputed_scan_peak_is_within_3_percent_of_the_dry_run",
+                "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/deltanet/forward",
+            category="transient",
+            equation="Gated DeltaNet, at its forward's peak (the topmost DeltaNet layer's forward, or under checkpointing its recomputation): the largest over the last chunk's state update (locals + B·n_v·d_k·d_v·(4 + m + 4)), its output line (+ 2·B·n_v·c·d_v·m), the output's reshape (+ B·n_v·T_p·d_v·4) and cast (+ B·T·V·a), the gated norm and out_proj; locals: the conv's SiLU output B·C·T·a, g B·T·n_v·4, the projections' outputs, the kernel's unsaved FP32 tensors (decay and its cumsum, v_beta, decayed k_beta, core_attn_out, the decayed query, under autocast the decayed key and intra_chunk_attn), v_new and inter_chunk_attn; less the saved set not yet made (the gated norm's, out_proj's input, autocast's later casts) and, after the scan, what it releases",
+            source="transformers/models/qwen3_next/modeling_qwen3_next.py: torch_chunk_gated_delta_rule (l. 371-509), Qwen3NextGatedDeltaNet.forward (l. 660-770), Qwen3NextRMSNormGated.forward (l. 66-75); models/olmo_hybrid/modeling_olmo_hybrid.py: OlmoHybridGatedDeltaNet.forward (l. 637-749) (introspect/refined/deltanet.py: forward_moments)",
+            computed_by=(
+                "introspect/refined/deltanet.py: forward_extra",
+                "introspect/refined/execution.py: mixer_forward",
+                "introspect/refined/execution.py: _mixer_recompute",
+            ),
+            tests=(
+                "tests/test_deltanet_rows.py::test_forward_peak_equals_a_live_storage_trace",
+                "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/deltanet/released",
+            category="activations",
+            equation="minus, per finished Gated DeltaNet layer below the forward's peak, the saved tensors only the last chunk's dropped state update kept: autocast B·n_v·d_k·d_v·4 + B·n_v·c·(d_k + d_v)·2; else the decayed key B·n_v·c·d_k·4 with one chunk or with copied slices, 0 otherwise",
+            source="transformers/models/qwen3_next/modeling_qwen3_next.py: torch_chunk_gated_delta_rule l. 500 and l. 503 (last_recurrent_state = None frees the node) (introspect/refined/deltanet.py: released)",
+            computed_by=(
+                "introspect/refined/deltanet.py: released",
+                "introspect/refined/execution.py: mixer_forward",
+            ),
+            tests=(
+                "tests/test_deltanet_rows.py::test_released_equals_what_the_forward_frees",
+                "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
             ),
         ),
         Term(

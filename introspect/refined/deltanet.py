@@ -209,3 +209,175 @@ def _folds(sizes: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     fold batch dims before ``bmm``."""
     dims = [(n, st) for n, st in zip(sizes, strides, strict=True) if n > 1]
     return all(st == nxt * m for (_, st), (m, nxt) in zip(dims, dims[1:], strict=False))
+
+
+def forward_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, int]:
+    """Bytes one Gated DeltaNet forward holds at its peak beyond its whole saved set
+    (:func:`saved`; may be negative where the saved set made after the peak outweighs the
+    locals): the largest of :func:`forward_moments`, as the term
+    ``attention/deltanet/forward``. The layer's forward peak is its saved set plus this;
+    under checkpointing the recomputation at the start of the layer's backward runs the
+    same forward (``torch/utils/checkpoint.py``) and reaches the same peak."""
+    return {"attention/deltanet/forward": max(forward_moments(att, setup, hidden_size).values())}
+
+
+def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, int]:
+    """Each moment of one ``Qwen3NextGatedDeltaNet`` / ``OlmoHybridGatedDeltaNet`` forward
+    that can hold its peak, as bytes alive beyond the whole saved set (:func:`saved`):
+    the locals still bound (made and not saved) less the saved tensors not yet made.
+
+    Source: ``transformers/models/qwen3_next/modeling_qwen3_next.py`` —
+    ``Qwen3NextGatedDeltaNet.forward`` (l. 660–770), ``causal_conv1d_fn`` (l. 340–361),
+    ``torch_chunk_gated_delta_rule`` (l. 371–509), ``Qwen3NextRMSNormGated.forward``
+    (l. 66–75); ``models/olmo_hybrid/modeling_olmo_hybrid.py``,
+    ``OlmoHybridGatedDeltaNet.forward`` (l. 637–749), the same kernel and norm. Notation
+    as the module docstring; m the kernel matmuls' output bytes (BF16 under autocast, on
+    its list, else FP32).
+
+    Locals of the mixer, bound until it returns (``mixer``): the SiLU output of the conv,
+    B·C·T·a, whose views q, k and v are (saved instead where FP32 without autocast and
+    n_k = n_v: ``x * x`` keeps it); ``g`` B·T·n_v·4 (its transposed copy is what the kernel
+    reads). Qwen3-Next: ``in_proj_ba``'s output B·T·2n_v·a, ``in_proj_qkvz``'s
+    B·T·2(K+V)·a (saved as the gate instead in the FP32 n_k = n_v case), and with
+    1 < n_k < n_v the ``reshape`` copies of b, a (2·B·T·n_v·a) and of z (B·T·V·a; in FP32
+    the gate itself, saved). OLMo-Hybrid: ``beta * 2.0`` (``linear_allow_neg_eigval``,
+    the class default) B·T·n_v·a.
+
+    Locals of the kernel through its scan (``kernel``): the padded decay and its cumsum
+    (2·B·n_v·T_p·4), ``v_beta`` and ``k_beta * cum_decay.exp()`` (the right-hand sides
+    ``solve_triangular`` does not save, B·n_v·T_p·(d_v + d_k)·4), ``core_attn_out``
+    (``zeros_like``, B·n_v·T_p·d_v·4), the decayed query where nothing saves it (one
+    chunk, autocast, or the strided case whose matmuls copy its slices — and the decayed
+    key's there), and under
+    autocast the decayed key and ``intra_chunk_attn`` (B·n_v·T_p·d_k·4 + B·n_v·N·c²·4:
+    their BF16 casts are saved instead). In the last chunk ``v_new`` (autocast: saved
+    only as casts) and ``inter_chunk_attn`` (B·n_v·c·d_v·m) are bound.
+
+    Moments: ``scan/state`` — the last chunk's state update
+    ``last_recurrent_state * chunk_decay[:, :, i] + key[…]ᵀ @ v_new``: the product, the
+    matmul and the sum, B·n_v·d_k·d_v·(4 + m + 4); ``scan/output`` — its
+    ``core_attn_out[:, :, i] = inter + intra @ v_new``: the matmul and the sum,
+    2·B·n_v·c·d_v·m; ``reshape`` — with several chunks ``core_attn_out.reshape`` copies
+    (``solve_triangular``'s output, and so ``zeros_like``'s, is column-major in its last
+    two dims), B·n_v·T_p·d_v·4; ``cast`` — 16-bit activations: the output's
+    ``.to(initial_dtype, contiguous_format)`` B·T·V·a (FP32 aliases); ``norm`` — at the
+    gated norm's last line, the kernel's locals freed: ``variance`` B·T·n_v·4 and, 16-bit,
+    the kernel's output B·T·V·a (OLMo-Hybrid: and ``g_proj``'s) and the FP32 product
+    before its cast B·T·V·4; ``out_proj`` — its output B·T·d·a.
+
+    The saved set not yet made at the kernel's moments: the gated norm's (but the gate,
+    where FP32 keeps the z copy or ``in_proj_qkvz``'s output made before the kernel),
+    out_proj's input and, under autocast, its weight's cast (V·d·2) — OLMo-Hybrid's
+    ``g_proj`` runs after the kernel too: under autocast its input's and weight's casts
+    (B·T·d·2 + d·V·2). After the scan :func:`released` is freed (a decayed key still
+    bound to ``key`` when the kernel returns). Checked to the byte
+    against a live-storage trace of the real modules (``tests/test_deltanet_rows.py``)."""
+    B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
+    autocast = setup.precision == "amp"
+    nk, nv = att.linear_num_key_heads, att.linear_num_value_heads
+    dk, dv, d = att.linear_key_head_dim, att.linear_value_head_dim, hidden_size
+    K, V = nk * dk, nv * dv
+    C = 2 * K + V
+    c = LINEAR_CHUNK
+    N = -(-T // c)
+    Tp = N * c
+    heads = B * nv
+    rows = B * T * V
+    m = BF16 if autocast else FP32
+    aliased = a == FP32 and not autocast
+    separate = att.linear_projections == "separate"
+    grouped = 1 < nk != nv  # reshape of a strided (n_k, n_v / n_k) split copies
+    mixer = B * T * nv * FP32  # g
+    if not (aliased and nk == nv):
+        mixer += B * C * T * a  # the conv's SiLU output (q, k, v are its views)
+    if separate:
+        mixer += B * T * nv * a  # beta * 2.0
+    else:
+        mixer += B * T * 2 * nv * a  # in_proj_ba's output
+        if not (aliased and nk == nv):
+            mixer += B * T * 2 * (K + V) * a  # in_proj_qkvz's output
+        if grouped:
+            mixer += 2 * B * T * nv * a  # b and a, reshaped
+            if not aliased:
+                mixer += rows * a  # z, reshaped (FP32: the gate, saved)
+    kernel = 2 * heads * Tp * FP32 + heads * Tp * (2 * dv + dk) * FP32
+    copied = _query_slices_copied(att, setup)
+    if autocast or N == 1 or copied:
+        kernel += heads * Tp * dk * FP32  # the decayed query, saved by nothing
+    if copied:
+        # So is the decayed key: key[:, :, i].transpose(-1, -2) @ v_new copies each slice
+        # (saved: :func:`saved`'s scan counts the same bytes), the last after the output's line.
+        kernel += heads * Tp * dk * FP32
+    if autocast:
+        kernel += heads * Tp * dk * FP32 + heads * N * c * c * FP32
+    loop = heads * c * dv * m + (heads * c * dv * FP32 if autocast else 0)
+    kept = saved(att, setup, d)
+    gate = 0
+    if aliased and not separate:  # the FP32 gate made before the kernel
+        gate = B * T * 2 * (K + V) * FP32 if nk == nv else rows * FP32
+    later = kept["attention/deltanet/gated_norm"] - gate + kept["attention/linear/context"]
+    weight_cast = V * d * BF16 if autocast else 0
+    later += weight_cast
+    if autocast and separate:
+        later += B * T * d * BF16 + d * V * BF16  # g_proj's input and weight casts
+    held = mixer + kernel + loop
+    # Under autocast the state update's casts of the key slice and v_new, saved, come after
+    # the output's line.
+    state_casts = heads * c * (dk + dv) * BF16 if autocast else 0
+    key_copy = heads * c * dk * FP32 if copied else 0
+    out = {
+        "scan/state": held + heads * dk * dv * (2 * FP32 + m) - later,
+        "scan/output": held + 2 * heads * c * dv * m - later - state_casts - key_copy,
+    }
+    # From ``last_recurrent_state = None`` on, the last state update's graph is freed;
+    # a decayed key it alone saved stays bound to ``key`` until the kernel returns.
+    gone = released(att, setup)
+    early = gone if autocast or copied else 0
+    if N > 1:
+        out["reshape"] = held + heads * Tp * dv * FP32 - later - early
+    if not aliased:
+        out["cast"] = held + rows * a - later - early
+        after = rows * a * (2 if separate else 1) + rows * FP32
+        out["norm"] = mixer + after + B * T * nv * FP32 - weight_cast - gone
+        out["out_proj"] = mixer + B * T * d * a + (rows * a if separate else 0) - gone
+    else:
+        out["norm"] = mixer + B * T * nv * FP32 - gone
+        out["out_proj"] = mixer + B * T * d * a - gone
+    return out
+
+
+def released(att: Attention, setup: TrainingSetup) -> int:
+    """Bytes of :func:`saved` that the forward frees again: what only the last chunk's
+    state update (``last_recurrent_state * chunk_decay[:, :, i] + key[:, :, i]ᵀ @ v_new``,
+    ``torch_chunk_gated_delta_rule`` l. 500) saves. Its result is dropped
+    (``last_recurrent_state = None`` without ``output_final_state``, l. 503), so no path
+    leads from the loss to that node and autograd frees it with what it saved. Under
+    autocast that is the FP32 state entering the last chunk (the other matmuls keep its
+    BF16 casts), B·n_v·d_k·d_v·4, and the BF16 casts of the key slice and v_new,
+    B·n_v·c·(d_k + d_v)·2; else the decayed key where only that matmul keeps it: the
+    whole B·n_v·T_p·d_k·4 with one chunk, or the last chunk's copy B·n_v·c·d_k·4 where
+    each slice is copied. (The census of :func:`saved` holds every saved tensor, so it
+    counts these too.) Measured with a live-storage trace of the real module whose
+    pack hook holds weak references only (``tests/test_deltanet_rows.py``)."""
+    B, T = setup.batch_size, setup.seq_len
+    nv, dk, dv = att.linear_num_value_heads, att.linear_key_head_dim, att.linear_value_head_dim
+    c = LINEAR_CHUNK
+    heads = B * nv
+    if setup.precision == "amp":
+        return heads * dk * dv * FP32 + heads * c * (dk + dv) * BF16
+    if _query_slices_copied(att, setup):
+        return heads * c * dk * FP32
+    return heads * c * dk * FP32 if T <= c else 0
+
+
+def _query_slices_copied(att: Attention, setup: TrainingSetup) -> bool:
+    """Whether each chunk's ``query[:, :, i] @ last_recurrent_state`` copies its slice
+    (FP32 without autocast, T a multiple of c, B and n_v not folding: :func:`saved`'s
+    ``scan`` rule), so that the decayed query itself is saved by nothing."""
+    B, T = setup.batch_size, setup.seq_len
+    nk, nv, dk = att.linear_num_key_heads, att.linear_num_value_heads, att.linear_key_head_dim
+    aliased = setup.activation_bytes == FP32 and setup.precision != "amp"
+    if not (aliased and T % LINEAR_CHUNK == 0):
+        return False
+    batch = (T * nv * dk, dk) if nk != nv else (nv * dk * T, dk * T)
+    return not _folds((B, nv), batch)

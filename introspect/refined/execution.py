@@ -578,6 +578,9 @@ def moments(
     forward = loss_forward(spec, setup)
     if forward is not None:
         out.append(("forward", forward))
+    inside = mixer_forward(spec, setup)
+    if inside is not None:
+        out.append(("forward", inside))
     if setup.offload_activations:
         state = state_terms(spec, setup)
         kinds = {
@@ -602,6 +605,16 @@ def moments(
             forward_end=forward_end(spec, setup),
             backward=backward_moments(spec, setup, later),
         )
+        if inside is not None:
+            # A later micro-batch's mixer forward: every gradient made already (and, in
+            # the logits loop, the previous micro-batch's logits still bound).
+            again = dict(inside)
+            again[GRADS] = grad_bytes(spec, setup, _with_grads(spec, setup))
+            if setup.loop == "logits" and LOGITS_OUTPUT in saved_terms(spec, setup):
+                again[accumulation.PREVIOUS_LOGITS] = (
+                    setup.tokens * spec.vocab_size * setup.activation_bytes
+                )
+            out.append(("forward", again))
     master = master_gradients(spec, setup)
     if master is not None:
         out.append(("master_grads", master))
@@ -862,6 +875,12 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
     gradient that reached the layer. The recomputation runs at the start of the layer's
     backward (``torch/utils/checkpoint.py``, the first unpack of a saved tensor), before
     its feed-forward is made again."""
+    if att.kind == "linear" and _deltanet_forward_applies(setup):
+        from introspect.refined.stream import residual_bytes
+
+        out = _deltanet_at_forward_peak(spec, setup, att, side)
+        out["attention/recompute"] = setup.tokens * spec.hidden_size * residual_bytes(setup)
+        return out
     if att.kind != "mamba2" or spec.kinds[0][0].mixer is not None:
         return {}
     from introspect.refined import mamba2
@@ -872,6 +891,85 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
     stream = setup.tokens * spec.hidden_size * residual_bytes(setup)
     out["attention/recompute"] = mamba2.recompute_extra(att, setup, spec.hidden_size) + stream
     return out
+
+
+def _deltanet_forward_applies(setup: TrainingSetup) -> bool:
+    """Whether the Gated DeltaNet forward-peak moments are modelled for ``setup``:
+    transformers' classes on torch, full training, activations on the device (a frozen
+    base saves less, so more of the locals are freed; an offloaded one is on the host)."""
+    return (
+        setup.implementation == "transformers"
+        and setup.framework == "torch"
+        and not _lora(setup)
+        and not setup.offload_activations
+    )
+
+
+def _deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> dict:
+    """A Gated DeltaNet layer's own terms at its mixer's forward peak (``spec`` one kind):
+    the first norm's share and the mixer's whole saved set — its attention-side terms
+    ``side`` and out_proj's input — plus what the forward holds beyond them
+    (:func:`introspect.refined.deltanet.forward_extra`, which subtracts what is made after
+    the peak); the feed-forward's not made yet."""
+    from introspect.refined import deltanet
+
+    full = layer_saved(spec, setup)
+    out = implementation_of(spec, setup).at_attention_backward(spec, setup, full, dict(side))
+    out["attention/linear/context"] = full.get("attention/linear/context", 0)
+    _add_into(out, deltanet.forward_extra(att, setup, spec.hidden_size))
+    return out
+
+
+def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
+    """The forward's largest moment inside a Gated DeltaNet mixer (None where the stack
+    has none, or under checkpointing: each layer's forward then keeps only its input, and
+    the same peak comes at its recomputation, :func:`_mixer_recompute`): the topmost
+    DeltaNet layer's forward at its peak (:func:`_deltanet_at_forward_peak`), every layer
+    below it saved (less what each DeltaNet layer's forward freed again,
+    :func:`introspect.refined.deltanet.released`), the embedding's saved set, state; no
+    gradient, no logits yet.
+
+    ``torch_chunk_gated_delta_rule`` (``transformers/models/qwen3_next/
+    modeling_qwen3_next.py`` l. 371–509) holds its FP32 locals — the scan's state-sized
+    products among them — beside everything the layer saves, so with wide heads the
+    step's peak is this moment, not the forward's end (measured: the every-type
+    Qwen3-Next and OLMo-Hybrid dry runs, ``tests/test_deltanet_rows.py``)."""
+    if setup.activation_checkpointing or not _deltanet_forward_applies(setup):
+        return None
+    from introspect.refined import deltanet
+
+    top, start = None, 0
+    for run in spec.runs:
+        if run.kind.attention.kind == "linear":
+            top = (run.kind, start + run.count - 1)
+        start += run.count
+    if top is None:
+        return None
+    kind, index = top
+    terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
+    below: dict = {}
+    start = 0
+    for run in spec.runs:
+        count = min(run.count, max(index - start, 0))
+        if count:
+            for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
+                below[name] = below.get(name, 0) + count * value
+            if run.kind.attention.kind == "linear":
+                # What each finished DeltaNet layer's forward freed again of its saved set.
+                gone = count * deltanet.released(run.kind.attention, setup)
+                below["attention/deltanet/released"] = (
+                    below.get("attention/deltanet/released", 0) - gone
+                )
+        start += run.count
+    _add_into(terms, _prefixed({f"layer/{k}": v for k, v in below.items()}))
+    one = spec.for_kind(kind)
+    full = layer_saved(one, setup)
+    side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
+    own = _deltanet_at_forward_peak(one, setup, kind.attention, side)
+    _add_into(terms, _prefixed({f"layer/{k}": v for k, v in own.items()}))
+    terms[GRADS] = resident_grads(spec, setup)
+    terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
+    return terms
 
 
 def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
