@@ -11,7 +11,7 @@ from introspect.adapters import bundled
 from introspect.adapters.hf_config import spec_from_config, supported_model_types
 from small_configs import FAMILIES, MLA, small
 from test_falcon_h1 import FALCON_H1
-from test_hybrids import NEMOTRON_MOE, OLMO_HYBRID
+from test_hybrids import NEMOTRON_MOE, OLMO_HYBRID, QWEN3_5_MOE_TEXT, QWEN3_5_TEXT
 from test_mamba1 import FALCON_MAMBA, JAMBA
 from test_mamba1 import MAMBA as MAMBA1
 from test_ssm import BAMBA, GRANITE, MOE, NEMOTRON_H
@@ -187,6 +187,8 @@ VARIATIONS: dict[str, dict] = {
     # tests/test_hybrids.py's: Nemotron-H with routed experts, OLMo-Hybrid's DeltaNet.
     "nemotron-h-experts": NEMOTRON_MOE,
     "olmo-hybrid": OLMO_HYBRID,
+    "qwen3.5-text": QWEN3_5_TEXT,
+    "qwen3.5-moe-text": QWEN3_5_MOE_TEXT,
     # tests/test_mamba1.py's: the Mamba-1 mixer alone, with Falcon-Mamba's norms, and Jamba.
     "mamba-1": MAMBA1,
     "falcon-mamba": FALCON_MAMBA,

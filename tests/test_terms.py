@@ -81,6 +81,11 @@ def specs() -> dict:
     out["bitnet, sub norms"] = spec_from_config(dict(CASES["bitnet, in-branch sub norms"]))
     ernie = CASES["ernie4_5, rotary tables repeated per layer"]
     out["ernie4_5, rotary tables per layer"] = spec_from_config(dict(ernie))
+    from test_walked_extras import MODERNBERT  # the embedding norm, the head transform
+
+    modernbert = spec_from_config(dict(MODERNBERT))
+    out["modernbert-decoder, outside norms"] = modernbert
+    out["modernbert-decoder, outside norms as RMSNorm"] = modernbert.replace(norm="rmsnorm")
     return out
 
 
