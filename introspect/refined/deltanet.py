@@ -222,7 +222,8 @@ def forward_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> dic
 
 
 def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, int]:
-    """Each moment of one ``Qwen3NextGatedDeltaNet`` / ``OlmoHybridGatedDeltaNet`` forward
+    """Each moment of one ``Qwen3NextGatedDeltaNet`` / ``OlmoHybridGatedDeltaNet`` /
+    ``Qwen3_5GatedDeltaNet`` forward (by ``att.linear_projections``)
     that can hold its peak, as bytes alive beyond the whole saved set (:func:`saved`):
     the locals still bound (made and not saved) less the saved tensors not yet made.
 
@@ -241,7 +242,14 @@ def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> d
     B·T·2(K+V)·a (saved as the gate instead in the FP32 n_k = n_v case), and with
     1 < n_k < n_v the ``reshape`` copies of b, a (2·B·T·n_v·a) and of z (B·T·V·a; in FP32
     the gate itself, saved). OLMo-Hybrid: ``beta * 2.0`` (``linear_allow_neg_eigval``,
-    the class default) B·T·n_v·a.
+    the class default) B·T·n_v·a. Qwen3.5 (``models/qwen3_5/modeling_qwen3_5.py``,
+    ``Qwen3_5GatedDeltaNet.forward``, l. 546–656; ``Qwen3_5MoeGatedDeltaNet`` the same):
+    ``in_proj_b``'s and ``in_proj_a``'s outputs (2·B·T·n_v·a) and ``in_proj_z``'s, B·T·V·a
+    (``reshape`` views it; in FP32 the gate itself, saved — never a wider storage, so the
+    gate made before the kernel is B·T·V·4 even with n_k = n_v); no ``torch.cat`` and no
+    grouped ``reshape`` copies; ``in_proj_qkv``'s output is conv1d's saved input (under
+    autocast its BF16 output dies with ``causal_conv1d_fn``'s FP32 copy once conv1d has
+    cast it).
 
     Locals of the kernel through its scan (``kernel``): the padded decay and its cumsum
     (2·B·n_v·T_p·4), ``v_beta`` and ``k_beta * cum_decay.exp()`` (the right-hand sides
@@ -285,13 +293,20 @@ def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> d
     rows = B * T * V
     m = BF16 if autocast else FP32
     aliased = a == FP32 and not autocast
-    separate = att.linear_projections == "separate"
+    layout = att.linear_projections
+    separate = layout == "separate"
     grouped = 1 < nk != nv  # reshape of a strided (n_k, n_v / n_k) split copies
     mixer = B * T * nv * FP32  # g
     if not (aliased and nk == nv):
         mixer += B * C * T * a  # the conv's SiLU output (q, k, v are its views)
     if separate:
         mixer += B * T * nv * a  # beta * 2.0
+    elif layout == "qkv_z_b_a":
+        # in_proj_b's and in_proj_a's outputs; in_proj_z's (FP32: the gate, saved).
+        # in_proj_qkv's output is conv1d's saved input (autocast: freed after its cast).
+        mixer += B * T * 2 * nv * a
+        if not aliased:
+            mixer += rows * a
     else:
         mixer += B * T * 2 * nv * a  # in_proj_ba's output
         if not (aliased and nk == nv):
@@ -314,7 +329,7 @@ def forward_moments(att: Attention, setup: TrainingSetup, hidden_size: int) -> d
     kept = saved(att, setup, d)
     gate = 0
     if aliased and not separate:  # the FP32 gate made before the kernel
-        gate = B * T * 2 * (K + V) * FP32 if nk == nv else rows * FP32
+        gate = B * T * 2 * (K + V) * FP32 if nk == nv and layout == "qkvz" else rows * FP32
     later = kept["attention/deltanet/gated_norm"] - gate + kept["attention/linear/context"]
     weight_cast = V * d * BF16 if autocast else 0
     later += weight_cast

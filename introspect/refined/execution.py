@@ -404,6 +404,9 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
                 layers[k] = layers.get(k, 0) + count * v
     else:
         layers = saved.stack(spec, setup)  # each layer kind once, times its count
+        gone = deltanet_released(spec, setup)
+        if gone:
+            layers = _add(layers, {RELEASED: -gone})
     terms = embedding_saved(spec, setup)
     terms.update(_prefixed({f"layer/{k}": v for k, v in layers.items()}))
     if _lora(setup) and not setup.activation_checkpointing:
@@ -413,6 +416,38 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     terms.update(_prefixed(lora.final_terms(spec, setup, final) if _lora(setup) else final))
     terms.update(_prefixed(saved.logits_saved(spec, setup)))
     return terms
+
+
+#: What the Gated DeltaNet layers' forwards freed again of their saved sets, negative
+#: (:func:`deltanet_released`).
+RELEASED = "attention/deltanet/released"
+
+
+def deltanet_released(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of the stack's saved set (:func:`saved.stack`, the census's strong-reference
+    definition, :func:`introspect.refined.deltanet.saved`) that its Gated DeltaNet layers'
+    forwards free again before backward: each such layer's
+    :func:`introspect.refined.deltanet.released`, what only the last chunk's dropped state
+    update saved (``torch_chunk_gated_delta_rule``, ``last_recurrent_state = None``,
+    ``transformers/models/qwen3_next/modeling_qwen3_next.py`` l. 503: no path from the
+    loss reaches that node, so autograd frees it and what it saved when the forward drops
+    its output). Every moment after a layer's forward — the forward's end and the
+    backward's — holds the saved set less this. Zero under checkpointing (each layer keeps
+    its input alone), and where :func:`_deltanet_forward_applies` does not hold (LoRA's
+    smaller saved set; offloaded activations)."""
+    return sum(run.count * _layer_released(run.kind.attention, setup) for run in spec.runs)
+
+
+def _layer_released(att, setup: TrainingSetup) -> int:
+    """One layer's share of :func:`deltanet_released` (0 unless ``att`` is a Gated
+    DeltaNet's)."""
+    if att.kind != "linear" or setup.activation_checkpointing:
+        return 0
+    if not _deltanet_forward_applies(setup):
+        return 0
+    from introspect.refined import deltanet
+
+    return deltanet.released(att, setup)
 
 
 def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -1000,6 +1035,12 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     attention_side_params = side + qk_norm_params(spec)
     attention_side_params += norm_params(spec, d)
     whole = {k: v for k, v in full.items() if k != "feed_forward/down"}
+    # This layer's forward is done: what it freed again (one layer's; ``spec`` is a kind).
+    gone = _layer_released(att, setup)
+    if gone:
+        below = _add(below, {RELEASED: -gone})
+        whole = _add(whole, {RELEASED: -gone})
+        current = _add(current, {RELEASED: -gone})
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
