@@ -150,4 +150,4 @@ def test_checkpointed_lora_over_a_4bit_base_within_5_percent(compiled):
     setup = lora_setup(compiled=compiled, base_quant="affine4", group_size=32)
     est = estimate(spec, setup).total
     assert abs(est / peak - 1) <= 0.05, (est, peak)
-    assert estimate(spec, setup.replace(base_quant="auto")).total > est
+    assert estimate(spec, setup.replace(base_quant="auto", group_size=64)).total > est
