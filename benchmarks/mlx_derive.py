@@ -743,7 +743,7 @@ def derivation(structure: str, keys: dict[str, list[dict]]) -> dict:
     )
     depths: dict[str, dict[str, list[int]]] = {}
     for k, rows in keys.items():
-        parts = k.split("/")
+        parts = k.removesuffix("/ckpt").split("/")  # mlx_derive_ckpt.py's keys too
         name = (
             f"lora (rank {LORA_RANK}, {parts[4] if len(parts) > 4 else 'all-linear'})"
             if len(parts) > 3 and parts[3] == "lora"

@@ -15,9 +15,21 @@ dense classes' ``between``: :func:`add_between` says why), with that step in pla
 
     python benchmarks/mlx_derive_ckpt.py --between [STRUCTURE ...]   # add L = 5–9 only
     python benchmarks/mlx_derive_ckpt.py --dtype=bf16 llama          # one dtype, others kept
+    python benchmarks/mlx_derive_ckpt.py --lora [STRUCTURE ...]      # checkpointed LoRA
+
+``--lora`` reads mlx-lm's LoRA step with ``grad_checkpoint`` on (``mlx_lm/tuner/
+trainer.py`` ``grad_checkpoint``: ``mx.checkpoint`` around every layer's ``__call__``,
+which ``mlx_lm.lora --grad-checkpoint`` applies to ``model.layers[0]``'s class, so to
+every block, the frozen ones below ``num_layers`` included) as ``mlx_derive.py --lora
+STRUCTURE`` reads the plain LoRA step — every ``nn.Linear`` of every block adapted
+(mlx-lm's default keys), r = 6, the same six shapes, at L = 1–10, 16 and 32 — with
+:func:`introspect.measure.mlx_replay_ckpt.checkpointed_step` in place of ``make_step``'s
+(each layer's VJP over its adapters only); the keys are
+``<structure>/<dtype>/<eager|compiled>/lora/ckpt`` (:data:`LORA_CKPT_STRUCTURES`).
 
 Only the structures :data:`introspect.refined.mlx.CKPT_STRUCTURES` (mlx-lm classes with
-``model.embed_tokens`` and ``input_embeddings``, which the traceable step needs).
+``model.embed_tokens`` and ``input_embeddings``, which the traceable step needs), and for
+``--lora`` :data:`introspect.refined.mlx.LORA_CKPT_STRUCTURES`.
 """
 
 from __future__ import annotations
@@ -34,11 +46,11 @@ import mlx_derive as derive  # noqa: E402
 OUT = ROOT / "introspect" / "refined" / "data" / "mlx_ckpt_counts"
 
 
-def build(structure, dtype, shape, layers, compiled, lora=False):
-    """``mlx_derive.build`` with the checkpointed step."""
+def build(structure, dtype, shape, layers, compiled, lora=False, keys=()):
+    """``mlx_derive.build`` with the checkpointed step (mlx-lm's LoRA under ``lora``)."""
     from introspect.measure.mlx_replay_ckpt import checkpointed_step
 
-    model, optimizer, _, batch = plain_build(structure, dtype, shape, layers, compiled, lora)
+    model, optimizer, _, batch = plain_build(structure, dtype, shape, layers, compiled, lora, keys)
     return model, optimizer, checkpointed_step(model, optimizer, compiled), batch
 
 
@@ -78,6 +90,21 @@ def add_between(structure: str, dtype: str, compiled: bool, rows: list[dict]) ->
     return rows
 
 
+def lora_of(structures: list[str]) -> None:
+    """``--lora STRUCTURE ...``: each dtype's and compilation's checkpointed LoRA counts
+    (``mlx_derive.derive`` with ``lora``: L = 1–10, 16, 32 at the six shapes), the
+    structure's file written after each key."""
+    from introspect.refined import mlx as closed
+
+    for structure in structures:
+        for dtype in ("fp32", "bf16"):
+            for compiled in (False, True):
+                k = closed.key(structure, dtype, compiled, lora=True) + "/ckpt"
+                rows = derive.derive(structure, dtype, compiled, lora=True)
+                print(k, len(rows), "candidates", flush=True)
+                write(structure, {k: rows})
+
+
 def depths_as_ints(row: dict) -> dict:
     """A candidate row with its depths as ints, in order (a file's are strings)."""
     out = dict(row)
@@ -106,7 +133,10 @@ def write(structure: str, new: dict[str, list[dict]]) -> None:
             "Read from replays of the traced step (introspect/measure/mlx_replay_ckpt.py), "
             "never from a measured one.",
         ],
-        "command": f"python benchmarks/mlx_derive_ckpt.py {structure}",
+        "command": "; ".join(
+            f"python benchmarks/mlx_derive_ckpt.py {flag}{structure}"
+            for flag in dict.fromkeys("--lora " if "/lora/" in k else "" for k in keys)
+        ),
         "derivation": derive.derivation(structure, keys),
         "counts": keys,
     }
@@ -124,10 +154,15 @@ def main() -> None:
             path = OUT / f"{structure}.json"
             keys = json.loads(path.read_text())["counts"]
             for k, rows in keys.items():
+                if "/lora/" in k:  # --lora reads L = 5–9 already
+                    continue
                 dtype, mode = k.split("/")[1:3]
                 keys[k] = add_between(structure, dtype, mode == "compiled", rows)
                 print(k, "between", flush=True)
                 write(structure, {k: keys[k]})
+        return
+    if sys.argv[1:2] == ["--lora"]:  # checkpointed LoRA, every other key kept
+        lora_of(sys.argv[2:] or list(closed.LORA_CKPT_STRUCTURES))
         return
     names = sys.argv[1:] or list(closed.CKPT_STRUCTURES)
     dtypes = [a.split("=", 1)[1] for a in names if a.startswith("--dtype=")] or ["fp32", "bf16"]

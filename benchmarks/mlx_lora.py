@@ -4,6 +4,7 @@
     python benchmarks/mlx_lora.py --other   # only its other structures' section
     python benchmarks/mlx_lora.py --other gpt2 gemma   # those families' rows rerun
     python benchmarks/mlx_lora.py --keys [STRUCTURE ...]   # only its named-keys section
+    python benchmarks/mlx_lora.py --ckpt [STRUCTURE ...]   # only its checkpointed section
 
 Each row is a real step (:func:`introspect.measure.mlx_lm_models.measure` with
 ``finetune="lora"``: ``model.freeze()``, ``linear_to_lora_layers`` on every block with
@@ -372,7 +373,8 @@ def write_keys(rows: list[dict], seconds: dict[str, int]) -> None:
     """``--keys``: the report's other sections kept, its named-keys section replaced."""
     save_keys(rows, seconds)
     kept = REPORT.read_text().split("\n## Named keys", 1)[0].rstrip("\n")
-    REPORT.write_text("\n".join([kept, *keys_section(rows, sum(seconds.values()))]) + "\n")
+    sections = [*keys_section(rows, sum(seconds.values())), *kept_ckpt_section()]
+    REPORT.write_text("\n".join([kept, *sections]) + "\n")
 
 
 def kept_keys_section() -> list[str]:
@@ -383,6 +385,211 @@ def kept_keys_section() -> list[str]:
         return []
     doc = json.loads(KEYS_JSON.read_text(encoding="utf-8"))
     return keys_section(doc["rows"], sum(doc["seconds"].values()))
+
+
+#: The checkpointed rows (``--ckpt``): mlx-lm's LoRA with ``grad_checkpoint`` on
+#: (``mlx_lm/tuner/trainer.py``: ``mx.checkpoint`` around every block's ``__call__``),
+#: every linear adapted, for the structures whose checkpointed LoRA counts are derived
+#: (``python benchmarks/mlx_derive_ckpt.py --lora``: replays only, B=3, d=128, 8 heads /
+#: 2 K/V, f=216, r=6, T ∈ {44, 176}, V ∈ {1000, 4000, 16000}, L = 1–10, 16, 32), at
+#: :data:`HELD_OUT`'s shapes; and over a 4-bit base (``mlx_lm.utils.quantize_model``).
+CKPT_JSON = ROOT / "benchmarks" / "results" / "mlx-lora-ckpt.json"
+CKPT_STRUCTURES = ("llama", "llama-untied", "qwen2", "qwen3")
+#: (shape index, dtype, rank, B, T, num_layers) of each structure's rows, each eager and
+#: compiled: both held-out shapes, FP32 and a BF16 base, and the top 2 of 6 blocks.
+CKPT_GRID = (
+    (0, "fp32", 8, 2, 256, None),
+    (0, "bf16", 8, 2, 256, None),
+    (1, "fp32", 16, 1, 256, None),
+    (1, "fp32", 8, 2, 256, 2),
+)
+#: The quantized rows: (structure, shape index, bits, group, dtype, B, T), eager and
+#: compiled (the group divides d = 96 and 160's 32, not every f).
+CKPT_QUANT = (
+    ("llama", 0, 4, 32, "fp32", 2, 256),
+    ("qwen2", 1, 4, 32, "bf16", 1, 256),
+    ("qwen3", 1, 8, 32, "fp32", 2, 128),
+)
+
+
+def quantized_row(raw: dict, name: str, spec, setup, bits: int, group: int, **extra) -> dict:
+    """One real checkpointed mlx-lm LoRA step over ``raw`` quantized by
+    ``mlx_lm.utils.quantize_model`` (as ``benchmarks/mlx_quantized.py`` builds it), beside
+    the estimate with ``base_quant`` affine ``bits``."""
+    import mlx.core as mx
+    from mlx_lm.utils import quantize_model
+
+    from introspect.measure import mlx_lm_models, mlx_step
+    from introspect.refined import estimate
+
+    model = mlx_lm_models.build(raw, name, mlx_step.check_setup(setup))
+    quantize_model(model, {}, group, bits)
+    mlx_lm_models.to_lora(model, setup.replace(base_quant="auto", group_size=64))
+    mx.eval(model.parameters())
+    compiled = setup.framework == "mlx_compiled"
+    with mlx_lm_models.checkpointed(model, True):
+        m = mlx_step.measure_step(
+            model, setup, vocab=spec.vocab_size, compiled=compiled, implementation="mlx_lm",
+            loss=mlx_lm_models.trainer_loss, repeats=REPEATS,
+            inputs=mlx_lm_models.trainer_batch(spec.vocab_size, setup), random_state=True,
+        )  # fmt: skip
+    now = estimate(spec, setup)
+    dtype = "bf16" if setup.weight_bytes == 2 else "fp32"
+    print(
+        f"{name} affine{bits} g{group} {dtype} r={setup.lora_rank} B={setup.batch_size} "
+        f"T={setup.seq_len} {'compiled' if compiled else 'eager'} ckpt: measured "
+        f"{m.peak_bytes / 1e6:.2f} MB, estimate {now.total / 1e6:.2f} "
+        f"({now.total / m.peak_bytes:.3f})",
+        flush=True,
+    )
+    return dict(
+        model=name, dtype=dtype, rank=setup.lora_rank, B=setup.batch_size, T=setup.seq_len,
+        compiled=compiled, measured=m.peak_bytes, estimate=now.total, fallback=now.total,
+        phase=now.execution.meta.get("peak_phase"), adapters=m.trainable_params,
+        base=f"affine{bits} g{group}", **extra,
+    )  # fmt: skip
+
+
+def ckpt_rows(structures: tuple[str, ...] = CKPT_STRUCTURES) -> list[dict]:
+    """Real checkpointed mlx-lm LoRA steps of ``structures`` (tied as
+    :data:`introspect.refined.mlx.STRUCTURES` says) at the held-out shapes
+    (:data:`CKPT_GRID`, :data:`CKPT_QUANT`), beside the estimate from the checkpointed
+    LoRA counts. *fallback* here: the refined estimate of the same step without
+    checkpointing (what the plain LoRA counts say), for scale."""
+    from introspect.adapters.hf_config import spec_from_config
+
+    from introspect.refined import estimate, mlx
+
+    out = []
+    for structure in structures:
+        family, tied = mlx.STRUCTURES[structure]
+
+        def named(i: int, family: str = family, tied: bool = tied) -> tuple[dict, str, object]:
+            raw = other_config(family, tied, HELD_OUT[i])
+            d, layers, f, heads, kv, vocab = HELD_OUT[i]
+            name = f"{family} d={d} L={layers} h={heads}/{kv} V={vocab}"
+            name += "" if tied else " (untied)"
+            return raw, name, spec_from_config(raw, source=name, use_transformers=False)
+
+        for i, dtype, rank, batch, seq, k in CKPT_GRID:
+            for compiled in (False, True):
+                raw, name, spec = named(i)
+                setup = setup_of(rank, batch, seq, compiled, dtype).replace(
+                    activation_checkpointing=True, num_layers=k
+                )
+                r = row(raw, name, spec, setup, dtype, layers=k or HELD_OUT[i][1],
+                        family=structure, base="dense")  # fmt: skip
+                r["fallback"] = estimate(spec, setup.replace(activation_checkpointing=False)).total
+                r["num_layers"] = k
+                out.append(r)
+        for name_of, i, bits, group, dtype, batch, seq in CKPT_QUANT:
+            if name_of != structure:
+                continue
+            for compiled in (False, True):
+                raw, name, spec = named(i)
+                setup = setup_of(8, batch, seq, compiled, dtype).replace(
+                    activation_checkpointing=True, base_quant=f"affine{bits}", group_size=group
+                )
+                r = quantized_row(raw, name, spec, setup, bits, group,
+                                  layers=HELD_OUT[i][1], family=structure)  # fmt: skip
+                r["fallback"] = estimate(spec, setup.replace(activation_checkpointing=False)).total
+                r["num_layers"] = None
+                out.append(r)
+    return out
+
+
+def ckpt_section(rows: list[dict], seconds: float) -> list[str]:
+    """The checkpointed rows: the table and its summary."""
+    if not rows:
+        return []
+    groups = [("all rows", lambda r: True)]
+    groups += [
+        (f, lambda r, f=f: r["family"] == f) for f in dict.fromkeys(r["family"] for r in rows)
+    ]
+    groups += [
+        ("eager", lambda r: not r["compiled"]),
+        ("compiled", lambda r: r["compiled"]),
+        ("BF16 base", lambda r: r["dtype"] == "bf16"),
+        ("num_layers 2 of 6", lambda r: r["num_layers"] == 2),
+        ("4-/8-bit base", lambda r: r["base"] != "dense"),
+    ]
+    head, rule, *body = table(rows)
+    lines = ["| base | num_layers " + head, "|---|--:" + rule]
+    lines += [
+        f"| {r['base']} | {r['num_layers'] or 'all'} " + line
+        for r, line in zip(rows, body, strict=True)
+    ]
+    lines = [x.replace("| fallback MB | fallback/measured |", "| plain MB | plain/measured |")
+             for x in lines]  # fmt: skip
+    return [
+        "",
+        "## Checkpointed (mlx-lm's grad_checkpoint; all held out)",
+        "",
+        f"    python benchmarks/mlx_lora.py --ckpt    # {seconds:.0f} s (rows: {CKPT_JSON.name}; "
+        "`--ckpt STRUCTURE ...` reruns those structures' rows)",
+        "",
+        "mlx-lm's LoRA (every linear, dropout 0) with `grad_checkpoint(model.layers[0])` "
+        "(`mlx_lm/tuner/trainer.py`: `mx.checkpoint` around every block's `__call__`). "
+        "*estimate*: from the checkpointed LoRA counts (`python benchmarks/mlx_derive_ckpt.py "
+        "--lora`: replays of `introspect.measure.mlx_replay_ckpt.checkpointed_step` only, "
+        "B=3, d=128, 8 heads / 2 K/V, f=216, r=6, T ∈ {44, 176}, V ∈ {1000, 4000, 16000}, "
+        "L = 1–10, 16, 32); every row's shape is held out (d = 96 and 160, L = 3 and 6, "
+        "GQA and MQA). The 4-/8-bit rows: the model quantized by `mlx_lm.utils."
+        "quantize_model` before `linear_to_lora_layers` (LoRALinear over QuantizedLinear), "
+        "the base priced by `affine_base_bytes` under the same counts. *plain*: the estimate "
+        "of the same step without checkpointing, for scale (not a check). Run after the "
+        "counts were read.",
+        "",
+        *lines,
+        "",
+        *[x.replace("| fallback | fallback/measured |", "| plain | plain/measured |")
+          for x in summary(rows, groups)],
+    ]  # fmt: skip
+
+
+def save_ckpt(rows: list[dict], seconds: dict[str, int]) -> None:
+    import json
+
+    CKPT_JSON.write_text(
+        json.dumps({"command": "python benchmarks/mlx_lora.py --ckpt [STRUCTURE ...]",
+                    "rows": rows, "seconds": seconds}, indent=1) + "\n"
+    )  # fmt: skip
+
+
+def merged_ckpt(structures: tuple[str, ...], start: float) -> tuple[list[dict], dict[str, int]]:
+    """``--ckpt [STRUCTURE ...]``: the checkpointed rows of the structures named rerun (all
+    of :data:`CKPT_STRUCTURES` when none is), the others' kept from :data:`CKPT_JSON`."""
+    import json
+
+    unknown = [s for s in structures if s not in CKPT_STRUCTURES]
+    if unknown:
+        raise SystemExit(f"--ckpt {unknown[0]}: not one of {', '.join(CKPT_STRUCTURES)}")
+    ran = structures or CKPT_STRUCTURES
+    rows = ckpt_rows(ran)
+    seconds = {s: round((time.perf_counter() - start) / len(ran)) for s in ran}
+    if structures and CKPT_JSON.exists():
+        kept = json.loads(CKPT_JSON.read_text(encoding="utf-8"))
+        rows = [r for r in kept["rows"] if r["family"] not in ran] + rows
+        rows.sort(key=lambda r: CKPT_STRUCTURES.index(r["family"]))
+        seconds = {**{s: t for s, t in kept["seconds"].items() if s not in ran}, **seconds}
+    return rows, seconds
+
+
+def write_ckpt(rows: list[dict], seconds: dict[str, int]) -> None:
+    """``--ckpt``: the report's other sections kept, its checkpointed section replaced."""
+    save_ckpt(rows, seconds)
+    kept = REPORT.read_text().split("\n## Checkpointed", 1)[0].rstrip("\n")
+    REPORT.write_text("\n".join([kept, *ckpt_section(rows, sum(seconds.values()))]) + "\n")
+
+
+def kept_ckpt_section() -> list[str]:
+    """The checkpointed section as :data:`CKPT_JSON` has it (for the other writers)."""
+    import json
+
+    if not CKPT_JSON.exists():
+        return []
+    doc = json.loads(CKPT_JSON.read_text(encoding="utf-8"))
+    return ckpt_section(doc["rows"], sum(doc["seconds"].values()))
 
 
 def within(rows: list[dict], key: str) -> int:
@@ -518,6 +725,7 @@ def write(rows: list[dict], seconds: float, others: list[dict] = ()) -> None:
     lines += ["", HISTORY]
     lines += other_section(list(others))
     lines += kept_keys_section()
+    lines += kept_ckpt_section()
     lines += [""]
     REPORT.write_text("\n".join(lines))
 
@@ -526,7 +734,7 @@ def write_other(others: list[dict], seconds: float) -> None:
     """``--other``: the report's Llama/Qwen2 part kept as it is, its other structures'
     section replaced by ``others``."""
     kept = REPORT.read_text().split("\n## Other structures", 1)[0].rstrip("\n")
-    sections = [*other_section(others, seconds), *kept_keys_section()]
+    sections = [*other_section(others, seconds), *kept_keys_section(), *kept_ckpt_section()]
     REPORT.write_text("\n".join([kept, *sections]) + "\n")
 
 
@@ -574,6 +782,10 @@ def main() -> None:
         return
     if sys.argv[1:2] == ["--keys"]:
         write_keys(*merged_keys(tuple(sys.argv[2:]), start))
+        print(REPORT.read_text())
+        return
+    if sys.argv[1:2] == ["--ckpt"]:
+        write_ckpt(*merged_ckpt(tuple(sys.argv[2:]), start))
         print(REPORT.read_text())
         return
     found = rows()

@@ -21,8 +21,8 @@ def lora_applies(setup: TrainingSetup) -> bool:
     ``all-linear``), any dropout (``lora_parameters`` default 0.0; a dropout's mask and
     dropped copies are :func:`introspect.refined.mlx_dora.dropout_terms`), LoRA or DoRA
     (``fine_tune_type``; DoRA's extra is :mod:`introspect.refined.mlx_dora`'s), Adam or
-    AdamW over the adapters, no checkpointing (``mx.checkpoint`` cannot be traced),
-    mlx-lm's class, one device (:func:`lora_unmodelled_flag`). Named keys are derived
+    AdamW over the adapters, checkpointing for LoRA without dropout only, mlx-lm's class,
+    one device (:func:`lora_unmodelled_flag`). Named keys (and checkpointing) are derived
     for some structures only: :func:`introspect.refined.mlx.lora_not_derived` asks."""
     return (
         setup.framework in ("mlx", "mlx_compiled")
@@ -38,15 +38,23 @@ def lora_unmodelled_flag(setup: TrainingSetup) -> str | None:
     adapters, Adam's update, ``default_loss``) — not the reference model's
     (``--impl reference``: MLX's LoRA is mlx-lm's ``LoRALinear``,
     ``mlx_lm/tuner/lora.py``), not with trained embeddings (not part of mlx-lm's LoRA),
-    not checkpointed (``grad_checkpoint``'s ``mx.checkpoint`` cannot be traced, so not
-    read), Adam or AdamW only (another optimizer's state and update differ), the
+    checkpointed (``grad_checkpoint``, ``mlx_lm/tuner/trainer.py``: ``mx.checkpoint``
+    around every layer's ``__call__``) only under LoRA without dropout — those counts are
+    read off the hand-built checkpointed step (:mod:`introspect.measure.mlx_replay_ckpt`)
+    for the structures :func:`introspect.refined.mlx.lora_not_derived` names; DoRA's
+    terms and a dropout's masks are not read under it —, Adam or AdamW only (another
+    optimizer's state and update differ), the
     standard loss, one device, nothing offloaded."""
     if setup.implementation != "mlx_lm":
         return f"--impl {setup.implementation.replace('_', '-')}"
     if setup.train_embeddings:
         return "--train-embeddings"
-    if setup.activation_checkpointing:
+    if setup.activation_checkpointing and setup.finetune != "lora":
         return "--checkpointing"
+    if setup.activation_checkpointing and setup.lora_dropout:
+        # the dropout's masks and dropped copies are remade in each layer's recompute
+        # (mx.checkpoint runs the layer again): not read off the checkpointed replays
+        return "--checkpointing and --lora-dropout"
     if setup.optimizer not in ("adam", "adamw"):
         return f"--optimizer {setup.optimizer}"
     if setup.cross_entropy != "standard":

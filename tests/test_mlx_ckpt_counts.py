@@ -30,7 +30,8 @@ def _keys() -> list[str]:
 
 def test_every_checkpointed_key_is_derived_and_says_how():
     files = sorted(mlx_counts.CKPT_DATA.glob("*.json"))
-    assert sorted(p.stem for p in files) == sorted(mlx.CKPT_STRUCTURES)
+    # full fine-tuning's structures and checkpointed LoRA's (mlx_derive_ckpt.py --lora)
+    assert {p.stem for p in files} == {*mlx.CKPT_STRUCTURES, *mlx.LORA_CKPT_STRUCTURES}
     for key in _keys():
         candidates = mlx_counts.checkpointed(key)
         assert candidates and all(isinstance(c, mlx_counts.Candidate) for c in candidates)

@@ -164,7 +164,8 @@ def test_lora_state_is_the_frozen_base_and_fp32_adapters_with_their_adam_state()
 
 def test_lora_moments_apply_only_where_derived():
     """mlx-lm's default LoRA on a derived structure uses the derived counts (with a
-    dropout too: introspect.refined.mlx_dora); named targets not derived, checkpointing
+    dropout too: introspect.refined.mlx_dora; checkpointed too, without a dropout:
+    tests/test_mlx_lora_ckpt.py); named targets not derived, checkpointing with a dropout
     and our reference model — torch's moments before (issue 23) — and an underived
     structure (an untied Gemma 3's) get no figure at all: one line that the MLX dry run
     answers, from the estimate and from the fit's search (tests/test_mlx_lora_keys.py)."""
@@ -177,7 +178,7 @@ def test_lora_moments_apply_only_where_derived():
     assert mlx.applies(lora_setup(), spec) and mlx.applies(lora_setup(lora_dropout=0.05), spec)
     for other in (
         lora_setup(lora_targets=("q_proj", "k_proj")),
-        lora_setup(activation_checkpointing=True),
+        lora_setup(activation_checkpointing=True, lora_dropout=0.05),
         lora_setup(implementation="reference"),
     ):
         assert not mlx.applies(other) and not mlx.applies(other, spec)

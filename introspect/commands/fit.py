@@ -241,11 +241,14 @@ def mlx_lora_knobs(spec: ModelSpec, setup: TrainingSetup, budget: int, need, cap
     """For mlx-lm's LoRA, the knobs ``mlx_lm.lora`` users turn: ``num_layers`` (the
     setup's, 8 and 4, at most L), ``grad_checkpoint`` off and on, and batch 1 and the
     setup's — for each, the largest ``max_seq_length`` that fits (None: not even T = 1),
-    at the setup's rank. None outside MLX LoRA. A row the LoRA counts do not describe
-    (``grad_checkpoint`` on: :func:`introspect.refined.mlx.lora_not_derived`) has no
-    closed form to search with: its ``largest_seq`` is None for every batch and
-    ``not_derived`` says why (the MLX dry run answers one setup:
-    ``introspect profile``), never torch's moments."""
+    at the setup's rank. None outside MLX LoRA. ``grad_checkpoint`` on
+    (``mlx_lm/tuner/trainer.py``: ``mx.checkpoint`` around every block) is searched on the
+    checkpointed LoRA counts (every linear of Llama, Qwen2, Qwen3:
+    :data:`introspect.refined.mlx.LORA_CKPT_STRUCTURES`), over a 4-bit base too. A row
+    the LoRA counts do not describe (e.g. ``grad_checkpoint`` with named keys:
+    :func:`introspect.refined.mlx.lora_not_derived`) has no closed form to search with:
+    its ``largest_seq`` is None for every batch and ``not_derived`` says why (the MLX dry
+    run answers one setup: ``introspect profile``), never torch's moments."""
     if not (setup.framework.startswith("mlx") and setup.finetune == "lora"):
         return None
     from introspect.applies import NotApplicable

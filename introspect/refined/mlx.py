@@ -157,9 +157,37 @@ changed after; all held out): 64 real mlx-lm LoRA steps (those four, both keys, 
 and 160, L = 3 and 6, GQA and MQA, r = 4–16, B·T = 64–512, FP32 and BF16, eager and
 compiled) — 64 within ±5% (−1.6% to +1.3%; torch's moments, what they had before: 0 of
 64, 0.800 to 1.477).
+**Checkpointed LoRA** (``mlx_lm.lora --grad-checkpoint``: ``grad_checkpoint`` in
+``mlx_lm/tuner/trainer.py`` wraps the block class's ``__call__`` in ``mx.checkpoint``,
+so every block, the frozen ones below ``num_layers`` too; ``mx.checkpoint`` is
+``mlx/transforms.cpp``'s ``custom_vjp`` that runs the layer again in its VJP). Its graph
+is built by hand (:func:`introspect.measure.mlx_replay_ckpt.checkpointed_step`: each
+layer's VJP over its adapters only, no VJP for a frozen block below ``num_layers``) and
+the counts read off its replays exactly as the plain LoRA step's — every linear
+(mlx-lm's default keys), r = 6, the same six shapes, L = 1–10, 16, 32, FP32 and BF16,
+eager and compiled (``python benchmarks/mlx_derive_ckpt.py --lora``, keys
+``<structure>/<dtype>/<mode>/lora/ckpt`` in ``data/mlx_ckpt_counts/``, :func:`checkpointed_lora`)
+— for :data:`LORA_CKPT_STRUCTURES` (Llama tied and untied, Qwen2, Qwen3). ``num_layers``
+K composes as without checkpointing (the candidates at depth K over the whole model's
+state), an affine 4-/8-bit base too (:func:`affine_base_bytes` in the state, the same
+counts), and the eager BF16 step's FP32 upcasts are one layer's, the recomputed one
+(:func:`lora_upcast_bytes`). **Checked on** (``benchmarks/results/mlx-lora.md``,
+"Checkpointed"; ``python benchmarks/mlx_lora.py --ckpt``, run once after the counts were
+read; all held out): real mlx-lm checkpointed LoRA steps of the four structures at d = 96
+and 160, L = 3 and 6, GQA and MQA, r = 8 and 16, B·T = 256 and 512, FP32 and BF16, eager
+and compiled, ``num_layers`` 2 of 6, and over ``quantize_model``'d 4- and 8-bit bases —
+38 of 38 within ±5% (−3.4% to +3.6%; the same steps without checkpointing, what the
+plain counts say, 1.14–1.96 of them; before, every one of these setups was "not derived");
+and the replay alone (:mod:`introspect.measure.mlx_lora_dry_run`) of a d = 96 Llama at
+L = 12 (T = 256) and L = 24 (T = 128), between the counted depths, FP32 eager and compiled
+and BF16 eager: −1.3% to +3.5% (the BF16 eager one's +3.5% the upcasts, which the
+replay merges and a real step does not).
+Named keys, a dropout (its masks are remade in
+each recompute) and DoRA under checkpointing are not read: :func:`lora_not_derived`.
 Every other mlx-lm LoRA setup the counts do not describe — named ``lora_targets``
 (mlx-lm's ``keys``, e.g. q_proj, v_proj) on a structure whose keys are not derived
-(:data:`NAMED_KEYS`), checkpointing, an optimizer other than Adam/AdamW, the reference
+(:data:`NAMED_KEYS`), checkpointing where :data:`LORA_CKPT_STRUCTURES`'s counts do not
+reach, an optimizer other than Adam/AdamW, the reference
 model (:func:`introspect.mlx_setups.lora_unmodelled_flag`) — takes the same path: the
 one line of :func:`lora_not_derived` and the MLX dry run; no setup of mlx-lm's LoRA
 gets torch's moments (before: those setups of a derived structure kept them, 2.3× the
@@ -274,6 +302,10 @@ MOE_STRUCTURES = ("qwen3_moe", "mixtral")
 #: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`): FP32 for
 #: both, BF16 for llama (qwen2's BF16 keeps the source rule: not derived).
 CKPT_STRUCTURES = ("llama", "qwen2")
+#: The structures whose checkpointed LoRA step (every linear, mlx-lm's default keys) is
+#: counted from replays (``python benchmarks/mlx_derive_ckpt.py --lora``; keys
+#: ``…/lora/ckpt``): FP32 and BF16, eager and compiled.
+LORA_CKPT_STRUCTURES = ("llama", "llama-untied", "qwen2", "qwen3")
 
 
 @record
@@ -695,7 +727,9 @@ def moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, 
     structure = structure_of(spec, setup)
     lora = mlx_dora.is_adapter(setup)
     mlx_dora.check(spec, setup, structure, DORA_STRUCTURES)
-    if lora:
+    if lora and setup.activation_checkpointing:  # lora_not_derived vouched for the key
+        candidates = checkpointed_lora(spec, setup)
+    elif lora:
         candidates = counts(counts_key(spec, setup))
     elif setup.activation_checkpointing:
         candidates = checkpointed_counts(
@@ -759,7 +793,12 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     adapter beyond the first on a shared input (3 for all-linear on a gated block).
     Compiled steps merge them too; FP32 steps make no copy. Seen on the steps: with the
     adapters cast to BF16 (no promotion) the replay is within 0.2% of the measured peak,
-    with mlx-lm's FP32 adapters 8.4% under (qwen2 d=128 L=8, B=2, T=256)."""
+    with mlx-lm's FP32 adapters 8.4% under (qwen2 d=128 L=8, B=2, T=256).
+
+    Checkpointed (``grad_checkpoint``, ``mlx_lm/tuner/trainer.py``): the forward's copies
+    die with the rest of the layer's forward (``mx.checkpoint`` keeps only its input) and
+    the recompute makes them again for the one layer being differentiated, so one layer's
+    copies, not every adapted layer's."""
     if dtype_of(setup) != "bf16" or compiled(setup):
         return 0
     from introspect.refined.lora import adapted_layers, targets
@@ -767,7 +806,9 @@ def lora_upcast_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     chosen = set(targets(spec, setup))
     extra = sum(max(0, len(chosen.intersection(group)) - 1) for group in SHARED_INPUTS)
     tokens = setup.batch_size * setup.seq_len
-    return adapted_layers(spec, setup) * extra * tokens * spec.hidden_size * 4
+    layers = min(1, adapted_layers(spec, setup)) if setup.activation_checkpointing else None
+    layers = adapted_layers(spec, setup) if layers is None else layers
+    return layers * extra * tokens * spec.hidden_size * 4
 
 
 def torch_moments(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[str, dict[str, int]]]:
@@ -932,6 +973,15 @@ def counts_key(spec: ModelSpec, setup: TrainingSetup) -> str:
     return key(structure_of(spec, setup), dtype_of(setup), compiled(setup), lora, keys)
 
 
+def checkpointed_lora(spec: ModelSpec, setup: TrainingSetup) -> tuple[Candidate, ...]:
+    """The checkpointed LoRA candidates of the step (``…/lora/ckpt``, ``python
+    benchmarks/mlx_derive_ckpt.py --lora``; empty where the file has no such key)."""
+    from introspect.refined.mlx_counts import CKPT_DATA, structure_counts
+
+    structure = structure_of(spec, setup)
+    return structure_counts(structure, CKPT_DATA).get(counts_key(spec, setup) + "/ckpt", ())
+
+
 #: What answers a LoRA step the counts do not describe (:func:`lora_not_derived`).
 DRY_RUN = (
     "answered by the MLX dry run (`introspect profile` runs it, or `introspect measure "
@@ -942,8 +992,11 @@ DRY_RUN = (
 def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
     """The one line for mlx-lm's LoRA where no counts describe the step (empty where they
     do): a structure outside :data:`LORA_STRUCTURES`, named keys not derived for the
-    structure (:data:`NAMED_KEYS`), or a flag no LoRA counts cover
-    (:func:`introspect.mlx_setups.lora_unmodelled_flag`: checkpointing, SGD, ...). No
+    structure (:data:`NAMED_KEYS`), checkpointing (``grad_checkpoint``) on a structure or
+    keys its checkpointed counts are not read for (:data:`LORA_CKPT_STRUCTURES`, every
+    linear), or a flag no LoRA counts cover
+    (:func:`introspect.mlx_setups.lora_unmodelled_flag`: SGD, a dropout under
+    checkpointing, ...). No
     other structure's or keys' counts and no torch accounting stand in for it (torch's
     moments, which did: 0.775–1.378 of measured steps of the structures derived since,
     ``benchmarks/results/mlx-lora.md``; 2.3× the published mlx-tune Qwen3-0.6B q/v
@@ -965,6 +1018,19 @@ def lora_not_derived(spec: ModelSpec, setup: TrainingSetup) -> str:
     if flag:
         return f"LoRA counts not derived for {name} with {flag}: " + DRY_RUN
     keys = lora_keys(spec, setup)
+    if setup.activation_checkpointing and (
+        structure not in LORA_CKPT_STRUCTURES or keys or not checkpointed_lora(spec, setup)
+    ):
+        # checkpointed LoRA's counts: every linear of LORA_CKPT_STRUCTURES' blocks only
+        derived = ", ".join(
+            STRUCTURES[s][0] + (" (untied)" if s.endswith("-untied") else "")
+            for s in LORA_CKPT_STRUCTURES
+        )
+        what = f" with keys {', '.join(keys)}" if keys else ""
+        return (
+            f"LoRA counts not derived for {name}{what} (checkpointed: every linear of "
+            f"{derived} only) with --checkpointing: " + DRY_RUN
+        )
     if keys and structure not in NAMED_KEYS.get(keys, ()):
         derived = [", ".join(k) for k, names in NAMED_KEYS.items() if structure in names]
         return (
