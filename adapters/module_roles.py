@@ -83,6 +83,8 @@ class BlockRoles:
     #: A dense feed-forward beside the experts (shared experts, run on every token): its
     #: width f, or 0.
     shared_width: int = 0
+    #: Gemma 4's per-layer input width d_pl (``per_layer_input_gate``'s output), or 0.
+    per_layer_input_size: int = 0
 
 
 def is_norm(module_name: str, class_name: str) -> bool:
@@ -219,9 +221,19 @@ def classify_block(entries: list[tuple[str, tuple[int, ...], str]], d: int) -> B
     for rel, shape, owner, path, key, kind in parsed:
         if len(shape) == 1 and is_norm(key, owner):
             norm_path = ".".join(path + [key])
+            if not path and key.lower() == PER_LAYER_INPUT_NORM:
+                out.roles[rel] = ("norm.per_layer_input", "norms")
+                continue
             cls, bias, w = norm_modules.get(norm_path, (owner, False, shape[0]))
             norm_modules[norm_path] = (cls, bias or kind == "bias", w)
             out.roles[rel] = ("norm", "norms")
+            continue
+        if not path and key.lower() in PER_LAYER_INPUT_KEYS and len(shape) == 2:
+            # Gemma 4's per-layer input gate (d_pl, d) and projection (d, d_pl)
+            which = PER_LAYER_INPUT_KEYS[key.lower()]
+            out.roles[rel] = (f"per_layer_input.{which}", "mlp")
+            if which == "gate" and kind == "weight":
+                out.per_layer_input_size = shape[0]
             continue
         lowered = [s.lower() for s in path]
         expert_at = next((i for i, s in enumerate(lowered) if s in EXPERT_SEGMENTS), None)
@@ -406,6 +418,19 @@ def is_cross_attention(name: str, cls: str) -> bool:
 #: (``expert_bias``): one number per expert, no activation.
 EXTRA_KNOWN_KEYS = ("sinks", "e_score_correction", "expert")
 
+#: Gemma 4's per-layer-input parts of a block (``models/gemma4/modeling_gemma4.py`` l.
+#: 1345-1350): ``per_layer_input_gate`` (d → d_pl), ``per_layer_projection`` (d_pl → d)
+#: and the norm on the projection's output, ``post_per_layer_input_norm`` (width d),
+#: which is not one of the block's branch norms (``ModelSpec.per_layer_input_size``).
+PER_LAYER_INPUT_KEYS = {"per_layer_input_gate": "gate", "per_layer_projection": "projection"}
+PER_LAYER_INPUT_NORM = "post_per_layer_input_norm"
+#: The model-level parts (``Gemma4TextModel.__init__``, l. 1565-1580), by module name.
+PER_LAYER_INPUT_OUTSIDE = {
+    "embed_tokens_per_layer": "per_layer_input.embedding",
+    "per_layer_model_projection": "per_layer_input.model_projection",
+    "per_layer_projection_norm": "per_layer_input.norm",
+}
+
 
 def unrecognised(entries: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
     """The relative names among ``entries`` (relative name, shape, owner class) that no
@@ -423,6 +448,8 @@ def unrecognised(entries: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
         if len(shape) == 1 and is_norm(key, owner):
             continue
         if lower in EXTRA_KNOWN_KEYS or lower in ROUTER_KEYS:
+            continue
+        if not path and lower in PER_LAYER_INPUT_KEYS and len(shape) == 2:
             continue
         if any(s.lower() in EXPERT_SEGMENTS for s in path) and _mlp_role(
             key, siblings[".".join(path)]

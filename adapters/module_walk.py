@@ -152,6 +152,7 @@ class _Reader:
         block = self.find_blocks()
         inside = [p for p in self.unique if p.name.startswith(block.prefix + ".")]
         outside = [p for p in self.unique if not p.name.startswith(block.prefix + ".")]
+        outside, per_layer_vocab = self.per_layer_inputs(outside)
         embed, positions = self.find_embeddings(outside)
         V, d = embed.shape
         tied, lm_head_bias = self.read_outside(outside, embed, positions, V, d)
@@ -171,6 +172,8 @@ class _Reader:
             source=self.source,
             **fields,
         )
+        if spec_fields.get("per_layer_input_size"):
+            spec_fields["per_layer_input_vocab"] = per_layer_vocab
         exact = sum(p.numel for p in self.unique)
         try:
             spec = ModelSpec(
@@ -320,6 +323,8 @@ class _Reader:
             qk_norm=self.qk_norm_kind(found, head_dim),
             norms_per_layer=found.norms_per_layer,
         )
+        if found.per_layer_input_size:
+            fields["per_layer_input_size"] = found.per_layer_input_size
         if found.norm is None:
             self.assume("no norm module found in the blocks; assumed RMSNorm")
         if found.num_experts:
@@ -403,6 +408,23 @@ class _Reader:
         return "rope"
 
     # ---- outside the blocks ----------------------------------------------------------
+    def per_layer_inputs(self, outside: list[ParamEntry]) -> tuple[list[ParamEntry], int]:
+        """Gemma 4's model-level per-layer-input parts (:data:`module_roles.
+        PER_LAYER_INPUT_OUTSIDE`: ``embed_tokens_per_layer`` (V_pl, L·d_pl), counted in
+        embeddings with ``per_layer_model_projection`` (L·d_pl, d), and
+        ``per_layer_projection_norm`` (d_pl), in norms) placed; returns the rest and V_pl
+        (0 without them)."""
+        rest, vocab = [], 0
+        for p in outside:
+            role = roles.PER_LAYER_INPUT_OUTSIDE.get(p.owner.rpartition(".")[2])
+            if role is None:
+                rest.append(p)
+                continue
+            self.placed[p.name] = (role, "norms" if len(p.shape) == 1 else "embeddings")
+            if role == "per_layer_input.embedding" and len(p.shape) == 2:
+                vocab = p.shape[0]
+        return rest, vocab
+
     def find_embeddings(self, outside: list[ParamEntry]) -> tuple[ParamEntry, ParamEntry | None]:
         tables = [p for p in outside if len(p.shape) == 2 and self.in_embedding(p)]
         if not tables:

@@ -298,9 +298,28 @@ def parameters_by_component(spec: ModelSpec) -> dict[str, int]:
     out["lm_head"] = (0 if spec.tie_word_embeddings else V * d) + (V if spec.lm_head_bias else 0)
     if spec.head_transform:  # the transform's dense (a bias, where it has one, is noted)
         out["lm_head"] += d * d
+    if spec.per_layer_input_size:
+        for name, n in per_layer_input_params(spec).items():
+            out[name] += n
     if spec.tower_parameters:
         out["vision_tower"] = spec.tower_parameters
     return out
+
+
+def per_layer_input_params(spec: ModelSpec) -> dict[str, int]:
+    """Gemma 4's per-layer inputs (``models/gemma4/modeling_gemma4.py`` l. 1345-1350,
+    1565-1580), with P = L·d_pl: embeddings = V_pl·P (``embed_tokens_per_layer``) + d·P
+    (``per_layer_model_projection``, no bias); norms = d_pl
+    (``per_layer_projection_norm``) + L·d (each block's ``post_per_layer_input_norm``);
+    mlp = L·2·d·d_pl (each block's ``per_layer_input_gate`` and ``per_layer_projection``,
+    no biases)."""
+    d, L, dpl = spec.hidden_size, spec.num_hidden_layers, spec.per_layer_input_size
+    P = L * dpl
+    return {
+        "embeddings": spec.per_layer_input_vocab * P + d * P,
+        "norms": dpl + L * d,
+        "mlp": L * 2 * d * dpl,
+    }
 
 
 def parameter_count(spec: ModelSpec) -> int:

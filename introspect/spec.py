@@ -158,6 +158,16 @@ class ModelSpec:
     #: (``cap · tanh(x / cap)``; Hugging Face's names; None: not capped).
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
+    #: Gemma 4's per-layer inputs (``hidden_size_per_layer_input``, d_pl; 0: none) and
+    #: their table's vocabulary (``vocab_size_per_layer_input``, V_pl;
+    #: ``models/gemma4/modeling_gemma4.py`` l. 1345-1350, 1565-1580, 1705-1784): an
+    #: embedding ``embed_tokens_per_layer`` (V_pl, L·d_pl) and a projection
+    #: ``per_layer_model_projection`` (d → L·d_pl) with its RMSNorm of width d_pl outside
+    #: the blocks, and in every block ``per_layer_input_gate`` (d → d_pl), the
+    #: activation, the product with that layer's slice, ``per_layer_projection``
+    #: (d_pl → d) and ``post_per_layer_input_norm`` (width d) before a residual add.
+    per_layer_input_size: int = 0
+    per_layer_input_vocab: int = 0
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
@@ -198,6 +208,8 @@ class ModelSpec:
             raise ValueError("max_position_embeddings is required with learned positions")
         if self.norms_per_layer < 0:
             raise ValueError(f"norms_per_layer must be >= 0, got {self.norms_per_layer}")
+        if self.per_layer_input_size < 0 or self.per_layer_input_vocab < 0:
+            raise ValueError("per_layer_input_size and per_layer_input_vocab must be >= 0")
         if self.tower_parameters < 0 or self.unbuilt_parameters < 0:
             raise ValueError("tower_parameters and unbuilt_parameters must be >= 0")
         if not 0 <= self.tower_frozen_parameters <= self.tower_parameters:

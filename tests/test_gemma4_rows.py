@@ -28,6 +28,77 @@ GEMMA4 = dict(
 )  # fmt: skip
 
 
+#: Gemma 4 with per-layer inputs (``gemma4_text``; ``models/gemma4/modeling_gemma4.py``):
+#: the every-type row's shrunk widths, d_pl = 96 (so that P = L·d_pl = 576 is no width
+#: the rest of the model has) and the per-layer table at the token vocabulary.
+GEMMA4_PLE = dict(
+    model_type="gemma4_text", vocab_size=512, hidden_size=64, intermediate_size=256,
+    num_hidden_layers=6, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    global_head_dim=32, sliding_window=512, max_position_embeddings=4096,
+    hidden_size_per_layer_input=96,
+    vocab_size_per_layer_input=512, hidden_activation="gelu_pytorch_tanh",
+    layer_types=["sliding_attention"] * 5 + ["full_attention"],
+)  # fmt: skip
+
+
+def test_the_per_layer_inputs_are_read_and_counted_exactly():
+    """The walker reads ``per_layer_input_gate`` / ``per_layer_projection`` /
+    ``post_per_layer_input_norm`` in the blocks and ``embed_tokens_per_layer`` /
+    ``per_layer_model_projection`` / ``per_layer_projection_norm`` outside them as the
+    spec's per-layer-input fact; the structure's count is the build's; the block's
+    branch norms stay four."""
+    from introspect.params import parameter_count, parameters_by_component
+
+    spec = spec_from_config(dict(GEMMA4_PLE))
+    assert spec.unmodelled == ()
+    assert (spec.per_layer_input_size, spec.per_layer_input_vocab) == (96, 512)
+    assert spec.norms_per_layer == 4
+    assert parameter_count(spec) == spec.num_parameters
+    P = 6 * 96
+    without = spec_from_config({**GEMMA4_PLE, "hidden_size_per_layer_input": 0})
+    assert without.per_layer_input_size == 0
+    grew = {
+        k: v - parameters_by_component(without)[k] for k, v in parameters_by_component(spec).items()
+    }
+    assert grew["embeddings"] == 512 * P + 64 * P
+    assert grew["mlp"] == 6 * 2 * 64 * 96
+    assert grew["norms"] == 96 + 6 * 64
+
+
+def _census(raw: dict, setup):
+    from introspect.measure import hf_models, torch_step
+
+    spec = spec_from_config(dict(raw))
+    dtype = torch_step.check_setup(setup)
+    model = hf_models.build(dict(raw), "test", attention=setup.attention, dtype=dtype)
+    return spec, torch_step.run_census(model, setup, spec, "cpu", torch_step.hf_forward)
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp eager", "bf16 sdpa"])
+def test_the_per_layer_inputs_saved_set_is_byte_exact_against_the_census(setup_name):
+    """What the per-layer inputs add to the saved set (the census of the real
+    ``Gemma4TextForCausalLM`` with them, less the census of the same class built with
+    ``hidden_size_per_layer_input`` 0) is L·:func:`hf_saved.per_layer_input_terms` +
+    :func:`hf_saved.per_layer_input_embedding`, to the byte, in FP32, under autocast and
+    in pure BF16."""
+    from introspect.setup import TrainingSetup
+
+    kw = {
+        "fp32 eager": dict(precision="fp32", attention="eager"),
+        "amp eager": dict(precision="amp", attention="eager"),
+        "bf16 sdpa": dict(precision="bf16", attention="memory_efficient"),
+    }[setup_name]
+    setup = TrainingSetup(
+        batch_size=2, seq_len=32, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **kw,
+    )  # fmt: skip
+    spec, with_ple = _census(GEMMA4_PLE, setup)
+    _, without = _census({**GEMMA4_PLE, "hidden_size_per_layer_input": 0}, setup)
+    closed = spec.num_hidden_layers * sum(hf_saved.per_layer_input_terms(spec, setup).values())
+    closed += sum(hf_saved.per_layer_input_embedding(spec, setup).values())
+    assert with_ple.total - without.total == closed
+
+
 def test_the_rotary_tables_are_one_pair_per_layer_type():
     """``position_embeddings[layer_type]``: the sliding layers' head_dim-16 pair and the
     full layer's head_dim-32 pair, 2·T·(16 + 32) values."""
@@ -41,3 +112,34 @@ def test_the_rotary_tables_are_one_pair_per_layer_type():
 def test_gemma4_closed_form_within_three_percent_of_the_dry_run(setup_name):
     ratio = _ratio_to_dry_run(dict(GEMMA4), setup_name)
     assert 0.97 <= ratio <= 1.03, f"{setup_name}: {ratio:.4f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt", "bf16 sdpa"])
+def test_gemma4_per_layer_inputs_closed_form_within_three_percent_of_the_dry_run(setup_name):
+    ratio = _ratio_to_dry_run(dict(GEMMA4_PLE), setup_name)
+    assert 0.97 <= ratio <= 1.03, f"{setup_name}: {ratio:.4f}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "bf16 sdpa"])
+def test_gemma4_per_layer_inputs_at_a_longer_sequence_against_the_dry_run(setup_name):
+    """At T = 256 the activations outweigh the per-layer table's optimizer temporaries
+    (the T = 64 rows peak in the optimizer step): the saved set and the per-layer
+    inputs' gradient (:func:`hf_saved.per_layer_input_grad`) against the dry run."""
+    from test_every_type_gpt import SETUPS
+
+    from introspect import refined
+    from introspect.measure import hf_models
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(dict(GEMMA4_PLE))
+    setup = TrainingSetup(
+        batch_size=1, seq_len=256, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS[setup_name],
+    )  # fmt: skip
+    measured, _ = hf_models.measure(
+        dict(GEMMA4_PLE), "gemma4_text", spec, setup, device="fake", census=False
+    )
+    ratio = refined.estimate(spec, setup).total / measured.peak_bytes
+    assert 0.99 <= ratio <= 1.01, f"{setup_name}: {ratio:.4f}"

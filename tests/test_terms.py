@@ -70,6 +70,9 @@ def specs() -> dict:
     from test_gemma4_rows import GEMMA4  # Gemma 4's V norm, pow rstd, weight casts
 
     out["gemma4_unified_text"] = spec_from_config(dict(GEMMA4))
+    from test_gemma4_rows import GEMMA4_PLE  # Gemma 4's per-layer inputs
+
+    out["gemma4_text, per-layer inputs"] = spec_from_config(dict(GEMMA4_PLE))
     from test_falcon_h1 import FALCON_H1  # attention and a Mamba-2 mixer in parallel
 
     out["falcon_h1, attention ∥ mamba2"] = spec_from_config(dict(FALCON_H1))

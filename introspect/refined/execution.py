@@ -72,7 +72,7 @@ from introspect.refined import (
     shared_block,
     trainers,
 )
-from introspect.refined.implementations import implementation_of
+from introspect.refined.implementations import REFERENCE, implementation_of
 from introspect.refined.memo import per_estimate
 from introspect.refined.precision import working_weight_bytes
 from introspect.refined.reference import is_mlx
@@ -140,7 +140,10 @@ def layer_parameters(spec: ModelSpec) -> int:
 def largest_tensor(spec: ModelSpec) -> int:
     """Elements of the largest parameter tensor: the embedding V·d or one projection."""
     d = spec.hidden_size
-    return max(spec.vocab_size * d, d * spec.ffn_dim, d * spec.q_dim)
+    P = spec.num_hidden_layers * spec.per_layer_input_size  # Gemma 4's per-layer table
+    return max(
+        spec.vocab_size * d, d * spec.ffn_dim, d * spec.q_dim, spec.per_layer_input_vocab * P
+    )
 
 
 def optimizer_temporaries(spec: ModelSpec, setup: TrainingSetup, local_params: int) -> int:
@@ -1083,6 +1086,9 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     head_params = head_parameters(spec)
     wb = working_weight_bytes(setup)
     base = _add(state, before)  # every moment starts from it (each gets a copy)
+    if spec.per_layer_input_size and implementation_of(spec, setup) is not REFERENCE:
+        # Gemma 4: the per-layer inputs' gradient, summed over the layers' slices
+        base = _add(base, hf_saved.per_layer_input_grad(spec, setup))
 
     def counts_below(i: int) -> tuple[int, list[int]]:
         """Layer i's kind, and how many layers of each kind lie below it."""

@@ -437,6 +437,102 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["autocast_weights"] = 2 * linear_weights_per_layer(spec)
     if layer_input_bytes(spec, setup):
         out["feed_forward/down"] = BT * d * layer_input_bytes(spec, setup)
+    if spec.per_layer_input_size:
+        _add(out, per_layer_input_terms(spec, setup))
+    return out
+
+
+def per_layer_input_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What one block's per-layer-input tail keeps (``Gemma4TextDecoderLayer.forward``,
+    ``models/gemma4/modeling_gemma4.py`` l. 1408-1415: ``per_layer_input_gate(h)``,
+    ``act_fn``, ``* per_layer_input``, ``per_layer_projection``,
+    ``post_per_layer_input_norm``, ``residual +``), with d_pl =
+    ``ModelSpec.per_layer_input_size``:
+
+    * the gate keeps its input h, the stream after the feed-forward's residual add
+      (B·T·d at the stream's dtype; under autocast its BF16 cast): the layer's output
+      is now ``h + norm(…)``, which the next layer keeps as before;
+    * the activation keeps the gate's output, the product keeps the activation's output
+      and the layer's slice of the per-layer inputs (a view of the model-level tensor,
+      :func:`per_layer_input_embedding`), the projection keeps the product (under
+      autocast its BF16 cast): 3·B·T·d_pl at the activations' dtype (Gemma 4's
+      ``gelu_pytorch_tanh`` is ``GELUTanh``, one op: nothing more of its own);
+    * the norm (``Gemma4RMSNorm``, l. 196-214) keeps its input's FP32 copy, the two FP32
+      values a row of ``torch.pow(mean_squared, -0.5)`` and the FP32 ``x·rstd``; with
+      16-bit weights the ``self.weight.float()`` copy (d·4);
+    * under autocast the BF16 copies of the gate and projection weights (2·2·d·d_pl)."""
+    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
+    dpl = spec.per_layer_input_size
+    out = {
+        "per_layer_input/gate_input": BT * d * stream_kept_bytes(setup, 1),
+        "per_layer_input/gate": BT * dpl * s,
+        "per_layer_input/act": BT * dpl * s,
+        "per_layer_input/product": BT * dpl * s,
+        "per_layer_input/norm": BT * d * FP32 + _rms_stats(spec) * BT * FP32,
+        "per_layer_input/norm/normalized": BT * d * FP32,
+    }
+    if working_weight_bytes(setup) < FP32:
+        out["per_layer_input/norm/weight_cast"] = d * FP32
+    if is_amp(setup):
+        out["autocast_weights"] = 2 * 2 * d * dpl
+    return out
+
+
+def per_layer_input_grad(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """The per-layer inputs' gradient through every layer's backward: each layer's
+    product backward makes its slice's gradient, and ``select_backward`` puts it into a
+    zero B·T·L·d_pl tensor (``per_layer_inputs[:, :, i, :]``,
+    ``models/gemma4/modeling_gemma4.py`` l. 1684), which the engine's input buffer of the
+    per-layer inputs' node sums over the layers (``torch/csrc/autograd/input_buffer.cpp``)
+    until the first layer's backward has run: one B·T·L·d_pl tensor at their dtype (FP32
+    under autocast, :func:`per_layer_input_embedding`) alive at every layer's backward
+    (the top layer's per-layer tail runs before its feed-forward's backward)."""
+    P = spec.num_hidden_layers * spec.per_layer_input_size
+    return {"activations/per_layer_inputs/grad": setup.tokens * P * residual_bytes(setup)}
+
+
+def per_layer_input_embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What the model-level per-layer inputs keep (``Gemma4TextModel.get_per_layer_inputs``
+    and ``project_per_layer_inputs``, ``models/gemma4/modeling_gemma4.py`` l. 1626-1629,
+    1705-1784), with P = L·d_pl:
+
+    * ``embed_tokens_per_layer(input_ids)`` times its scale (a 0-dim buffer at the
+      weights' dtype, which the multiply keeps; it keeps nothing of the lookup, whose
+      scale needs no gradient); the lookup keeps the ids only;
+    * ``per_layer_model_projection(inputs_embeds)`` keeps its input: the embedding output
+      the first layer keeps anyway where that layer keeps the stream itself (FP32, or a
+      checkpoint), else the B·T·d 16-bit embedding output (BF16, whose first norm keeps
+      an FP32 copy) or under autocast its BF16 cast (and the weight's, 2·d·P); the
+      multiply by ``hidden_size**-0.5`` (a number) keeps nothing;
+    * ``per_layer_projection_norm`` over the B·T·L rows of width d_pl: its input's FP32
+      copy, two FP32 values a row, the FP32 ``x·rstd`` (and with 16-bit weights the
+      weight's FP32 copy);
+    * ``(projection + per_layer_inputs) * 2**-0.5``: the sum keeps nothing, and the
+      result (B·T·P; FP32 under autocast, where the 16-bit norm output meets the FP32
+      lookup) is kept by every layer's product through its slice (``per_layer_inputs[:,
+      :, i, :]``, a view; under checkpointing each layer's input) until the first
+      layer's backward."""
+    BT, d, r = setup.tokens, spec.hidden_size, residual_bytes(setup)
+    L, dpl = spec.num_hidden_layers, spec.per_layer_input_size
+    P = L * dpl
+    kept = r if setup.activation_checkpointing else layer_input_bytes(spec, setup)
+    if is_amp(setup):
+        projection_input = BT * d * setup.activation_bytes
+    else:
+        projection_input = 0 if kept == r else BT * d * setup.activation_bytes
+    out = {
+        # the scale, ``self.embed_scale.to(self.weight.dtype)``: a 0-dim tensor
+        "activations/per_layer_inputs/scale": working_weight_bytes(setup),
+        "activations/per_layer_inputs": BT * P * r,
+        "activations/per_layer_inputs/norm": BT * P * FP32 + _rms_stats(spec) * BT * L * FP32,
+        "activations/per_layer_inputs/norm/normalized": BT * P * FP32,
+    }
+    if projection_input:
+        out["activations/per_layer_inputs/projection_input"] = projection_input
+    if working_weight_bytes(setup) < FP32:
+        out["activations/per_layer_inputs/norm/weight_cast"] = dpl * FP32
+    if is_amp(setup):
+        out["activations/per_layer_inputs/autocast_weight"] = 2 * d * P
     return out
 
 
@@ -603,6 +699,8 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if spec.position_embedding == "rope" and not facts(spec).rotary_tables_per_layer:
         width = _table_widths(spec)
         out["activations/positions"] = 2 * setup.seq_len * width * _table(spec, r)
+    if spec.per_layer_input_size:
+        out.update(per_layer_input_embedding(spec, setup))
     return out
 
 

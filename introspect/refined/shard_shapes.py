@@ -82,7 +82,24 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
     if spec.ffn == "gated":
         out += _linear(f, d, spec.mlp_bias)
     out += _linear(f, d, spec.mlp_bias) + _linear(d, f, spec.mlp_bias)
+    if spec.per_layer_input_size:
+        # Gemma 4's per_layer_input_gate, per_layer_projection, post_per_layer_input_norm
+        # (``Gemma4TextDecoderLayer.__init__``, models/gemma4/modeling_gemma4.py l. 1345-1350)
+        dpl = spec.per_layer_input_size
+        out += [(dpl, d), (d, dpl)] + _norm(spec, d)
     return out
+
+
+def per_layer_input_tensors(spec: ModelSpec) -> list[Shape]:
+    """Gemma 4's model-level per-layer-input tensors after the final norm, in
+    ``Gemma4TextModel.__init__`` order (l. 1565-1580): ``embed_tokens_per_layer``
+    (V_pl, L·d_pl), ``per_layer_model_projection`` (L·d_pl, d),
+    ``per_layer_projection_norm`` (d_pl); none without per-layer inputs."""
+    dpl = spec.per_layer_input_size
+    if not dpl:
+        return []
+    P = spec.num_hidden_layers * dpl
+    return [(spec.per_layer_input_vocab, P), (P, spec.hidden_size), *_norm(spec, dpl)]
 
 
 def mla_tensors(spec: ModelSpec, att, d: int) -> list[Shape]:
@@ -153,6 +170,7 @@ def root_tensors(spec: ModelSpec) -> list[Shape]:
     if spec.position_embedding == "learned":
         out.append((spec.max_position_embeddings or 0, d))
     out += _norm(spec, d)
+    out += per_layer_input_tensors(spec)
     if not spec.tie_word_embeddings:
         out.append((V, d))
     if spec.lm_head_bias:
@@ -178,6 +196,7 @@ def parameter_tensors(spec: ModelSpec) -> list[Shape]:
             out += layer_tensors(spec.for_kind(run.kind))
             seen.add(block.block_id)
     out += _norm(spec, d)
+    out += per_layer_input_tensors(spec)
     if not spec.tie_word_embeddings:
         out.append((V, d))
     if spec.lm_head_bias:
