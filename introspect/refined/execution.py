@@ -928,6 +928,20 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
     return out
 
 
+def _deltanet_backward(spec: ModelSpec, setup: TrainingSetup, att) -> int | None:
+    """A Gated DeltaNet layer's bytes inside its kernel's first ``solve_triangular``
+    backward beyond its saved set (:func:`introspect.refined.deltanet.backward_transient`),
+    beside the residual stream's gradient; None where not modelled (other mixers, or
+    outside :func:`_deltanet_forward_applies` and autocast)."""
+    if att.kind != "linear" or setup.precision != "amp" or not _deltanet_forward_applies(setup):
+        return None
+    from introspect.refined import deltanet
+    from introspect.refined.stream import residual_bytes
+
+    stream = setup.tokens * spec.hidden_size * residual_bytes(setup)
+    return deltanet.backward_transient(att, setup, spec.hidden_size) + stream
+
+
 def _deltanet_forward_applies(setup: TrainingSetup) -> bool:
     """Whether the Gated DeltaNet forward-peak moments are modelled for ``setup``:
     transformers' classes on torch, full training, activations on the device (a frozen
@@ -1057,6 +1071,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
+        "deltanet_grad": _deltanet_backward(spec, setup, att),
         "params": layer_parameters(spec),
         "down_params": down_params,
         "attention_side_params": attention_side_params,
@@ -1149,6 +1164,13 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
+        if part["deltanet_grad"] is not None:
+            # A Gated DeltaNet layer: inside the backward of its kernel's first
+            # solve_triangular (the same layer terms, its own transient instead).
+            terms = dict(terms)
+            terms.pop("activations/layer/attention/grad")
+            terms["activations/layer/attention/deltanet/backward"] = part["deltanet_grad"]
+            out.append(terms)
         if part["recompute"]:
             # Checkpointing: the mixer's forward peak as the recomputation runs it, with
             # the gradient of everything above made (none of this layer's yet).
