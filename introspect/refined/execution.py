@@ -438,6 +438,23 @@ def deltanet_released(spec: ModelSpec, setup: TrainingSetup) -> int:
     return sum(run.count * _layer_released(run.kind.attention, setup) for run in spec.runs)
 
 
+def _recomputed_released(att, setup: TrainingSetup) -> int:
+    """Under checkpointing, what the recomputed Gated DeltaNet layer does not keep of its
+    saved set once its recomputation has run (0 for other mixers, or where
+    :func:`_deltanet_forward_applies` does not hold): the same
+    :func:`introspect.refined.deltanet.released`. ``torch/utils/checkpoint.py``'s
+    recomputation pack hook stores a tensor only where the original forward's holder is
+    still alive (``target_frame.weak_holders[recompute_idx]()``), and the dropped last
+    state update's holders died with its node."""
+    if att.kind != "linear" or not setup.activation_checkpointing:
+        return 0
+    if not _deltanet_forward_applies(setup):
+        return 0
+    from introspect.refined import deltanet
+
+    return deltanet.released(att, setup)
+
+
 def _layer_released(att, setup: TrainingSetup) -> int:
     """One layer's share of :func:`deltanet_released` (0 unless ``att`` is a Gated
     DeltaNet's)."""
@@ -932,8 +949,8 @@ def _deltanet_backward(spec: ModelSpec, setup: TrainingSetup, att) -> int | None
     """A Gated DeltaNet layer's bytes inside its kernel's first ``solve_triangular``
     backward beyond its saved set (:func:`introspect.refined.deltanet.backward_transient`),
     beside the residual stream's gradient; None where not modelled (other mixers, or
-    outside :func:`_deltanet_forward_applies` and autocast)."""
-    if att.kind != "linear" or setup.precision != "amp" or not _deltanet_forward_applies(setup):
+    outside :func:`_deltanet_forward_applies`)."""
+    if att.kind != "linear" or not _deltanet_forward_applies(setup):
         return None
     from introspect.refined import deltanet
     from introspect.refined.stream import residual_bytes
@@ -1058,6 +1075,10 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
+        again = _recomputed_released(att, setup)
+        if again:
+            whole = _add(whole, {RELEASED: -again})
+            current = _add(current, {RELEASED: -again})
         if recompute:
             recompute = _add(recompute, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
