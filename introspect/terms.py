@@ -818,13 +818,30 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/deltanet/backward",
+            category="transient",
+            equation="Gated DeltaNet, inside its kernel's first solve_triangular backward (run last of the kernel's nodes after it): 4·B·n_v·N·c²·4 (intra_chunk_attn's gradient, the other solve's ut_system gradient, this solve's bmm and neg) + B·n_v·T_p·((3 or, one chunk, 2)·d_k + 2·d_v + 1)·4 (gradients of query, key, v_beta, decayed k_beta, v_beta's mul, the decayed key's with N > 1, cum_decay's) + OLMo-Hybrid g_proj's input gradient B·T·d (FP32 under autocast) / Qwen3-Next and Qwen3.5 the gate's gradient B·T·V·a (BF16 under autocast); less what is freed by then (k_cumdecay B·n_v·T_p·d_k·4, the decays' exps 2·B·n_v·T_p·4 and chunk_decay B·n_v·N·4, the states, the gated norm, context, less released; autocast: the scan's casts, the padded query, out_proj's weight cast V·d·2, OLMo-Hybrid g_proj's casts B·T·d·2 + d·V·2; else the scan term and intra_chunk_attn B·n_v·N·c²·4, and with matmul_copies the padded query); plus the stream's gradient B·T·d",
+            source="transformers/models/olmo_hybrid/modeling_olmo_hybrid.py: torch_chunk_gated_delta_rule (l. 360-500; Qwen3-Next's and Qwen3.5's the same); torch/csrc/autograd/FunctionsManual.cpp: linalg_solve_triangular_backward; torch/csrc/autograd/engine.cpp: ReadyQueue by sequence number (introspect/refined/deltanet.py: backward_transient)",
+            computed_by=(
+                "introspect/refined/deltanet.py: backward_transient",
+                "introspect/refined/execution.py: at_layer",
+                "introspect/refined/execution.py: _deltanet_backward",
+            ),
+            tests=(
+                "tests/test_deltanet_rows.py::test_backward_moment_equals_a_live_storage_trace",
+                "tests/test_hybrids.py::test_olmo_hybrid_closed_form_is_within_3_percent_of_the_dry_run",
+                "tests/test_hybrids.py::test_qwen3_5_closed_form_is_within_3_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/deltanet/released",
             category="activations",
-            equation="minus, per finished Gated DeltaNet layer below the forward's peak, the saved tensors only the last chunk's dropped state update kept: autocast B·n_v·d_k·d_v·4 + B·n_v·c·(d_k + d_v)·2; else the decayed key B·n_v·c·d_k·4 with one chunk or with copied slices, 0 otherwise",
-            source="transformers/models/qwen3_next/modeling_qwen3_next.py: torch_chunk_gated_delta_rule l. 500 and l. 503 (last_recurrent_state = None frees the node) (introspect/refined/deltanet.py: released)",
+            equation="minus, per finished Gated DeltaNet layer below the forward's peak, the saved tensors only the last chunk's dropped state update kept: autocast B·n_v·d_k·d_v·4 + B·n_v·c·(d_k + d_v)·2; else the decayed key B·n_v·c·d_k·4 with one chunk or with copied slices, 0 otherwise; under checkpointing the same for the recomputed layer (the recomputation stores a tensor only where the original holder is alive)",
+            source="transformers/models/qwen3_next/modeling_qwen3_next.py: torch_chunk_gated_delta_rule l. 500 and l. 503 (last_recurrent_state = None frees the node); torch/utils/checkpoint.py l. 1119-1126 (recomputation pack hook, weak_holders) (introspect/refined/deltanet.py: released)",
             computed_by=(
                 "introspect/refined/deltanet.py: released",
                 "introspect/refined/execution.py: mixer_forward",
+                "introspect/refined/execution.py: _recomputed_released",
             ),
             tests=(
                 "tests/test_deltanet_rows.py::test_released_equals_what_the_forward_frees",

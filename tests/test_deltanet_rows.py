@@ -241,3 +241,55 @@ def test_olmo_hybrid_fp32_backward_is_within_1_percent_of_the_dry_run(tmp_path, 
     the census's saved set there put the every-type row 1.7% over (1.0166 → 1.0022)."""
     row = measured(tmp_path, capsys, OLMO_HYBRID, SETUPS["fp32 eager"], B, 64)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.01)
+
+
+def _traced_step(layer, precision: str, B: int, T: int) -> tuple[int, int]:
+    """One forward and backward of the real module under the live-storage tracker: (the
+    bytes alive, Activation and Temp, at the ``neg`` of the kernel's last
+    ``solve_triangular`` backward — the first solve's, ``new_values``; the parameters'
+    gradients and the input, ``Other``, aside), the output's storage bytes."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    layer = layer.to(dtype)
+    x = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True) * 1.0  # not a leaf
+    moments: list[int] = []
+
+    class Tracker(LiveStorageTracker):
+        armed = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if self._phase == "backward":
+                name = str(func)
+                if "solve_triangular" in name:
+                    self.armed = True
+                elif self.armed and name.startswith("aten.neg"):
+                    self.armed = False
+                    snap = next(iter(self._current.values()))
+                    moments.append(snap["Activation"] + snap["Temp"])
+            return out
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    tracker = Tracker(layer, None, external=[x])
+    with tracker:
+        with autocast if precision == "amp" else contextlib.nullcontext():
+            out = layer(x)
+        out.backward(torch.randn_like(out))  # the output's gradient: one more output
+    assert len(moments) == 2  # the two solves' backwards, the first solve's last
+    return moments[-1], out.untyped_storage().nbytes()
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "olmo_hybrid", "qwen3_5"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
+@pytest.mark.parametrize("B,T", [(1, 64), (1, 100), (2, 128), (1, 130)])
+@pytest.mark.parametrize("heads", HEADS)
+def test_backward_moment_equals_a_live_storage_trace(family, precision, B, T, heads):
+    """Inside the backward of the kernel's first ``solve_triangular``: the saved set less
+    what the forward released, plus ``backward_transient``, is the traced live bytes, to
+    the byte (one chunk and several, padded or not — FP32's copied chunk products at
+    T = 128 —, n_k < n_v and n_k = n_v, d_k ≠ d_v, the three projection layouts)."""
+    layer, att = _mixer(family, *heads)
+    setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
+    alive, out = _traced_step(layer, precision, B, T)
+    kept = sum(deltanet.saved(att, setup, HIDDEN).values()) - deltanet.released(att, setup)
+    extra = deltanet.backward_transient(att, setup, HIDDEN)
+    assert kept + extra + 2 * out == alive  # the output and its gradient, both held here

@@ -396,3 +396,88 @@ def _query_slices_copied(att: Attention, setup: TrainingSetup) -> bool:
         return False
     batch = (T * nv * dk, dk) if nk != nv else (nv * dk * T, dk * T)
     return not _folds((B, nv), batch)
+
+
+def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
+    """Bytes one Gated DeltaNet layer's backward holds inside its kernel's first
+    ``solve_triangular`` backward beyond its saved set less :func:`released` (negative
+    where what autograd has freed by then outweighs what it made).
+
+    Source: ``torch_chunk_gated_delta_rule`` (``models/olmo_hybrid/modeling_olmo_hybrid.py``
+    l. 360–500; Qwen3-Next's and Qwen3.5's line for line). The engine runs ready nodes by
+    descending sequence number (``torch/csrc/autograd/engine.cpp``, ``ReadyQueue``), so the
+    ``solve_triangular`` for ``new_values`` (l. 458, the kernel's first) runs after every
+    node made after it; this moment is at its ``neg``
+    (``linalg_solve_triangular_backward``, ``torch/csrc/autograd/FunctionsManual.cpp``:
+    the gradient of A is ``-(gB @ Xᴴ)`` masked to its lower triangle).
+
+    Alive then, beyond the saved set (``Temp``): four chunk-square blocks
+    B·n_v·N·c²·4 — ``intra_chunk_attn``'s accumulated gradient, the other solve's gradient
+    of ``ut_system`` (``tril``), this solve's ``bmm`` and ``neg``; the gradients of query
+    and key, the right-hand sides' (``v_beta`` and ``decayed_k_beta``) and ``v_beta``'s
+    ``mul``, B·n_v·T_p·(3·d_k + 2·d_v)·4 — with one chunk (N = 1) one B·n_v·T_p·d_k·4
+    fewer: the decayed key gets no gradient, the last chunk's state update being dropped;
+    the cumulative decay's gradient B·n_v·T_p·4; and OLMo-Hybrid's ``g_proj`` input
+    gradient, B·T·d (FP32 under autocast, the norm output's dtype; its backward ran, the
+    gate being made after the kernel), or for Qwen3-Next and Qwen3.5 the gate's gradient
+    B·T·V·a (BF16 under autocast), waiting for ``in_proj_qkvz`` / ``in_proj_z`` (made
+    before the kernel, so lower in sequence).
+
+    Freed by then (every node after the first solve has run and released what it saved,
+    :func:`saved`'s terms): ``k_cumdecay`` (of ``solved``) B·n_v·T_p·d_k·4; the two
+    decays' ``exp`` outputs 2·B·n_v·T_p·4 and ``chunk_decay`` B·n_v·N·4 (of ``decays``);
+    the states (``state``); the gated norm and ``context``; and, less :func:`released`
+    (already gone): under autocast the scan's BF16 casts (``matmul_casts`` but the chunk
+    products' 4·B·n_v·T_p·d_k·2), the padded query (saved by ``query * cum_decay.exp()``
+    alone, its matmuls keeping BF16 casts) B·n_v·T_p·d_k·4, ``out_proj``'s weight cast
+    V·d·2 and OLMo-Hybrid's ``g_proj`` input and weight casts B·T·d·2 + d·V·2; else the
+    ``scan`` term and ``intra_chunk_attn`` B·n_v·N·c²·4 (saved by the scan's matmuls),
+    and where ``query @ key.T`` saved copies of its operands (``matmul_copies``) the
+    padded query too.
+
+    Measured: a live-storage trace of the real modules' forward and backward
+    (``tests/test_deltanet_rows.py``)."""
+    B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
+    autocast = setup.precision == "amp"
+    nv, dk, dv, d = (
+        att.linear_num_value_heads,
+        att.linear_key_head_dim,
+        att.linear_value_head_dim,
+        hidden_size,
+    )
+    V = nv * dv
+    c = LINEAR_CHUNK
+    N = -(-T // c)
+    Tp = N * c
+    heads = B * nv
+    square = heads * N * c * c * FP32
+    separate = att.linear_projections == "separate"
+    # The decayed key's gradient comes only from chunks before the last (the last state
+    # update is dropped, :func:`released`): with one chunk there is none.
+    blocks = (3 if N > 1 else 2) * dk + 2 * dv + 1
+    temp = 4 * square + heads * Tp * blocks * FP32
+    if separate:
+        temp += B * T * d * (FP32 if autocast else a)  # g_proj's input gradient
+    else:
+        temp += B * T * V * (BF16 if autocast else a)  # the gate's, waiting for its projection
+    kept = saved(att, setup, d)
+    freed = (
+        heads * Tp * dk * FP32  # k_cumdecay
+        + 2 * heads * Tp * FP32  # the decays' exp outputs
+        + heads * N * FP32  # chunk_decay
+        + kept["attention/deltanet/state"]
+        + kept["attention/deltanet/gated_norm"]
+        + kept["attention/linear/context"]
+        - released(att, setup)
+    )
+    if autocast:
+        freed += kept["attention/deltanet/matmul_casts"] - 4 * heads * Tp * dk * BF16
+        freed += heads * Tp * dk * FP32 + V * d * BF16  # the padded query, out_proj's cast
+        if separate:
+            freed += B * T * d * BF16 + d * V * BF16  # g_proj's input and weight casts
+    else:
+        freed += kept["attention/deltanet/scan"] + square  # and intra_chunk_attn
+        if "attention/deltanet/matmul_copies" in kept:
+            # query @ key.T saved its copies: the padded query, as under autocast.
+            freed += heads * Tp * dk * FP32
+    return temp - freed

@@ -441,6 +441,23 @@ def deltanet_released(spec: ModelSpec, setup: TrainingSetup) -> int:
     return sum(run.count * _layer_released(run.kind.attention, setup) for run in spec.runs)
 
 
+def _recomputed_released(att, setup: TrainingSetup) -> int:
+    """Under checkpointing, what the recomputed Gated DeltaNet layer does not keep of its
+    saved set once its recomputation has run (0 for other mixers, or where
+    :func:`_deltanet_forward_applies` does not hold): the same
+    :func:`introspect.refined.deltanet.released`. ``torch/utils/checkpoint.py``'s
+    recomputation pack hook stores a tensor only where the original forward's holder is
+    still alive (``target_frame.weak_holders[recompute_idx]()``), and the dropped last
+    state update's holders died with its node."""
+    if att.kind != "linear" or not setup.activation_checkpointing:
+        return 0
+    if not _deltanet_forward_applies(setup):
+        return 0
+    from introspect.refined import deltanet
+
+    return deltanet.released(att, setup)
+
+
 def _layer_released(att, setup: TrainingSetup) -> int:
     """One layer's share of :func:`deltanet_released` (0 unless ``att`` is a Gated
     DeltaNet's)."""
@@ -931,6 +948,20 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
     return out
 
 
+def _deltanet_backward(spec: ModelSpec, setup: TrainingSetup, att) -> int | None:
+    """A Gated DeltaNet layer's bytes inside its kernel's first ``solve_triangular``
+    backward beyond its saved set (:func:`introspect.refined.deltanet.backward_transient`),
+    beside the residual stream's gradient; None where not modelled (other mixers, or
+    outside :func:`_deltanet_forward_applies`)."""
+    if att.kind != "linear" or not _deltanet_forward_applies(setup):
+        return None
+    from introspect.refined import deltanet
+    from introspect.refined.stream import residual_bytes
+
+    stream = setup.tokens * spec.hidden_size * residual_bytes(setup)
+    return deltanet.backward_transient(att, setup, spec.hidden_size) + stream
+
+
 def _deltanet_forward_applies(setup: TrainingSetup) -> bool:
     """Whether the Gated DeltaNet forward-peak moments are modelled for ``setup``:
     transformers' classes on torch, full training, activations on the device (a frozen
@@ -1047,6 +1078,10 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
+        again = _recomputed_released(att, setup)
+        if again:
+            whole = _add(whole, {RELEASED: -again})
+            current = _add(current, {RELEASED: -again})
         if recompute:
             recompute = _add(recompute, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
@@ -1060,6 +1095,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
+        "deltanet_grad": _deltanet_backward(spec, setup, att),
         "params": layer_parameters(spec),
         "down_params": down_params,
         "attention_side_params": attention_side_params,
@@ -1155,6 +1191,13 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
+        if part["deltanet_grad"] is not None:
+            # A Gated DeltaNet layer: inside the backward of its kernel's first
+            # solve_triangular (the same layer terms, its own transient instead).
+            terms = dict(terms)
+            terms.pop("activations/layer/attention/grad")
+            terms["activations/layer/attention/deltanet/backward"] = part["deltanet_grad"]
+            out.append(terms)
         if part["recompute"]:
             # Checkpointing: the mixer's forward peak as the recomputation runs it, with
             # the gradient of everything above made (none of this layer's yet).
