@@ -8,10 +8,11 @@
   ``TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING``: Nemotron-H's q/k/v/o; the other
   types have none), and named targets, DeltaNet and Mamba-2 names among them.
 * The Gated DeltaNet's saved set under LoRA against a census of the real mixer with
-  peft's adapters injected and its own parameters frozen, to the byte.
+  peft's adapters injected and its own parameters frozen, to the byte (FP32, BF16,
+  autocast; with and without dropout).
 * The step: the closed form against the dry run of the real peft-wrapped class
-  (``introspect measure --device fake --impl transformers --finetune lora``), FP32 eager
-  and BF16 SDPA, within ±3%.
+  (``introspect measure --device fake --impl transformers --finetune lora``), FP32 eager,
+  autocast with checkpointing and BF16 SDPA, within ±3%.
 """
 
 from __future__ import annotations
@@ -154,8 +155,11 @@ def _lora_census(family: str, precision: str, B: int, T: int, dropout: float) ->
     leaf = torch.randn(B, T, mixer.hidden_size, dtype=dtype, requires_grad=True)
     x = leaf * 1.0  # a norm's output, not a leaf
 
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "amp")
+
     def forward():
-        return holder["mixer"](x).sum()
+        with autocast:
+            return holder["mixer"](x).sum()
 
     cen = census(holder, forward, tokens=B * T, seq_len=T)
     return sum(row[4] for row in cen.rows if row[0].startswith("mixer"))
@@ -181,7 +185,7 @@ def _lora_closed(family: str, precision: str, B: int, T: int, dropout: float) ->
 
 
 @pytest.mark.parametrize("family", sorted(MIXERS))
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
 @pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_deltanet_lora_saved_set_equals_the_census(family, precision, B, T, dropout):
@@ -189,20 +193,36 @@ def test_deltanet_lora_saved_set_equals_the_census(family, precision, B, T, drop
     softplus output (``lora._frozen_deltanet``); out_proj's input is kept by its
     adapter (FP32: the input itself; BF16: its FP32 cast, in ``lora/inputs``); each
     adapter keeps its lora_A output; with dropout each its dropped input and mask (CPU:
-    the input's dtype)."""
+    the input's dtype). Under autocast the frozen projections keep no BF16 cast of
+    their input, and each adapter's weights get BF16 copies."""
     closed = _lora_closed(family, precision, B, T, dropout)
     assert closed == _lora_census(family, precision, B, T, dropout)
 
 
 LORA = ["--finetune", "lora", "--lora-rank", "8"]
 
+#: As in full training (tests/test_hybrids.py): the Gated DeltaNet's own backward
+#: transient at the recomputed layer's peak is not modelled.
+_TRANSIENT = pytest.mark.xfail(
+    strict=True,
+    reason="not modelled: the Gated DeltaNet's own backward transient (the recomputed "
+    "layer's peak under checkpointing is priced as an attention's); LoRA 1.043-1.045 at "
+    "B=1, T=100 on OLMo-Hybrid and Qwen3.5",
+)
 
-@pytest.mark.parametrize("setup", ["fp32 eager", "bf16 sdpa"])
+
+@pytest.mark.parametrize("setup", list(SETUPS))
 @pytest.mark.parametrize("family", sorted(set(CONFIGS) - {"nemotron_h", "granitemoehybrid"}))
 @pytest.mark.parametrize("B,T", [(2, 64), (1, 100)])
-def test_lora_step_is_within_3_percent_of_the_dry_run(tmp_path, capsys, setup, family, B, T):
-    """All-linear LoRA on the DeltaNet stacks: Qwen3-Next's peak inside the topmost
+def test_lora_step_is_within_3_percent_of_the_dry_run(
+    tmp_path, capsys, request, setup, family, B, T
+):
+    """All-linear LoRA on the DeltaNet stacks (FP32 eager, autocast with checkpointing,
+    BF16 SDPA): without checkpointing Qwen3-Next's peak inside the topmost
     DeltaNet's forward (``execution.mixer_forward`` with ``lora.deltanet_at_forward_peak``),
     the others' in backward, each DeltaNet layer's dropped last state update freed."""
+    transient = family in ("olmo_hybrid", "qwen3_5_text") and (B, T) == (1, 100)
+    if setup == "autocast + checkpointing" and transient:
+        request.applymarker(_TRANSIENT)
     row = measured(tmp_path, capsys, CONFIGS[family], [*SETUPS[setup], *LORA], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)

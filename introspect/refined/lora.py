@@ -800,6 +800,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
         out["attention/linear/context"] = 0
     if deltanet:
         out.update(_frozen_deltanet(spec, setup, out))
+        if "attention/linear/autocast_weights" in out:  # each adapter's BF16 A and B
+            adapters = sum(setup.lora_rank * sum(shapes[t]) for t in order if t in shapes)
+            out["attention/linear/autocast_weights"] += 2 * adapters
     k = spec.num_experts_per_tok if spec.is_moe else 1
     copies = 0
     for t in order:
@@ -828,6 +831,9 @@ def _frozen_deltanet(spec: ModelSpec, setup: TrainingSetup, out: dict[str, int])
         "attention/deltanet/gated_norm": out["attention/deltanet/gated_norm"]
         - BT * V * setup.activation_bytes,
         "attention/linear/gates": out["attention/linear/gates"] - BT * nv * FP32 - nv * FP32,
+        # Under autocast a frozen linear's mm keeps no BF16 cast of its input (only its
+        # weight's, for the input's gradient): lora_A's own cast is in lora/inputs.
+        "attention/linear/input_casts": 0,
     }
 
 
