@@ -226,3 +226,13 @@ def test_lora_step_is_within_3_percent_of_the_dry_run(
         request.applymarker(_TRANSIENT)
     row = measured(tmp_path, capsys, CONFIGS[family], [*SETUPS[setup], *LORA], B, T)
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.parametrize("setup", ["fp32 eager", "bf16 sdpa"])
+@pytest.mark.parametrize("family", ["qwen3_5_text", "olmo_hybrid"])
+def test_lora_on_the_top_layers_is_within_3_percent_of_the_dry_run(tmp_path, capsys, setup, family):
+    """``--num-layers 2`` (peft's ``layers_to_transform``): the frozen blocks below keep
+    nothing, at the forward's DeltaNet moment too (``execution.mixer_forward``)."""
+    flags = [*SETUPS[setup], *LORA, "--num-layers", "2"]
+    row = measured(tmp_path, capsys, CONFIGS[family], flags, 2, 64)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)

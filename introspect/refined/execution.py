@@ -991,8 +991,10 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
     terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
     below: dict = {}
     start = 0
+    # (--num-layers under LoRA: the frozen blocks below the first adapted one keep nothing)
+    lowest = lora.first_recorded(spec, setup) if _lora(setup) else 0
     for run in spec.runs:
-        count = min(run.count, max(index - start, 0))
+        count = max(0, min(start + run.count, index) - max(start, lowest))
         if count:
             for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
                 below[name] = below.get(name, 0) + count * value
