@@ -405,6 +405,9 @@ def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
                 continue  # (--num-layers: the frozen blocks below keep nothing)
             for k, v in layer_saved(spec.for_kind(kind), setup).items():
                 layers[k] = layers.get(k, 0) + count * v
+            gone = count * _layer_released(kind.attention, setup)
+            if gone:  # (what the recorded DeltaNet layers' forwards freed again)
+                layers[RELEASED] = layers.get(RELEASED, 0) - gone
     else:
         layers = saved.stack(spec, setup)  # each layer kind once, times its count
         gone = deltanet_released(spec, setup)
@@ -436,8 +439,10 @@ def deltanet_released(spec: ModelSpec, setup: TrainingSetup) -> int:
     loss reaches that node, so autograd frees it and what it saved when the forward drops
     its output). Every moment after a layer's forward — the forward's end and the
     backward's — holds the saved set less this. Zero under checkpointing (each layer keeps
-    its input alone), and where :func:`_deltanet_forward_applies` does not hold (LoRA's
-    smaller saved set; offloaded activations)."""
+    its input alone), and where :func:`_deltanet_forward_applies` does not hold
+    (offloaded activations). Under LoRA the same (the dropped update's key is made from
+    projections whose adapters need a gradient): :func:`saved_terms` takes it off each
+    recorded DeltaNet layer."""
     return sum(run.count * _layer_released(run.kind.attention, setup) for run in spec.runs)
 
 
@@ -964,12 +969,12 @@ def _deltanet_backward(spec: ModelSpec, setup: TrainingSetup, att) -> int | None
 
 def _deltanet_forward_applies(setup: TrainingSetup) -> bool:
     """Whether the Gated DeltaNet forward-peak moments are modelled for ``setup``:
-    transformers' classes on torch, full training, activations on the device (a frozen
-    base saves less, so more of the locals are freed; an offloaded one is on the host)."""
+    transformers' classes on torch, full training or peft's LoRA (whose layer keeps
+    :func:`lora.deltanet_at_forward_peak`'s set there), activations on the device (an
+    offloaded saved set is on the host)."""
     return (
         setup.implementation == "transformers"
         and setup.framework == "torch"
-        and not _lora(setup)
         and not setup.offload_activations
     )
 
@@ -986,6 +991,8 @@ def _deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, att, side: 
     out = implementation_of(spec, setup).at_attention_backward(spec, setup, full, dict(side))
     out["attention/linear/context"] = full.get("attention/linear/context", 0)
     _add_into(out, deltanet.forward_extra(att, setup, spec.hidden_size))
+    if _lora(setup):
+        _add_into(out, lora.deltanet_at_forward_peak(spec, setup, full))
     return out
 
 
@@ -1018,8 +1025,10 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
     terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
     below: dict = {}
     start = 0
+    # (--num-layers under LoRA: the frozen blocks below the first adapted one keep nothing)
+    lowest = lora.first_recorded(spec, setup) if _lora(setup) else 0
     for run in spec.runs:
-        count = min(run.count, max(index - start, 0))
+        count = max(0, min(start + run.count, index) - max(start, lowest))
         if count:
             for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
                 below[name] = below.get(name, 0) + count * value

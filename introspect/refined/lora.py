@@ -42,6 +42,14 @@ adapters sit in the top K blocks only, and the blocks below the first adapted on
 nothing for the backward (:func:`first_recorded`): measured on peft steps, every peak
 within 0.02% of the closed form at K = 1, 3 and L (``tests/test_num_layers.py``).
 
+On hybrid stacks (Qwen3.5, Qwen3-Next, OLMo-Hybrid, Granite 4.0-H, Nemotron-H:
+:func:`hybrid`) the adapters are each layer kind's own linears, as peft's all-linear
+finds them; a frozen Gated DeltaNet keeps less (:func:`_frozen_deltanet`), its
+out_proj's input only through the adapter. Checked: adapter counts equal to
+``get_peft_model`` on the real classes, the DeltaNet's LoRA saved set equal to a census
+of the real mixer with peft's adapters, and the steps within 1% of the dry run of the
+peft-wrapped class (``tests/test_lora_hybrid.py``).
+
 Every function returns bytes for all L layers, per device.
 """
 
@@ -64,6 +72,15 @@ from introspect.spec import ModelSpec
 from introspect.terms import ADAM_M, ADAM_V, MOMENTUM
 
 FP32 = 4
+#: The linears that read a block's first norm output: the attention's, the Gated
+#: DeltaNet's (``modeling_qwen3_next.py`` in_proj_qkvz/in_proj_ba; ``modeling_qwen3_5.py``
+#: in_proj_qkv/_z/_b/_a; ``modeling_olmo_hybrid.py`` q/k/v/a/b/g_proj) and Mamba-2's
+#: in_proj (``modeling_granitemoehybrid.py``, ``modeling_nemotron_h.py``).
+MIXER_INPUT_LINEARS = (
+    *ATTENTION_INPUT_LINEARS,
+    *("in_proj_qkvz", "in_proj_ba", "in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"),
+    *("a_proj", "b_proj", "g_proj", "in_proj"),
+)
 NF4_BLOCK = 64
 NF4_DOUBLE_BLOCK = 256
 #: bitsandbytes' dynamic 8-bit code for the second level: 256 FP32 values.
@@ -111,6 +128,33 @@ def peft_moe(spec: ModelSpec, setup: TrainingSetup) -> bool:
     return setup.framework == "torch" and spec.is_moe
 
 
+#: Mixers whose linears are not the attention's q/k/v/o: the Gated DeltaNet's
+#: (``linear``), Mamba-2's in_proj/out_proj, and none (Nemotron-H's MLP-only blocks).
+_OWN_LINEARS = ("linear", "mamba2", "none")
+
+
+def hybrid(spec: ModelSpec) -> bool:
+    """Whether some layer kind's linears are not the attention's names (a Gated DeltaNet,
+    a Mamba-2 mixer, a block without a mixer or without a feed-forward) or not its
+    widths (Qwen3.5's and Qwen3-Next's gated attention, q_proj 2·q_dim wide): peft's
+    all-linear adapts each layer's own ``nn.Linear`` modules, ``module_shapes`` of its
+    kind (measured against ``get_peft_model`` on Qwen3.5, OLMo-Hybrid, Nemotron-H and
+    Granite 4.0-H: ``tests/test_lora_hybrid.py``)."""
+    for kind, _ in spec.kinds:
+        att = kind.attention
+        if att.kind in _OWN_LINEARS or att.output_gate or kind.feed_forward.ffn == "none":
+            if kind.shared is None and kind.mixer is None:
+                return True
+    return False
+
+
+def per_kind(spec: ModelSpec, setup: TrainingSetup) -> bool:
+    """Whether the adapters are read per layer kind off the modules transformers 5
+    builds (:func:`module_shapes`): peft on an MoE model (:func:`peft_moe`) or on a
+    hybrid stack (:func:`hybrid`)."""
+    return setup.framework == "torch" and (spec.is_moe or hybrid(spec))
+
+
 @per_estimate
 def module_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     """One layer kind's ``nn.Linear`` modules in transformers 5, by name: the attention's
@@ -120,6 +164,8 @@ def module_shapes(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     ff = spec.kinds[0][0].feed_forward
     ffn = {k: v for k, v in linear_shapes(spec).items() if k in EXPERT_LINEARS}
     shapes = _attention_modules(spec)
+    if ff.ffn == "none":  # Nemotron-H's mixer-only blocks (NemotronHBlock: one branch)
+        return shapes
     if not ff.is_moe:
         return shapes | ffn
     if ff.shared_intermediate_size:
@@ -138,6 +184,8 @@ def _attention_modules(spec: ModelSpec) -> dict[str, tuple[int, int]]:
     ``in_proj_ba``, ``out_proj``; ``modeling_qwen3_5.py`` l. 536, 540-543: ``in_proj_qkv``,
     ``in_proj_z``, ``in_proj_b``, ``in_proj_a``, ``out_proj``)."""
     att, d = spec.kinds[0][0].attention, spec.hidden_size
+    if att.kind == "none":  # Nemotron-H's MLP-only blocks
+        return {}
     if att.kind == "mamba2":
         from introspect.refined.mamba2 import widths
 
@@ -265,10 +313,11 @@ def _kind_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
 def targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     """The block linears the adapters sit on. Names the model lacks, or a rank above a
     targeted layer's width, are an IntrospectError naming what the model has. Under
-    transformers 5 with peft on an MoE model, the linear modules any layer kind has
-    (:func:`module_shapes`); the experts' parameter adapters are :mod:`lora_moe`'s."""
+    transformers 5 with peft on an MoE model or a hybrid stack (:func:`per_kind`), the
+    linear modules any layer kind has (:func:`module_shapes`: a Gated DeltaNet's or a
+    Mamba-2 mixer's own); the experts' parameter adapters are :mod:`lora_moe`'s."""
     _check_block_target(setup)
-    if peft_moe(spec, setup):
+    if per_kind(spec, setup):
         return _moe_targets(spec, setup)
     shapes = linear_shapes(spec)
     if "all-linear" in setup.lora_targets:
@@ -329,10 +378,31 @@ def head_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
 def _moe_targets(spec: ModelSpec, setup: TrainingSetup) -> tuple[str, ...]:
     lora_moe.check(spec, setup)
     _check_moe_names(spec, setup)
+    _check_peft_refusals(spec, setup)
     chosen: list[str] = []
     for kind, _ in _kinds(spec, setup):
         chosen += [t for t in _kind_targets(kind, setup) if t not in chosen]
     return tuple(chosen)
+
+
+#: The model types whose ``out_proj`` (and ``conv1d``) peft refuses to adapt
+#: (``peft/tuners/tuners_utils.py`` ``_check_lora_target_modules_mamba``, peft 0.21.2:
+#: ``mamba_model_types``), all-linear included.
+PEFT_MAMBA_TYPES = frozenset({"falcon_h1", "mamba", "mamba2", "falcon_mamba", "nemotron_h"})
+
+
+def _check_peft_refusals(spec: ModelSpec, setup: TrainingSetup) -> None:
+    """peft's ValueError for an ``out_proj`` target on a Mamba model type (all-linear
+    reaches every Mamba-2 mixer's out_proj), as an IntrospectError naming the way out."""
+    if spec.model_type not in PEFT_MAMBA_TYPES:
+        return
+    has = any("out_proj" in module_shapes(kind) for kind, _ in _kinds(spec))
+    if has and ("all-linear" in setup.lora_targets or "out_proj" in setup.lora_targets):
+        raise IntrospectError(
+            f"--lora-targets: peft refuses LoRA on out_proj for {spec.model_type} (its "
+            "Mamba mixers' out_proj, which all-linear includes); name the linears instead, "
+            "e.g. in_proj q_proj k_proj v_proj o_proj up_proj down_proj"
+        )
 
 
 def _check_moe_names(spec: ModelSpec, setup: TrainingSetup) -> None:
@@ -354,6 +424,7 @@ def _check_moe_names(spec: ModelSpec, setup: TrainingSetup) -> None:
 def _moe_adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     lora_moe.check(spec, setup)  # what peft refuses (or adapts otherwise) on the experts
     _check_moe_names(spec, setup)  # else an unknown name adapts nothing, silently
+    _check_peft_refusals(spec, setup)
     r = setup.lora_rank
     total = 0
     for kind, count in _kinds(spec, setup):
@@ -369,7 +440,7 @@ def adapter_parameters(spec: ModelSpec, setup: TrainingSetup) -> int:
     the top blocks adapted (:func:`adapted_layers`, L without ``--num-layers``; under
     transformers 5 with peft on an MoE model, each kind's linears and its experts' and
     router's parameter adapters, :mod:`lora_moe`)."""
-    if peft_moe(spec, setup):
+    if per_kind(spec, setup):
         return _moe_adapter_parameters(spec, setup)
     r = setup.lora_rank
     shapes = linear_shapes(spec)
@@ -411,7 +482,7 @@ def _base_linears(spec: ModelSpec, setup: TrainingSetup | None) -> list[tuple[in
     replace: each expert's linears in the per-expert view; under transformers 5 on an
     MoE model only the ``nn.Linear`` modules (:func:`module_shapes`; the experts are
     parameters, which ``replace_with_bnb_linear`` leaves at the working dtype)."""
-    if setup is not None and peft_moe(spec, setup):
+    if setup is not None and per_kind(spec, setup):
         return [
             (i, o, count) for kind, count in _kinds(spec) for i, o in module_shapes(kind).values()
         ]
@@ -546,7 +617,7 @@ def grad_bytes(spec: ModelSpec, setup: TrainingSetup, n_params: int, wb: int) ->
 @per_estimate
 def largest_trainable(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Elements of the largest trainable tensor (one adapter matrix, or V·d)."""
-    if peft_moe(spec, setup):
+    if per_kind(spec, setup):
         largest = 0
         for kind, _ in _kinds(spec):
             shapes = module_shapes(kind)
@@ -622,7 +693,7 @@ def autocast_weight_bytes(spec: ModelSpec, setup: TrainingSetup, full: int) -> i
     ``lora_B`` weights get one each (census: r·(d_in + d_out) BF16 per adapter)."""
     if not full:
         return 0
-    shapes = module_shapes(spec) if peft_moe(spec, setup) else linear_shapes(spec)
+    shapes = module_shapes(spec) if per_kind(spec, setup) else linear_shapes(spec)
     base = full
     if setup.resolved_base_quant == "nf4":
         base -= 2 * sum(i * o for i, o in shapes.values())
@@ -631,7 +702,7 @@ def autocast_weight_bytes(spec: ModelSpec, setup: TrainingSetup, full: int) -> i
 
 def _layer_adapter_elements(spec: ModelSpec, setup: TrainingSetup) -> int:
     """One layer's adapter weight elements, ``Σ r·(d_in + d_out)`` over its targets."""
-    moe = peft_moe(spec, setup)
+    moe = per_kind(spec, setup)
     shapes = module_shapes(spec) if moe else linear_shapes(spec)
     order = _kind_targets(spec, setup) if moe else targets(spec, setup)
     return sum(setup.lora_rank * sum(shapes[t]) for t in order)
@@ -674,7 +745,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     """One layer's saved bytes under LoRA, from the full-training set ``full``
     (:func:`introspect.refined.saved.per_layer`): what only frozen weights needed
     dropped, the adapters' own tensors added (module docstring)."""
-    moe = peft_moe(spec, setup)
+    moe = per_kind(spec, setup)
     order = _kind_targets(spec, setup) if moe else targets(spec, setup)
     chosen = set(order)
     shapes = module_shapes(spec) if moe else linear_shapes(spec)
@@ -690,7 +761,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     n = spec.norms_per_layer or 1
     norm_out = full.get("layernorm", 0) // n
     keep_norms = 0
-    if plain_input and chosen & set(ATTENTION_INPUT_LINEARS):
+    if plain_input and chosen & set(MIXER_INPUT_LINEARS):
         keep_norms += 1
     if (plain_input and chosen & set(FFN_INPUT_LINEARS) or experts) and n > 1:
         # (Adapted experts and their router read the norm's output with a weight that
@@ -720,9 +791,18 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
         out["lora/experts/effective_weights"] = lora_moe.effective_weights(
             spec, setup, working_weight_bytes(setup)
         )
-    # Eager attention's context is kept only by o_proj; SDPA keeps its own output.
-    if setup.attention == "eager" and not (plain_input and "o_proj" in chosen):
+    # Eager attention's context is kept only by o_proj; SDPA keeps its own output. A
+    # Gated DeltaNet's gated output is kept only by its out_proj (OLMo-Hybrid's o_proj):
+    # a frozen one keeps none, its adapter's lora_A the output itself when it shares it.
+    deltanet = spec.kinds[0][0].attention.kind == "linear"
+    out_linear = "out_proj" if "out_proj" in shapes else "o_proj"
+    if (setup.attention == "eager" or deltanet) and not (plain_input and out_linear in chosen):
         out["attention/linear/context"] = 0
+    if deltanet:
+        out.update(_frozen_deltanet(spec, setup, out))
+        if "attention/linear/autocast_weights" in out:  # each adapter's BF16 A and B
+            adapters = sum(setup.lora_rank * sum(shapes[t]) for t in order if t in shapes)
+            out["attention/linear/autocast_weights"] += 2 * adapters
     k = spec.num_experts_per_tok if spec.is_moe else 1
     copies = 0
     for t in order:
@@ -733,6 +813,54 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup, full: dict[str, int]) -> di
     if copies:
         out["lora/inputs"] = copies
     return {k_: v for k_, v in out.items() if v}
+
+
+def _frozen_deltanet(spec: ModelSpec, setup: TrainingSetup, out: dict[str, int]) -> dict:
+    """What a Gated DeltaNet keeps less with its own parameters frozen (peft trains none
+    of them). ``Qwen3_5RMSNormGated.forward`` (``modeling_qwen3_5.py`` l. 204-220;
+    ``Qwen3NextRMSNormGated``, OLMo-Hybrid's the same): ``self.weight *
+    hidden_states.to(input_dtype)`` keeps the normalized input only for the weight's
+    gradient, B·T·V·a. ``g = -self.A_log.float().exp() * F.softplus(a.float() +
+    self.dt_bias)`` (``Qwen3_5GatedDeltaNet.forward``): A_log frozen, ``exp`` is not
+    recorded (its n_v·4 output not kept) and the product keeps the softplus output only
+    for A_log's side, B·T·n_v·4; softplus keeps its input, the product ``-exp(A_log)``."""
+    att = spec.kinds[0][0].attention
+    nv, V = att.linear_num_value_heads, att.linear_num_value_heads * att.linear_value_head_dim
+    BT = setup.tokens
+    return {
+        "attention/deltanet/gated_norm": out["attention/deltanet/gated_norm"]
+        - BT * V * setup.activation_bytes,
+        "attention/linear/gates": out["attention/linear/gates"] - BT * nv * FP32 - nv * FP32,
+        # Under autocast a frozen linear's mm keeps no BF16 cast of its input (only its
+        # weight's, for the input's gradient): lora_A's own cast is in lora/inputs.
+        "attention/linear/input_casts": 0,
+    }
+
+
+def deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, layer: dict) -> dict:
+    """What a Gated DeltaNet layer (homogeneous ``spec``) under LoRA holds at its
+    forward's peak in the kernel (:func:`introspect.refined.deltanet.forward_moments`)
+    beyond its attention-side LoRA terms (``layer``, :func:`per_layer`) and the
+    full-training ``forward_extra``: that extra subtracts the full saved set not yet made
+    (the gated norm's, out_proj's input), of which LoRA keeps less, so the difference
+    (:func:`_frozen_deltanet`'s gated-norm share, the context out_proj no longer keeps)
+    is added back; and the adapters already run — each input projection's ``lora_A``
+    output and its own input copy (:func:`adapter_input_bytes`)."""
+    from introspect.refined import saved as full_saved
+
+    full = full_saved.per_layer(spec, setup)
+    BT, r = setup.tokens, setup.lora_rank
+    shapes = module_shapes(spec)
+    ins = [t for t in _kind_targets(spec, setup) if t in MIXER_INPUT_LINEARS]
+    own = adapter_input_bytes(setup)
+    names = ("attention/deltanet/gated_norm", "attention/linear/context")
+    out = {
+        # (added to forward_extra's own term: what the forward holds beyond the saved set)
+        "attention/deltanet/forward": sum(full.get(n, 0) - layer.get(n, 0) for n in names),
+        "lora/inputs": sum(BT * shapes[t][0] * own for t in ins),
+    }
+    out.update({f"lora/{t}/a_output": BT * r * a_output_bytes(setup) for t in ins})
+    return {k: v for k, v in out.items() if v}
 
 
 def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:

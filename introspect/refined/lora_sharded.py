@@ -81,7 +81,7 @@ def _linears(kind: ModelSpec, setup: TrainingSetup) -> list[tuple[int, int]]:
     """(d_in, d_out) of every base linear of one layer of the homogeneous ``kind``, as
     :func:`lora._base_linears` counts them: each expert's in the per-expert view; under
     transformers 5 on an MoE model the ``nn.Linear`` modules only."""
-    if lora.peft_moe(kind, setup):
+    if lora.per_kind(kind, setup):
         return list(lora.module_shapes(kind).values())
     return [s for t, s in lora.linear_shapes(kind).items() for _ in range(lora._experts(kind, t))]
 
@@ -141,7 +141,7 @@ def _adapter_shapes(kind: ModelSpec, setup: TrainingSetup) -> list[tuple[int, in
     """One layer's adapter weights as nn.Linear stores them: ``lora_A`` (r, d_in),
     ``lora_B`` (d_out, r); a parameter adapter's at rank r·copies (:mod:`lora_moe`)."""
     r = setup.lora_rank
-    if lora.peft_moe(kind, setup):
+    if lora.per_kind(kind, setup):
         shapes = lora.module_shapes(kind)
         pairs = [(shapes[t][0], shapes[t][1], r) for t in lora._kind_targets(kind, setup)]
         pairs += [(i, o, rank) for _, i, o, rank in lora_moe.adapters(kind, setup)]

@@ -100,12 +100,25 @@ def trainable_shapes(spec: ModelSpec, setup: TrainingSetup) -> list[Shape]:
             "the experts' parameter adapters' shapes are not modelled for it; use "
             "--optimizer adam or adamw"
         )
-    r, shapes = setup.lora_rank, lora.linear_shapes(spec)
-    per_layer: list[Shape] = []
-    for t in lora.targets(spec, setup):
-        d_in, d_out = shapes[t]
-        per_layer += [(r, d_in), (d_out, r)]
-    out = per_layer * spec.num_hidden_layers
+    r = setup.lora_rank
+    if lora.per_kind(spec, setup):
+        # A hybrid stack (lora.hybrid): each layer's own linears, layer by layer.
+        out = []
+        for run in spec.runs:
+            kind = spec.for_kind(run.kind)
+            shapes = lora.module_shapes(kind)
+            one: list[Shape] = []
+            for t in lora._kind_targets(kind, setup):
+                d_in, d_out = shapes[t]
+                one += [(r, d_in), (d_out, r)]
+            out += one * run.count
+    else:
+        shapes = lora.linear_shapes(spec)
+        per_layer: list[Shape] = []
+        for t in lora.targets(spec, setup):
+            d_in, d_out = shapes[t]
+            per_layer += [(r, d_in), (d_out, r)]
+        out = per_layer * spec.num_hidden_layers
     heads = lora.head_shapes(spec, setup)  # embed_tokens before the blocks, lm_head after
     out = [*heads.get("embed_tokens", ()), *out, *heads.get("lm_head", ())]
     if setup.train_embeddings:
