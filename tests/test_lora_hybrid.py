@@ -201,13 +201,14 @@ def test_deltanet_lora_saved_set_equals_the_census(family, precision, B, T, drop
 
 LORA = ["--finetune", "lora", "--lora-rank", "8"]
 
-#: As in full training (tests/test_hybrids.py): the Gated DeltaNet's own backward
-#: transient at the recomputed layer's peak is not modelled.
+#: The Gated DeltaNet's backward transient (``deltanet.backward_transient``) brought
+#: Qwen3.5's row from 1.043 to within 3%; OLMo-Hybrid's, with six adapted projections,
+#: went from 1.045 to 1.034, and what is left is not traced.
 _TRANSIENT = pytest.mark.xfail(
     strict=True,
-    reason="not modelled: the Gated DeltaNet's own backward transient (the recomputed "
-    "layer's peak under checkpointing is priced as an attention's); LoRA 1.043-1.045 at "
-    "B=1, T=100 on OLMo-Hybrid and Qwen3.5",
+    reason="not traced: OLMo-Hybrid's LoRA step under autocast with checkpointing at B=1, "
+    "T=100 is 1.034 of the closed form with the DeltaNet's backward transient modelled "
+    "(1.045 without); Qwen3.5's is within 3%",
 )
 
 
@@ -221,7 +222,7 @@ def test_lora_step_is_within_3_percent_of_the_dry_run(
     BF16 SDPA): without checkpointing Qwen3-Next's peak inside the topmost
     DeltaNet's forward (``execution.mixer_forward`` with ``lora.deltanet_at_forward_peak``),
     the others' in backward, each DeltaNet layer's dropped last state update freed."""
-    transient = family in ("olmo_hybrid", "qwen3_5_text") and (B, T) == (1, 100)
+    transient = family == "olmo_hybrid" and (B, T) == (1, 100)
     if setup == "autocast + checkpointing" and transient:
         request.applymarker(_TRANSIENT)
     row = measured(tmp_path, capsys, CONFIGS[family], [*SETUPS[setup], *LORA], B, T)
