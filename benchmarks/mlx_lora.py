@@ -341,10 +341,16 @@ def keys_section(rows: list[dict], seconds: float) -> list[str]:
 def save_keys(rows: list[dict], seconds: dict[str, int]) -> None:
     """The named-keys rows and each structure's seconds to :data:`KEYS_JSON` (every
     writer's section reads them)."""
+    _save(KEYS_JSON, "--keys", rows, seconds)
+
+
+def _save(path: Path, flag: str, rows: list[dict], seconds: dict[str, int]) -> None:
+    """One section's rows and each structure's seconds to ``path``, with the command that
+    reruns it."""
     import json
 
-    KEYS_JSON.write_text(
-        json.dumps({"command": "python benchmarks/mlx_lora.py --keys [STRUCTURE ...]",
+    path.write_text(
+        json.dumps({"command": f"python benchmarks/mlx_lora.py {flag} [STRUCTURE ...]",
                     "rows": rows, "seconds": seconds}, indent=1) + "\n"
     )  # fmt: skip
 
@@ -353,18 +359,31 @@ def merged_keys(structures: tuple[str, ...], start: float) -> tuple[list[dict], 
     """``--keys [STRUCTURE ...]``: the named-keys rows of the structures named rerun (all
     of :data:`KEYS_STRUCTURES` when none is), the others' kept from :data:`KEYS_JSON`,
     with the seconds each structure's rows took."""
+    return _merged("--keys", structures, KEYS_STRUCTURES, KEYS_JSON, keys_rows, start)
+
+
+def _merged(
+    flag: str,
+    structures: tuple[str, ...],
+    known: tuple[str, ...],
+    path: Path,
+    rows_of,
+    start: float,
+) -> tuple[list[dict], dict[str, int]]:
+    """A section's rows of the structures named rerun by ``rows_of`` (all ``known`` when
+    none is), the others' kept from ``path``, with the seconds each structure's rows took."""
     import json
 
-    unknown = [s for s in structures if s not in KEYS_STRUCTURES]
+    unknown = [s for s in structures if s not in known]
     if unknown:
-        raise SystemExit(f"--keys {unknown[0]}: not one of {', '.join(KEYS_STRUCTURES)}")
-    ran = structures or KEYS_STRUCTURES
-    rows = keys_rows(ran)
+        raise SystemExit(f"{flag} {unknown[0]}: not one of {', '.join(known)}")
+    ran = structures or known
+    rows = rows_of(ran)
     seconds = {s: round((time.perf_counter() - start) / len(ran)) for s in ran}
-    if structures and KEYS_JSON.exists():
-        kept = json.loads(KEYS_JSON.read_text(encoding="utf-8"))
+    if structures and path.exists():
+        kept = json.loads(path.read_text(encoding="utf-8"))
         rows = [r for r in kept["rows"] if r["family"] not in ran] + rows
-        rows.sort(key=lambda r: KEYS_STRUCTURES.index(r["family"]))
+        rows.sort(key=lambda r: known.index(r["family"]))
         seconds = {**{s: t for s, t in kept["seconds"].items() if s not in ran}, **seconds}
     return rows, seconds
 
@@ -379,12 +398,17 @@ def write_keys(rows: list[dict], seconds: dict[str, int]) -> None:
 
 def kept_keys_section() -> list[str]:
     """The named-keys section as :data:`KEYS_JSON` has it (for the other writers)."""
+    return _kept(KEYS_JSON, keys_section)
+
+
+def _kept(path: Path, section) -> list[str]:
+    """A section as ``path`` has it, rendered by ``section`` (empty before its first run)."""
     import json
 
-    if not KEYS_JSON.exists():
+    if not path.exists():
         return []
-    doc = json.loads(KEYS_JSON.read_text(encoding="utf-8"))
-    return keys_section(doc["rows"], sum(doc["seconds"].values()))
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    return section(doc["rows"], sum(doc["seconds"].values()))
 
 
 #: The checkpointed rows (``--ckpt``): mlx-lm's LoRA with ``grad_checkpoint`` on
@@ -548,31 +572,13 @@ def ckpt_section(rows: list[dict], seconds: float) -> list[str]:
 
 
 def save_ckpt(rows: list[dict], seconds: dict[str, int]) -> None:
-    import json
-
-    CKPT_JSON.write_text(
-        json.dumps({"command": "python benchmarks/mlx_lora.py --ckpt [STRUCTURE ...]",
-                    "rows": rows, "seconds": seconds}, indent=1) + "\n"
-    )  # fmt: skip
+    _save(CKPT_JSON, "--ckpt", rows, seconds)
 
 
 def merged_ckpt(structures: tuple[str, ...], start: float) -> tuple[list[dict], dict[str, int]]:
     """``--ckpt [STRUCTURE ...]``: the checkpointed rows of the structures named rerun (all
     of :data:`CKPT_STRUCTURES` when none is), the others' kept from :data:`CKPT_JSON`."""
-    import json
-
-    unknown = [s for s in structures if s not in CKPT_STRUCTURES]
-    if unknown:
-        raise SystemExit(f"--ckpt {unknown[0]}: not one of {', '.join(CKPT_STRUCTURES)}")
-    ran = structures or CKPT_STRUCTURES
-    rows = ckpt_rows(ran)
-    seconds = {s: round((time.perf_counter() - start) / len(ran)) for s in ran}
-    if structures and CKPT_JSON.exists():
-        kept = json.loads(CKPT_JSON.read_text(encoding="utf-8"))
-        rows = [r for r in kept["rows"] if r["family"] not in ran] + rows
-        rows.sort(key=lambda r: CKPT_STRUCTURES.index(r["family"]))
-        seconds = {**{s: t for s, t in kept["seconds"].items() if s not in ran}, **seconds}
-    return rows, seconds
+    return _merged("--ckpt", structures, CKPT_STRUCTURES, CKPT_JSON, ckpt_rows, start)
 
 
 def write_ckpt(rows: list[dict], seconds: dict[str, int]) -> None:
@@ -584,12 +590,7 @@ def write_ckpt(rows: list[dict], seconds: dict[str, int]) -> None:
 
 def kept_ckpt_section() -> list[str]:
     """The checkpointed section as :data:`CKPT_JSON` has it (for the other writers)."""
-    import json
-
-    if not CKPT_JSON.exists():
-        return []
-    doc = json.loads(CKPT_JSON.read_text(encoding="utf-8"))
-    return ckpt_section(doc["rows"], sum(doc["seconds"].values()))
+    return _kept(CKPT_JSON, ckpt_section)
 
 
 def within(rows: list[dict], key: str) -> int:
