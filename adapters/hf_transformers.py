@@ -200,6 +200,8 @@ def sliding_windows(spec: ModelSpec, model) -> ModelSpec:
     attribute is not the rule: EXAONE 4 sets it on every layer and keeps ``is_sliding``
     apart (``models/exaone4/modeling_exaone4.py`` l. 199-202). Unchanged when the config
     lists no sliding layer or its ``layer_types`` does not match the L blocks."""
+    from .module_walk import _positive_int
+
     cfg = model.config
     get = getattr(cfg, "get_text_config", None)
     cfg = get() if callable(get) else cfg
@@ -210,9 +212,7 @@ def sliding_windows(spec: ModelSpec, model) -> ModelSpec:
         not isinstance(types, (list, tuple))
         or len(types) != L
         or "sliding_attention" not in types
-        or not isinstance(window, int)
-        or isinstance(window, bool)
-        or window <= 0
+        or not _positive_int(window)
     ):
         return spec
     kinds = [run.kind for run in spec.runs for _ in range(run.count)]

@@ -470,12 +470,11 @@ class _Reader:
         for p in outside:
             if p.name in self.placed:
                 continue
-            owner_class = type(self.tree.modules.get(p.owner)).__name__
             if head_owner is not None and p.owner == head_owner and p.shape == (V,):
                 self.placed[p.name] = ("lm_head.bias", "lm_head")
-            elif len(p.shape) == 1 and roles.is_norm(p.owner.rpartition(".")[2], owner_class):
+            elif self.is_norm(p):
                 self.placed[p.name] = (self.outside_norm(p, outside, d), "norms")
-            elif p.shape == (d, d) and self.head_norm(p.owner, outside) is not None:
+            elif p.shape == (d, d) and self.sibling(p, outside, self.is_norm) is not None:
                 self.placed[p.name] = ("head.dense", "lm_head")
             elif len(p.shape) == 1 and p.shape == (V,) and roles.is_lm_head(p.name):
                 self.placed[p.name] = ("lm_head.bias", "lm_head")
@@ -487,7 +486,7 @@ class _Reader:
                 self.notes.append(
                     f"{p.name} {p.shape}: not recognised outside the blocks; counted in {component}"
                 )
-        lm_head_bias = any(role == "lm_head.bias" for role, _ in self.placed.values())
+        lm_head_bias = self.has_role("lm_head.bias")
         if head is not None:
             return False, lm_head_bias
         if not tied_alias:
@@ -514,32 +513,26 @@ class _Reader:
         them, ``models/lfm2/modeling_lfm2.py`` l. 463, 523), the
         head transform's when a d×d dense shares its parent (``lm_head.norm`` beside
         ``lm_head.dense``), else the final norm."""
-        parent = p.owner.rpartition(".")[0]
-        norms = [q for q in outside if len(q.shape) == 1 and q.owner != p.owner and self.is_norm(q)]
+        norms = [q for q in outside if q.owner != p.owner and self.is_norm(q)]
         if _embedding_named(p.owner) and any(not _embedding_named(q.owner) for q in norms):
             return "norm.embedding"
-        dense = [q for q in outside if q.shape == (d, d) and q.owner.rpartition(".")[0] == parent]
-        if parent and dense:
+        if self.sibling(p, outside, lambda q: q.shape == (d, d)) is not None:
             return "norm.head"
         return "norm.final"
 
     def is_norm(self, q: ParamEntry) -> bool:
+        """A 1-D parameter's module is a norm (by its name or class)."""
         owner_class = type(self.tree.modules.get(q.owner)).__name__
-        return roles.is_norm(q.owner.rpartition(".")[2], owner_class)
+        return len(q.shape) == 1 and roles.is_norm(q.owner.rpartition(".")[2], owner_class)
 
-    def head_norm(self, owner: str, outside: list[ParamEntry]) -> str | None:
-        """The norm beside a d×d dense outside the blocks (a head transform), if any."""
-        parent = owner.rpartition(".")[0]
+    def sibling(self, p: ParamEntry, outside: list[ParamEntry], match) -> ParamEntry | None:
+        """The first parameter outside the blocks whose module shares ``p``'s parent module
+        (not the root) and that ``match`` accepts: a head transform's dense and norm
+        (``lm_head.dense`` beside ``lm_head.norm``)."""
+        parent = p.owner.rpartition(".")[0]
         if not parent:
             return None
-        return next(
-            (
-                q.owner
-                for q in outside
-                if len(q.shape) == 1 and q.owner.rpartition(".")[0] == parent and self.is_norm(q)
-            ),
-            None,
-        )
+        return next((q for q in outside if q.owner.rpartition(".")[0] == parent and match(q)), None)
 
     # ---- attributes ------------------------------------------------------------------
     def sources(self, local: list | None = None) -> list:

@@ -178,7 +178,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/embedding/norm",
             category="activations",
             equation="BT * d * norm_input_bytes(spec, setup) + the norm's statistics  (embedding; spec.embedding_norm)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: embedding",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",
@@ -188,7 +188,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/head/dense",
             category="activations",
             equation="BT * d * s  (head_transform)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: head_transform",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",
@@ -198,7 +198,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/head/act",
             category="activations",
             equation="BT * d * norm_input_bytes(spec, setup)  (head_transform)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: head_transform",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",
@@ -208,7 +208,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/head/norm",
             category="activations",
             equation="BT * d * out_bytes  (_norm_terms, head_transform)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: head_transform",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",
@@ -218,7 +218,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/head/norm/statistics",
             category="activations",
             equation="norm statistics  (_norm_terms, head_transform)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: head_transform",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",
@@ -228,7 +228,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/head/norm/normalized",
             category="activations",
             equation="BT * d * normalized  (_norm_terms, head_transform; RMSNorm)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: head_transform",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",
@@ -238,7 +238,7 @@ def _records() -> tuple[Term, ...]:
             name="activations/head/autocast_weight",
             category="activations",
             equation="2 * d * d  (head_transform, autocast)",
-            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, head_norm)",
+            source="transformers/models/modernbert_decoder/modeling_modernbert_decoder.py l. 49-68, 338-347 (ModernBertDecoderEmbeddings' norm, ModernBertDecoderPredictionHead), read off the built class by adapters/module_walk.py (outside_norm, sibling)",
             computed_by=("introspect/refined/hf_saved.py: head_transform",),
             tests=(
                 "tests/test_walked_extras.py::test_modernbert_decoder_within_one_percent_of_the_dry_run",

@@ -3,7 +3,7 @@
 (``adapters/hf_transformers.py`` ``sliding_windows``), a fused gate-and-up projection
 twice as wide as down's input (``adapters/module_roles.py`` ``_read_ffn``), a norm on the
 embedding output and a head transform before the output projection
-(``adapters/module_walk.py`` ``outside_norm``, ``head_norm``), and SDPA's explicit mask at
+(``adapters/module_walk.py`` ``outside_norm``, ``sibling``), and SDPA's explicit mask at
 T equal to the window (``introspect/refined/hf_saved.py`` ``short_window``). Each checked
 against the dry run of the real transformers class (FakeTensorMode) at a small shape."""
 
@@ -11,19 +11,12 @@ from __future__ import annotations
 
 import pytest
 from introspect.adapters.hf_config import spec_from_config
-
-from introspect.setup import TrainingSetup
+from test_every_type_gpt import SETUPS, _ratio_to_dry_run  # the every-type step, T = 64
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 pytestmark = pytest.mark.slow
-
-SETUPS = {
-    "fp32 eager": dict(precision="fp32", attention="eager", activation_dtype="fp32"),
-    "amp ckpt": dict(precision="amp", attention="eager", activation_checkpointing=True),
-    "bf16 sdpa": dict(precision="bf16", attention="memory_efficient"),
-}
 
 #: ModernBERT-decoder at the widths benchmarks/every_type.py shrinks to: its default
 #: sliding_window (64, half of local_attention) equals T, so SDPA gets an explicit mask in
@@ -35,25 +28,6 @@ MODERNBERT = dict(
     sliding_window=64, max_position_embeddings=4096,
     pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
 )  # fmt: skip
-
-
-def _setup(name: str, seq_len: int = 64) -> TrainingSetup:
-    return TrainingSetup(
-        batch_size=1, seq_len=seq_len, implementation="transformers", loop="labels",
-        device="cpu", optimizer="adamw", **SETUPS[name],
-    )  # fmt: skip
-
-
-def _ratio_to_dry_run(raw: dict, setup: TrainingSetup) -> float:
-    from introspect import refined
-    from introspect.measure import hf_models
-
-    spec = spec_from_config(raw)
-    assert not spec.unmodelled
-    measured, _ = hf_models.measure(
-        raw, raw["model_type"], spec, setup, device="fake", census=False
-    )
-    return refined.estimate(spec, setup).total / measured.peak_bytes
 
 
 def test_modernbert_decoder_reads_its_windows_glu_and_outside_norms() -> None:
@@ -72,7 +46,7 @@ def test_modernbert_decoder_reads_its_windows_glu_and_outside_norms() -> None:
 
 @pytest.mark.parametrize("setup_name", list(SETUPS))
 def test_modernbert_decoder_within_one_percent_of_the_dry_run(setup_name: str) -> None:
-    ratio = _ratio_to_dry_run(MODERNBERT, _setup(setup_name))
+    ratio = _ratio_to_dry_run(MODERNBERT, setup_name)
     assert abs(ratio - 1) < 0.01, ratio
 
 
@@ -99,7 +73,7 @@ def test_sdpa_gets_the_window_as_a_mask_from_t_equal_to_the_window(window: int) 
         num_attention_heads=4, num_key_value_heads=1, vocab_size=512, sliding_window=window,
         max_position_embeddings=4096,
     )  # fmt: skip
-    ratio = _ratio_to_dry_run(raw, _setup("bf16 sdpa"))
+    ratio = _ratio_to_dry_run(raw, "bf16 sdpa")
     assert abs(ratio - 1) < 0.005, ratio
 
 
@@ -115,5 +89,5 @@ def test_a_walked_config_with_sliding_layers_gets_their_mask() -> None:
     )  # fmt: skip
     spec = spec_from_config(raw)
     assert [k.attention.kind for k, _ in spec.kinds] == ["sliding", "full"]
-    ratio = _ratio_to_dry_run(raw, _setup("bf16 sdpa"))
+    ratio = _ratio_to_dry_run(raw, "bf16 sdpa")
     assert abs(ratio - 1) < 0.005, ratio
