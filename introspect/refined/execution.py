@@ -454,19 +454,19 @@ def _recomputed_released(att, setup: TrainingSetup) -> int:
     recomputation pack hook stores a tensor only where the original forward's holder is
     still alive (``target_frame.weak_holders[recompute_idx]()``), and the dropped last
     state update's holders died with its node."""
-    if att.kind != "linear" or not setup.activation_checkpointing:
-        return 0
-    if not _deltanet_forward_applies(setup):
-        return 0
-    from introspect.refined import deltanet
-
-    return deltanet.released(att, setup)
+    return _released(att, setup, checkpointed=True)
 
 
 def _layer_released(att, setup: TrainingSetup) -> int:
     """One layer's share of :func:`deltanet_released` (0 unless ``att`` is a Gated
     DeltaNet's)."""
-    if att.kind != "linear" or setup.activation_checkpointing:
+    return _released(att, setup, checkpointed=False)
+
+
+def _released(att, setup: TrainingSetup, *, checkpointed: bool) -> int:
+    """:func:`introspect.refined.deltanet.released` for a Gated DeltaNet layer when the
+    step's checkpointing is ``checkpointed`` and :func:`_deltanet_forward_applies`, else 0."""
+    if att.kind != "linear" or setup.activation_checkpointing != checkpointed:
         return 0
     if not _deltanet_forward_applies(setup):
         return 0
