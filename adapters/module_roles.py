@@ -27,6 +27,20 @@ ATTENTION_KEYS = {
         "to_out", "o_linear", "output",
     ),
 }  # fmt: skip
+#: Multi-head latent attention's projections (DeepSeek-V2/V3, ``DeepseekV3Attention.
+#: __init__``, ``transformers/models/deepseek_v3/modeling_deepseek_v3.py`` l. 370-403):
+#: the query latent ``q_a_proj`` (d → r_q) and its expansion ``q_b_proj`` (r_q →
+#: h·(nope + rope)), or a plain ``q_proj``; ``kv_a_proj_with_mqa`` (d → r_kv + rope: the
+#: K/V latent and the one shared rotary key head) and ``kv_b_proj`` (r_kv → h·(nope + v)).
+MLA_KEYS = {
+    "q_a": ("q_a_proj",),
+    "q_b": ("q_b_proj",),
+    "kv_a": ("kv_a_proj_with_mqa",),
+    "kv_b": ("kv_b_proj",),
+}
+#: The RMSNorms on the two latents (``q_a_layernorm`` of width r_q, ``kv_a_layernorm`` of
+#: width r_kv): inside the attention, counted there, not block norms.
+MLA_NORMS = {"q_a_layernorm": "q_a_norm", "kv_a_layernorm": "kv_a_norm"}
 MLP_KEYS = {
     "gate": ("gate_proj", "wi_0", "w_gate", "gate"),
     "up": (
@@ -85,6 +99,26 @@ class BlockRoles:
     shared_width: int = 0
     #: Gemma 4's per-layer input width d_pl (``per_layer_input_gate``'s output), or 0.
     per_layer_input_size: int = 0
+    #: Multi-head latent attention read from the weight shapes (:class:`MLAWidths`), or
+    #: None for Q/K/V attention.
+    mla: MLAWidths | None = None
+
+
+@dataclass(frozen=True)
+class MLAWidths:
+    """What MLA's weight shapes state (``DeepseekV3Attention.__init__``, ``models/
+    deepseek_v3/modeling_deepseek_v3.py`` l. 370-403): the query rank r_q (None: a plain
+    ``q_proj``), the query width h·(nope + rope), kv_a's output r_kv + rope, the K/V rank
+    r_kv (``kv_a_layernorm``'s width), kv_b's output h·(nope + v) and o_proj's input h·v.
+    The head count and the rope/nope split are not in the shapes: the walker reads them
+    from the module (:meth:`introspect.adapters.module_walk._Reader.mla_attention`)."""
+
+    q_lora_rank: int | None
+    q_width: int
+    kv_a_width: int
+    kv_lora_rank: int
+    kv_b_width: int
+    o_width: int
 
 
 def is_norm(module_name: str, class_name: str) -> bool:
@@ -218,9 +252,15 @@ def classify_block(entries: list[tuple[str, tuple[int, ...], str]], d: int) -> B
     dense: dict[str, list[tuple[tuple[int, ...], str]]] = {}
     expert0: dict[str, list[tuple[tuple[int, ...], str]]] = {}
     norm_modules: dict[str, tuple[str, bool, int]] = {}
+    mla: dict[str, list[tuple[tuple[int, ...], str]]] = {}
     for rel, shape, owner, path, key, kind in parsed:
         if len(shape) == 1 and is_norm(key, owner):
             norm_path = ".".join(path + [key])
+            if key.lower() in MLA_NORMS:
+                out.roles[rel] = (f"attention.mla.{MLA_NORMS[key.lower()]}", "attention")
+                if kind == "weight":
+                    mla.setdefault(MLA_NORMS[key.lower()], []).append((shape, kind))
+                continue
             if not path and key.lower() == PER_LAYER_INPUT_NORM:
                 out.roles[rel] = ("norm.per_layer_input", "norms")
                 continue
@@ -263,6 +303,12 @@ def classify_block(entries: list[tuple[str, tuple[int, ...], str]], d: int) -> B
                 continue
         in_attn = any("attn" in s or "attention" in s for s in lowered)
         in_mlp = any(s in MLP_SEGMENTS or "mlp" in s or "ffn" in s for s in lowered)
+        mla_role = _lookup(MLA_KEYS, key) if not in_mlp else None
+        if mla_role:
+            out.attention_path = ".".join(path)
+            out.roles[rel] = (f"attention.mla.{mla_role}", "attention")
+            mla.setdefault(mla_role, []).append((shape, kind))
+            continue
         attn_role = _lookup(ATTENTION_KEYS, key) if not in_mlp else None
         mlp_role = _mlp_role(key, siblings[".".join(path)]) if not in_attn else None
         if in_attn and attn_role or (not in_mlp and attn_role and not mlp_role):
@@ -278,7 +324,10 @@ def classify_block(entries: list[tuple[str, tuple[int, ...], str]], d: int) -> B
             out.roles[rel] = ("unrecognised", component)
             out.notes.append(f"{rel} {shape}: not recognised; counted in {component}")
     _read_norms(out, norm_modules)
-    _read_attention(out, attn, d)
+    if mla:
+        _read_mla(out, mla, attn, d)
+    else:
+        _read_attention(out, attn, d)
     if experts:
         if not expert0:
             raise RoleError("experts found but none of their projections recognised")
@@ -350,6 +399,59 @@ def _read_attention(out: BlockRoles, attn: dict, d: int) -> None:
         raise RoleError("no attention projections (q/k/v, or fused c_attn/qkv) in block 0")
     out.qkv_bias = has_bias("q", "k", "v", "qkv", "kv")
     out.o_bias = has_bias("o")
+
+
+def _read_mla(out: BlockRoles, mla: dict, attn: dict, d: int) -> None:
+    """MLA's widths from its weights (:class:`MLAWidths`): q from ``q_proj`` (d → q) or
+    ``q_b_proj`` (r_q → q, r_q being ``q_a_proj``'s output), kv_a's output, the K/V rank
+    from ``kv_a_layernorm`` and kv_b's output (its side that is not r_kv); o_proj's input
+    (h·v). A Linear is (out, in) in torch and MLX, so the latent-side matrices are read
+    by the side that is not the rank."""
+
+    def weight(table: dict, role: str) -> tuple[int, ...] | None:
+        return next((s for s, k in table.get(role, []) if k == "weight"), None)
+
+    def other_side(shape: tuple[int, ...], rank: int, name: str) -> int:
+        a, b = shape[-2:]
+        if b == rank:
+            return a
+        if a == rank:
+            return b
+        raise RoleError(f"{name} has shape {shape}; neither side is the latent rank {rank}")
+
+    kv_a, kv_b, o = weight(mla, "kv_a"), weight(mla, "kv_b"), weight(attn, "o")
+    kv_norm = weight(mla, "kv_a_norm")
+    if kv_a is None or kv_b is None or kv_norm is None or o is None:
+        raise RoleError(
+            "MLA needs kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj and o_proj; block 0 "
+            f"has {', '.join(sorted({*mla, *attn}))}"
+        )
+    if weight(attn, "k") is not None or weight(attn, "v") is not None or weight(attn, "qkv"):
+        raise RoleError("MLA projections beside separate k/v projections")
+    q_a, q_b, q = weight(mla, "q_a"), weight(mla, "q_b"), weight(attn, "q")
+    if q is not None and q_a is None and q_b is None:
+        q_rank, q_width = None, width(q, d, "the query projection")
+    elif q is None and q_a is not None and q_b is not None and weight(mla, "q_a_norm"):
+        q_rank = width(q_a, d, "q_a_proj")
+        if weight(mla, "q_a_norm")[0] != q_rank:
+            raise RoleError(f"q_a_layernorm's width differs from q_a_proj's output {q_rank}")
+        q_width = other_side(q_b, q_rank, "q_b_proj")
+    else:
+        raise RoleError("MLA's query is neither q_proj nor q_a_proj + q_a_layernorm + q_b_proj")
+    kv_rank = kv_norm[0]
+    out.mla = MLAWidths(
+        q_lora_rank=q_rank,
+        q_width=q_width,
+        kv_a_width=width(kv_a, d, "kv_a_proj_with_mqa"),
+        kv_lora_rank=kv_rank,
+        kv_b_width=other_side(kv_b, kv_rank, "kv_b_proj"),
+        o_width=width(o, d, "the output projection"),
+    )
+    out.q_dim = q_width
+    out.kv_dim = q_width
+    roles_with_bias = ("q", "q_a", "kv_a")
+    out.qkv_bias = any(k == "bias" for r in roles_with_bias for _, k in {**attn, **mla}.get(r, []))
+    out.o_bias = any(k == "bias" for _, k in attn.get("o", []))
 
 
 def _read_ffn(found: dict, d: int, where: str) -> tuple[str, int, bool]:
@@ -432,6 +534,21 @@ PER_LAYER_INPUT_OUTSIDE = {
 }
 
 
+def listed_attentions(child: str, entries: list[tuple[str, tuple[int, ...], str]]) -> int:
+    """How many attentions a block child ``child`` holds as a list (``self_attn.0.``,
+    ``self_attn.1.`` …, each item with an output projection: LongCat-Flash's two
+    ``LongcatFlashMLA``, ``models/longcat_flash/modeling_longcat_flash.py`` l. 462); 0
+    when the child is not such a list."""
+    items = set()
+    for rel, _shape, _owner in entries:
+        segs = rel.split(".")
+        if len(segs) > 3 and segs[0] == child and segs[1].isdigit():
+            _path, key, _kind = _split(rel)
+            if _lookup(ATTENTION_KEYS, key) == "o" or _lookup(MLA_KEYS, key):
+                items.add(segs[1])
+    return len(items)
+
+
 def unrecognised(entries: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
     """The relative names among ``entries`` (relative name, shape, owner class) that no
     role table knows: not a norm, not an attention or feed-forward projection, not an
@@ -447,7 +564,7 @@ def unrecognised(entries: list[tuple[str, tuple[int, ...], str]]) -> list[str]:
         lower = key.lower()
         if len(shape) == 1 and is_norm(key, owner):
             continue
-        if lower in EXTRA_KNOWN_KEYS or lower in ROUTER_KEYS:
+        if lower in EXTRA_KNOWN_KEYS or lower in ROUTER_KEYS or _lookup(MLA_KEYS, key):
             continue
         if not path and lower in PER_LAYER_INPUT_KEYS and len(shape) == 2:
             continue

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from introspect.adapters import module_roles as roles
 
 from introspect.errors import UnsupportedArchitecture
+from introspect.layers import Attention
 from introspect.params import COMPONENTS, parameters_by_component
 from introspect.spec import ModelSpec
 
@@ -158,6 +159,7 @@ class _Reader:
         tied, lm_head_bias = self.read_outside(outside, embed, positions, V, d)
         fields = self.read_blocks(block, inside, d)
         shared0 = fields.pop("_shared", 0)
+        self.attention0 = fields.pop("_attention", None)
         spec_fields = dict(
             hidden_size=d,
             num_hidden_layers=block.count,
@@ -181,7 +183,7 @@ class _Reader:
             )
         except ValueError as e:
             raise self.fail(f"the shapes read give an impossible spec ({e})") from e
-        if any(self.block_kinds) or shared0:
+        if any(self.block_kinds) or shared0 or self.attention0 is not None:
             spec = self.heterogeneous(spec, spec_fields, shared0)
         by_component = {c: 0 for c in COMPONENTS}
         for p in self.unique:
@@ -198,9 +200,10 @@ class _Reader:
 
     def heterogeneous(self, spec: ModelSpec, spec_fields: dict, shared0: int) -> ModelSpec:
         """``spec`` with one layer kind per block: block 0's fields with each differing
-        block's own read over them (its feed-forward, its heads), and the shared experts
-        beside a block's routed ones (``FeedForward.shared_intermediate_size``), which
-        the flat fields cannot carry."""
+        block's own read over them (its feed-forward, its heads), the shared experts
+        beside a block's routed ones (``FeedForward.shared_intermediate_size``) and a
+        block's multi-head latent attention (:meth:`mla_attention`), which the flat
+        fields cannot carry."""
         from introspect._record import replace
         from introspect.layers import runs_from_list
 
@@ -208,6 +211,7 @@ class _Reader:
         for own in self.block_kinds:
             own = dict(own)
             shared = own.pop("_shared", 0) if own else shared0
+            attention = own.pop("_attention", None) if own else self.attention0
             kind = spec.default_kind
             if own:
                 fields = {**spec_fields, **own}
@@ -220,6 +224,8 @@ class _Reader:
             if shared and kind.feed_forward.is_moe:
                 ff = replace(kind.feed_forward, shared_intermediate_size=shared)
                 kind = replace(kind, feed_forward=ff)
+            if attention is not None:
+                kind = replace(kind, attention=attention)
             kinds.append(kind)
         return spec.replace(layers=runs_from_list(kinds))
 
@@ -307,7 +313,12 @@ class _Reader:
         attn_obj = self.tree.modules.get(f"{block.prefix}.{index}.{found.attention_path}")
         block_obj = self.tree.modules.get(f"{block.prefix}.{index}")
         local = [attn_obj, block_obj]
-        heads, kv_heads, head_dim = self.heads(found.q_dim, found.kv_dim, local)
+        mla = self.mla_attention(found, local, index) if found.mla else None
+        if mla is not None:
+            heads = kv_heads = mla.num_attention_heads
+            head_dim = mla.qk_head_dim
+        else:
+            heads, kv_heads, head_dim = self.heads(found.q_dim, found.kv_dim, local)
         fields = dict(
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
@@ -325,6 +336,8 @@ class _Reader:
         )
         if found.per_layer_input_size:
             fields["per_layer_input_size"] = found.per_layer_input_size
+        if mla is not None:
+            fields["_attention"] = mla
         if found.norm is None:
             self.assume("no norm module found in the blocks; assumed RMSNorm")
         if found.num_experts:
@@ -361,6 +374,67 @@ class _Reader:
                 f"gives {q_dim // head_dim}; the widths win"
             )
         return q_dim // head_dim, kv_dim // head_dim, head_dim
+
+    def mla_attention(self, found: roles.BlockRoles, local: list, index: int) -> Attention:
+        """Block ``index``'s multi-head latent attention, as DeepSeek-V3's reader gives it
+        (:func:`introspect.adapters.families.deepseek._mla`), from the weight shapes
+        (:class:`~introspect.adapters.module_roles.MLAWidths`) and two numbers the shapes
+        do not split: the head count h (``num_heads`` on the attention module, or the
+        config's ``num_attention_heads``) and the rotary width ``qk_rope_head_dim`` (the
+        module's or the config's). Then, as ``DeepseekV3Attention.__init__`` builds them
+        (``models/deepseek_v3/modeling_deepseek_v3.py`` l. 370-403): kv_a's output is
+        r_kv + rope (checked against ``kv_a_layernorm``'s r_kv), q's is h·(nope + rope),
+        kv_b's h·(nope + v) and o_proj's input h·v (all checked). Its forward splits Q
+        into nope and rope parts, rotates the rope parts (``rope_interleave`` or not: the
+        same saved tensors), expands the latent through kv_b and runs the attention on
+        h heads of nope + rope (Q, K) and v (V): the kind ``mla`` prices exactly that.
+
+        The keys and values have h heads, yet the attention interface ``repeat_kv``s them
+        by ``num_key_value_groups``; above 1 the real step fails on a shape mismatch
+        (:func:`~introspect.adapters.families.deepseek._check_mla_kv_heads`), so such a
+        module is not read."""
+        w = found.mla
+        where = f"block {index}'s MLA"
+        heads = self.lookup_int(("num_heads", "num_attention_heads"), local)
+        rope = self.lookup_int(("qk_rope_head_dim",), local)
+        if heads is None or rope is None:
+            raise self.fail(f"{where}: no num_heads / qk_rope_head_dim on the module or config")
+        groups = self.lookup_int(("num_key_value_groups",), local[:1])
+        if groups not in (None, 1):
+            raise self.fail(
+                f"{where}: num_key_value_groups {groups}: MLA's keys and values have {heads} "
+                "heads, and repeat_kv by it does not match the queries"
+            )
+        if w.kv_a_width != w.kv_lora_rank + rope:
+            raise self.fail(
+                f"{where}: kv_a_proj_with_mqa's output {w.kv_a_width} is not kv_lora_rank "
+                f"{w.kv_lora_rank} + qk_rope_head_dim {rope}"
+            )
+        if w.q_width % heads or w.kv_b_width % heads or w.o_width % heads:
+            raise self.fail(
+                f"{where}: q {w.q_width}, kv_b {w.kv_b_width} or o_proj's input {w.o_width} "
+                f"does not split into {heads} heads"
+            )
+        nope = w.q_width // heads - rope
+        v = w.o_width // heads
+        if nope <= 0 or w.kv_b_width // heads != nope + v:
+            raise self.fail(
+                f"{where}: kv_b_proj's {w.kv_b_width // heads} per head is not "
+                f"qk_nope_head_dim {nope} + v_head_dim {v}"
+            )
+        return Attention(
+            kind="mla",
+            num_attention_heads=heads,
+            num_key_value_heads=heads,
+            head_dim=v,
+            qkv_bias=found.qkv_bias,
+            o_bias=found.o_bias,
+            q_lora_rank=w.q_lora_rank,
+            kv_lora_rank=w.kv_lora_rank,
+            qk_rope_head_dim=rope,
+            qk_nope_head_dim=nope,
+            v_head_dim=v,
+        )
 
     def qk_norm_kind(self, found: roles.BlockRoles, head_dim: int) -> str:
         if not found.qk_norm_width:
@@ -629,7 +703,10 @@ def unmodelled_parts(tree: ModuleTree) -> tuple[str, ...]:
     ``feed_forward``, the norms). A child is not modelled when its class names a mixer
     with no layer kind (:func:`module_roles.unmodelled_class`: Mamba, RG-LRU, RWKV, short
     convolutions …), when it is a cross-attention (BART's decoder as a causal LM: its
-    ``encoder_attn``), or when it holds a parameter no role table knows
+    ``encoder_attn``), when it is a list of several attentions (LongCat-Flash's
+    ``self_attn``, a ModuleList of two MLA sub-blocks: a layer kind has one attention,
+    :func:`module_roles.listed_attentions`), or when it holds a parameter no role table
+    knows
     (:func:`module_roles.unrecognised`). Read per block, not from block 0, so a stack
     whose layers differ (Nemotron-H's ``mixer`` is a Mamba-2 mixer, an attention or an
     MLP by layer) names each kind it has."""
@@ -657,7 +734,13 @@ def unmodelled_parts(tree: ModuleTree) -> tuple[str, ...]:
             for p in entries
         ]
         unknown = roles.unrecognised(listed)
-        if roles.is_cross_attention(child, cls) and any(len(p.shape) > 1 for p in entries):
+        attentions = roles.listed_attentions(child, listed)
+        if attentions > 1:
+            inner = type(tree.modules.get(f"{prefix}.{index}.{child}.0")).__name__
+            layers.setdefault(
+                f"{inner} ({child}: {attentions} attentions in one block)", set()
+            ).add(index)
+        elif roles.is_cross_attention(child, cls) and any(len(p.shape) > 1 for p in entries):
             layers.setdefault(f"{cls} ({child}: cross-attention)", set()).add(index)
         elif roles.unmodelled_class(cls, tree.root_class):
             layers.setdefault(f"{cls} ({child})", set()).add(index)

@@ -127,6 +127,14 @@ def spec_from_wrapper(
     tower = exact - text_params
     built = f"read from transformers' {type(model).__name__} built on the meta device"
     parts = unmodelled_parts(text_tree)
+    if parts:
+        # The text model's own reason first (its model_type's NOT_MODELLED line, as
+        # spec_from_build puts it: Dots3-Note's MLA variant)
+        from .families import NOT_MODELLED
+
+        text_type = getattr(model.config.get_text_config(), "model_type", None)
+        why = NOT_MODELLED.get(text_type) if text_type != model_type else None
+        parts = (why, *parts) if why and why not in parts else parts
     spec = None
     if not parts:
         try:

@@ -54,6 +54,9 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
 #: model_types transformers builds whose blocks no layer kind models, with why, first in
 #: the spec's ``unmodelled`` (the module walker's findings follow): read against the
 #: layer kinds they come closest to, MLA and Gated DeltaNet's, and left to the dry run.
+#: (The module walker reads DeepSeek-V3's MLA itself, ``DeepseekV3Attention`` and its
+#: unchanged kin: :meth:`introspect.adapters.module_walk._Reader.mla_attention`; the MLA
+#: variants below add parts that kind does not save.)
 NOT_MODELLED: dict[str, str] = {
     # modeling_longcat_flash.py: LongcatFlashDecoderLayer, LongcatFlashMoE, LongcatFlashExperts
     "longcat_flash": (
@@ -72,6 +75,46 @@ NOT_MODELLED: dict[str, str] = {
         "decay mask per chunk where Gated DeltaNet's keeps chunk x chunk, so the linear "
         "layer kind's saved set does not apply (its full_attention layers' "
         "KimiLinearAttention is MLA with no rotary)"
+    ),
+    # modeling_deepseek_v32.py:147-236 (DeepseekV32Indexer), 404-470 (the attention's
+    # forward folding the indexer's top-k into its mask)
+    "deepseek_v32": (
+        "DeepseekV32Attention: DeepSeek-V3's MLA plus a DeepSeek sparse attention indexer "
+        "(indexer.wq_b, wk, k_norm, weights_proj) that scores every query against every "
+        "key under no_grad (B x index_n_heads x T x T FP32 scores, relu, weighted sum) and "
+        "turns its top index_topk keys into a new B x 1 x T x T attention mask per layer "
+        "(scatter, masked_fill): the MLA layer kind has no indexer and one shared mask"
+    ),
+    # modeling_glm_moe_dsa.py:153-240 (GlmMoeDsaIndexer), 298-440 (GlmMoeDsaAttention)
+    "glm_moe_dsa": (
+        "GlmMoeDsaAttention: DeepSeek-V3's MLA plus DeepSeek-V3.2's sparse attention "
+        "indexer (interleaved RoPE, weights_proj kept in FP32) on its indexer_types 'full' "
+        "layers, the 'shared' layers reusing the previous full layer's top-k; each layer "
+        "turns the top-k into a new B x 1 x T x T attention mask (scatter, masked_fill): "
+        "the MLA layer kind has no indexer and one shared mask"
+    ),
+    # modular_axk2.py:268-398 (AXK2Attention), 217 (AXK2Indexer = DeepseekV32Indexer)
+    "axk2": (
+        "AXK2Attention: a gated MLA: q_gate_proj (2 x q_lora_rank -> heads x "
+        "(qk_head_dim + v_head_dim)) reads cat(q_a_layernorm's output, q_a_proj's raw "
+        "output) in place of q_b_proj, and its gate half's FP32 sigmoid multiplies the "
+        "attention output before o_proj; plus DeepSeek-V3.2's sparse attention indexer "
+        "and its per-layer B x 1 x T x T top-k mask: the MLA layer kind has neither"
+    ),
+    # modular_dots3_note.py:478-581 (Dots3NoteTextAttention)
+    "dots3_note_text": (
+        "Dots3NoteTextAttention: MLA with each normalized latent times a scale "
+        "(q_lora_scale, kv_lora_scale), an RMSNorm on the shared rotary key head "
+        "(k_rope_only_layernorm), a per-head sigmoid gate g_proj (d -> heads) on the "
+        "attention output, per-layer sliding windows, and DeepSeek-V3.2's sparse "
+        "attention indexer with its B x 1 x T x T top-k mask on the indexed_attention "
+        "layers: the MLA layer kind has none of these"
+    ),
+    # modeling_bailing_hybrid.py:292-421 (BailingHybridAttention)
+    "bailing_hybrid": (
+        "BailingHybridAttention (the full layers): MLA with a per-head output gate "
+        "(g_proj, d -> heads: sigmoid in FP32, cast back, times the attention output), "
+        "which the MLA layer kind has not"
     ),
     # modeling_mimo_v2_flash.py:354-357, 380: v_proj and o_proj at v_head_dim (128 by
     # default, configuration_mimo_v2_flash.py:105), q_proj and k_proj at head_dim (192)

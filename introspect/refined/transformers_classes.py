@@ -182,6 +182,12 @@ CLASSES: dict[str, ClassFacts] = {
     "bitnet": ClassFacts(sub_norms=True),
     "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
+    # DeepseekV3TopkRouter: ``F.linear(hidden_states.type(torch.float32),
+    # self.weight.type(torch.float32))`` (models/deepseek_v3/modeling_deepseek_v3.py
+    # l. 135; ``gate.weight`` in ``_keep_in_fp32_modules_strict``, l. 551). The
+    # deepseek_v3 reader sets it on its FeedForward; the module-walked types that build
+    # this router (below) take it from here.
+    "deepseek_v3": ClassFacts(router_fp32_input=True),
     "solar_open": ClassFacts(router_fp32_input=True),
     # ERNIE 4.5's rotary returns its FP32 tables uncast (l. 121-127).
     "ernie4_5_moe": ClassFacts(
@@ -204,6 +210,14 @@ ALIASES: dict[str, str] = {
     "olmo3": "olmo2",
     # Sarvam-MoE's config builds Glm4MoeForCausalLM (transformers' causal-LM mapping).
     "sarvam_moe": "glm4_moe",
+    # Sarvam-MLA's builds DeepseekV3ForCausalLM (models/auto/modeling_auto.py l. 957);
+    # A.X-K1's AXK1TopkRouter is DeepseekV3TopkRouter (models/axk1/modeling_axk1.py
+    # l. 134-160, ``_keep_in_fp32_modules_strict`` l. 548); GLM-4.7-Flash's
+    # Glm4MoeLiteTopkRouter is Glm4MoeTopkRouter (models/glm4_moe_lite/
+    # modeling_glm4_moe_lite.py l. 390, l. 562).
+    "sarvam_mla": "deepseek_v3",
+    "axk1": "deepseek_v3",
+    "glm4_moe_lite": "glm4_moe",
 }
 
 

@@ -1,0 +1,124 @@
+"""Multi-head latent attention read by the module walker (``adapters/module_roles.py``
+``MLA_KEYS``, ``_read_mla``; ``adapters/module_walk.py`` ``mla_attention``): the types
+whose class is DeepSeek-V3's MLA but that no hand-written reader covers (Sarvam-MLA
+builds ``DeepseekV3ForCausalLM`` itself, GLM-4.7-Flash's ``Glm4MoeLiteAttention`` and
+Youtu's ``YoutuAttention`` subclass ``DeepseekV3Attention`` unchanged). The spec's
+attention is ``Attention(kind="mla")`` with the config's ranks and head widths, the same
+the deepseek_v3 reader gives; its closed form is checked against the dry run of the real
+class (FakeTensorMode). The MLA variants with parts the kind does not save (a DSA
+indexer, a gate) stay not modelled, their NOT_MODELLED line first."""
+
+from __future__ import annotations
+
+import pytest
+from introspect.adapters import module_roles as roles
+from introspect.adapters.families import NOT_MODELLED
+from introspect.adapters.hf_config import spec_from_config
+from test_every_type_gpt import SETUPS, _ratio_to_dry_run  # the every-type step, T = 64
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+#: A small DeepSeek-V3-style MLA stack: one dense layer, then routed + shared experts;
+#: v_head_dim unlike qk_nope_head_dim so the walker must split kv_b's rows right.
+_MLA = dict(
+    hidden_size=64, intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=4, vocab_size=256, kv_lora_rank=32,
+    qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=24, n_routed_experts=4,
+    num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
+    topk_group=1, max_position_embeddings=1024,
+)  # fmt: skip
+#: Sarvam-MLA: a plain q_proj (q_lora_rank null, its config's default).
+SARVAM = dict(_MLA, model_type="sarvam_mla", q_lora_rank=None)
+#: GLM-4.7-Flash: the query through its own latent (q_a_proj, q_a_layernorm, q_b_proj).
+GLM_LITE = dict(_MLA, model_type="glm4_moe_lite", q_lora_rank=48)
+_MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+
+def _built_count(raw: dict) -> int:
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.AutoConfig.for_model(**raw)
+        )
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("raw", [SARVAM, GLM_LITE], ids=["sarvam_mla", "glm4_moe_lite"])
+def test_a_walked_mla_has_the_configs_ranks_and_head_widths(raw: dict) -> None:
+    spec = spec_from_config(raw)
+    assert not spec.unmodelled
+    assert spec.norms_per_layer == 2  # the latent norms are the attention's, not the block's
+    for kind, _ in spec.kinds:
+        att = kind.attention
+        assert att.kind == "mla"
+        assert att.q_lora_rank == raw["q_lora_rank"]
+        assert {k: getattr(att, k) for k in _MLA_KEYS} == {k: raw[k] for k in _MLA_KEYS}
+        assert att.num_attention_heads == att.num_key_value_heads == raw["num_attention_heads"]
+    assert spec.n_params == _built_count(raw)
+
+
+@pytest.mark.parametrize("raw", [SARVAM, GLM_LITE], ids=["sarvam_mla", "glm4_moe_lite"])
+def test_the_walked_attention_is_the_deepseek_v3_readers(raw: dict) -> None:
+    """The same config read as deepseek_v3 by the hand-written reader
+    (``adapters/families/deepseek.py`` ``_mla``) gives the same attention, layer by layer."""
+    walked = spec_from_config(raw)
+    read = spec_from_config(dict(raw, model_type="deepseek_v3", num_nextn_predict_layers=0))
+    assert [k.attention for k, _ in walked.kinds] == [k.attention for k, _ in read.kinds]
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt"])
+@pytest.mark.parametrize("raw", [SARVAM, GLM_LITE], ids=["sarvam_mla", "glm4_moe_lite"])
+def test_a_walked_mla_is_within_three_percent_of_the_dry_run(raw: dict, setup_name: str) -> None:
+    assert setup_name in SETUPS
+    ratio = _ratio_to_dry_run(raw, setup_name)
+    assert abs(ratio - 1) < 0.03, ratio
+
+
+def test_the_roles_read_mla_widths_from_the_shapes() -> None:
+    """Block 0 of a DeepSeek-V3 MLA block as (relative name, shape, owner class): the
+    latent norms are attention parts, kv_b's and q_b's rows are read by the side that is
+    not the rank."""
+    d, r_q, r_kv, h, rope, nope, v = 64, 48, 32, 4, 16, 32, 24
+    entries = [
+        ("self_attn.q_a_proj.weight", (r_q, d), "Linear"),
+        ("self_attn.q_a_layernorm.weight", (r_q,), "DeepseekV3RMSNorm"),
+        ("self_attn.q_b_proj.weight", (h * (nope + rope), r_q), "Linear"),
+        ("self_attn.kv_a_proj_with_mqa.weight", (r_kv + rope, d), "Linear"),
+        ("self_attn.kv_a_layernorm.weight", (r_kv,), "DeepseekV3RMSNorm"),
+        ("self_attn.kv_b_proj.weight", (h * (nope + v), r_kv), "Linear"),
+        ("self_attn.o_proj.weight", (d, h * v), "Linear"),
+        ("mlp.gate_proj.weight", (128, d), "Linear"),
+        ("mlp.up_proj.weight", (128, d), "Linear"),
+        ("mlp.down_proj.weight", (d, 128), "Linear"),
+        ("input_layernorm.weight", (d,), "DeepseekV3RMSNorm"),
+        ("post_attention_layernorm.weight", (d,), "DeepseekV3RMSNorm"),
+    ]
+    found = roles.classify_block(entries, d)
+    assert found.mla == roles.MLAWidths(
+        q_lora_rank=r_q,
+        q_width=h * (nope + rope),
+        kv_a_width=r_kv + rope,
+        kv_lora_rank=r_kv,
+        kv_b_width=h * (nope + v),
+        o_width=h * v,
+    )
+    assert found.norms_per_layer == 2
+    norm_role = found.roles["self_attn.kv_a_layernorm.weight"]
+    assert norm_role == ("attention.mla.kv_a_norm", "attention")
+    assert roles.unrecognised(entries) == []
+
+
+#: DeepSeek-V3.2: DeepSeek-V3's MLA plus the DSA indexer (``indexer.wq_b`` …).
+DEEPSEEK_V32 = dict(
+    _MLA, model_type="deepseek_v32", q_lora_rank=48, index_n_heads=2, index_head_dim=32,
+    index_topk=16,
+)  # fmt: skip
+
+
+def test_an_mla_with_an_indexer_stays_not_modelled() -> None:
+    spec = spec_from_config(DEEPSEEK_V32)
+    assert spec.unmodelled[0] == NOT_MODELLED["deepseek_v32"]
+    assert any("indexer.wq_b" in part for part in spec.unmodelled[1:])
+    assert spec.n_params == _built_count(DEEPSEEK_V32)
