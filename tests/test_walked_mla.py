@@ -122,3 +122,23 @@ def test_an_mla_with_an_indexer_stays_not_modelled() -> None:
     assert spec.unmodelled[0] == NOT_MODELLED["deepseek_v32"]
     assert any("indexer.wq_b" in part for part in spec.unmodelled[1:])
     assert spec.n_params == _built_count(DEEPSEEK_V32)
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt"])
+def test_mla_at_t_256_where_the_probabilities_dominate(setup_name: str) -> None:
+    """B = 2, T = 256: the T×T probabilities outweigh the weights. At the attention
+    backward of a 16-bit eager step the probabilities' copy probs·V alone saved is freed
+    (``implementations.TransformersAroundReference.at_attention_backward``; autocast with
+    checkpointing was 1.101 with it counted)."""
+    from introspect import refined
+    from introspect.measure import hf_models
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(SARVAM)
+    setup = TrainingSetup(
+        batch_size=2, seq_len=256, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS[setup_name],
+    )  # fmt: skip
+    measured, _ = hf_models.measure(SARVAM, "sarvam_mla", spec, setup, device="fake", census=False)
+    ratio = refined.estimate(spec, setup).total / measured.peak_bytes
+    assert abs(ratio - 1) < 0.03, ratio
