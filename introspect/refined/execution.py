@@ -52,7 +52,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from introspect.params import attention_params, norm_params, qk_norm_params
+from introspect.params import (
+    attention_params,
+    block_per_layer_input_params,
+    norm_params,
+    qk_norm_params,
+)
 from introspect.refined import (
     accumulation,
     activation_offload,
@@ -381,6 +386,33 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
     return out
 
 
+#: The store layers' K and V (and, once recomputed, their graphs) ``shared_kv_states``
+#: holds (:func:`kv_store`).
+KV_STORE = "activations/layer/attention/kv_store"
+
+
+def kv_store(spec: ModelSpec, setup: TrainingSetup, layer: int | None = None) -> dict[str, int]:
+    """What Gemma 4's ``shared_kv_states`` holds under checkpointing at a moment of the
+    step (:func:`hf_saved.kv_store_layers`; empty elsewhere: no store layers, no
+    checkpointing, LoRA, offloaded activations). ``layer`` None: the forward and the
+    backward's start, every store layer's K and V from its forward
+    (:func:`hf_saved.kv_store_outputs`; the checkpoint saved nothing else of them). At
+    layer ``i``'s backward moments: a store layer above ``i`` has been recomputed and its
+    recomputed K/V graph stays (:func:`hf_saved.kv_store_graph`); the one at ``i`` holds
+    its recomputed K and V beside the layer's saved set; one below still its forward's."""
+    if not setup.activation_checkpointing or _lora(setup) or setup.offload_activations:
+        return {}
+    stores = hf_saved.kv_store_layers(spec, setup)
+    if not stores:
+        return {}
+    total = 0
+    for index, kind in stores:
+        one = spec.for_kind(kind)
+        recomputed = layer is not None and index > layer
+        total += (hf_saved.kv_store_graph if recomputed else hf_saved.kv_store_outputs)(one, setup)
+    return {KV_STORE: total}
+
+
 @per_estimate
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers).
@@ -707,6 +739,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if setup.offload_activations:
         saved_all = activation_offload.at_forward_end(saved_all)
     terms = _add(state_terms(spec, setup), saved_all)
+    terms.update(kv_store(spec, setup))
     terms[LOGITS_GRAD] = logits_transient(spec, setup)
     terms[GRADS] = resident_grads(spec, setup)
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
@@ -755,6 +788,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     if setup.offload_activations:  # what the loss just made; the saved set on the host
         saved_all = {k: v for k, v in saved_all.items() if k == LOG_SOFTMAX}
     terms = _add(state_terms(spec, setup), saved_all)
+    terms.update(kv_store(spec, setup))
     BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
     terms[LOGITS_OUTPUT] = BTV * s
     if impl.loss_bytes(setup) > s:
@@ -806,6 +840,9 @@ def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
         and setup.tensor_parallel == 1
         and setup.pipeline_parallel == 1
         and not spec.is_heterogeneous
+        # Gemma 4's store layers: the layers below one hold its recomputed K/V graph, a
+        # step in the layer index, not the line (kv_store)
+        and not hf_saved.kv_store_layers(spec, setup)
     )
 
 
@@ -837,6 +874,7 @@ def backward_moments(
         else 0
     ) + BT * d * s
     head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
+    head.update(kv_store(spec, setup))
     if losses.is_library(setup):
         head[LOGITS_GRAD] = losses.head(spec, setup, head)
     wb = working_weight_bytes(setup)
@@ -1094,6 +1132,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         if recompute:
             recompute = _add(recompute, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
+    # Gemma 4's per-layer-input tail, the block's last op: its gradients come first.
+    tail = block_per_layer_input_params(spec)
     return {
         # Prefixed once: a moment differs from the next only by the layers below.
         "below": {}  # offloaded: the layers below are on the host
@@ -1105,8 +1145,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
         "deltanet_grad": _deltanet_backward(spec, setup, att),
-        "params": layer_parameters(spec),
-        "down_params": down_params,
+        "params": layer_parameters(spec) + tail,
+        "down_params": down_params + tail,
         "attention_side_params": attention_side_params,
     }
 
@@ -1131,9 +1171,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     head_params = head_parameters(spec)
     wb = working_weight_bytes(setup)
     base = _add(state, before)  # every moment starts from it (each gets a copy)
-    if spec.per_layer_input_size and implementation_of(spec, setup) is not REFERENCE:
-        # Gemma 4: the per-layer inputs' gradient, summed over the layers' slices
-        base = _add(base, hf_saved.per_layer_input_grad(spec, setup))
+    per_layer_inputs = spec.per_layer_input_size and implementation_of(spec, setup) is not REFERENCE
 
     def counts_below(i: int) -> tuple[int, list[int]]:
         """Layer i's kind, and how many layers of each kind lie below it."""
@@ -1172,11 +1210,22 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         gradients are made there (a tied weight's gradient accumulates in place)."""
         return sum(n for top, n in shared_tops if top > i)
 
+    masked = setup.activation_checkpointing and "activations/attention_mask" in base
+
     def at_layer(i: int) -> list[dict[str, int]]:
         n, counts = counts_below(i)
         part = parts[n]
         recorded = [c - u for c, u in zip(counts, unrecorded, strict=True)]
         below_i = layers_below(recorded)  # the layers below, as they are
+        below_i.update(kv_store(spec, setup, i))
+        if per_layer_inputs:
+            # Gemma 4: the per-layer inputs' gradient, summed over the layers' slices
+            below_i.update(hf_saved.per_layer_input_grad(spec, setup, top=i == L - 1))
+        if masked:
+            # eager's masks of the layer types at or below i (hf_saved.eager_masks)
+            present = [k for m, k in enumerate(kinds) if counts[m] or m == n]
+            types = hf_saved.mask_types(spec, present)
+            below_i["activations/attention_mask"] = hf_saved.eager_masks(spec, setup, types)
         above = head_params + params_above(n, counts) + shared_above(i)
         placed = sharding.moment_terms(spec, setup, "layer", wb, i)
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
