@@ -1559,6 +1559,19 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/probs_v_grad",
+            category="transient",
+            equation="B·T·q_dim·s + B·h·T²·s + attention_stream  (probs_v_transient; eager attention, inside probs·V's backward)",
+            source="transformers eager_attention_forward (e.g. models/gemma4/modeling_gemma4.py): torch.matmul(attn_weights, value_states)'s backward holds o_proj's input gradient and makes the probabilities' and V's gradients, before the softmax's backward frees V and the 16-bit probabilities (introspect/refined/execution.py: _at_probs_v_backward)",
+            computed_by=(
+                "introspect/refined/execution.py: probs_v_transient",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_wide_global_heads_fp32_against_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/kv_store",
             category="activations",
             equation="forward and backward's start: sum over store layers of kv_store_outputs = BT * kv_dim * (max(s, table) + s); at layer i's backward: kv_store_graph (norm input + 2 stats + FP32 x·rstd, k/v projection inputs and BF16 weights, k_norm's and v_norm's FP32 copies and stats, K and V) for each store layer above i, kv_store_outputs for the others  (kv_store; with checkpointing)",

@@ -180,3 +180,16 @@ def test_gemma4_checkpointed_at_longer_sequences_against_the_dry_run(config, seq
     )
     ratio = refined.estimate(spec, setup).total / measured.peak_bytes
     assert 0.99 <= ratio <= 1.01, f"{config} T={seq_len}: {ratio:.4f}"
+
+
+@pytest.mark.slow
+def test_gemma4_wide_global_heads_fp32_against_the_dry_run():
+    """The class-default ``global_head_dim`` 512 at d = 64 (the full layer's q_dim 2048,
+    32·d): at T = 64 eager's peak is inside probs·V's backward of the full layer
+    (:func:`introspect.refined.execution.probs_v_transient`: o_proj's input gradient and
+    V's, q-wide, beside V still saved), not the softmax's (before: 0.965). Under autocast
+    with checkpointing and in BF16 the peak is inside q_norm's backward (five FP32
+    B·T·q_dim temporaries of ``Gemma4RMSNorm``'s pow/mean chain), not modelled: 0.926
+    and 0.976."""
+    ratio = _ratio_to_dry_run({**GEMMA4, "global_head_dim": 512}, "fp32 eager")
+    assert 0.99 <= ratio <= 1.01, f"{ratio:.4f}"

@@ -146,6 +146,8 @@ CAUSES: dict[str, str] = {
     "activations/layer/attention/kv_store": "Gemma 4's shared_kv_states: each layer type's "
     "topmost layer's K and V, and once that layer is recomputed the recomputed graph under "
     "them (its K/V paths' saved tensors), to the end of backward",
+    "activations/layer/attention/probs_v_grad": "inside eager attention's probs·V "
+    "backward: o_proj's input gradient, the probabilities' and V's gradients, the stream's",
     "activations/per_layer_inputs/grad/slice": "Gemma 4: the layer's own slice of the "
     "per-layer inputs' gradient, before its select_backward runs",
     "activations/positions": "rotary cos/sin, made once per forward and shared by every layer",

@@ -1088,6 +1088,45 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
     return terms
 
 
+#: The gradients inside eager attention's probs·V backward (:func:`probs_v_transient`).
+PV_GRAD = "activations/layer/attention/probs_v_grad"
+
+
+def _at_probs_v_backward(spec: ModelSpec, setup: TrainingSetup, full: dict, side: dict) -> dict:
+    """A transformers eager attention layer's terms inside ``attn_output =
+    torch.matmul(attn_weights, value_states)``'s backward (``eager_attention_forward``,
+    e.g. ``models/gemma4/modeling_gemma4.py``; empty elsewhere): the attention side as at
+    the softmax's backward (:meth:`~introspect.refined.implementations.Transformers.
+    at_attention_backward`) but with V and the probabilities' 16-bit copy still held —
+    the bmm saved them and runs before the softmax's backward, which frees them."""
+    impl = implementation_of(spec, setup)
+    eager = setup.attention == "eager" and type(impl).__name__ == "Transformers"
+    if not eager or not impl.keeps_t2(spec, setup) or spec.kinds[0][0].attention.kind == "none":
+        return {}
+    if spec.kinds[0][0].attention.kind not in hf_saved.MASKED_KINDS:
+        return {}
+    out = dict(side)
+    out.update(hf_saved.attention_norm(spec, setup))
+    return out
+
+
+def probs_v_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """What probs·V's backward holds beyond the saved set: the gradient of its output
+    (o_proj's input gradient, B·T·q_dim), the two it makes — the probabilities' (B·h·T²
+    at the bmm's dtype: the activations') and V's (at the width the bmm saw V,
+    :meth:`~introspect.refined.implementations.Transformers.attention_stream`) — and the
+    residual stream's gradient. The softmax backward's moment (:func:`attention_transient`)
+    holds two FP32 B·h·T² tensors instead of one 16-bit one and the B·T·q_dim gradient,
+    so this is the larger where the heads are wide against T (measured: Gemma 4 unified,
+    d = 64, 4 heads, global_head_dim 512, T = 64, FP32 eager: the peak inside the full
+    layer's probs·V backward, B·T·q_dim + B·T·q_dim + B·h·T² + B·T·d alive beside its
+    attention side)."""
+    B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
+    impl = implementation_of(spec, setup)
+    t2 = B * spec.num_attention_heads * T * T * s
+    return B * T * spec.q_dim * s + t2 + impl.attention_stream(spec, setup)
+
+
 def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     """One layer's share of its backward moments, for a homogeneous ``spec`` (a kind of a
     heterogeneous stack through :meth:`ModelSpec.for_kind`): what it keeps while the layers
@@ -1102,6 +1141,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
     att = spec.kinds[0][0].attention
     recompute = _mixer_recompute(spec, setup, att, side) if setup.activation_checkpointing else {}
+    pv = _at_probs_v_backward(spec, setup, full, side)
     current = impl.at_attention_backward(spec, setup, full, side)
     if att.kind == "none":
         side = 0
@@ -1125,6 +1165,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
+        if pv:
+            pv = _add(pv, recomputed)
         again = _recomputed_released(att, setup)
         if again:
             whole = _add(whole, {RELEASED: -again})
@@ -1141,6 +1183,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         else _prefixed({f"layer/{k}": v for k, v in below.items()}),
         "whole": _prefixed({f"layer/{k}": v for k, v in whole.items()}),
         "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
+        "pv": _prefixed({f"layer/{k}": v for k, v in pv.items()}),
+        "pv_grad": probs_v_transient(spec, setup) if pv else 0,
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
@@ -1249,6 +1293,16 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
+        if part["pv"]:
+            # Eager attention: inside probs·V's backward, before the softmax's.
+            pv_terms = dict(base)
+            pv_terms.update(below_i)
+            _add_into(pv_terms, part["pv"])
+            _add_into(pv_terms, loop_logits)
+            pv_terms[PV_GRAD] = part["pv_grad"]
+            pv_terms[GRADS] = terms[GRADS]
+            pv_terms.update(placed)
+            out.append(pv_terms)
         if part["deltanet_grad"] is not None:
             # A Gated DeltaNet layer: inside the backward of its kernel's first
             # solve_triangular (the same layer terms, its own transient instead).
