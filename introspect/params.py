@@ -322,6 +322,16 @@ def per_layer_input_params(spec: ModelSpec) -> dict[str, int]:
     }
 
 
+def block_per_layer_input_params(spec: ModelSpec) -> int:
+    """One block's share of :func:`per_layer_input_params`: its ``per_layer_input_gate``
+    and ``per_layer_projection`` (2·d·d_pl, no biases) and ``post_per_layer_input_norm``
+    (d); 0 without per-layer inputs. Their gradients are made in the block's backward,
+    first of the block's (the tail is its last op, ``models/gemma4/modeling_gemma4.py``
+    l. 1408-1415)."""
+    dpl = spec.per_layer_input_size
+    return 2 * spec.hidden_size * dpl + spec.hidden_size if dpl else 0
+
+
 def parameter_count(spec: ModelSpec) -> int:
     """N from the structure: the sum of :func:`parameters_by_component`."""
     return sum(parameters_by_component(spec).values())

@@ -115,11 +115,16 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/attention_mask",
             category="activations",
-            equation="B·T²·r: eager's (B, 1, T, T) additive causal mask at the residual dtype, kept by every checkpointed layer as one of its inputs",
-            source="source not recorded (introspect/refined/hf_saved.py: embedding; the cause in introspect/refined/causes.py)",
-            computed_by=("introspect/refined/hf_saved.py: embedding",),
+            equation="n·B·T²·r: eager's (B, 1, T, T) additive causal mask at the residual dtype, one per layer type (n: the types of the stack; at layer i's backward those of layers 0..i), kept by every checkpointed layer as one of its inputs  (eager_masks)",
+            source="transformers/masking_utils.py create_causal_mask / create_sliding_window_causal_mask; causal_mask_mapping in models/gemma4/modeling_gemma4.py l. 1650-1653, models/gemma3/modeling_gemma3.py l. 525-528, models/gemma2/modeling_gemma2.py l. 431-434 (introspect/refined/hf_saved.py: embedding, eager_masks)",
+            computed_by=(
+                "introspect/refined/hf_saved.py: embedding",
+                "introspect/refined/hf_saved.py: eager_masks",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
             tests=(
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+                "tests/test_gemma4_rows.py::test_gemma4_checkpointed_at_longer_sequences_against_the_dry_run",
             ),
         ),
         Term(
@@ -1554,6 +1559,33 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/probs_v_grad",
+            category="transient",
+            equation="B·T·q_dim·s + B·h·T²·s + attention_stream  (probs_v_transient; eager attention, inside probs·V's backward)",
+            source="transformers eager_attention_forward (e.g. models/gemma4/modeling_gemma4.py): torch.matmul(attn_weights, value_states)'s backward holds o_proj's input gradient and makes the probabilities' and V's gradients, before the softmax's backward frees V and the 16-bit probabilities (introspect/refined/execution.py: _at_probs_v_backward)",
+            computed_by=(
+                "introspect/refined/execution.py: probs_v_transient",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_wide_global_heads_fp32_against_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/kv_store",
+            category="activations",
+            equation="forward and backward's start: sum over store layers of kv_store_outputs = BT * kv_dim * (max(s, table) + s); at layer i's backward: kv_store_graph (norm input + 2 stats + FP32 x·rstd, k/v projection inputs and BF16 weights, k_norm's and v_norm's FP32 copies and stats, K and V) for each store layer above i, kv_store_outputs for the others  (kv_store; with checkpointing)",
+            source="transformers/models/gemma4/modeling_gemma4.py l. 1230-1231 (models/gemma4_unified/modeling_gemma4_unified.py l. 412-413): the topmost layer of each type puts K and V into shared_kv_states (configuration_gemma4.py l. 226-251: 'store' with num_kv_shared_layers 0), a dict every checkpointed layer's call keeps; torch/utils/checkpoint.py l. 1132-1133: the recomputation's pack hook returns each tensor, so the recomputed graph under the stored K and V keeps its saved tensors to the end of backward",
+            computed_by=(
+                "introspect/refined/hf_saved.py: kv_store_outputs",
+                "introspect/refined/hf_saved.py: kv_store_graph",
+                "introspect/refined/execution.py: kv_store",
+            ),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_checkpointed_at_longer_sequences_against_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/layernorm/v_norm",
             category="activations",
             equation="BT * spec.kv_dim * FP32 + _rms_stats(spec) * v_rows * FP32  (per_layer; v_rows = BT * kv_heads)",
@@ -2214,7 +2246,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/per_layer_inputs/grad",
             category="activations",
-            equation="BT * L * d_pl * residual_bytes(setup)  (per_layer_input_grad; at every layer's backward)",
+            equation="BT * L * d_pl * residual_bytes(setup)  (per_layer_input_grad; at every layer's backward but the top layer's)",
             source="transformers/models/gemma4/modeling_gemma4.py l. 1684: per_layer_inputs[:, :, i, :]; select_backward puts each layer's slice gradient into a zero B·T·L·d_pl tensor, summed in the engine's input buffer (torch/csrc/autograd/input_buffer.cpp) until layer 0's backward",
             computed_by=(
                 "introspect/refined/hf_saved.py: per_layer_input_grad",
@@ -2222,6 +2254,20 @@ def _records() -> tuple[Term, ...]:
             ),
             tests=(
                 "tests/test_gemma4_rows.py::test_gemma4_per_layer_inputs_closed_form_within_three_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/per_layer_inputs/grad/slice",
+            category="activations",
+            equation="BT * d_pl * residual_bytes(setup)  (per_layer_input_grad; at each layer's backward)",
+            source="transformers/models/gemma4/modeling_gemma4.py l. 1408-1415, 1684: the product's backward makes the layer's slice gradient first in the layer; its select_backward (made before the layer's call: a lower sequence number, torch/csrc/autograd/engine.cpp runs the highest first) runs after the whole layer",
+            computed_by=(
+                "introspect/refined/hf_saved.py: per_layer_input_grad",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_gemma4_rows.py::test_gemma4_checkpointed_at_longer_sequences_against_the_dry_run",
+                "tests/test_gemma4_rows.py::test_gemma4_per_layer_inputs_at_a_longer_sequence_against_the_dry_run",
             ),
         ),
         Term(

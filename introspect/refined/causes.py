@@ -141,8 +141,15 @@ CAUSES: dict[str, str] = {
     "activations/logits/grad": "gradient of the log-probabilities and of the logits (FP32)",
     "activations/layer/layernorm/input": "the norm's FP32 copy of its input (RMSNorm's "
     "upcast; OLMo2's post-norms; with checkpointing, remade for the recomputed layer)",
-    "activations/attention_mask": "eager's (B, 1, T, T) additive causal mask, kept by every "
-    "checkpointed layer as one of its inputs",
+    "activations/attention_mask": "eager's (B, 1, T, T) additive causal masks, one per layer "
+    "type, kept by every checkpointed layer of that type as one of its inputs",
+    "activations/layer/attention/kv_store": "Gemma 4's shared_kv_states: each layer type's "
+    "topmost layer's K and V, and once that layer is recomputed the recomputed graph under "
+    "them (its K/V paths' saved tensors), to the end of backward",
+    "activations/layer/attention/probs_v_grad": "inside eager attention's probs·V "
+    "backward: o_proj's input gradient, the probabilities' and V's gradients, the stream's",
+    "activations/per_layer_inputs/grad/slice": "Gemma 4: the layer's own slice of the "
+    "per-layer inputs' gradient, before its select_backward runs",
     "activations/positions": "rotary cos/sin, made once per forward and shared by every layer",
     "activations/embedding/dropout_mask": "embedding dropout's mask (CPU: the input's dtype; "
     "CUDA: one byte)",

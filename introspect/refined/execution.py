@@ -52,7 +52,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from introspect.params import attention_params, norm_params, qk_norm_params
+from introspect.params import (
+    attention_params,
+    block_per_layer_input_params,
+    norm_params,
+    qk_norm_params,
+)
 from introspect.refined import (
     accumulation,
     activation_offload,
@@ -381,6 +386,33 @@ def _prefixed(terms: dict[str, int]) -> dict[str, int]:
     return out
 
 
+#: The store layers' K and V (and, once recomputed, their graphs) ``shared_kv_states``
+#: holds (:func:`kv_store`).
+KV_STORE = "activations/layer/attention/kv_store"
+
+
+def kv_store(spec: ModelSpec, setup: TrainingSetup, layer: int | None = None) -> dict[str, int]:
+    """What Gemma 4's ``shared_kv_states`` holds under checkpointing at a moment of the
+    step (:func:`hf_saved.kv_store_layers`; empty elsewhere: no store layers, no
+    checkpointing, LoRA, offloaded activations). ``layer`` None: the forward and the
+    backward's start, every store layer's K and V from its forward
+    (:func:`hf_saved.kv_store_outputs`; the checkpoint saved nothing else of them). At
+    layer ``i``'s backward moments: a store layer above ``i`` has been recomputed and its
+    recomputed K/V graph stays (:func:`hf_saved.kv_store_graph`); the one at ``i`` holds
+    its recomputed K and V beside the layer's saved set; one below still its forward's."""
+    if not setup.activation_checkpointing or _lora(setup) or setup.offload_activations:
+        return {}
+    stores = hf_saved.kv_store_layers(spec, setup)
+    if not stores:
+        return {}
+    total = 0
+    for index, kind in stores:
+        one = spec.for_kind(kind)
+        recomputed = layer is not None and index > layer
+        total += (hf_saved.kv_store_graph if recomputed else hf_saved.kv_store_outputs)(one, setup)
+    return {KV_STORE: total}
+
+
 @per_estimate
 def saved_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Every saved activation at the end of forward, as breakdown terms (all layers).
@@ -707,6 +739,7 @@ def forward_end(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if setup.offload_activations:
         saved_all = activation_offload.at_forward_end(saved_all)
     terms = _add(state_terms(spec, setup), saved_all)
+    terms.update(kv_store(spec, setup))
     terms[LOGITS_GRAD] = logits_transient(spec, setup)
     terms[GRADS] = resident_grads(spec, setup)
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
@@ -755,6 +788,7 @@ def loss_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None
     if setup.offload_activations:  # what the loss just made; the saved set on the host
         saved_all = {k: v for k, v in saved_all.items() if k == LOG_SOFTMAX}
     terms = _add(state_terms(spec, setup), saved_all)
+    terms.update(kv_store(spec, setup))
     BTV, s = setup.tokens * spec.vocab_size, setup.activation_bytes
     terms[LOGITS_OUTPUT] = BTV * s
     if impl.loss_bytes(setup) > s:
@@ -806,6 +840,9 @@ def builds_candidates_only(spec: ModelSpec, setup: TrainingSetup) -> bool:
         and setup.tensor_parallel == 1
         and setup.pipeline_parallel == 1
         and not spec.is_heterogeneous
+        # Gemma 4's store layers: the layers below one hold its recomputed K/V graph, a
+        # step in the layer index, not the line (kv_store)
+        and not hf_saved.kv_store_layers(spec, setup)
     )
 
 
@@ -837,6 +874,7 @@ def backward_moments(
         else 0
     ) + BT * d * s
     head[GRADS] = grad_bytes(spec, setup, head_parameters(spec))
+    head.update(kv_store(spec, setup))
     if losses.is_library(setup):
         head[LOGITS_GRAD] = losses.head(spec, setup, head)
     wb = working_weight_bytes(setup)
@@ -1050,6 +1088,45 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
     return terms
 
 
+#: The gradients inside eager attention's probs·V backward (:func:`probs_v_transient`).
+PV_GRAD = "activations/layer/attention/probs_v_grad"
+
+
+def _at_probs_v_backward(spec: ModelSpec, setup: TrainingSetup, full: dict, side: dict) -> dict:
+    """A transformers eager attention layer's terms inside ``attn_output =
+    torch.matmul(attn_weights, value_states)``'s backward (``eager_attention_forward``,
+    e.g. ``models/gemma4/modeling_gemma4.py``; empty elsewhere): the attention side as at
+    the softmax's backward (:meth:`~introspect.refined.implementations.Transformers.
+    at_attention_backward`) but with V and the probabilities' 16-bit copy still held —
+    the bmm saved them and runs before the softmax's backward, which frees them."""
+    impl = implementation_of(spec, setup)
+    eager = setup.attention == "eager" and type(impl).__name__ == "Transformers"
+    if not eager or not impl.keeps_t2(spec, setup) or spec.kinds[0][0].attention.kind == "none":
+        return {}
+    if spec.kinds[0][0].attention.kind not in hf_saved.MASKED_KINDS:
+        return {}
+    out = dict(side)
+    out.update(hf_saved.attention_norm(spec, setup))
+    return out
+
+
+def probs_v_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """What probs·V's backward holds beyond the saved set: the gradient of its output
+    (o_proj's input gradient, B·T·q_dim), the two it makes — the probabilities' (B·h·T²
+    at the bmm's dtype: the activations') and V's (at the width the bmm saw V,
+    :meth:`~introspect.refined.implementations.Transformers.attention_stream`) — and the
+    residual stream's gradient. The softmax backward's moment (:func:`attention_transient`)
+    holds two FP32 B·h·T² tensors instead of one 16-bit one and the B·T·q_dim gradient,
+    so this is the larger where the heads are wide against T (measured: Gemma 4 unified,
+    d = 64, 4 heads, global_head_dim 512, T = 64, FP32 eager: the peak inside the full
+    layer's probs·V backward, B·T·q_dim + B·T·q_dim + B·h·T² + B·T·d alive beside its
+    attention side)."""
+    B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
+    impl = implementation_of(spec, setup)
+    t2 = B * spec.num_attention_heads * T * T * s
+    return B * T * spec.q_dim * s + t2 + impl.attention_stream(spec, setup)
+
+
 def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     """One layer's share of its backward moments, for a homogeneous ``spec`` (a kind of a
     heterogeneous stack through :meth:`ModelSpec.for_kind`): what it keeps while the layers
@@ -1064,6 +1141,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
     att = spec.kinds[0][0].attention
     recompute = _mixer_recompute(spec, setup, att, side) if setup.activation_checkpointing else {}
+    pv = _at_probs_v_backward(spec, setup, full, side)
     current = impl.at_attention_backward(spec, setup, full, side)
     if att.kind == "none":
         side = 0
@@ -1087,6 +1165,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
+        if pv:
+            pv = _add(pv, recomputed)
         again = _recomputed_released(att, setup)
         if again:
             whole = _add(whole, {RELEASED: -again})
@@ -1094,6 +1174,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         if recompute:
             recompute = _add(recompute, recomputed)
     whole, down_params = _after_down_projection(spec, setup, whole)
+    # Gemma 4's per-layer-input tail, the block's last op: its gradients come first.
+    tail = block_per_layer_input_params(spec)
     return {
         # Prefixed once: a moment differs from the next only by the layers below.
         "below": {}  # offloaded: the layers below are on the host
@@ -1101,12 +1183,14 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         else _prefixed({f"layer/{k}": v for k, v in below.items()}),
         "whole": _prefixed({f"layer/{k}": v for k, v in whole.items()}),
         "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
+        "pv": _prefixed({f"layer/{k}": v for k, v in pv.items()}),
+        "pv_grad": probs_v_transient(spec, setup) if pv else 0,
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
         "deltanet_grad": _deltanet_backward(spec, setup, att),
-        "params": layer_parameters(spec),
-        "down_params": down_params,
+        "params": layer_parameters(spec) + tail,
+        "down_params": down_params + tail,
         "attention_side_params": attention_side_params,
     }
 
@@ -1131,9 +1215,7 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
     head_params = head_parameters(spec)
     wb = working_weight_bytes(setup)
     base = _add(state, before)  # every moment starts from it (each gets a copy)
-    if spec.per_layer_input_size and implementation_of(spec, setup) is not REFERENCE:
-        # Gemma 4: the per-layer inputs' gradient, summed over the layers' slices
-        base = _add(base, hf_saved.per_layer_input_grad(spec, setup))
+    per_layer_inputs = spec.per_layer_input_size and implementation_of(spec, setup) is not REFERENCE
 
     def counts_below(i: int) -> tuple[int, list[int]]:
         """Layer i's kind, and how many layers of each kind lie below it."""
@@ -1172,11 +1254,22 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         gradients are made there (a tied weight's gradient accumulates in place)."""
         return sum(n for top, n in shared_tops if top > i)
 
+    masked = setup.activation_checkpointing and "activations/attention_mask" in base
+
     def at_layer(i: int) -> list[dict[str, int]]:
         n, counts = counts_below(i)
         part = parts[n]
         recorded = [c - u for c, u in zip(counts, unrecorded, strict=True)]
         below_i = layers_below(recorded)  # the layers below, as they are
+        below_i.update(kv_store(spec, setup, i))
+        if per_layer_inputs:
+            # Gemma 4: the per-layer inputs' gradient, summed over the layers' slices
+            below_i.update(hf_saved.per_layer_input_grad(spec, setup, top=i == L - 1))
+        if masked:
+            # eager's masks of the layer types at or below i (hf_saved.eager_masks)
+            present = [k for m, k in enumerate(kinds) if counts[m] or m == n]
+            types = hf_saved.mask_types(spec, present)
+            below_i["activations/attention_mask"] = hf_saved.eager_masks(spec, setup, types)
         above = head_params + params_above(n, counts) + shared_above(i)
         placed = sharding.moment_terms(spec, setup, "layer", wb, i)
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
@@ -1200,6 +1293,16 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         terms[GRADS] = grad_bytes(spec, setup, done)
         terms.update(placed)
         out.append(terms)
+        if part["pv"]:
+            # Eager attention: inside probs·V's backward, before the softmax's.
+            pv_terms = dict(base)
+            pv_terms.update(below_i)
+            _add_into(pv_terms, part["pv"])
+            _add_into(pv_terms, loop_logits)
+            pv_terms[PV_GRAD] = part["pv_grad"]
+            pv_terms[GRADS] = terms[GRADS]
+            pv_terms.update(placed)
+            out.append(pv_terms)
         if part["deltanet_grad"] is not None:
             # A Gated DeltaNet layer: inside the backward of its kernel's first
             # solve_triangular (the same layer terms, its own transient instead).

@@ -478,17 +478,29 @@ def per_layer_input_terms(spec: ModelSpec, setup: TrainingSetup) -> dict[str, in
     return out
 
 
-def per_layer_input_grad(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
-    """The per-layer inputs' gradient through every layer's backward: each layer's
-    product backward makes its slice's gradient, and ``select_backward`` puts it into a
-    zero B·T·L·d_pl tensor (``per_layer_inputs[:, :, i, :]``,
-    ``models/gemma4/modeling_gemma4.py`` l. 1684), which the engine's input buffer of the
-    per-layer inputs' node sums over the layers (``torch/csrc/autograd/input_buffer.cpp``)
-    until the first layer's backward has run: one B·T·L·d_pl tensor at their dtype (FP32
-    under autocast, :func:`per_layer_input_embedding`) alive at every layer's backward
-    (the top layer's per-layer tail runs before its feed-forward's backward)."""
+def per_layer_input_grad(spec: ModelSpec, setup: TrainingSetup, top: bool) -> dict[str, int]:
+    """The per-layer inputs' gradient at a layer's backward moments (``top``: the top
+    layer's). Each layer's product backward makes its slice's gradient (B·T·d_pl at the
+    per-layer inputs' dtype: FP32 under autocast, :func:`per_layer_input_embedding`) —
+    the tail is the layer's last op, so its backward runs first and the slice's
+    gradient is alive at the layer's feed-forward and attention backward — and
+    ``select_backward`` puts it into a zero B·T·L·d_pl tensor (``per_layer_inputs[:, :,
+    i, :]``, ``models/gemma4/modeling_gemma4.py`` l. 1684), which the engine's input
+    buffer of the per-layer inputs' node sums over the layers
+    (``torch/csrc/autograd/input_buffer.cpp``) until layer 0's backward. The select of
+    layer i was made before layer i's call, so its node has a lower sequence number than
+    every node of the layer and the engine (``torch/csrc/autograd/engine.cpp``: the ready
+    queue takes the highest sequence number first) runs it after the whole layer: the
+    top layer's moments hold its slice's gradient alone, every lower layer's the summed
+    B·T·L·d_pl tensor beside its own slice's (measured: the every-type Gemma 4 dry run at
+    T = 2048, peak inside the top layer's attention backward, holds one B·T·d_pl FP32
+    gradient and no B·T·L·d_pl one)."""
+    BT, r = setup.tokens, residual_bytes(setup)
     P = spec.num_hidden_layers * spec.per_layer_input_size
-    return {"activations/per_layer_inputs/grad": setup.tokens * P * residual_bytes(setup)}
+    return {
+        "activations/per_layer_inputs/grad": 0 if top else BT * P * r,
+        "activations/per_layer_inputs/grad/slice": BT * spec.per_layer_input_size * r,
+    }
 
 
 def per_layer_input_embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
@@ -681,8 +693,9 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if setup.activation_checkpointing and setup.attention == "eager":
         # ``create_causal_mask`` (``masking_utils.py``) builds eager's additive mask,
         # (B, 1, T, T) in the embeddings' dtype; each checkpointed layer keeps it among
-        # its inputs until its backward (without checkpointing nothing saves it).
-        out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2 * r
+        # its inputs until its backward (without checkpointing nothing saves it); one
+        # per layer type (eager_masks).
+        out["activations/attention_mask"] = eager_masks(spec, setup, mask_types(spec))
     elif setup.activation_checkpointing and setup.packed_sequences:
         # SDPA's packed mask as sdpa_mask builds it, boolean, kept by every
         # checkpointed layer among its inputs (each layer's additive copy is made again
@@ -702,6 +715,110 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if spec.per_layer_input_size:
         out.update(per_layer_input_embedding(spec, setup))
     return out
+
+
+#: Attention kinds that get a causal mask of their own (``masking_utils.py``:
+#: ``create_causal_mask``, ``create_sliding_window_causal_mask``,
+#: ``create_chunked_causal_mask``).
+MASKED_KINDS = ("full", "sliding", "chunked")
+
+
+def mask_types(spec: ModelSpec, kinds=None) -> set[str]:
+    """The mask types of the layer kinds ``kinds`` (default: the whole stack's): each
+    kind's attention kind among :data:`MASKED_KINDS`."""
+    kinds = [kind for kind, _ in spec.kinds] if kinds is None else kinds
+    return {k.attention.kind for k in kinds if k.attention.kind in MASKED_KINDS}
+
+
+def eager_masks(spec: ModelSpec, setup: TrainingSetup, types: set[str]) -> int:
+    """Bytes of eager's additive masks that checkpointed layers of the mask types
+    ``types`` keep: one (B, 1, T, T) mask at the embeddings' dtype per type (at least
+    one, as a stack of one kind builds). A stack with sliding and full layers builds
+    both in its forward — ``causal_mask_mapping = {"full_attention":
+    create_causal_mask(...), "sliding_attention":
+    create_sliding_window_causal_mask(...)}`` (``models/gemma4/modeling_gemma4.py``
+    l. 1650-1653, ``models/gemma4_unified/modeling_gemma4_unified.py`` l. 622-625,
+    ``models/gemma3/modeling_gemma3.py`` l. 525-528, ``models/gemma2/modeling_gemma2.py``
+    l. 431-434) — a new tensor each, even where the window covers T, and each layer
+    gets its type's as an input its checkpoint keeps (non-reentrant: the recompute
+    closure holds it) until that layer's backward. Below the lowest layer of a type,
+    that type's mask is freed: at layer i's backward only the types of layers 0..i are
+    alive (measured: Gemma 4 unified's dry run at T = 512, peak at layer 0's backward,
+    holds the sliding mask alone; at T = 2048, peak at the top full layer, both)."""
+    B, T = setup.batch_size, setup.seq_len
+    return max(1, len(types)) * B * T * T * residual_bytes(setup)
+
+
+def kv_store_layers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, object]]:
+    """The layers (index, kind) whose K and V the model's ``shared_kv_states`` holds
+    (ClassFacts.stores_kv_per_type, transformers' classes only): the topmost layer of
+    each attention kind (the class's "store" layer of each layer type with
+    ``num_kv_shared_layers = 0``, ``kv_sharing_modes``,
+    ``models/gemma4/configuration_gemma4.py`` l. 226-251)."""
+    if setup.implementation != "transformers" or not facts(spec).stores_kv_per_type:
+        return []
+    tops: dict[str, tuple[int, object]] = {}
+    start = 0
+    for run in spec.runs:
+        if run.kind.attention.kind in MASKED_KINDS:
+            tops[run.kind.attention.kind] = (start + run.count - 1, run.kind)
+        start += run.count
+    return sorted(tops.values(), key=lambda t: t[0])
+
+
+def kv_store_outputs(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of one store layer's K and V as ``shared_kv_states`` holds them (``spec`` the
+    layer's kind): K the rotary output ``(x * cos) + (rotate_half(x) * sin)``, promoted to
+    the tables' dtype (FP32 tables under autocast: ``_table``), V the weightless
+    ``v_norm``'s output cast back to the v projection's dtype
+    (``normed_output.type_as(hidden_states)``, ``models/gemma4/modeling_gemma4.py``
+    l. 205-214, 1216-1231): B·T·kv_dim each. Saved by nothing else (eager's matmuls save
+    the repeated copies, ``repeat_kv``), the dict keeps them from the layer's forward on."""
+    BT, kv, s = setup.tokens, spec.kv_dim, setup.activation_bytes
+    k = max(s, _table(spec, residual_bytes(setup)))
+    return BT * kv * (k + s)
+
+
+def kv_store_graph(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes a checkpointed store layer's recomputed K and V keep once its recomputation
+    has run (``spec`` the layer's kind), to the end of backward.
+
+    The recomputation runs the layer's forward again with grad enabled
+    (``torch/utils/checkpoint.py`` l. 1175-1187) and its pack hook returns each tensor it
+    stores (``return x``, l. 1132-1133, "Rule 6"), so the recomputed graph's nodes save
+    their tensors as an ordinary graph does; the recomputed outputs are normally dropped
+    with that graph, but the store layer puts its recomputed K and V into
+    ``shared_kv_states`` (l. 1230-1231 of ``modeling_gemma4.py``), which every
+    checkpointed layer's call keeps, and nothing ever runs that graph's backward (the
+    original graph's nodes take the recomputed tensors from ``frame.recomputed``), so
+    everything saved on the paths into K and V stays:
+
+    * ``input_layernorm`` (``Gemma4RMSNorm``, l. 205-214): its input (the layer's input,
+      or its FP32 copy: :func:`norm_input_bytes`), ``mean_squared`` and its ``pow(-0.5)``
+      (ClassFacts.rstd_by_pow), the FP32 ``x·rstd`` the weight multiply keeps, and with
+      16-bit weights ``self.weight.float()``;
+    * ``k_proj`` and ``v_proj``: their input (under autocast one BF16 cast each, else the
+      norm's output, one tensor) and, under autocast, their BF16 weight copies;
+    * ``k_norm``: the FP32 copy of k, its two statistics per head row, the FP32 ``x·rstd``
+      (and its 16-bit weight's FP32 copy); ``v_norm`` (no weight): the FP32 copy of v and
+      two statistics per head row;
+    * K and V themselves (:func:`kv_store_outputs`); the rotary multiplies keep only the
+      shared tables.
+
+    Measured: Gemma 4 unified's dry run (d=64, L=6, autocast, checkpointing, T = 512),
+    the top sliding and full layers' sets alive at layer 0's attention backward, to the
+    byte of this sum."""
+    BT, d, s = setup.tokens, spec.hidden_size, setup.activation_bytes
+    kv, rows = spec.kv_dim, setup.tokens * spec.kv_heads
+    stats = _rms_stats(spec)
+    fp32_weights = working_weight_bytes(setup) >= FP32
+    norm = BT * d * norm_input_bytes(spec, setup) + stats * BT * FP32 + BT * d * FP32
+    inputs = 2 * BT * d * s if is_amp(setup) else BT * d * residual_bytes(setup)
+    weights = 2 * 2 * d * kv if is_amp(setup) else 0
+    k_norm = 2 * BT * kv * FP32 + stats * rows * FP32
+    v_norm = BT * kv * FP32 + stats * rows * FP32
+    casts = 0 if fp32_weights else (d + spec.head_size) * FP32  # weight.float() copies
+    return norm + inputs + weights + k_norm + v_norm + casts + kv_store_outputs(spec, setup)
 
 
 def _rotary_width(spec: ModelSpec) -> int:

@@ -76,6 +76,9 @@ def stack(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
 ATTENTION_SIDE = (
     "layernorm/qk_norm",
     "layernorm/qk_norm/normalized",
+    # Gemma 4's weightless V norm (ClassFacts.v_norm): V's backward runs after the
+    # softmax's (V's path was made before the scores), so its FP32 copy is still held.
+    "layernorm/v_norm",
     "attention/linear/q",
     "attention/linear/k",
     "attention/linear/v",

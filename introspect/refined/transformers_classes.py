@@ -121,6 +121,15 @@ class ClassFacts:
     #: ModernBERT-decoder's global and local thetas at one head_dim,
     #: ``modeling_modernbert_decoder.py`` l. 140, 485-486).
     rope_tables_per_layer_type: bool = False
+    #: The topmost layer of each layer type stores its K and V in the model's
+    #: ``shared_kv_states`` dict (``kv_sharing_modes``: "store" for the last non-consumer
+    #: layer of each type, even with ``num_kv_shared_layers = 0``,
+    #: ``models/gemma4/configuration_gemma4.py`` l. 226-251; ``shared_kv_states[
+    #: self.layer_type] = key_states, value_states``, ``models/gemma4/modeling_gemma4.py``
+    #: l. 1230-1231, ``models/gemma4_unified/modeling_gemma4_unified.py`` l. 412-413), one
+    #: dict every layer's call gets: :func:`introspect.refined.hf_saved.kv_store_outputs`,
+    #: :func:`introspect.refined.hf_saved.kv_store_graph`.
+    stores_kv_per_type: bool = False
 
 
 LLAMA = ClassFacts()
@@ -128,7 +137,11 @@ _GEMMA2 = ClassFacts(fp32_normalized=True)
 #: Gemma 4's RMSNorm multiplies ``x·rstd`` by ``self.weight.float()`` in FP32 and casts
 #: the product back (``normed_output.type_as(hidden_states)``): fp32_normalized.
 _GEMMA4 = ClassFacts(
-    fp32_normalized=True, rstd_by_pow=True, v_norm=True, rope_tables_per_layer_type=True
+    fp32_normalized=True,
+    rstd_by_pow=True,
+    v_norm=True,
+    rope_tables_per_layer_type=True,
+    stores_kv_per_type=True,
 )
 
 #: The families whose class differs from Llama's, by ``model_type``.
