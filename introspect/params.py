@@ -78,7 +78,7 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
       I → d (+ d with the bias); Jamba's RMSNorms on dt, B and C add R + 2·n weights
       (Falcon-Mamba's are weightless: buffers, not parameters);
     * rglru (``RecurrentGemmaRecurrentBlock`` and ``RecurrentGemmaRglru``,
-      ``models/recurrent_gemma/modeling_recurrent_gemma.py`` l. 308-321, 398-414):
+      ``models/recurrent_gemma/modeling_recurrent_gemma.py`` l. 284-299, 395-413):
       linear_y and linear_x d → W with biases, linear_out W → d with its bias, the
       depthwise conv_1d of W channels × w taps with its bias, and the RG-LRU's
       ``recurrent_param`` (W), input and recurrent gates of h diagonal blocks

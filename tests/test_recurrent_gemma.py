@@ -103,7 +103,7 @@ def test_rglru_saved_set_equals_the_census(precision, B, T, width, heads):
     assert closed == mixer_saved_bytes(_Training(block), "rglru", precision, B, T, HIDDEN)
 
 
-def _backward_moment(block, precision: str, B: int, T: int, width: int) -> tuple[int, int]:
+def _traced_step(block, precision: str, B: int, T: int, width: int) -> tuple[int, int]:
     """One forward and backward of the real block under the live-storage tracker: (the
     largest Activation + Temp while linear_out's gradients alone exist — the scan's
     backward —, the output's bytes)."""
@@ -139,10 +139,28 @@ def test_backward_moment_equals_a_live_storage_trace(precision, B, T, width):
     live bytes, to the byte."""
     block, att = _block(width)
     setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
-    alive, out = _backward_moment(block, precision, B, T, width)
+    alive, out = _traced_step(block, precision, B, T, width)
     kept = sum(rglru.saved(att, setup, HIDDEN).values())
     extra = rglru.backward_transient(att, setup, HIDDEN)
     assert kept + extra + B * width * 4 + 2 * out == alive
+
+
+def _checkpointed_step(layer, precision: str, B: int, T: int) -> int:
+    """One forward (checkpointed, non-reentrant) and backward of the real decoder layer
+    under the live-storage tracker: the Activation bytes still alive once the output is
+    dropped (the input leaf's gradient is Temp; the input is Other)."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    layer = layer.to(dtype)
+    x = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True) * 1.0
+    pos = torch.arange(T).unsqueeze(0)
+    tracker = LiveStorageTracker(layer, None, external=[x, pos])
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    with tracker:
+        with autocast if precision == "amp" else contextlib.nullcontext():
+            out = torch.utils.checkpoint.checkpoint(layer, x, pos, None, False, use_reentrant=False)
+        out.backward(torch.randn_like(out))
+        del out
+    return next(iter(tracker._current.values()))["Activation"]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
@@ -160,18 +178,7 @@ def test_a_checkpointed_layer_keeps_its_recomputed_graph(precision, B, T):
     layer = RecurrentGemmaDecoderLayer(_config(256), 0)
     for p in layer.parameters():
         torch.nn.init.normal_(p, std=0.1)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    layer = layer.to(dtype)
-    x = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True) * 1.0
-    pos = torch.arange(T).unsqueeze(0)
-    tracker = LiveStorageTracker(layer, None, external=[x, pos])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
-    with tracker:
-        with autocast if precision == "amp" else contextlib.nullcontext():
-            out = torch.utils.checkpoint.checkpoint(layer, x, pos, None, False, use_reentrant=False)
-        out.backward(torch.randn_like(out))
-        del out
-    snap = next(iter(tracker._current.values()))
+    left = _checkpointed_step(layer, precision, B, T)
     att = Attention(
         kind="rglru",
         num_attention_heads=4,
@@ -183,7 +190,7 @@ def test_a_checkpointed_layer_keeps_its_recomputed_graph(precision, B, T):
     setup = TrainingSetup(batch_size=B, seq_len=T, precision=precision)
     stream = B * T * HIDDEN * (2 if precision == "bf16" else 4)  # x, Other: not counted
     kept = rglru.retained(att, setup, HIDDEN) - (0 if precision == "bf16" else stream)
-    assert snap["Activation"] == kept + B * 256 * 4  # (Temp: the input leaf's gradient)
+    assert left == kept + B * 256 * 4
 
 
 @pytest.mark.parametrize(

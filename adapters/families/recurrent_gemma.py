@@ -5,13 +5,13 @@ the defaults l. 59-80; ``__post_init__`` l. 82-91 sets ``lru_width`` to ``hidden
 when null, ``head_dim = hidden_size // num_attention_heads`` whatever the config says,
 ``num_key_value_heads`` to the head count when null, and the rotary fraction 0.5;
 ``layers_block_type`` l. 99-102 repeats ``block_types`` over the layers) and
-``modeling_recurrent_gemma.py``: ``RecurrentGemmaDecoderLayer`` (l. 500-540:
+``modeling_recurrent_gemma.py``: ``RecurrentGemmaDecoderLayer`` (l. 491-530:
 ``temporal_pre_norm``, the temporal block, ``channel_pre_norm``, ``mlp_block``),
 ``RecurrentGemmaRMSNorm`` (l. 45-61: ``x·rstd·(1 + weight)``, one weight per feature),
-``RecurrentGemmaAttention`` (l. 213-237: q/k/v with ``attention_bias``, o_proj always
+``RecurrentGemmaAttention`` (l. 200-262: q/k/v with ``attention_bias``, o_proj always
 with a bias, ``sliding_window = attention_window_size``, rotary on
 ``partial_rotary_factor`` of each head), ``RecurrentGemmaRecurrentBlock`` (the layer kind
-``rglru``, :mod:`introspect.refined.rglru`), ``RecurrentGemmaMlp`` (l. 482-497: gate and
+``rglru``, :mod:`introspect.refined.rglru`), ``RecurrentGemmaMlp`` (l. 475-489: gate and
 up of ``intermediate_size // 2`` with biases, ``hidden_activation``), the model's
 ``normalizer`` (the embedding times sqrt(hidden_size), a buffer) and the causal LM's
 ``tanh(logits / cap) · cap`` with ``logits_soft_cap``; embeddings tied by default.

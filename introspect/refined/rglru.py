@@ -1,12 +1,12 @@
 """What one RecurrentGemma recurrent block keeps for backward: transformers' torch path.
 
 Source: ``transformers/models/recurrent_gemma/modeling_recurrent_gemma.py`` (5.24) —
-``RecurrentGemmaRecurrentBlock.forward`` (l. 416-464: ``linear_y`` and its
+``RecurrentGemmaRecurrentBlock.forward`` (l. 415-461: ``linear_y`` and its
 ``gelu_pytorch_tanh``, ``linear_x``, the depthwise ``conv_1d`` with ``padding = w - 1``
 cut back to T, the RG-LRU, ``x_branch * y_branch``, ``linear_out``), with
 ``use_cache=False`` as training runs it (``introspect/measure/hf_models.py`` builds so);
-``RecurrentGemmaRglru.forward`` (l. 323-361) and ``_rnn_scan`` (l. 364-405); the
-``SqrtBoundDerivative`` autograd function (l. 280-294: it saves its input). Notation: B,
+``RecurrentGemmaRglru.forward`` (l. 301-340) and ``_rnn_scan`` (l. 342-389); the
+``SqrtBoundDerivative`` autograd function (l. 264-278: it saves its input). Notation: B,
 T, d; W = ``lru_width``, h = ``num_attention_heads`` diagonal blocks of W/h, w =
 ``conv1d_width``; N = B·T·W; ``s`` the activation bytes (2 under autocast, whose linears,
 conv and ``baddbmm`` output BF16); ``p`` the parameters' bytes (``recurrent_param``'s
