@@ -504,16 +504,26 @@ def _records() -> tuple[Term, ...]:
             category="activations",
             equation="Σ recurrent layers B * W * FP32: each RG-LRU's last state, stored on the module (self.recurrent_states) until the next forward: resident every moment",
             source="transformers/models/recurrent_gemma/modeling_recurrent_gemma.py: RecurrentGemmaRecurrentBlock.forward (l. 415-461), RecurrentGemmaRglru.forward and _rnn_scan (l. 301-389), SqrtBoundDerivative (l. 264-278) (introspect/refined/rglru.py)",
-            computed_by=("introspect/refined/rglru.py: resident", "introspect/refined/execution.py: framework_extra"),
-            tests=("tests/test_recurrent_gemma.py::test_backward_moment_equals_a_live_storage_trace",),
+            computed_by=(
+                "introspect/refined/rglru.py: resident",
+                "introspect/refined/execution.py: framework_extra",
+            ),
+            tests=(
+                "tests/test_recurrent_gemma.py::test_backward_moment_equals_a_live_storage_trace",
+            ),
         ),
         Term(
             name="activations/rglru/recomputed_graph",
             category="activations",
             equation="Σ recomputed recurrent layers: saved - 4 * N * s (- autocast's linear_y input and linear_y/linear_out weight casts) + temporal_pre_norm's input, rstd, x·rstd, 1 + weight (and its output outside autocast): the recomputed graph the module's last state keeps, from the layer's backward to its next forward (non-reentrant checkpointing)",
             source="torch/utils/checkpoint.py: _recomputation_hook (pack_hook returns x); transformers/models/recurrent_gemma/modeling_recurrent_gemma.py: RecurrentGemmaRecurrentBlock.forward (l. 415-461), RecurrentGemmaRglru.forward and _rnn_scan (l. 301-389), SqrtBoundDerivative (l. 264-278) (introspect/refined/rglru.py)",
-            computed_by=("introspect/refined/rglru.py: retained", "introspect/refined/execution.py: rglru_retained_total"),
-            tests=("tests/test_recurrent_gemma.py::test_a_checkpointed_layer_keeps_its_recomputed_graph",),
+            computed_by=(
+                "introspect/refined/rglru.py: retained",
+                "introspect/refined/execution.py: rglru_retained_total",
+            ),
+            tests=(
+                "tests/test_recurrent_gemma.py::test_a_checkpointed_layer_keeps_its_recomputed_graph",
+            ),
         ),
         Term(
             name="activations/layer/attention/mamba/decay",
