@@ -193,6 +193,70 @@ def test_a_checkpointed_layer_keeps_its_recomputed_graph(precision, B, T):
     assert left == kept + B * 256 * 4
 
 
+def _checkpointed_backward(layer, precision: str, B: int, T: int) -> int:
+    """One checkpointed forward and backward of the real decoder layer under the
+    live-storage tracker: Activation + Temp at the division of the last
+    ``SqrtBoundDerivative.backward`` (``grad_output / torch.sqrt(clipped_x_times_4)``)."""
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    layer = layer.to(dtype)
+    x = torch.randn(B, T, HIDDEN, dtype=dtype, requires_grad=True) * 1.0
+    pos = torch.arange(T).unsqueeze(0)
+    ops: list[tuple[str, int]] = []
+
+    class Tracker(LiveStorageTracker):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            if self._phase == "backward":
+                snap = next(iter(self._current.values()))
+                ops.append((str(func), snap["Activation"] + snap["Temp"]))
+            return out
+
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16)
+    with Tracker(layer, None, external=[x, pos]):
+        with autocast if precision == "amp" else contextlib.nullcontext():
+            out = torch.utils.checkpoint.checkpoint(layer, x, pos, None, False, use_reentrant=False)
+        out.backward(torch.randn_like(out))  # the output and its gradient stay bound
+    divisions = [
+        alive
+        for (before, _), (name, alive) in zip(ops, ops[1:], strict=False)
+        if before.startswith("aten.sqrt") and name.startswith("aten.div")
+    ]
+    return divisions[-1]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "amp"])
+@pytest.mark.parametrize("B,T,width", [(2, 64, 256), (1, 32, 128), (3, 20, 256)])
+def test_checkpointed_backward_moment_equals_a_live_storage_trace(precision, B, T, width):
+    """Checkpointed, the block's backward peaks inside the square root's backward: the
+    saved set, its norm's kept tensors, ``checkpointed_sqrt_transient``, the module's
+    last state and three stream-sized tensors (the output, its gradient and the input's)
+    are the traced live bytes, to the byte."""
+    from transformers.models.recurrent_gemma.modeling_recurrent_gemma import (
+        RecurrentGemmaDecoderLayer,
+    )
+
+    torch.manual_seed(0)
+    layer = RecurrentGemmaDecoderLayer(_config(width), 0)
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    alive = _checkpointed_backward(layer, precision, B, T)
+    att = _block(width)[1]
+    setup = TrainingSetup(
+        batch_size=B, seq_len=T, precision=precision, activation_checkpointing=True
+    )
+    s, BT = setup.activation_bytes, B * T
+    r = 2 if precision == "bf16" else 4  # the stream's bytes
+    # temporal_pre_norm: rstd, x·rstd, 1 + weight; outside autocast its output as
+    # linear_x keeps it; in BF16 the FP32 copy of its input
+    norm = BT * 4 + BT * HIDDEN * 4 + HIDDEN * 4
+    norm += 0 if precision == "amp" else BT * HIDDEN * s
+    norm += BT * HIDDEN * 4 if precision == "bf16" else 0
+    kept = sum(rglru.saved(att, setup, HIDDEN).values()) + norm
+    extra = rglru.checkpointed_sqrt_transient(att, setup, HIDDEN)
+    assert extra == rglru.backward_transient(att, setup, HIDDEN)  # the larger of the two
+    assert kept + extra + B * width * 4 + 3 * BT * HIDDEN * r == alive
+
+
 @pytest.mark.parametrize(
     "extra",
     [
@@ -216,7 +280,7 @@ def test_the_default_config_count_is_the_meta_build():
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))
-@pytest.mark.parametrize("B,T", [(1, 64), (2, 32)])
+@pytest.mark.parametrize("B,T", [(1, 64), (2, 32), (2, 256)])  # 256: activations dominate
 def test_recurrent_gemma_closed_form_is_within_3_percent_of_the_dry_run(
     tmp_path, capsys, setup, B, T
 ):

@@ -134,6 +134,29 @@ def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -
         out -= B * W * FP32
     if setup.precision == "amp":
         out -= W * d * BF16
+    if setup.activation_checkpointing:
+        return max(out, checkpointed_sqrt_transient(att, setup, hidden_size))
+    return out
+
+
+def checkpointed_sqrt_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
+    """Under checkpointing, the block's backward peak is later, inside
+    ``SqrtBoundDerivative.backward`` (``clip(4·x)``, its ``sqrt`` and the division: three
+    N·c tensors beside the gradient they divide): the recomputed graph the module's last
+    state keeps (:func:`retained`) holds every tensor upstream of the scan, so none of
+    them is freed as the backward consumes it, while the gradients of the decay chain
+    and of the gated input are pending. Beyond the saved set, its first norm's terms
+    and the residual stream's gradient (the caller's), by a live-storage trace of a real
+    checkpointed decoder layer (B = 1-3, T = 16-256, W = 128-256, FP32, BF16, autocast;
+    ``tests/test_recurrent_gemma.py``, to the byte): 5·N·c − N·s, less under autocast
+    linear_out's BF16 weight copy (W·d·2, freed by its backward). The gradients made by
+    then are linear_out's and the feed-forward's, as at the scan's peak."""
+    B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
+    W, d = att.lru_width, hidden_size
+    N = B * T * W
+    out = 5 * N * _decay_bytes(setup) - N * s
+    if setup.precision == "amp":
+        out -= W * d * BF16
     return out
 
 
