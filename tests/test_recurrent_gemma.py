@@ -276,7 +276,11 @@ def test_recurrent_gemma_count_is_the_meta_build(extra):
 
 
 def test_the_default_config_count_is_the_meta_build():
-    count_is_the_meta_build({"model_type": "recurrent_gemma"})
+    """RecurrentGemmaConfig's defaults written out, as a saved config.json spells them
+    (the 2B: 26 layers, d = 2560, 10 heads, one K/V head)."""
+    raw = transformers.AutoConfig.for_model("recurrent_gemma").to_dict()
+    spec = count_is_the_meta_build({**raw, "model_type": "recurrent_gemma"})
+    assert [r.kind.attention.kind for r in spec.runs][:2] == ["rglru", "sliding"]
 
 
 @pytest.mark.parametrize("setup", list(SETUPS))

@@ -57,7 +57,7 @@ def recurrent_gemma(r: Reader) -> dict:
     local multi-query attention over ``attention_window_size`` keys; every layer a gated
     MLP with biases of ``intermediate_size // 2``. ``lru_width`` not divisible by the
     head count, or a width that is not positive, is one line naming the key."""
-    d = r.integer("hidden_size", default=2560, why=f"{CLS} default 2560")
+    d = r.integer("hidden_size")  # a size: the config gives it
     L = r.integer("num_hidden_layers", default=26, why=f"{CLS} default 26")
     heads = r.integer("num_attention_heads", default=10, why=f"{CLS} default 10")
     kv = r.integer("num_key_value_heads", default=heads, why=f"{CLS} default: {heads} heads")
