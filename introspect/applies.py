@@ -646,11 +646,11 @@ STATE_SPACE_UNMODELLED = (
 
 
 def check_state_space(spec: Any, setup: Any) -> None:
-    """One line for a setup the Mamba-2 closed form does not model
+    """One line for a setup the Mamba-2, Mamba-1 or RG-LRU closed form does not model
     (:data:`STATE_SPACE_UNMODELLED`), naming the flag: the closed form prices
     transformers' torch path in full training only; the dry run
     (``introspect measure --device fake``) still answers transformers' setups."""
-    for kind_name, name in (("mamba2", "Mamba-2"), ("mamba1", "Mamba-1")):
+    for kind_name, name in (("mamba2", "Mamba-2"), ("mamba1", "Mamba-1"), ("rglru", "RG-LRU")):
         n = sum(
             count
             for kind, count in spec.kinds
@@ -690,6 +690,8 @@ def _refuse_state_space(spec: Any, setup: Any, n: int, name: str) -> None:
             value = getattr(setup, field)
             given = flag if isinstance(value, bool) else f"{flag} {value}"
             needs = needs.replace("Mamba-2", name)
+            if name == "RG-LRU":  # RecurrentGemma's block: linear_x/_y/_out, not in/out_proj
+                needs = needs.replace("in_proj/out_proj", "linear_x/linear_y/linear_out")
             raise NotApplicable(
                 f"{given}: {spec.source or spec.model_type} has {name} mixers in {n} of "
                 f"{spec.num_hidden_layers} layers, which the closed form models as "

@@ -25,12 +25,22 @@ if TYPE_CHECKING:
     from typing import Literal
 
     AttentionKind = Literal[
-        "full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "none"
+        "full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "rglru", "none"
     ]
 
 #: The Gated DeltaNet's projection layouts (:attr:`Attention.linear_projections`).
 LINEAR_PROJECTIONS = ("qkvz", "separate", "qkv_z_b_a")
-ATTENTION_KINDS = ("full", "sliding", "chunked", "linear", "mla", "mamba2", "mamba1", "none")
+ATTENTION_KINDS = (
+    "full",
+    "sliding",
+    "chunked",
+    "linear",
+    "mla",
+    "mamba2",
+    "mamba1",
+    "rglru",
+    "none",
+)
 #: The Mamba-2 mixer's size fields (:class:`Attention`), each positive.
 MAMBA2_FIELDS = (
     "mamba_num_heads",
@@ -65,8 +75,10 @@ class Attention:
     Mamba-2 mixer (Nemotron-H, Granite 4.0-H: :mod:`introspect.refined.mamba2`) and
     ``mamba1`` a Mamba-1 mixer (Mamba, Falcon-Mamba, Jamba:
     :mod:`introspect.refined.mamba1`), whose attention head fields are placeholders no
-    estimator reads; ``none`` no mixer (a block
-    that is its feed-forward alone).
+    estimator reads; ``rglru`` RecurrentGemma's recurrent block (linear_y/linear_x, a
+    causal conv and the RG-LRU, :mod:`introspect.refined.rglru`), whose
+    ``num_attention_heads`` is the RG-LRU's block count (its gates are block-diagonal);
+    ``none`` no mixer (a block that is its feed-forward alone).
     """
 
     kind: AttentionKind = "full"
@@ -133,6 +145,11 @@ class Attention:
     mamba_inner_size: int = 0
     mamba_dt_rank: int = 0
     mamba_bcdt_norm: str = "none"
+    # -- RG-LRU temporal block (RecurrentGemma: ``lru_width`` channels in
+    # ``num_attention_heads`` diagonal blocks, a causal depthwise conv of
+    # ``conv1d_width`` taps)
+    lru_width: int = 0
+    lru_conv_width: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in ATTENTION_KINDS:
@@ -179,6 +196,14 @@ class Attention:
                 raise ValueError(
                     f"mamba_bcdt_norm must be one of {', '.join(MAMBA1_BCDT_NORMS)}; "
                     f"got {self.mamba_bcdt_norm!r}"
+                )
+        if self.kind == "rglru":
+            _positive("lru_width", self.lru_width)
+            _positive("conv1d_width", self.lru_conv_width)
+            if self.lru_width % self.num_attention_heads:
+                raise ValueError(
+                    f"num_attention_heads={self.num_attention_heads} must divide "
+                    f"lru_width={self.lru_width} (the RG-LRU's block-diagonal gates)"
                 )
         if self.kind == "mamba2":
             for name in MAMBA2_FIELDS:

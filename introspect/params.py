@@ -76,7 +76,13 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
       depthwise conv of I channels × w taps (+ I with ``use_conv_bias``), x_proj
       I → R + 2·n, dt_proj R → I with its bias, A_log I × n, D per channel, out_proj
       I → d (+ d with the bias); Jamba's RMSNorms on dt, B and C add R + 2·n weights
-      (Falcon-Mamba's are weightless: buffers, not parameters).
+      (Falcon-Mamba's are weightless: buffers, not parameters);
+    * rglru (``RecurrentGemmaRecurrentBlock`` and ``RecurrentGemmaRglru``,
+      ``models/recurrent_gemma/modeling_recurrent_gemma.py`` l. 284-299, 395-413):
+      linear_y and linear_x d → W with biases, linear_out W → d with its bias, the
+      depthwise conv_1d of W channels × w taps with its bias, and the RG-LRU's
+      ``recurrent_param`` (W), input and recurrent gates of h diagonal blocks
+      (h·(W/h)² weights and W biases each).
     """
     att = att or spec.default_kind.attention
     d = spec.hidden_size
@@ -124,6 +130,11 @@ def attention_params(spec: ModelSpec, att: Attention | None = None) -> int:
             + (d if bias else 0)
             + (R + 2 * n if att.mamba_bcdt_norm == "weighted" else 0)
         )
+    if att.kind == "rglru":
+        W, w = att.lru_width, att.lru_conv_width
+        block = W // att.num_attention_heads
+        gates = 2 * (W * block + W)
+        return 2 * (d * W + W) + (W * d + d) + (W * w + W) + W + gates
     if att.kind == "mamba2":
         h = att.mamba_num_heads
         inner = h * att.mamba_head_dim

@@ -2,7 +2,7 @@
 the dry run of the real class.
 
 A spec with ``unmodelled`` parts (:func:`introspect.adapters.module_walk.unmodelled_parts`:
-Jamba's and Nemotron-H's Mamba mixers, RecurrentGemma's RG-LRU block, Qwen3.5's Gated
+Jamba's and Nemotron-H's Mamba mixers as a build shows them, Qwen3.5's Gated
 DeltaNet, DeepSeek-V2's latent attention as its build shows it, a pure state-space model
 such as Mamba with no attention at all …) has no saved set the closed form could give: any
 layer kind's would be another architecture's. So:

@@ -64,6 +64,9 @@ def specs() -> dict:
 
     out["falcon_mamba, mamba1"] = spec_from_config(dict(FALCON_MAMBA))
     out["jamba, mamba1 + experts"] = spec_from_config(dict(JAMBA))
+    from test_recurrent_gemma import RECURRENT_GEMMA  # the RG-LRU block, local attention
+
+    out["recurrent_gemma, rglru"] = spec_from_config(dict(RECURRENT_GEMMA))
     from test_zamba2 import ZAMBA2  # a shared transformer block, per use
 
     out["zamba2, shared block"] = spec_from_config(dict(ZAMBA2))

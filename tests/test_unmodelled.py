@@ -174,23 +174,25 @@ def test_setups_the_class_refuses_are_refused(capsys, tmp_path):
 
 def test_modelled_builds_are_not_flagged():
     """Families the walker reads (and names that merely contain a mixer's letters:
-    Seed-OSS's ``SeedOssMLP`` holds "ssm") stay modelled; RecurrentGemma's norms and MLP
-    are not named, its recurrent block is."""
+    Seed-OSS's ``SeedOssMLP`` holds "ssm") stay modelled; in RecurrentGemma's build the
+    walker names its recurrent block, not its norms and MLP — the family reader models
+    that block (the layer kind ``rglru``), so the spec it reads names nothing."""
+    from introspect.adapters import hf_transformers as hft
     from introspect.adapters.hf_config import spec_from_config
 
     small = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}  # fmt: skip
     for model_type in ("gpt_neox", "seed_oss", "olmo"):
         assert spec_from_config({"model_type": model_type, **small}).unmodelled == ()
-    gemma = spec_from_config(
-        {
-            "model_type": "recurrent_gemma",
-            **small,
-            "lru_width": 64,
-            "block_types": ["recurrent", "attention"],
-        }  # fmt: skip
-    )
-    assert gemma.unmodelled == ("RecurrentGemmaRecurrentBlock (temporal_block) in 1 of 2 layers",)
+    config = {
+        "model_type": "recurrent_gemma",
+        **small,
+        "lru_width": 64,
+        "block_types": ["recurrent", "attention"],
+    }
+    built = hft.spec_from_build(config, "recurrent_gemma", where="rg", source="rg")
+    assert built.unmodelled == ("RecurrentGemmaRecurrentBlock (temporal_block) in 1 of 2 layers",)
+    assert spec_from_config(config).unmodelled == ()
 
 
 def test_not_decoder_only_model_types_are_refused(capsys, tmp_path):

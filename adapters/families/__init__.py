@@ -10,7 +10,18 @@ from collections.abc import Callable
 
 from introspect.adapters.config_reader import Reader
 
-from . import classic, deepseek, falcon_h1, gemma, hybrid, llama, mamba, moe, zamba2
+from . import (
+    classic,
+    deepseek,
+    falcon_h1,
+    gemma,
+    hybrid,
+    llama,
+    mamba,
+    moe,
+    recurrent_gemma,
+    zamba2,
+)
 
 #: model_type → the function that reads that family's config.
 REGISTRY: dict[str, Callable[[Reader], dict]] = {
@@ -48,6 +59,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "falcon_mamba": mamba.falcon_mamba,
     "jamba": mamba.jamba,
     "zamba2": zamba2.zamba2,
+    "recurrent_gemma": recurrent_gemma.recurrent_gemma,
 }
 
 

@@ -511,6 +511,8 @@ def describe_kind(kind) -> str:
             a.mamba_bcdt_norm
         ],
         "mla": f"MLA (latent {a.kv_lora_rank}, q rank {a.q_lora_rank})",
+        "rglru": f"RG-LRU block (width {a.lru_width} in {a.num_attention_heads} blocks, "
+        f"conv {a.lru_conv_width})",
         "none": "no mixer",
     }[a.kind]
     if a.sinks:

@@ -322,6 +322,8 @@ def master_gradients(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | 
     terms = dict(state_terms(spec, setup))
     terms[GRADS] = step_grad_bytes(spec, setup)
     terms["grads/last_bf16"] = working_weight_bytes(setup) * last
+    if rglru_retained_total(spec, setup):
+        terms[RGLRU_RETAINED] = rglru_retained_total(spec, setup)
     saved_all = saved_terms(spec, setup)
     if LOGITS_OUTPUT in saved_all:
         terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
@@ -542,13 +544,14 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = 
         stream = B * T * spec.hidden_size * residual_bytes(setup)
         scan = falcon_h1.backward_transient(beside, setup, spec.hidden_size) + stream
         return max(scan, attention_transient(spec, setup, mixer=False))
-    if att.kind in ("mamba1", "mamba2"):
-        # A Mamba-2 mixer: its gated norm's backward; a Mamba-1 mixer: its recurrence's
-        # backward; beside the residual stream's gradient (no V).
-        from introspect.refined import mamba1, mamba2
+    if att.kind in ("mamba1", "mamba2", "rglru"):
+        # A Mamba-2 mixer: its gated norm's backward; a Mamba-1 mixer and RecurrentGemma's
+        # RG-LRU block: their recurrence's backward; beside the residual stream's
+        # gradient (no V).
+        from introspect.refined import mamba1, mamba2, rglru
         from introspect.refined.stream import residual_bytes
 
-        mixer = mamba1 if att.kind == "mamba1" else mamba2
+        mixer = {"mamba1": mamba1, "mamba2": mamba2, "rglru": rglru}[att.kind]
         stream = B * T * spec.hidden_size * residual_bytes(setup)
         return mixer.backward_transient(att, setup, spec.hidden_size) + stream
     stream = impl.attention_stream(spec, setup)
@@ -1145,11 +1148,11 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     current = impl.at_attention_backward(spec, setup, full, side)
     if att.kind == "none":
         side = 0
-    elif att.kind in ("mamba1", "mamba2"):
-        from introspect.refined import mamba1, mamba2
+    elif att.kind in ("mamba1", "mamba2", "rglru"):
+        from introspect.refined import mamba1, mamba2, rglru
 
         # The kind's own mixer (the flat fields of ``spec.for_kind`` describe an attention).
-        mixer = mamba1 if att.kind == "mamba1" else mamba2
+        mixer = {"mamba1": mamba1, "mamba2": mamba2, "rglru": rglru}[att.kind]
         side = attention_params(spec, att) - mixer.made_before_peak(att, d)
     else:
         side = attention_params(spec) - spec.q_dim * d  # all but o_proj's
@@ -1238,6 +1241,15 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
         return out
 
     totals = [count for _, count in spec.kinds]
+    kept_after = [_rglru_retained(spec, setup, kind) for kind in kinds]
+
+    def retained_above(n: int, counts: list[int]) -> int:
+        """RG-LRU layers above layer i (of kind n) already recomputed: their graphs."""
+        return sum(
+            (total - below - (1 if m == n else 0)) * kept
+            for m, (kept, total, below) in enumerate(zip(kept_after, totals, counts, strict=True))
+            if kept
+        )
 
     def params_above(n: int, counts: list[int]) -> int:
         return sum(
@@ -1272,6 +1284,9 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             below_i["activations/attention_mask"] = hf_saved.eager_masks(spec, setup, types)
         above = head_params + params_above(n, counts) + shared_above(i)
         placed = sharding.moment_terms(spec, setup, "layer", wb, i)
+        kept = retained_above(n, counts)
+        if kept:
+            placed = {**placed, RGLRU_RETAINED: kept}
         # The layer's feed-forward backward: the whole layer still (or, checkpointed,
         # again) alive, the gradients of everything above made.
         terms = dict(base)
@@ -1470,6 +1485,8 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
         return None
     terms = dict(state_terms(spec, setup))
     terms[GRADS] = step_grad_bytes(spec, setup)
+    if rglru_retained_total(spec, setup):
+        terms[RGLRU_RETAINED] = rglru_retained_total(spec, setup)
     saved_all = saved_terms(spec, setup)
     if LOGITS_OUTPUT in saved_all:
         terms[LOGITS_OUTPUT] = saved_all[LOGITS_OUTPUT]
@@ -1486,6 +1503,44 @@ def optimizer_step(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | No
     return terms
 
 
+#: RecurrentGemma's last recurrent states, held by its RG-LRU modules between steps.
+RGLRU_STATES = "activations/rglru/recurrent_states"
+
+
+def _rglru_resident(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """:func:`introspect.refined.rglru.resident` for transformers' classes on torch (the
+    module attribute is theirs), 0 elsewhere or without RG-LRU blocks."""
+    if setup.implementation != "transformers" or setup.framework != "torch":
+        return 0
+    if not any(run.kind.attention.kind == "rglru" for run in spec.runs):
+        return 0
+    from introspect.refined import rglru
+
+    return rglru.resident(spec, setup)
+
+
+#: What checkpointed RG-LRU layers' recomputed graphs hold after their backward.
+RGLRU_RETAINED = "activations/rglru/recomputed_graph"
+
+
+def _rglru_retained(spec: ModelSpec, setup: TrainingSetup, kind) -> int:
+    """:func:`introspect.refined.rglru.retained` for one layer of ``kind`` under
+    checkpointing with transformers' classes on torch; 0 otherwise."""
+    if kind.attention.kind != "rglru" or not setup.activation_checkpointing:
+        return 0
+    if setup.implementation != "transformers" or setup.framework != "torch":
+        return 0
+    from introspect.refined import rglru
+
+    return rglru.retained(kind.attention, setup, spec.hidden_size)
+
+
+def rglru_retained_total(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Every checkpointed RG-LRU layer's :func:`_rglru_retained`: alive from the end of
+    backward through the optimizer step (each layer's from its own backward on)."""
+    return sum(count * _rglru_retained(spec, setup, kind) for kind, count in spec.kinds)
+
+
 def framework_extra(
     spec: ModelSpec, setup: TrainingSetup, terms: dict[str, int]
 ) -> tuple[dict[str, int], int]:
@@ -1493,11 +1548,15 @@ def framework_extra(
     that extra in bytes (added to every phase): the HF Trainer's collated batch, bound
     through its whole step (:func:`trainers.extra_terms`); nothing for a plain loop; and
     the buffers transformers' class registers (:func:`buffers.buffer_terms`: GPT-Neo's
-    causal masks), resident from the build on. MLX's
+    causal masks), resident from the build on; RecurrentGemma's last recurrent states
+    (:func:`introspect.refined.rglru.resident`), resident from the first forward on. MLX's
     step is not torch's moments plus an extra; :mod:`introspect.refined.mlx` builds its
     own moments (what the lazy graph holds when ``mx.eval`` runs it), used by
     :func:`introspect.refined.execution_estimate` wherever :func:`mlx.applies`."""
     extra = {**trainers.extra_terms(spec, setup), **buffers.buffer_terms(spec, setup)}
+    held = _rglru_resident(spec, setup)
+    if held:
+        extra[RGLRU_STATES] = held
     if not extra:
         return terms, 0
     return _add(terms, extra), sum(extra.values())

@@ -135,7 +135,7 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
       (:func:`introspect.refined.deltanet.saved`; equal to a census of the real module,
       ``tests/test_deltanet.py``), plus the layer's ``out`` as for the other kinds.
     """
-    from introspect.refined import deltanet, mamba1, mamba2
+    from introspect.refined import deltanet, mamba1, mamba2, rglru
 
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     BT, att = B * T, kind.attention
@@ -152,8 +152,8 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         out = deltanet.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
-    if att.kind in ("mamba1", "mamba2"):
-        mixer = mamba1 if att.kind == "mamba1" else mamba2
+    if att.kind in ("mamba1", "mamba2", "rglru"):
+        mixer = {"mamba1": mamba1, "mamba2": mamba2, "rglru": rglru}[att.kind]
         out = mixer.saved(att, setup, spec.hidden_size)
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
@@ -256,9 +256,10 @@ def autocast_weight_bytes(spec: ModelSpec, kind: LayerKind) -> int:
 
     parts = layer_by_component(spec, kind)
     experts = parts["experts"] if kind.feed_forward.all_experts else 0
-    # Gated DeltaNet's and Mamba-2's own copies are their kernels' terms
-    # (introspect.refined.deltanet, introspect.refined.mamba2).
-    attention = 0 if kind.attention.kind in ("linear", "mamba1", "mamba2") else parts["attention"]
+    # Gated DeltaNet's, the Mamba mixers' and the RG-LRU block's own copies are their
+    # kernels' terms (introspect.refined.deltanet, mamba1, mamba2, rglru).
+    own = ("linear", "mamba1", "mamba2", "rglru")
+    attention = 0 if kind.attention.kind in own else parts["attention"]
     return 2 * (attention + parts["mlp"] + parts["router"] + experts)
 
 

@@ -105,6 +105,7 @@ ATTENTION_SIDE_PREFIXES = (
     "attention/deltanet/",
     "attention/mamba/",
     "attention/mamba1/",
+    "attention/rglru/",
     "shared_block/",
 )
 

@@ -46,6 +46,8 @@ def layer_tensors(spec: ModelSpec) -> list[Shape]:
     att = spec.kinds[0][0].attention
     if att.kind == "mamba2":
         out += mamba2_tensors(att, d)
+    elif att.kind == "rglru":
+        out += rglru_tensors(att, d)
     elif att.kind == "mla":
         out += mla_tensors(spec, att, d)
     elif att.kind != "none":
@@ -135,6 +137,19 @@ def mamba2_tensors(att, d: int) -> list[Shape]:
     out += [(w["C"],)] if att.mamba_conv_bias else []
     out += _linear(w["P"], d, bias) + [(h,), (h,), (w["I"],), (h,)] + _linear(d, w["I"], bias)
     return out
+
+
+def rglru_tensors(att, d: int) -> list[Shape]:
+    """RecurrentGemma's recurrent block in module order (``RecurrentGemmaRecurrentBlock.
+    __init__`` and ``RecurrentGemmaRglru.__init__``, ``models/recurrent_gemma/
+    modeling_recurrent_gemma.py``): linear_y, linear_x, linear_out (with biases), conv_1d
+    (W, 1, w) and its bias, then the RG-LRU's recurrent_param, input gate weight (h, W/h,
+    W/h) and bias (h, W/h), recurrent gate weight and bias."""
+    W, h = att.lru_width, att.num_attention_heads
+    block = W // h
+    out = _linear(W, d, True) * 2 + _linear(d, W, True)
+    out += [(W, 1, att.lru_conv_width), (W,), (W,)]
+    return out + [(h, block, block), (h, block)] * 2
 
 
 def shared_tensors(spec: ModelSpec, block, first: bool) -> list[Shape]:

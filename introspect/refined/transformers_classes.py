@@ -150,6 +150,9 @@ CLASSES: dict[str, ClassFacts] = {
     "modernbert-decoder": ClassFacts(rope_tables_per_layer_type=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
+    # RecurrentGemmaRMSNorm is Gemma's: ``output * (1.0 + self.weight.float())`` in FP32,
+    # cast back after (models/recurrent_gemma/modeling_recurrent_gemma.py l. 54-59).
+    "recurrent_gemma": ClassFacts(fp32_normalized=True),
     "gemma2": _GEMMA2,
     "gemma3_text": _GEMMA2,
     "gemma4_unified_text": _GEMMA4,
