@@ -236,11 +236,12 @@ def test_without_torch_the_answer_says_what_to_install(monkeypatch, tmp_path):
 def test_a_per_layer_config_is_named_not_a_traceback(capsys, tmp_path):
     """Dots3's text config keeps heads per layer: reading ``num_attention_heads`` off it
     raises transformers' AmbiguousGlobalPerLayerAttributeError (once a traceback). Its
-    build is read instead, its latent attention named; asked for MLX, one line."""
+    build is read instead, its latent attention named (what it adds to DeepSeek-V3's MLA);
+    asked for MLX, one line."""
     source = _write(tmp_path, {"model_type": "dots3_note_text"})
     assert main(["profile", source, "--framework", "mlx"]) == 2
     line = one_line_error(capsys)
-    assert "not modelled: Dots3NoteTextAttention (self_attn: q_a_proj" in line
+    assert "not modelled: Dots3NoteTextAttention: MLA with" in line
     assert "--framework torch" in line
 
 
