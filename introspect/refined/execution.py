@@ -92,6 +92,7 @@ from introspect.terms import (
 )
 
 FP32 = 4
+BF16 = 2
 
 #: Tokens per chunk of a chunked or fused cross-entropy (an assumption: Liger's fused
 #: linear cross-entropy and most chunked losses work on chunks of this order).
@@ -944,11 +945,23 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
     if att.kind != "mamba2" or spec.kinds[0][0].mixer is not None:
         return {}
     from introspect.refined import mamba2
-    from introspect.refined.stream import residual_bytes
+    from introspect.refined.stream import is_amp, residual_bytes
 
     out = dict(side)
-    out.update(hf_saved.attention_norm(spec, setup))
+    # The norm before the mixer; not ``attention_norm``'s BF16 q, k and v weight copies
+    # (the flat fields' attention, which a Mamba-2 layer has not: the mixer's own casts
+    # are its ``attention/linear/autocast_weights``, already in ``side``).
+    norm = hf_saved.attention_norm(spec, setup)
+    norm.pop("autocast_weights", None)
+    out.update(norm)
     stream = setup.tokens * spec.hidden_size * residual_bytes(setup)
+    if is_amp(setup):
+        # ``residual + hidden_states``: an FP32 stream plus out_proj's BF16 output, whose
+        # backward casts the stream's gradient to BF16 for the branch
+        # (``AddBackward0``'s grad.to(other dtype)) before out_proj's backward unpacks
+        # the checkpoint: both alive through the recomputation (a live-storage trace of a
+        # Mamba2ForCausalLM step: the B·T·d FP32 and BF16 gradients, both Temp).
+        stream += setup.tokens * spec.hidden_size * BF16
     out["attention/recompute"] = mamba2.recompute_extra(att, setup, spec.hidden_size) + stream
     return out
 
