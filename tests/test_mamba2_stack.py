@@ -123,6 +123,18 @@ def test_mamba2_closed_form_is_within_3_percent_of_the_dry_run(tmp_path, capsys,
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
 
 
+@pytest.mark.parametrize("fp32_stream", [True, False])
+@pytest.mark.parametrize("B,T", [(2, 64), (4, 256)])
+def test_a_bf16_step_prices_residual_in_fp32_either_way(tmp_path, capsys, fp32_stream, B, T):
+    """``residual_in_fp32`` (the class default true) makes a BF16 step's stream FP32, and
+    its final norm keeps x·rstd in FP32; false leaves the stream BF16. The spec carries
+    the key, and the closed form follows the dry run both ways."""
+    config = {**MAMBA2, "residual_in_fp32": fp32_stream}
+    assert spec_from_config(dict(config)).residual_in_fp32 is fp32_stream
+    row = measured(tmp_path, capsys, config, STACK_SETUPS["bf16 eager"], B, T)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
 def test_a_checkpointed_mamba2_stack_keeps_no_causal_mask():
     """``Mamba2Model`` builds only ``create_recurrent_attention_mask``'s 2D padding mask
     (None for an unpadded batch): no (B, 1, T, T) mask for the checkpoints to keep."""

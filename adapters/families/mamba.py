@@ -119,6 +119,7 @@ def _stack(r: Reader, cls: str, d: int, L: int, mixer: Attention, *, vocab: int,
         position_embedding="none",
         norms_per_layer=1,
         tie_word_embeddings=r.tied(tied, cls),
+        residual_in_fp32=r.flag("residual_in_fp32", True, f"{cls} default true"),
         layers=runs_from_list([block] * L),
     )
 
@@ -199,7 +200,6 @@ def mamba2(r: Reader) -> dict:
         value = r.flag(key, default)
         if value != default:
             r.assumptions.append(f"{key}={str(value).lower()} ignored: {why}")
-    r.flag("residual_in_fp32", True, f"{cls} default true")
     return _stack(r, cls, d, L, mixer, vocab=32768, tied=False)
 
 

@@ -518,7 +518,9 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = 
         from introspect.refined.stream import residual_bytes
 
         mixer = mamba1 if att.kind == "mamba1" else mamba2
-        stream = B * T * spec.hidden_size * residual_bytes(setup)
+        # An FP32 stream's gradient in a 16-bit step (ModelSpec.residual_in_fp32).
+        r = FP32 if spec.residual_in_fp32 else residual_bytes(setup)
+        stream = B * T * spec.hidden_size * r
         return mixer.backward_transient(att, setup, spec.hidden_size) + stream
     stream = impl.attention_stream(spec, setup)
     if impl.keeps_t2(spec, setup):

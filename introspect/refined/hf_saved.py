@@ -755,6 +755,13 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         f"final_norm{k[len('layernorm') :]}": v for k, v in _norm_terms(spec, setup, 1).items()
     }
     BTd = setup.tokens * spec.hidden_size
+    if spec.residual_in_fp32 and "final_norm/normalized" in terms and not is_amp(setup):
+        # An FP32 stream in a 16-bit step (``residual_in_fp32``): the final RMSNorm's
+        # input dtype is FP32, so ``self.weight * hidden_states.to(input_dtype)`` keeps
+        # x·rstd in FP32 (``Mamba2RMSNorm``, ``MambaRMSNorm``); its FP32 output is cast
+        # for lm_head (``hidden_states.to(self.lm_head.weight.dtype)``), which keeps the
+        # cast: the ``final_norm`` term at the activations' dtype.
+        terms["final_norm/normalized"] = BTd * FP32
     if setup.activation_checkpointing and norm_input_bytes(spec, setup):
         terms["final_norm/input"] = BTd * norm_input_bytes(spec, setup)
     elif facts(spec).post_norm:
