@@ -64,6 +64,9 @@ def specs() -> dict:
 
     out["falcon_mamba, mamba1"] = spec_from_config(dict(FALCON_MAMBA))
     out["jamba, mamba1 + experts"] = spec_from_config(dict(JAMBA))
+    from test_mamba2_stack import MAMBA2  # the pure Mamba-2 stack, an FP32 residual
+
+    out["mamba2, pure stack"] = spec_from_config(dict(MAMBA2))
     from test_zamba2 import ZAMBA2  # a shared transformer block, per use
 
     out["zamba2, shared block"] = spec_from_config(dict(ZAMBA2))
