@@ -135,6 +135,21 @@ def test_a_bf16_step_prices_residual_in_fp32_either_way(tmp_path, capsys, fp32_s
     assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_mamba2_forward_peak_at_the_default_widths_is_within_3_percent_of_the_dry_run(
+    tmp_path, capsys, precision
+):
+    """At the class's widths (128 heads of 64, 8 groups of 128 states, chunks of 256) and
+    T = 300 (two chunks, padded) the step's peak is inside the top layer's scan in the
+    forward, not at the forward's end: the ``attention/mamba/forward`` moment (BF16 was
+    0.967 of the dry run without it)."""
+    config = {"model_type": "mamba2", **transformers.Mamba2Config().to_dict()}
+    config.update(num_hidden_layers=2, vocab_size=512)
+    flags = ["--precision", precision, "--attention", "eager"]
+    row = measured(tmp_path, capsys, config, flags, 2, 300)
+    assert row["measured_over_refined"] == pytest.approx(1.0, abs=0.03)
+
+
 def test_a_checkpointed_mamba2_stack_keeps_no_causal_mask():
     """``Mamba2Model`` builds only ``create_recurrent_attention_mask``'s 2D padding mask
     (None for an unpadded batch): no (B, 1, T, T) mask for the checkpoints to keep."""
