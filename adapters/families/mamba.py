@@ -7,7 +7,7 @@ Mamba-2 one :mod:`introspect.refined.mamba2`'s ``mamba2``; the specs hold no att
 head anywhere but Jamba's attention layers (the flat head fields of the pure stacks are
 placeholders no estimator reads, as for Nemotron-H's blocks).
 
-Sources: ``transformers/models/{mamba,falcon_mamba,jamba}/{configuration,modeling}_*.py``
+Sources: ``transformers/models/{mamba,falcon_mamba,jamba,mamba2}/{configuration,modeling}_*.py``
 (5.x): ``MambaConfig.__post_init__`` (``intermediate_size = int(expand·hidden_size)``,
 ``time_step_rank`` "auto" = ⌈d/16⌉), ``MambaBlock`` (norm, mixer, residual add),
 ``MambaModel`` (``embeddings``, ``layers``, ``norm_f``); ``JambaConfig.layers_block_type``
@@ -182,7 +182,9 @@ def mamba2(r: Reader) -> dict:
     line naming the key here. ``time_step_rank`` sizes nothing (no dt projection in a
     Mamba-2 mixer). ``residual_in_fp32`` (default true) casts the residual to FP32
     before the add (``Mamba2Block.forward``, l. 641-650): a no-op when the stream is
-    FP32 already (FP32 and autocast steps).
+    FP32 already (FP32 and autocast steps), an FP32 stream in a 16-bit one
+    (:attr:`~introspect.spec.ModelSpec.residual_in_fp32`, read for Mamba-1 too:
+    ``MambaBlock`` does the same).
 
     Source: ``transformers/models/mamba2/{configuration,modeling}_mamba2.py`` (5.x)."""
     cls = "Mamba2Config"
