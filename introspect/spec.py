@@ -139,6 +139,13 @@ class ModelSpec:
     #: modeling_modernbert_decoder.py`` l. 338-347).
     embedding_norm: bool = False
     head_transform: bool = False
+    #: The blocks add their branch to an FP32 residual whatever the weights' dtype
+    #: (Mamba's, Falcon-Mamba's and Mamba-2's ``residual_in_fp32``, default true:
+    #: ``residual = residual.to(torch.float32)`` before ``residual + hidden_states``,
+    #: ``models/mamba2/modeling_mamba2.py`` l. 641-650): in a 16-bit step the stream is
+    #: FP32 from the first block on, so its gradient is FP32 and the final norm, which
+    #: reads it uncast (``self.norm_f(hidden_states)``, l. 821), keeps x·rstd in FP32.
+    residual_in_fp32: bool = False
     #: The class calls SDPA with K and V at their own, fewer heads and no ``enable_gqa``
     #: (Falcon's multi-query block, ``models/falcon/modeling_falcon.py`` l. 313-346):
     #: torch's fused kernels need equal head counts, so the math kernel runs.

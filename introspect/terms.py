@@ -893,7 +893,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/recompute",
             category="transient",
-            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; plus the stream's gradient B·T·d (a Gated DeltaNet layer: the stream's gradient alone, its peak being attention/deltanet/forward)",
+            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; plus the stream's gradient B·T·d, under autocast also its BF16 cast for the branch B·T·d·2 (a Gated DeltaNet layer: the stream's gradient alone, its peak being attention/deltanet/forward)",
             source="transformers/models/nemotron_h/modeling_nemotron_h.py: mamba2_chunk_scan (l. 273-377), NemotronHMamba2Mixer.torch_forward; torch/utils/checkpoint.py: unpack_hook (recompute at the first unpack) (introspect/refined/mamba2.py: recompute_extra)",
             computed_by=(
                 "introspect/refined/mamba2.py: recompute_extra",
@@ -903,6 +903,20 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_ssm.py::test_mamba2_recomputed_scan_peak_is_within_3_percent_of_the_dry_run",
                 "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/mamba/forward",
+            category="transient",
+            equation="Mamba-2 without checkpointing, at the topmost Mamba-2 layer's scan peak ((Y_diag + Y_off).contiguous() in mamba2_chunk_scan): the same bytes beyond the mixer's saved set as attention/recompute's (recompute_extra), with no gradient beside them; the layers below saved, the feed-forward not made yet",
+            source="transformers/models/mamba2/modeling_mamba2.py: mamba2_chunk_scan (l. 258-362), Mamba2Mixer.forward (l. 461-606) (introspect/refined/mamba2.py: recompute_extra)",
+            computed_by=(
+                "introspect/refined/mamba2.py: recompute_extra",
+                "introspect/refined/execution.py: mixer_forward",
+                "introspect/refined/execution.py: _mamba2_at_forward_peak",
+            ),
+            tests=(
+                "tests/test_mamba2_stack.py::test_mamba2_forward_peak_at_the_default_widths_is_within_3_percent_of_the_dry_run",
             ),
         ),
         Term(

@@ -252,8 +252,9 @@ def test_setups_the_mamba2_closed_form_does_not_model_are_refused(tmp_path, caps
 
 
 def test_a_mamba2_config_transformers_rejects_names_the_keys(tmp_path, capsys):
-    """Mamba2Config's own validator (``hidden_size * expand`` against ``num_heads *
-    head_dim``) speaks on the line after its heading: the one line carries both."""
+    """What Mamba2Config's own validator refuses (``hidden_size * expand`` against
+    ``num_heads * head_dim``), the mamba2 reader refuses first, in one line naming the
+    four keys (adapters/families/mamba.py)."""
     path = tmp_path / "config.json"
     path.write_text(json.dumps({
         "model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 512,
@@ -261,4 +262,5 @@ def test_a_mamba2_config_transformers_rejects_names_the_keys(tmp_path, capsys):
     }))  # fmt: skip
     assert main(["profile", str(path)]) == 2
     line = one_line_error(capsys)
-    assert str(path) in line and "num_heads * head_dim" in line
+    assert str(path) in line
+    assert all(key in line for key in ("expand", "hidden_size", "num_heads", "head_dim"))

@@ -67,6 +67,10 @@ def specs() -> dict:
     from test_recurrent_gemma import RECURRENT_GEMMA  # the RG-LRU block, local attention
 
     out["recurrent_gemma, rglru"] = spec_from_config(dict(RECURRENT_GEMMA))
+
+    from test_mamba2_stack import MAMBA2  # the pure Mamba-2 stack, an FP32 residual
+
+    out["mamba2, pure stack"] = spec_from_config(dict(MAMBA2))
     from test_zamba2 import ZAMBA2  # a shared transformer block, per use
 
     out["zamba2, shared block"] = spec_from_config(dict(ZAMBA2))

@@ -42,19 +42,18 @@ NEMOTRON_H = {
     "chunk_size": 16,
     "use_mamba_kernels": False,
 }
-#: A pure Mamba-2 stack (``Mamba2Mixer``, no reader): Mamba-1 stacks are modelled
-#: (tests/test_mamba1.py).
-MAMBA = {
-    "model_type": "mamba2",
+#: A pure recurrent stack with no reader (``RwkvSelfAttention``'s time mixing and
+#: ``RwkvFeedForward``'s channel mixing): Mamba-1 and Mamba-2 stacks are modelled
+#: (tests/test_mamba1.py, tests/test_mamba2_stack.py).
+RWKV = {
+    "model_type": "rwkv",
     "hidden_size": 64,
     "num_hidden_layers": 2,
     "vocab_size": 256,
-    "num_heads": 8,
-    "head_dim": 16,
-    "state_size": 8,
-    "n_groups": 1,
-    "chunk_size": 16,
+    "context_length": 128,
 }
+#: What the walker names first in it.
+RWKV_PART = "RwkvSelfAttention (attention: time_decay, time_first, time_mix_key, … not recognised)"
 BERT = {
     "model_type": "bert",
     "hidden_size": 64,
@@ -119,21 +118,21 @@ def test_hybrid_profile_text_says_what_answers(capsys, tmp_path):
     assert "refined" not in text and "simplified" not in text
 
 
-def test_pure_state_space_model_is_answered_by_the_dry_run(capsys, tmp_path):
-    source = _write(tmp_path, MAMBA)
+def test_pure_recurrent_model_is_answered_by_the_dry_run(capsys, tmp_path):
+    source = _write(tmp_path, RWKV)
     assert main(["profile", source, *SETUP, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["unmodelled"] == ["Mamba2Mixer (mixer) in 2 of 2 layers"]
+    assert out["unmodelled"][0] == f"{RWKV_PART} in 2 of 2 layers"
     assert out["dry_run"]["peak_bytes"] > 0
     # A real step is printed without the estimates that do not apply.
     assert main(["measure", source, "--seq", "64", "--device", "fake", "--no-census"]) == 0
     text = capsys.readouterr().out
-    assert "not modelled: Mamba2Mixer (mixer) in 2 of 2 layers" in text
+    assert f"not modelled: {RWKV_PART} in 2 of 2 layers" in text
     assert "estimates do not apply" in text
     assert "refined" not in text and "simplified" not in text
     # Our reference model would be a transformer: measuring it is refused.
     assert main(["measure", source, *SETUP, "--impl", "reference", "--no-census"]) == 2
-    assert "not modelled: Mamba2Mixer" in one_line_error(capsys)
+    assert "not modelled: RwkvSelfAttention" in one_line_error(capsys)
     # So is a sharded step, which is laid beside the refined per-rank estimate.
     assert main(["measure", source, "--devices", "2", "--fsdp", "--seq", "32"]) == 2
     assert "sharded step" in one_line_error(capsys)

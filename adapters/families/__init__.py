@@ -57,6 +57,7 @@ REGISTRY: dict[str, Callable[[Reader], dict]] = {
     "falcon_h1": falcon_h1.falcon_h1,
     "mamba": mamba.mamba,
     "falcon_mamba": mamba.falcon_mamba,
+    "mamba2": mamba.mamba2,
     "jamba": mamba.jamba,
     "zamba2": zamba2.zamba2,
     "recurrent_gemma": recurrent_gemma.recurrent_gemma,

@@ -1,11 +1,13 @@
-"""Mamba-1 stacks: pure Mamba and Falcon-Mamba (no attention: embedding, L blocks of one
-RMSNorm and one mixer, a final norm, the head) and Jamba (Mamba-1 mixers with attention
-every ``attn_layer_period`` layers and routed experts every ``expert_layer_period``).
-The mixer is :mod:`introspect.refined.mamba1`'s layer kind ``mamba1``; the specs hold no
-attention head anywhere but Jamba's attention layers (the flat head fields of the pure
-stacks are placeholders no estimator reads, as for Nemotron-H's blocks).
+"""Mamba stacks: pure Mamba and Falcon-Mamba (no attention: embedding, L blocks of one
+RMSNorm and one mixer, a final norm, the head), Jamba (Mamba-1 mixers with attention
+every ``attn_layer_period`` layers and routed experts every ``expert_layer_period``) and
+the pure Mamba-2 stack (``Mamba2ForCausalLM``: Mamba's stack around a Mamba-2 mixer).
+The Mamba-1 mixer is :mod:`introspect.refined.mamba1`'s layer kind ``mamba1``, the
+Mamba-2 one :mod:`introspect.refined.mamba2`'s ``mamba2``; the specs hold no attention
+head anywhere but Jamba's attention layers (the flat head fields of the pure stacks are
+placeholders no estimator reads, as for Nemotron-H's blocks).
 
-Sources: ``transformers/models/{mamba,falcon_mamba,jamba}/{configuration,modeling}_*.py``
+Sources: ``transformers/models/{mamba,falcon_mamba,jamba,mamba2}/{configuration,modeling}_*.py``
 (5.x): ``MambaConfig.__post_init__`` (``intermediate_size = int(expand·hidden_size)``,
 ``time_step_rank`` "auto" = ⌈d/16⌉), ``MambaBlock`` (norm, mixer, residual add),
 ``MambaModel`` (``embeddings``, ``layers``, ``norm_f``); ``JambaConfig.layers_block_type``
@@ -26,6 +28,7 @@ from introspect.adapters.config_reader import MISSING, Reader
 from introspect.layers import Attention, FeedForward, LayerKind, runs_from_list
 
 from ._common import attention, context, dense
+from .hybrid import mamba2_mixer
 
 
 def mamba1_mixer(
@@ -83,8 +86,8 @@ _MAMBA_KEYS = dict(
 
 
 def _pure(r: Reader, cls: str, norm: str) -> dict:
-    """A pure state-space stack: L single-branch blocks (one RMSNorm, one mixer, a
-    residual add), no attention and no feed-forward."""
+    """A pure Mamba-1 stack: L single-branch blocks (one RMSNorm, one mixer, a residual
+    add), no attention and no feed-forward."""
     d = r.integer("hidden_size")
     L = r.integer("num_hidden_layers", default=32, why=f"{cls} default 32")
     mixer = mamba1_mixer(r, d, cls=cls, norm=norm, **_MAMBA_KEYS)
@@ -93,6 +96,12 @@ def _pure(r: Reader, cls: str, norm: str) -> dict:
         r.assumptions.append(
             f"{key}={given} ignored: {cls} sets it to expand·hidden_size = {mixer.mamba_inner_size}"
         )
+    return _stack(r, cls, d, L, mixer, vocab=50280, tied=True)
+
+
+def _stack(r: Reader, cls: str, d: int, L: int, mixer: Attention, *, vocab: int, tied: bool):
+    """The fields of L blocks of one RMSNorm and ``mixer`` (no feed-forward), between the
+    embedding and the final norm and head (``MambaModel`` / ``Mamba2Model``)."""
     block = LayerKind(
         attention=mixer, feed_forward=FeedForward(ffn="none", intermediate_size=1), norms=1
     )
@@ -102,14 +111,15 @@ def _pure(r: Reader, cls: str, norm: str) -> dict:
         num_attention_heads=1,
         num_key_value_heads=1,
         head_dim=1,
-        vocab_size=r.integer("vocab_size", default=50280, why=f"{cls} default 50280"),
+        vocab_size=r.integer("vocab_size", default=vocab, why=f"{cls} default {vocab}"),
         intermediate_size=1,
         norm="rmsnorm",
         norm_bias=False,
         ffn="plain",
         position_embedding="none",
         norms_per_layer=1,
-        tie_word_embeddings=r.tied(True, cls),
+        tie_word_embeddings=r.tied(tied, cls),
+        residual_in_fp32=r.flag("residual_in_fp32", True, f"{cls} default true"),
         layers=runs_from_list([block] * L),
     )
 
@@ -123,6 +133,76 @@ def falcon_mamba(r: Reader) -> dict:
     """FalconMambaConfig: Mamba's stack whose mixer normalises dt, B and C with weightless
     RMSNorms (``FalconMambaWeightlessRMSNorm``: buffers, no parameters)."""
     return _pure(r, "FalconMambaConfig", "weightless")
+
+
+#: Mamba2Config's mixer keys and defaults (``models/mamba2/configuration_mamba2.py``
+#: l. 63–89): the width is num_heads × head_dim, which ``validate_architecture`` (l. 96)
+#: requires to be expand·hidden_size.
+_MAMBA2_KEYS = dict(
+    keys={
+        "heads": ("num_heads",),
+        "head_dim": ("head_dim",),
+        "state": ("state_size",),
+        "groups": ("n_groups",),
+        "conv": ("conv_kernel",),
+        "chunk": ("chunk_size",),
+        "conv_bias": ("use_conv_bias",),
+        "proj_bias": ("use_bias",),
+    },
+    defaults=dict(
+        heads=128, head_dim=64, state=128, groups=8, conv=4, chunk=256, conv_bias=True,
+        proj_bias=False,
+    ),
+)  # fmt: skip
+
+#: Keys of the original ``mamba_ssm`` configs that Mamba2Config carries but
+#: transformers' classes never read: the value the class behaves as, and what it does
+#: (``models/mamba2/modeling_mamba2.py``); another value is noted as ignored.
+_MAMBA2_IGNORED = {
+    "norm_before_gate": (
+        False,
+        "Mamba2Mixer gates before its norm (MambaRMSNormGated: y·silu(z), then the "
+        "grouped RMSNorm, l. 106-124; the fused call passes norm_before_gate=False, l. 499)",
+    ),
+    "rms_norm": (True, "Mamba2Block always norms with Mamba2RMSNorm (l. 609-632)"),
+}
+
+
+def mamba2(r: Reader) -> dict:
+    """Mamba2Config: pure Mamba-2 (``Mamba2ForCausalLM``): embedding, L ``Mamba2Block``s
+    (``Mamba2RMSNorm``, ``Mamba2Mixer``, a residual add), ``norm_f``, an untied head by
+    default. The mixer is Nemotron-H's (``Mamba2Mixer.forward`` is
+    ``NemotronHMamba2Mixer.forward`` line for line, the chunked scan, the conv and the
+    grouped gated norm too) with ``time_step_limit`` (0, ∞) in place of
+    (``time_step_min``, ∞): one clamp either way. ``Mamba2Mixer.__init__`` sets
+    ``intermediate_size = int(expand·hidden_size)`` and the norm's group
+    ``intermediate_size // n_groups``; ``Mamba2Config.validate_architecture`` refuses
+    expand·hidden_size ≠ num_heads·head_dim, and ``repeat_interleave(num_heads //
+    n_groups)`` in ``mamba2_chunk_scan`` needs n_groups to divide num_heads: each is one
+    line naming the key here. ``time_step_rank`` sizes nothing (no dt projection in a
+    Mamba-2 mixer). ``residual_in_fp32`` (default true) casts the residual to FP32
+    before the add (``Mamba2Block.forward``, l. 641-650): a no-op when the stream is
+    FP32 already (FP32 and autocast steps), an FP32 stream in a 16-bit one
+    (:attr:`~introspect.spec.ModelSpec.residual_in_fp32`, read for Mamba-1 too:
+    ``MambaBlock`` does the same).
+
+    Source: ``transformers/models/mamba2/{configuration,modeling}_mamba2.py`` (5.x)."""
+    cls = "Mamba2Config"
+    d = r.integer("hidden_size", default=4096, why=f"{cls} default 4096")
+    L = r.integer("num_hidden_layers", default=64, why=f"{cls} default 64")
+    expand = r.integer("expand", default=2, why=f"{cls} default 2")
+    mixer = mamba2_mixer(r, d, cls=cls, **_MAMBA2_KEYS)
+    inner = mixer.mamba_num_heads * mixer.mamba_head_dim
+    if inner != expand * d:
+        raise r.fail(
+            f"expand={expand} × hidden_size={d} = {expand * d} must equal num_heads="
+            f"{mixer.mamba_num_heads} × head_dim={mixer.mamba_head_dim} = {inner}"
+        )
+    for key, (default, why) in _MAMBA2_IGNORED.items():
+        value = r.flag(key, default)
+        if value != default:
+            r.assumptions.append(f"{key}={str(value).lower()} ignored: {why}")
+    return _stack(r, cls, d, L, mixer, vocab=32768, tied=False)
 
 
 #: JambaConfig's mixer keys and defaults (configuration_jamba.py).

@@ -97,6 +97,7 @@ from introspect.terms import (
 )
 
 FP32 = 4
+BF16 = 2
 
 #: Tokens per chunk of a chunked or fused cross-entropy (an assumption: Liger's fused
 #: linear cross-entropy and most chunked losses work on chunks of this order).
@@ -552,7 +553,9 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = 
         from introspect.refined.stream import residual_bytes
 
         mixer = {"mamba1": mamba1, "mamba2": mamba2, "rglru": rglru}[att.kind]
-        stream = B * T * spec.hidden_size * residual_bytes(setup)
+        # An FP32 stream's gradient in a 16-bit step (ModelSpec.residual_in_fp32).
+        r = FP32 if spec.residual_in_fp32 else residual_bytes(setup)
+        stream = B * T * spec.hidden_size * r
         return mixer.backward_transient(att, setup, spec.hidden_size) + stream
     stream = impl.attention_stream(spec, setup)
     if impl.keeps_t2(spec, setup):
@@ -985,11 +988,23 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
     if att.kind != "mamba2" or spec.kinds[0][0].mixer is not None:
         return {}
     from introspect.refined import mamba2
-    from introspect.refined.stream import residual_bytes
+    from introspect.refined.stream import is_amp, residual_bytes
 
     out = dict(side)
-    out.update(hf_saved.attention_norm(spec, setup))
+    # The norm before the mixer; not ``attention_norm``'s BF16 q, k and v weight copies
+    # (the flat fields' attention, which a Mamba-2 layer has not: the mixer's own casts
+    # are its ``attention/linear/autocast_weights``, already in ``side``).
+    norm = hf_saved.attention_norm(spec, setup)
+    norm.pop("autocast_weights", None)
+    out.update(norm)
     stream = setup.tokens * spec.hidden_size * residual_bytes(setup)
+    if is_amp(setup):
+        # ``residual + hidden_states``: an FP32 stream plus out_proj's BF16 output, whose
+        # backward casts the stream's gradient to BF16 for the branch
+        # (``AddBackward0``'s grad.to(other dtype)) before out_proj's backward unpacks
+        # the checkpoint: both alive through the recomputation (a live-storage trace of a
+        # Mamba2ForCausalLM step: the B·T·d FP32 and BF16 gradients, both Temp).
+        stream += setup.tokens * spec.hidden_size * BF16
     out["attention/recompute"] = mamba2.recompute_extra(att, setup, spec.hidden_size) + stream
     return out
 
@@ -1037,6 +1052,33 @@ def _deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, att, side: 
     return out
 
 
+def _mamba2_forward_applies(kind) -> bool:
+    """Whether a layer kind's forward peak is :func:`_mamba2_at_forward_peak`'s: a Mamba-2
+    mixer alone on its branch (not Falcon-H1's beside attention, not after Zamba2's
+    shared block, whose terms the moment does not hold)."""
+    return kind.attention.kind == "mamba2" and kind.mixer is None and kind.shared is None
+
+
+def _mamba2_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> dict:
+    """A Mamba-2 layer's own terms at its scan's peak (``spec`` one kind), its forward run
+    without checkpointing: the norm before the mixer and the mixer's whole saved set
+    (``side``), plus what ``mamba2_chunk_scan`` holds beyond it at ``(Y_diag +
+    Y_off).contiguous()``, less the saved set made after that line
+    (:func:`introspect.refined.mamba2.recompute_extra`: the moment a checkpointed layer's
+    recomputation reaches, :func:`_mixer_recompute`, here with no gradient beside it);
+    the feed-forward's not made yet. Its peak is the step's where the chunk matrices
+    (B·h·N·c² each) outweigh the logits (a dry run of ``Mamba2ForCausalLM`` at its
+    default widths, B = 2, T = 300: ``tests/test_mamba2_stack.py``)."""
+    from introspect.refined import mamba2
+
+    out = dict(side)
+    norm = hf_saved.attention_norm(spec, setup)
+    norm.pop("autocast_weights", None)  # the flat fields' q, k, v; the mixer's are in side
+    out.update(norm)
+    out["attention/mamba/forward"] = mamba2.recompute_extra(att, setup, spec.hidden_size)
+    return out
+
+
 def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
     """The forward's largest moment inside a Gated DeltaNet mixer (None where the stack
     has none, or under checkpointing: each layer's forward then keeps only its input, and
@@ -1061,6 +1103,12 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
             top = (run.kind, start + run.count - 1)
         start += run.count
     if top is None:
+        top, start = None, 0
+        for run in spec.runs:
+            if _mamba2_forward_applies(run.kind):
+                top = (run.kind, start + run.count - 1)
+            start += run.count
+    if top is None:
         return None
     kind, index = top
     terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
@@ -1084,7 +1132,10 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
     one = spec.for_kind(kind)
     full = layer_saved(one, setup)
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
-    own = _deltanet_at_forward_peak(one, setup, kind.attention, side)
+    if kind.attention.kind == "linear":
+        own = _deltanet_at_forward_peak(one, setup, kind.attention, side)
+    else:
+        own = _mamba2_at_forward_peak(one, setup, kind.attention, side)
     _add_into(terms, _prefixed({f"layer/{k}": v for k, v in own.items()}))
     terms[GRADS] = resident_grads(spec, setup)
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))

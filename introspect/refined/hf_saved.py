@@ -682,6 +682,26 @@ def recomputed_extra(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     return {"layernorm/input": setup.tokens * spec.hidden_size * kept}
 
 
+#: Layer kinds that read the causal mask (softmax attention over positions).
+_MASKED_KINDS = frozenset({"full", "sliding", "chunked", "mla"})
+
+
+def takes_causal_mask(spec: ModelSpec) -> bool:
+    """Whether a layer reads a causal mask, which checkpointing then keeps: a softmax
+    attention layer (or a shared transformer block, Zamba2's). A stack of state-space
+    mixers alone (Mamba, Falcon-Mamba, Mamba-2) builds none: ``MambaModel`` hands its
+    blocks the caller's 2D ``attention_mask`` (``models/mamba/modeling_mamba.py`` l.
+    682-686), ``Mamba2Model`` ``create_recurrent_attention_mask``'s (``models/mamba2/
+    modeling_mamba2.py`` l. 801; ``masking_utils.py`` l. 1494-1524: ``None`` when no
+    mask is given or it is all ones)."""
+    return any(
+        kind.attention.kind in _MASKED_KINDS
+        or kind.shared is not None
+        or (kind.mixer is not None and kind.mixer.kind in _MASKED_KINDS)
+        for kind, _ in spec.kinds
+    )
+
+
 def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """Layer 0's input as its first norm (or checkpoint) keeps it, and the embedding
     dropout's mask (GPT-2, Phi: ``embd_pdrop``); the undropped output is freed."""
@@ -690,13 +710,14 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     out = {"activations/embedding": BT * d * kept} if kept else {}
     if spec.embedding_dropout > 0:
         out["activations/embedding/dropout_mask"] = BT * d * dropout_mask_bytes(setup, r)
-    if setup.activation_checkpointing and setup.attention == "eager":
+    masked = setup.activation_checkpointing and takes_causal_mask(spec)
+    if masked and setup.attention == "eager":
         # ``create_causal_mask`` (``masking_utils.py``) builds eager's additive mask,
         # (B, 1, T, T) in the embeddings' dtype; each checkpointed layer keeps it among
         # its inputs until its backward (without checkpointing nothing saves it); one
         # per layer type (eager_masks).
         out["activations/attention_mask"] = eager_masks(spec, setup, mask_types(spec))
-    elif setup.activation_checkpointing and setup.packed_sequences:
+    elif masked and setup.packed_sequences:
         # SDPA's packed mask as sdpa_mask builds it, boolean, kept by every
         # checkpointed layer among its inputs (each layer's additive copy is made again
         # when it is recomputed)
@@ -851,6 +872,13 @@ def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         f"final_norm{k[len('layernorm') :]}": v for k, v in _norm_terms(spec, setup, 1).items()
     }
     BTd = setup.tokens * spec.hidden_size
+    if spec.residual_in_fp32 and "final_norm/normalized" in terms and not is_amp(setup):
+        # An FP32 stream in a 16-bit step (``residual_in_fp32``): the final RMSNorm's
+        # input dtype is FP32, so ``self.weight * hidden_states.to(input_dtype)`` keeps
+        # x·rstd in FP32 (``Mamba2RMSNorm``, ``MambaRMSNorm``); its FP32 output is cast
+        # for lm_head (``hidden_states.to(self.lm_head.weight.dtype)``), which keeps the
+        # cast: the ``final_norm`` term at the activations' dtype.
+        terms["final_norm/normalized"] = BTd * FP32
     if setup.activation_checkpointing and norm_input_bytes(spec, setup):
         terms["final_norm/input"] = BTd * norm_input_bytes(spec, setup)
     elif facts(spec).post_norm:
