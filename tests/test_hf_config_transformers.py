@@ -15,6 +15,7 @@ from test_hybrids import NEMOTRON_MOE, OLMO_HYBRID, QWEN3_5_MOE_TEXT, QWEN3_5_TE
 from test_mamba1 import FALCON_MAMBA, JAMBA
 from test_mamba1 import MAMBA as MAMBA1
 from test_mamba2_stack import MAMBA2
+from test_recurrent_gemma import RECURRENT_GEMMA
 from test_ssm import BAMBA, GRANITE, MOE, NEMOTRON_H
 from test_zamba2 import VARIANTS as ZAMBA2
 
@@ -195,6 +196,7 @@ VARIATIONS: dict[str, dict] = {
     "falcon-mamba": FALCON_MAMBA,
     "jamba-hybrid": JAMBA,
     "mamba-2": MAMBA2,  # tests/test_mamba2_stack.py's pure Mamba-2 stack
+    "recurrent-gemma": RECURRENT_GEMMA,  # tests/test_recurrent_gemma.py's RG-LRU stack
     # tests/test_zamba2.py's: shared transformer blocks (tied, and untied copies).
     "falcon-h1-parallel-mamba2": FALCON_H1,  # tests/test_falcon_h1.py's
     "zamba2-two-blocks": ZAMBA2["small"],
