@@ -157,7 +157,6 @@ def every_byte_a_patch(model) -> Iterator[None]:
             import torch
             from torch._subclasses.fake_tensor import FakeTensor
             from torch.utils._python_dispatch import _disable_current_modes
-
             from transformers.models.blt import modeling_blt
 
             rows = (input_ids if input_ids is not None else kwargs["inputs_embeds"]).shape[0]
@@ -239,10 +238,9 @@ def _patched_in_fake_mode(classes: set[type], name: str, patched: Callable) -> I
 
 
 def _answered_mode():
+    import torch
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    import torch
 
     class Answered(TorchDispatchMode):
         """Answers ``aten.nonzero`` and ``aten._local_scalar_dense`` of fake tensors with
