@@ -115,6 +115,9 @@ def render_answer(spec: ModelSpec, answer: dict[str, Any]) -> str:
         f"{answer['peak_phase']}",
         f"  at the peak: {cats}",
     ]
+    from introspect.measure.fake_bounds import UPPER_BOUND
+
+    lines += [f"  {n}" for n in answer.get("notes", ()) if n.startswith(UPPER_BOUND)]
     return "\n".join(lines)
 
 

@@ -82,7 +82,7 @@ def test_checked_lengths_leaves_other_reads_to_torch():
             torch.ones(3, dtype=torch.long).sum().item()
 
 
-@pytest.mark.parametrize("model_type", ["blt", "longcat_flash", "gemma4_unified_assistant"])
+@pytest.mark.parametrize("model_type", ["gemma4_unified_assistant"])
 def test_a_type_no_dry_run_answers_is_one_line(model_type, tmp_path):
     """`introspect measure --device fake` refuses it in one line naming the source file
     and line of what reads the data, exit 2, before anything is built."""

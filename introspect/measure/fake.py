@@ -301,16 +301,26 @@ CHECKED_LENGTHS_NOTE = (
 
 @contextmanager
 def answered_reads(model) -> Iterator[None]:
-    """:func:`even_expert_counts` and :func:`checked_lengths` together: each a no-op but
-    for its own class in a dry run."""
-    with even_expert_counts(model), checked_lengths(model):
+    """:func:`even_expert_counts`, :func:`checked_lengths` and the upper bounds of
+    :mod:`introspect.measure.fake_bounds` (LongCat-Flash's routing, BLT's patches)
+    together: each a no-op but for its own class in a dry run."""
+    from introspect.measure.fake_bounds import every_byte_a_patch, routed_to_real_experts
+
+    with (
+        even_expert_counts(model),
+        checked_lengths(model),
+        routed_to_real_experts(model),
+        every_byte_a_patch(model),
+    ):
         yield
 
 
 def answered_notes(model) -> list[str]:
     """The notes of the reads :func:`answered_reads` answers for ``model``."""
+    from introspect.measure.fake_bounds import bound_notes
+
     names = {type(m).__name__ for m in model.modules()}
-    return [
+    return bound_notes(model) + [
         note
         for name, note in (
             ("JetMoeTopKGating", EVEN_COUNTS_NOTE),
@@ -320,19 +330,10 @@ def answered_notes(model) -> list[str]:
     ]
 
 
-_REAL_STEP = "run `introspect measure --impl transformers --device cpu` at a small --seq"
-
-#: Why a dry run cannot answer a type's step, read from transformers' source: the held
-#: bytes follow values the step computes from the data, which no faithful answer gives.
+#: Why a dry run cannot answer a type's step, read from transformers' source. (LongCat-Flash
+#: and BLT, whose held bytes follow values of the data, are answered at their upper bound:
+#: :mod:`introspect.measure.fake_bounds`.)
 DRY_RUN_CANNOT = {
-    "blt": "BltPatcher sets the patches from its own next-byte entropies "
-    "(modeling_blt.py l. 915-990: patch starts where entropy > patching_threshold, then "
-    "process_patch_lengths' .item(), l. 826-848), so the global transformer's length "
-    "is a value of the data, which a fake tensor does not have; " + _REAL_STEP,
-    "longcat_flash": "LongcatFlashExperts loops over the experts hit (modeling_longcat_flash.py "
-    "l. 187-201: nonzero, then one block per expert), and its zero_expert_num identity "
-    "experts save less than the routed ones, so the held bytes follow how the router "
-    "splits the top-k rows, a value of the data; " + _REAL_STEP,
     "gemma4_unified_assistant": "Gemma4UnifiedAssistantForCausalLM is a drafter for "
     "assisted decoding: its forward takes the backbone's inputs_embeds and "
     "shared_kv_states, not token ids (modeling_gemma4_unified_assistant.py l. 172-173), "
