@@ -89,7 +89,13 @@ above, at L = 5–9 too (``python benchmarks/mlx_derive_ckpt.py``,
 :func:`checkpointed_counts`); the other structures keep a rule from the source. Checked
 on 6 measured FP32 steps (``benchmarks/results/mlx-regimes.md``): 0.997–1.012 (the rows the
 rule put at 1.039 and 1.129 among them) and a BF16 compiled one, 0.997; GPT-2 8M
-compiled at T = 256 (the rule): +0.6%.
+compiled at T = 256 (the rule): +0.6%. Then on five held-out steps of the structures
+derived next (Qwen2 BF16, Qwen3 and Llama untied, ``mlx_lm/models/qwen2.py``,
+``qwen3.py``, ``llama.py``): Qwen3 FP32 compiled and BF16 eager 1.000 (the rule 1.094,
+1.074), Llama untied FP32 eager 1.040 and BF16 compiled 1.038 (the rule 1.049, 1.386),
+and a Qwen2 BF16 eager step at d = 192, L = 7, B·T = 320, 1.054 (the rule 1.053): there
+the closed form is the replay's own figure and the replay misses the measured peak
+(between the replay's bounds, 0.871 and 1.054; FP32 at that shape misses alike).
 
 **LoRA** (mlx-lm's, as ``mlx_lm.lora`` runs it: ``model.freeze()`` then
 ``linear_to_lora_layers(model, num_layers, {"rank", "scale", "dropout"})`` over every
@@ -299,9 +305,11 @@ STRUCTURES: dict[str, tuple[str, bool]] = {
 #: The mixture-of-experts structures (their counts: FP32, eager and compiled).
 MOE_STRUCTURES = ("qwen3_moe", "mixtral")
 #: The structures whose checkpointed step is counted from replays
-#: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`): FP32 for
-#: both, BF16 for llama (qwen2's BF16 keeps the source rule: not derived).
-CKPT_STRUCTURES = ("llama", "qwen2")
+#: (``python benchmarks/mlx_derive_ckpt.py``; :func:`checkpointed_counts`): FP32 and
+#: BF16, eager and compiled, for each (mlx-lm's ``mlx_lm/models/llama.py`` tied and
+#: untied, ``qwen2.py``, ``qwen3.py``: the classes with ``model.embed_tokens`` and
+#: ``input_embeddings`` that ``mlx_replay_ckpt.checkpointed_step`` needs).
+CKPT_STRUCTURES = ("llama", "llama-untied", "qwen2", "qwen3")
 #: The structures whose checkpointed LoRA step (every linear, mlx-lm's default keys) is
 #: counted from replays (``python benchmarks/mlx_derive_ckpt.py --lora``; keys
 #: ``…/lora/ckpt``): FP32 and BF16, eager and compiled.
