@@ -32,7 +32,9 @@ def built(family: str, layers: int, tied: bool = True):
     return model, optimizer
 
 
-@pytest.mark.parametrize("family,tied", [("llama", True), ("llama", False), ("qwen2", True)])
+@pytest.mark.parametrize(
+    "family,tied", [("llama", True), ("llama", False), ("qwen2", True), ("qwen3", True)]
+)
 def test_the_traced_step_updates_as_mlx_lms_checkpointed_step(family, tied):
     batch = mr.mlx_lm_batch(512, 2, 32)
     real, real_opt = built(family, 2, tied)
