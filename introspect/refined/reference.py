@@ -91,6 +91,22 @@ def math_sdpa(setup: TrainingSetup, kind: LayerKind) -> bool:
     )
 
 
+def math_sdpa_bytes(setup: TrainingSetup, kind: LayerKind) -> int:
+    """Bytes per value of Q, K and V as attention saves them: the activations' dtype, but
+    FP32 in CPU SDPA's math composition (:func:`math_sdpa`). torch 2.13's
+    ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/transformers/
+    attention.cpp``; its ops traced under a dispatch mode on CPU) upcasts 16-bit Q, K and
+    V (``_to_copy`` to FP32), scales ``q·√scale`` and ``kᵀ·√scale`` (new FP32 tensors,
+    saved by QKᵀ's ``bmm``; the inputs themselves are saved by nothing and freed),
+    multiplies V (FP32, made contiguous for the ``bmm``) by the FP32 softmax as it is,
+    and casts only the output back. So Q, K, V are kept at their widths in FP32, and no
+    16-bit copy of the probabilities is made for probs·V. Measured (DeepSeek-V3 MLA
+    stack, d=64, h=4, L=2, B=2, bf16 SDPA, dry run): the live set at the softmax
+    backward's peak held ``mul.Scalar`` (B, h, T, 48) and (B, h, 48, T) FP32 per layer,
+    the FP32 softmax and no 16-bit one."""
+    return FP32 if math_sdpa(setup, kind) else setup.activation_bytes
+
+
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None) -> int:
     """Width of the K and V tensors the attention keeps: eager attention repeats them to
     every query head (``repeat_interleave``, as Hugging Face's ``repeat_kv``) before the
@@ -119,7 +135,10 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
 
     * MLA (``DeepseekV3Attention.forward``): Q and K are concatenations of their
       non-rotary and rotary parts, kept at full width (``h·(nope+rope)``); V is a slice of
-      kv_b's output, which is kept whole (``h·(nope+v)``); the latents — q_a's output and
+      kv_b's output (``expand_kv``, ``models/deepseek_v3/modeling_deepseek_v3.py`` l.
+      407-424) that probs·V's ``matmul`` (l. 256) copies contiguous and saves: ``h·v``
+      (kv_b's output itself is saved by nothing; census of the dry run: a ``clone`` of
+      (B, h, T, v) per layer, no (B·T, h·(nope+v)) output); the latents — q_a's output and
       its RMSNorm (input, x·rstd, output: ``3·r_q``), kv_a's output (``r_kv + rope``) and
       its norm (``2·r_kv``) — are ``latent``.
     * Sliding-window and chunked layers run the same kernels as full ones in transformers:
@@ -158,10 +177,11 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
     kv = kv_saved_width(spec, setup, kind)
+    inner = math_sdpa_bytes(setup, kind)
     out = {
-        "attention/linear/q": BT * att.q_dim * s,
-        "attention/linear/k": BT * (att.k_dim if att.kind == "mla" else kv) * s,
-        "attention/linear/v": BT * (att.v_dim if att.kind == "mla" else kv) * s,
+        "attention/linear/q": BT * att.q_dim * inner,
+        "attention/linear/k": BT * (att.k_dim if att.kind == "mla" else kv) * inner,
+        "attention/linear/v": BT * (att.v_dim if att.kind == "mla" else kv) * inner,
         "attention/linear/context": BT * att.context_dim * s,
         "attention/linear/out": BT * spec.hidden_size * s,
     }
@@ -181,7 +201,7 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
     keys = T + (1 if att.sinks else 0)
     if keeps_t2(setup) or math_sdpa(setup, kind):
         out["attention/quadratic/probs"] = B * h * T * keys * FP32
-        if s < FP32:
+        if s < FP32 and not math_sdpa(setup, kind):  # the math kernel's probs stay FP32
             out["attention/quadratic/probs_cast"] = B * h * T * keys * s
         if spec.attn_logit_softcapping:
             out["attention/quadratic/softcap"] = B * h * T * keys * s
