@@ -202,3 +202,15 @@ def test_math_sdpa_keeps_fp32_q_k_v_and_no_16_bit_probabilities() -> None:
     assert terms["attention/linear/k"] == BT * att.k_dim * 4
     assert terms["attention/linear/v"] == BT * att.v_dim * 4
     assert "attention/quadratic/probs_cast" not in terms
+
+
+@pytest.mark.parametrize("name", ["deepseek_v2, q latent", "minicpm3, multipliers"])
+def test_the_other_mla_classes_at_t_256_in_bf16_sdpa(name: str) -> None:
+    """DeepSeek-V2's and MiniCPM3's MLA (``tests/small_configs.py`` ``MLA``) under bf16
+    SDPA at B = 2, T = 256: the same math-SDPA saved set and V's gradient width (before:
+    1.048 and 1.050, the 16-bit probabilities and BF16 Q/K/V counted)."""
+    from small_configs import MLA
+
+    raw = dict(MLA[name], max_position_embeddings=4096)
+    ratio = _long_ratio(raw, "bf16 sdpa", 256)
+    assert abs(ratio - 1) < 0.01, ratio
