@@ -151,7 +151,7 @@ DEEPSEEK_V3 = dict(
 )  # fmt: skip
 
 
-def _long_ratio(raw: dict, setup_name: str, seq_len: int) -> float:
+def _measured_ratio(raw: dict, setup_name: str, seq_len: int) -> float:
     from introspect import refined
     from introspect.measure import hf_models
     from introspect.setup import TrainingSetup
@@ -178,7 +178,7 @@ def test_deepseek_v3_mla_at_longer_t_within_one_percent(setup_name: str, seq_len
     SDPA's math composition keeping FP32 Q·√s, Kᵀ·√s, V and probabilities with no 16-bit
     copy (``reference.math_sdpa_bytes``). Before: FP32 eager T=256 1.022, bf16 SDPA
     T=512 1.054, autocast with checkpointing T=512 0.991."""
-    ratio = _long_ratio(DEEPSEEK_V3, setup_name, seq_len)
+    ratio = _measured_ratio(DEEPSEEK_V3, setup_name, seq_len)
     assert abs(ratio - 1) < 0.01, ratio
 
 
@@ -212,5 +212,5 @@ def test_the_other_mla_classes_at_t_256_in_bf16_sdpa(name: str) -> None:
     from small_configs import MLA
 
     raw = dict(MLA[name], max_position_embeddings=4096)
-    ratio = _long_ratio(raw, "bf16 sdpa", 256)
+    ratio = _measured_ratio(raw, "bf16 sdpa", 256)
     assert abs(ratio - 1) < 0.01, ratio
