@@ -1098,14 +1098,15 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/linear/latent",
             category="activations",
-            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); BT * widths * s + stats  (_attention)",
-            source="transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward (introspect/refined/reference.py: _attention)",
+            equation="s · (the term's values in one layer of a kind) · (layers of that kind), the seed's bookkeeping  (architecture._kind_terms); FP32 step: BT * (3·(r_q + r_kv) + rope) * s + stats; 16-bit: BT * (r_q + r_kv) * (4 + 2·s) + stats, + BT * d * s under autocast  (mla_latent_bytes)",
+            source="transformers/models/deepseek_v3/modeling_deepseek_v3.py: DeepseekV3Attention.forward l. 437-462, DeepseekV3RMSNorm l. 47-52 (introspect/refined/reference.py: mla_latent_bytes)",
             computed_by=(
                 "introspect/refined/architecture.py: _kind_terms",
-                "introspect/refined/reference.py: _attention",
+                "introspect/refined/reference.py: mla_latent_bytes",
             ),
             tests=(
                 "tests/test_refined_moe.py::test_deepseek_experts_and_shared_experts_and_mla_latents",
+                "tests/test_walked_mla.py::test_deepseek_v3_mla_at_longer_t_within_one_percent",
             ),
         ),
         Term(
@@ -2193,7 +2194,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/positions",
             category="activations",
-            equation="2 * setup.seq_len * width * table  (embedding; width = _table_widths(spec): the rotary width, or the sum of the layer types' head_dims)",
+            equation="2 * setup.seq_len * width * table  (embedding; width = _table_widths(spec): the rotary width (MLA: qk_rope_head_dim), or the sum of the layer types' head_dims)",
             source="transformers 5 (introspect/refined/hf_saved.py module docstring): the rotary cos/sin made once per forward by the model's rotary_emb, shared by every layer; Gemma 4 one pair per layer type (models/gemma4_unified/modeling_gemma4_unified.py l. 631; transformers_classes.py: rope_tables_per_layer_type)",
             computed_by=("introspect/refined/hf_saved.py: embedding",),
             tests=(

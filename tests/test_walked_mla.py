@@ -142,3 +142,75 @@ def test_mla_at_t_256_where_the_probabilities_dominate(setup_name: str) -> None:
     measured, _ = hf_models.measure(SARVAM, "sarvam_mla", spec, setup, device="fake", census=False)
     ratio = refined.estimate(spec, setup).total / measured.peak_bytes
     assert abs(ratio - 1) < 0.03, ratio
+
+
+#: DeepSeek-V3's own reader on the small MLA stack, q through its latent.
+DEEPSEEK_V3 = dict(
+    _MLA, model_type="deepseek_v3", q_lora_rank=48, num_nextn_predict_layers=0,
+    max_position_embeddings=4096,
+)  # fmt: skip
+
+
+def _measured_ratio(raw: dict, setup_name: str, seq_len: int) -> float:
+    from introspect import refined
+    from introspect.measure import hf_models
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(raw)
+    setup = TrainingSetup(
+        batch_size=2, seq_len=seq_len, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS[setup_name],
+    )  # fmt: skip
+    where = raw["model_type"]
+    measured, _ = hf_models.measure(raw, where, spec, setup, device="fake", census=False)
+    return refined.estimate(spec, setup).total / measured.peak_bytes
+
+
+@pytest.mark.parametrize(
+    ("setup_name", "seq_len"),
+    [("fp32 eager", 256), ("bf16 sdpa", 512), ("amp ckpt", 512)],
+)
+def test_deepseek_v3_mla_at_longer_t_within_one_percent(setup_name: str, seq_len: int) -> None:
+    """B = 2 and T = 256 or 512, where the T×T terms and the attention backward's peak
+    dominate (the peak is the last layer's softmax backward): V freed by probs·V's
+    backward, V's gradient at ``h·v_head_dim``, the rotary tables once at
+    ``qk_rope_head_dim``, the latent norms' FP32 input copies in a 16-bit step, and CPU
+    SDPA's math composition keeping FP32 Q·√s, Kᵀ·√s, V and probabilities with no 16-bit
+    copy (``reference.math_sdpa_bytes``). Before: FP32 eager T=256 1.022, bf16 SDPA
+    T=512 1.054, autocast with checkpointing T=512 0.991."""
+    ratio = _measured_ratio(DEEPSEEK_V3, setup_name, seq_len)
+    assert abs(ratio - 1) < 0.01, ratio
+
+
+def test_math_sdpa_keeps_fp32_q_k_v_and_no_16_bit_probabilities() -> None:
+    """bf16 SDPA on CPU with MLA's unequal head widths runs the math composition: its
+    saved Q, K, V are FP32 at their widths, and there is no ``probs_cast`` term."""
+    from introspect.refined import reference
+    from introspect.setup import TrainingSetup
+
+    spec = spec_from_config(DEEPSEEK_V3)
+    setup = TrainingSetup(
+        batch_size=2, seq_len=128, implementation="transformers", device="cpu",
+        **SETUPS["bf16 sdpa"],
+    )  # fmt: skip
+    kind = spec.kinds[0][0]
+    att = kind.attention
+    assert reference.math_sdpa(setup, kind)
+    terms = reference.per_layer(spec, setup, kind)
+    BT = 2 * 128
+    assert terms["attention/linear/q"] == BT * att.q_dim * 4
+    assert terms["attention/linear/k"] == BT * att.k_dim * 4
+    assert terms["attention/linear/v"] == BT * att.v_dim * 4
+    assert "attention/quadratic/probs_cast" not in terms
+
+
+@pytest.mark.parametrize("name", ["deepseek_v2, q latent", "minicpm3, multipliers"])
+def test_the_other_mla_classes_at_t_256_in_bf16_sdpa(name: str) -> None:
+    """DeepSeek-V2's and MiniCPM3's MLA (``tests/small_configs.py`` ``MLA``) under bf16
+    SDPA at B = 2, T = 256: the same math-SDPA saved set and V's gradient width (before:
+    1.048 and 1.050, the 16-bit probabilities and BF16 Q/K/V counted)."""
+    from small_configs import MLA
+
+    raw = dict(MLA[name], max_position_embeddings=4096)
+    ratio = _measured_ratio(raw, "bf16 sdpa", 256)
+    assert abs(ratio - 1) < 0.01, ratio

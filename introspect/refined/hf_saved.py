@@ -843,6 +843,13 @@ def kv_store_graph(spec: ModelSpec, setup: TrainingSetup) -> int:
 
 
 def _rotary_width(spec: ModelSpec) -> int:
+    """Width of the rotary tables: the rotated part of a head; MLA's is
+    ``qk_rope_head_dim`` (DeepSeek-V3's config sets ``head_dim = qk_rope_head_dim``,
+    ``models/deepseek_v3/configuration_deepseek_v3.py`` l. 123, which its rotary
+    embedding's tables are built at)."""
+    for kind, _ in spec.kinds:
+        if kind.attention.kind == "mla":
+            return kind.attention.qk_rope_head_dim
     return int(spec.head_size * spec.partial_rotary_factor)
 
 

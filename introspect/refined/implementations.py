@@ -222,8 +222,26 @@ class TransformersAroundReference(Transformers):
 
     keeps_t2 = Reference.keeps_t2
     probs_bytes = Reference.probs_bytes
-    attention_stream = Reference.attention_stream
     recomputed_extra = Reference.recomputed_extra
+
+    def attention_stream(self, spec: ModelSpec, setup: TrainingSetup) -> int:
+        """:meth:`Reference.attention_stream`; in an MLA layer (``spec`` one kind's) whose
+        T×T probabilities are kept, the residual stream's gradient (at the stream's
+        dtype, :func:`residual_bytes`) and V's gradient at V's own width ``h·v_head_dim``
+        — what probs·V's ``bmm`` backward made (``eager_attention_forward``,
+        ``models/deepseek_v3/modeling_deepseek_v3.py`` l. 256; CPU SDPA's math
+        composition, :func:`reference.math_sdpa`, makes it in FP32:
+        :func:`reference.math_sdpa_bytes`). Measured (a DeepSeek-V3 MLA stack, d=64, h=4,
+        v_head_dim=24, L=2, B=2, dry run, at the softmax backward's peak): beside the two
+        T×T gradients one ``bmm`` (B·h, T, 24) and one ``add`` (B, T, 64), FP32 eager
+        T=256 and bf16 SDPA T=512 alike (the latter's ``bmm`` FP32)."""
+        kind = spec.kinds[0][0]
+        att = kind.attention
+        if att.kind != "mla" or not self.keeps_t2(spec, setup):
+            return Reference.attention_stream(self, spec, setup)
+        BT = setup.batch_size * setup.seq_len
+        v = BT * att.v_dim * reference.math_sdpa_bytes(setup, kind)
+        return BT * spec.hidden_size * residual_bytes(setup) + v
 
     def at_attention_backward(
         self, spec: ModelSpec, setup: TrainingSetup, full: dict[str, int], side: dict[str, int]
@@ -242,6 +260,11 @@ class TransformersAroundReference(Transformers):
         side = Reference.at_attention_backward(self, spec, setup, full, side)
         if spec.kinds[0][0].attention.kind == "mla" and self.keeps_t2(spec, setup):
             side.pop("attention/quadratic/probs_cast", None)
+            # V: the contiguous copy of kv_b's slice that probs·V's matmul alone saved
+            # (reference._attention's MLA bullet) is freed by the same backward. Measured
+            # (same stack, FP32 eager T=256): one layer's (B, h, T, v) clone alive at the
+            # last layer's softmax backward, not two (1.022 with it counted).
+            side.pop("attention/linear/v", None)
         return side
 
     def per_layer(self, spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
@@ -250,6 +273,14 @@ class TransformersAroundReference(Transformers):
         residual stream's terms at FP32; with a 16-bit stream, the norms' inputs at
         their FP32 copies."""
         out = reference.per_layer(spec, setup, kind)
+        if kind.attention.kind == "mla":
+            # transformers' model computes cos and sin once (``DeepseekV3RotaryEmbedding``,
+            # ``models/deepseek_v3/modeling_deepseek_v3.py`` l. 98-101, called at l. 620)
+            # and hands the same tables to every layer; the rotary multiplies save views
+            # of them (``apply_rotary_pos_emb_interleave`` l. 338: a slice). They are the
+            # model's ``activations/positions`` (hf_saved.embedding), not a layer's: the
+            # dry run's live set holds two (1, T, qk_rope_head_dim) tables for L = 2.
+            out.pop("attention/rope", None)
         if is_amp(setup):
             s = setup.activation_bytes
             out["autocast_weights"] = reference.autocast_weight_bytes(spec, kind)

@@ -46,6 +46,7 @@ from __future__ import annotations
 from introspect.layers import LayerKind
 from introspect.refined.cuda_sdpa import logsumexp_bytes
 from introspect.refined.saved_feed_forward import feed_forward
+from introspect.refined.stream import is_amp
 from introspect.setup import TrainingSetup
 from introspect.spec import ModelSpec
 from introspect.terms import EMBEDDING
@@ -91,6 +92,58 @@ def math_sdpa(setup: TrainingSetup, kind: LayerKind) -> bool:
     )
 
 
+def math_sdpa_bytes(setup: TrainingSetup, kind: LayerKind) -> int:
+    """Bytes per value of Q, K and V as attention saves them: the activations' dtype, but
+    FP32 in CPU SDPA's math composition (:func:`math_sdpa`). torch 2.13's
+    ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/transformers/
+    attention.cpp``; its ops traced under a dispatch mode on CPU) upcasts 16-bit Q, K and
+    V (``_to_copy`` to FP32), scales ``q·√scale`` and ``kᵀ·√scale`` (new FP32 tensors,
+    saved by QKᵀ's ``bmm``; the inputs themselves are saved by nothing and freed),
+    multiplies V (FP32, made contiguous for the ``bmm``) by the FP32 softmax as it is,
+    and casts only the output back. So Q, K, V are kept at their widths in FP32, and no
+    16-bit copy of the probabilities is made for probs·V. Measured (DeepSeek-V3 MLA
+    stack, d=64, h=4, L=2, B=2, bf16 SDPA, dry run): the live set at the softmax
+    backward's peak held ``mul.Scalar`` (B, h, T, 48) and (B, h, 48, T) FP32 per layer,
+    the FP32 softmax and no 16-bit one."""
+    return FP32 if math_sdpa(setup, kind) else setup.activation_bytes
+
+
+def mla_latent_bytes(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> int:
+    """Bytes an MLA layer keeps of its latents (``DeepseekV3Attention.forward``,
+    ``models/deepseek_v3/modeling_deepseek_v3.py`` l. 437-462; ``DeepseekV3RMSNorm``
+    l. 47-52: ``x.to(float32)``, ``x·rsqrt(mean(x²))``, ``weight * (…).to(input_dtype)``).
+
+    Each latent RMSNorm keeps its input as ``pow`` and the rstd multiply see it, its
+    ``x·rstd`` cast back (saved by the weight multiply), its output (saved by the next
+    projection) and its rstd (FP32, one per token):
+
+    * FP32 step: ``.to(float32)`` is the input itself, a view of the projection's output,
+      which is kept whole: q_a's ``r_q`` and kv_a's ``r_kv + rope`` (``kv_nope`` is a
+      split of ``compressed_kv``) — ``3·r_q + (r_kv + rope) + 2·r_kv`` at ``s``;
+    * 16-bit step (bf16, or autocast, whose projections return BF16): ``.to(float32)``
+      is a new FP32 copy of ``r_q`` / ``r_kv`` values, and the projection's output is
+      saved by nothing (``k_rot``'s rotary multiplies save only cos/sin, which need no
+      gradient) — ``(r_q + r_kv)·4 + 2·(r_q + r_kv)·s``; under autocast the norm's FP32
+      output (FP32 weight) is cast for q_b/kv_b (the cast saved, the output not), and
+      the block's first norm output is cast by each of its two readers (q_a or q_proj,
+      and kv_a: ``cached_cast`` caches only leaf weights), one more ``B·T·d·s``.
+
+    Measured (DeepSeek-V3 MLA stack, d=64, r_q=48, r_kv=32, rope=16, L=2, B=2, T=256,
+    dry run's live set): FP32 ``mm`` (B·T, 48) ×2 per layer, ``mul`` (B, T, 48) ×2,
+    (B, T, 32) ×2; autocast ``_to_copy`` (B, T, 48) FP32 + 2 BF16, (B, T, 32) FP32 + 2
+    BF16, and two BF16 (B, T, 64) copies of the first norm's output."""
+    att, BT, s = kind.attention, setup.tokens, setup.activation_bytes
+    ranks = (att.q_lora_rank or 0) + att.kv_lora_rank
+    stats = (2 if att.q_lora_rank else 1) * BT * FP32  # each latent RMSNorm's rstd
+    if s >= FP32 and not is_amp(setup):
+        widths = 3 * ranks + att.qk_rope_head_dim
+        return BT * widths * s + stats
+    kept = BT * ranks * (FP32 + 2 * s) + stats
+    if is_amp(setup):
+        kept += BT * spec.hidden_size * s  # the first norm's output, cast once more
+    return kept
+
+
 def kv_saved_width(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind | None = None) -> int:
     """Width of the K and V tensors the attention keeps: eager attention repeats them to
     every query head (``repeat_interleave``, as Hugging Face's ``repeat_kv``) before the
@@ -119,7 +172,10 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
 
     * MLA (``DeepseekV3Attention.forward``): Q and K are concatenations of their
       non-rotary and rotary parts, kept at full width (``h·(nope+rope)``); V is a slice of
-      kv_b's output, which is kept whole (``h·(nope+v)``); the latents — q_a's output and
+      kv_b's output (``expand_kv``, ``models/deepseek_v3/modeling_deepseek_v3.py`` l.
+      407-424) that probs·V's ``matmul`` (l. 256) copies contiguous and saves: ``h·v``
+      (kv_b's output itself is saved by nothing; census of the dry run: a ``clone`` of
+      (B, h, T, v) per layer, no (B·T, h·(nope+v)) output); the latents — q_a's output and
       its RMSNorm (input, x·rstd, output: ``3·r_q``), kv_a's output (``r_kv + rope``) and
       its norm (``2·r_kv``) — are ``latent``.
     * Sliding-window and chunked layers run the same kernels as full ones in transformers:
@@ -158,10 +214,11 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         out["attention/linear/out"] = BT * spec.hidden_size * s
         return out
     kv = kv_saved_width(spec, setup, kind)
+    inner = math_sdpa_bytes(setup, kind)
     out = {
-        "attention/linear/q": BT * att.q_dim * s,
-        "attention/linear/k": BT * (att.k_dim if att.kind == "mla" else kv) * s,
-        "attention/linear/v": BT * (att.v_dim if att.kind == "mla" else kv) * s,
+        "attention/linear/q": BT * att.q_dim * inner,
+        "attention/linear/k": BT * (att.k_dim if att.kind == "mla" else kv) * inner,
+        "attention/linear/v": BT * (att.v_dim if att.kind == "mla" else kv) * inner,
         "attention/linear/context": BT * att.context_dim * s,
         "attention/linear/out": BT * spec.hidden_size * s,
     }
@@ -170,10 +227,7 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         # gate's sigmoid and the gated context (kept by o_proj).
         out["attention/linear/output_gate"] = 3 * BT * att.q_dim * s
     if att.kind == "mla":
-        q_latent = 3 * att.q_lora_rank if att.q_lora_rank else 0
-        widths = q_latent + att.kv_lora_rank + att.qk_rope_head_dim + 2 * att.kv_lora_rank
-        stats = (2 if att.q_lora_rank else 1) * BT * FP32  # each latent RMSNorm's rstd
-        out["attention/linear/latent"] = BT * widths * s + stats
+        out["attention/linear/latent"] = mla_latent_bytes(spec, setup, kind)
     if att.qk_norm == "head" and not keeps_t2(setup):
         # Per-head q/k norms leave Q head-major, so SDPA's saved output is head-major too
         # and the reshape for o_proj copies it: the context is kept twice (census).
@@ -181,7 +235,7 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
     keys = T + (1 if att.sinks else 0)
     if keeps_t2(setup) or math_sdpa(setup, kind):
         out["attention/quadratic/probs"] = B * h * T * keys * FP32
-        if s < FP32:
+        if s < FP32 and not math_sdpa(setup, kind):  # the math kernel's probs stay FP32
             out["attention/quadratic/probs_cast"] = B * h * T * keys * s
         if spec.attn_logit_softcapping:
             out["attention/quadratic/softcap"] = B * h * T * keys * s
