@@ -170,6 +170,9 @@ CLASSES: dict[str, ClassFacts] = {
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
     "granite_swa": ClassFacts(lse_sink_scale=True),
+    # GraniteMoE-SWA's eager_attention_forward is Granite-SWA's, line for line
+    # (models/granitemoe_swa/modeling_granitemoe_swa.py l. 171-199).
+    "granitemoe_swa": ClassFacts(lse_sink_scale=True),
     "bloom": ClassFacts(activation_backward_extra=4),
     # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
     # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
