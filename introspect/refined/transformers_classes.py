@@ -169,6 +169,10 @@ CLASSES: dict[str, ClassFacts] = {
     # Cohere's (v1) CohereLayerNorm is the same hand-written FP32 LayerNorm
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
+    # Cohere2-MoE's Cohere2MoeLayerNorm is Cohere2's, line for line
+    # (models/cohere2_moe/modeling_cohere2_moe.py l. 68-82), in the same parallel block
+    # (l. 392-402).
+    "cohere2_moe": ClassFacts(layernorm_by_hand=True),
     "granite_swa": ClassFacts(lse_sink_scale=True),
     # GraniteMoE-SWA's eager_attention_forward is Granite-SWA's, line for line
     # (models/granitemoe_swa/modeling_granitemoe_swa.py l. 171-199).

@@ -1,0 +1,58 @@
+"""Every-type rows that missed only at T = 512 (the activation side the T = 64 cells do
+not show), one test per mechanism: the real transformers class at a small shape, the
+refined closed form against its dry run (FakeTensorMode, :func:`introspect.measure.
+hf_models.measure`). B = 1, the labels loop and AdamW, as ``benchmarks/every_type.py``,
+at a longer T. Granite-SWA's logsumexp backward: ``tests/test_every_type_gpt.py``."""
+
+from __future__ import annotations
+
+import pytest
+from introspect.adapters.hf_config import spec_from_config
+
+from introspect.setup import TrainingSetup
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+SETUPS = {
+    "fp32 eager": dict(precision="fp32", attention="eager", activation_dtype="fp32"),
+    "amp ckpt": dict(precision="amp", attention="eager", activation_checkpointing=True),
+    "bf16 sdpa": dict(precision="bf16", attention="memory_efficient"),
+}
+
+
+def _ratio(raw: dict, setup_name: str, seq_len: int) -> float:
+    from introspect import refined
+    from introspect.measure import hf_models
+
+    spec = spec_from_config(raw)
+    assert not spec.unmodelled
+    setup = TrainingSetup(
+        batch_size=1, seq_len=seq_len, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS[setup_name],
+    )  # fmt: skip
+    measured, _ = hf_models.measure(
+        raw, raw["model_type"], spec, setup, device="fake", census=False
+    )
+    return refined.estimate(spec, setup).total / measured.peak_bytes
+
+
+COHERE2_MOE = dict(
+    model_type="cohere2_moe", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=4, head_dim=16, intermediate_size=176, num_experts=4,
+    num_experts_per_tok=2, vocab_size=512, sliding_window=128,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "bf16 sdpa"])
+def test_cohere2_moe_layernorm_written_out_in_fp32(setup_name):
+    """Cohere2MoeLayerNorm (models/cohere2_moe/modeling_cohere2_moe.py l. 68-82) is
+    Cohere2's hand-written FP32 LayerNorm: two ``x - mean``, the rstd and the normalized
+    value kept in FP32 (``ClassFacts.layernorm_by_hand``). Before, at the every-type shape
+    and T = 512: fp32 0.979, amp 0.984, bf16 0.907 (the norms' FP32 copies missing)."""
+    from introspect.refined.transformers_classes import facts
+
+    assert facts(spec_from_config(COHERE2_MOE)).layernorm_by_hand
+    assert _ratio(COHERE2_MOE, setup_name, 256) == pytest.approx(1, abs=0.01)
