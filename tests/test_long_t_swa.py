@@ -56,3 +56,22 @@ def test_cohere2_moe_layernorm_written_out_in_fp32(setup_name):
 
     assert facts(spec_from_config(COHERE2_MOE)).layernorm_by_hand
     assert _ratio(COHERE2_MOE, setup_name, 256) == pytest.approx(1, abs=0.01)
+
+
+EXAONE_MOE = dict(
+    model_type="exaone_moe", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=4, intermediate_size=256, moe_intermediate_size=16, num_experts=4,
+    num_experts_per_tok=2, vocab_size=512, sliding_window=128,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("setup_name", ["amp ckpt", "bf16 sdpa"])
+def test_exaone_moe_router_scores_an_fp32_copy(setup_name):
+    """ExaoneMoeTopkRouter's ``F.linear(hidden_states.type(torch.float32), ...)``
+    (models/exaone_moe/modeling_exaone_moe.py l. 241-243) keeps an FP32 copy of its
+    input per sparse layer (``ClassFacts.router_fp32_input``, as GLM-4-MoE's). Before,
+    at the every-type shape and T = 512: bf16 0.967."""
+    from introspect.refined.transformers_classes import facts
+
+    assert facts(spec_from_config(EXAONE_MOE)).router_fp32_input
+    assert _ratio(EXAONE_MOE, setup_name, 256) == pytest.approx(1, abs=0.01)

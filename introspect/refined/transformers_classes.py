@@ -205,6 +205,10 @@ CLASSES: dict[str, ClassFacts] = {
     "bitnet": ClassFacts(sub_norms=True),
     "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
+    # EXAONE-MoE's ExaoneMoeTopkRouter is GLM-4-MoE's: ``F.linear(hidden_states.type(
+    # torch.float32), self.weight.type(torch.float32))`` (models/exaone_moe/
+    # modeling_exaone_moe.py l. 241-243; ``gate.weight`` kept FP32, l. 396).
+    "exaone_moe": ClassFacts(router_fp32_input=True),
     # DeepseekV3TopkRouter: ``F.linear(hidden_states.type(torch.float32),
     # self.weight.type(torch.float32))`` (models/deepseek_v3/modeling_deepseek_v3.py
     # l. 135; ``gate.weight`` in ``_keep_in_fp32_modules_strict``, l. 551). The
