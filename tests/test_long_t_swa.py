@@ -75,3 +75,33 @@ def test_exaone_moe_router_scores_an_fp32_copy(setup_name):
 
     assert facts(spec_from_config(EXAONE_MOE)).router_fp32_input
     assert _ratio(EXAONE_MOE, setup_name, 256) == pytest.approx(1, abs=0.01)
+
+
+#: Gemma 4 unified's text model (the every-type row's shrunk widths: five sliding layers
+#: at head_dim 16, a full one at global_head_dim 32, a window longer than T), bare and in
+#: its image-text wrapper (no vision or audio tower configured).
+GEMMA4_TEXT = dict(
+    vocab_size=512, hidden_size=64, intermediate_size=256, num_hidden_layers=6,
+    num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+    sliding_window=1024, max_position_embeddings=4096,
+    layer_types=["sliding_attention"] * 5 + ["full_attention"],
+    use_bidirectional_attention="vision",
+)  # fmt: skip
+GEMMA4_UNIFIED = dict(
+    model_type="gemma4_unified",
+    text_config=dict(GEMMA4_TEXT, model_type="gemma4_unified_text"),
+    vision_config=None, audio_config=None,
+)  # fmt: skip
+
+
+def test_gemma4_unified_wrapper_masks_every_layer_under_sdpa():
+    """The image-text model builds its masks with ``block_sequence_ids`` (all -1 for text),
+    so ``sdpa_mask`` may not skip to ``is_causal``: every layer's SDPA call gets its
+    type's mask, made additive in BF16 and kept, and K/V repeated to every head
+    (``ModelSpec.sdpa_mask_every_layer``, ``adapters.multimodal.explicit_mask_facts``).
+    The text class alone keeps the shortcut. Before, at the every-type shape and T = 512:
+    gemma4_unified bf16 0.871, gemma4_unified_text 1.000."""
+    wrapper = spec_from_config(dict(GEMMA4_UNIFIED))
+    text = spec_from_config(dict(GEMMA4_TEXT, model_type="gemma4_unified_text"))
+    assert wrapper.sdpa_mask_every_layer and not text.sdpa_mask_every_layer
+    assert _ratio(dict(GEMMA4_UNIFIED), "bf16 sdpa", 256) == pytest.approx(1, abs=0.01)
