@@ -160,6 +160,7 @@ def spec_from_wrapper(
     from introspect.vision import tower_facts
 
     return spec.replace(
+        **explicit_mask_facts(model_type, model),
         model_type=model_type,
         source=source,
         num_parameters=exact,
@@ -168,6 +169,23 @@ def spec_from_wrapper(
         vision=tower_facts(model_type, config),
         assumptions=(built, *spec.assumptions),
     )
+
+
+def explicit_mask_facts(model_type: str, model) -> dict[str, bool]:
+    """``sdpa_mask_every_layer`` for a wrapper whose forward builds its masks with a
+    blockwise overlay even for text: ``Gemma4UnifiedModel.forward`` passes
+    ``block_sequence_ids`` (``torch.full(..., -1)`` without ``mm_token_type_ids``) to
+    ``create_masks_for_generate`` whenever the text config's
+    ``use_bidirectional_attention == "vision"`` (``models/gemma4_unified/
+    modeling_gemma4_unified.py`` l. 1170-1182), and ``create_causal_mask`` /
+    ``create_sliding_window_causal_mask`` then refuse the ``is_causal`` skip
+    (``masking_utils.py`` l. 997-1000, 1231-1234). Gemma 4's wrapper does so only with
+    ``mm_token_type_ids`` (``models/gemma4/modeling_gemma4.py`` l. 2476-2487), so a
+    text step keeps the causal shortcut; the text-only class builds plain masks."""
+    if model_type != "gemma4_unified":
+        return {}
+    text = model.config.get_text_config()
+    return {"sdpa_mask_every_layer": getattr(text, "use_bidirectional_attention", None) == "vision"}
 
 
 def _text_reader_spec(

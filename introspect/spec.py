@@ -150,6 +150,15 @@ class ModelSpec:
     #: (Falcon's multi-query block, ``models/falcon/modeling_falcon.py`` l. 313-346):
     #: torch's fused kernels need equal head counts, so the math kernel runs.
     sdpa_kv_heads_broadcast: bool = False
+    #: The model hands every layer's SDPA call an explicit mask, whatever the window and
+    #: T: Gemma 4 unified's image-text model builds its masks with ``block_sequence_ids``
+    #: (all -1 for text) when ``use_bidirectional_attention == "vision"``
+    #: (``Gemma4UnifiedModel.forward``, ``models/gemma4_unified/
+    #: modeling_gemma4_unified.py`` l. 1170-1182), which sets ``allow_is_causal_skip =
+    #: False`` (``masking_utils.py`` l. 997-1000, 1231-1234): no ``is_causal`` shortcut,
+    #: so each layer gets its type's boolean mask (:func:`introspect.adapters.
+    #: multimodal.explicit_mask_facts`).
+    sdpa_mask_every_layer: bool = False
     #: The built class's buffers (``model.named_buffers()``, each storage once), resident
     #: beside the weights through the whole step: the integer and boolean ones in bytes
     #: (GPT-Neo's per-layer ``bias`` causal mask, ``max_position_embeddings``² bools,

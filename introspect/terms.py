@@ -1672,6 +1672,17 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/sink_lse_grad",
+            category="transient",
+            equation="4·B·h·T²·r + attention_stream  (lse_sink_transient; Granite-SWA eager attention, inside logsumexp's backward)",
+            source="transformers/models/granite_swa/modeling_granite_swa.py: eager_attention_forward (l. 105-117), models/granitemoe_swa/modeling_granitemoe_swa.py (l. 189-197): logsumexp and the sigmoid made before the softmax, so their backward runs after it; the softmax's gradient of the scores waits beside logsumexp_backward's grad * (self - result).exp() (torch/csrc/autograd/FunctionsManual.cpp) (introspect/refined/execution.py: _at_lse_sink_backward)",
+            computed_by=(
+                "introspect/refined/execution.py: lse_sink_transient",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=("tests/test_every_type_gpt.py::test_lse_sink_backward_peak_at_long_t",),
+        ),
+        Term(
             name="activations/layer/attention/probs_v_grad",
             category="transient",
             equation="B·T·q_dim·s + B·h·T²·s + attention_stream  (probs_v_transient; eager attention, inside probs·V's backward)",

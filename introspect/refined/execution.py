@@ -1181,6 +1181,54 @@ def probs_v_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     return B * T * spec.q_dim * s + t2 + impl.attention_stream(spec, setup)
 
 
+#: The gradients inside Granite-SWA's logsumexp backward (:func:`lse_sink_transient`).
+LSE_SINK_GRAD = "activations/layer/attention/sink_lse_grad"
+
+
+def _at_lse_sink_backward(spec: ModelSpec, setup: TrainingSetup, current: dict) -> dict:
+    """A Granite-SWA eager attention layer's terms inside ``torch.logsumexp``'s backward
+    (:attr:`~introspect.refined.transformers_classes.ClassFacts.lse_sink_scale`; empty
+    elsewhere): the layer as at its softmax's backward (``current``) less this layer's
+    probabilities, which the softmax's backward freed.
+
+    ``eager_attention_forward`` (``models/granite_swa/modeling_granite_swa.py`` l.
+    105-117, ``models/granitemoe_swa/modeling_granitemoe_swa.py`` l. 189-197) makes
+    ``lse`` and the sigmoid before the softmax, and ``sink_scale.unsqueeze(-1).to(...)``
+    after probs·V: autograd runs the higher sequence numbers first, so the scale's cast,
+    then probs·V's and the softmax's backward, and only then the sigmoid's, the
+    subtraction's and logsumexp's, whose saved masked scores
+    (``attention/quadratic/sink_scores``) are held throughout; the scores' own node
+    waits for both gradients."""
+    impl = implementation_of(spec, setup)
+    if not facts(spec).lse_sink_scale or setup.attention != "eager":
+        return {}
+    if type(impl).__name__ != "Transformers" or not impl.keeps_t2(spec, setup):
+        return {}
+    out = dict(current)
+    out.pop("attention/quadratic/probs", None)
+    return out
+
+
+def lse_sink_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """What logsumexp's backward holds beyond the saved set (:func:`_at_lse_sink_backward`):
+    the softmax's gradient of the masked scores, waiting in the scores' input buffer
+    (``_softmax_backward_data`` returns the softmax input's dtype, the residual dtype r
+    the mask promotes the scores to), and ``logsumexp_backward``'s ``grad * (self -
+    result).exp()`` (``torch/csrc/autograd/FunctionsManual.cpp``): the difference, its
+    exponential and the product, alive at once as one expression's temporaries — four
+    B·h·T² tensors at r — plus the residual stream's and V's gradients
+    (:meth:`~introspect.refined.implementations.Transformers.attention_stream`). The
+    softmax's moment holds two B·h·T² gradients and the probabilities, so this one is
+    the larger by one B·h·T² (measured, dry run: the peak at logsumexp's backward's
+    multiply in the top layer, the masked scores, the softmax's gradient, ``sub``,
+    ``exp`` and ``mul`` alive)."""
+    from introspect.refined.stream import residual_bytes
+
+    B, T = setup.batch_size, setup.seq_len
+    t2 = B * spec.num_attention_heads * T * T * residual_bytes(setup)
+    return 4 * t2 + implementation_of(spec, setup).attention_stream(spec, setup)
+
+
 def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     """One layer's share of its backward moments, for a homogeneous ``spec`` (a kind of a
     heterogeneous stack through :meth:`ModelSpec.for_kind`): what it keeps while the layers
@@ -1227,6 +1275,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
             current = _add(current, {RELEASED: -again})
         if recompute:
             recompute = _add(recompute, recomputed)
+    sink = _at_lse_sink_backward(spec, setup, current)
     whole, down_params = _after_down_projection(spec, setup, whole)
     # Gemma 4's per-layer-input tail, the block's last op: its gradients come first.
     tail = block_per_layer_input_params(spec)
@@ -1239,6 +1288,8 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
         "pv": _prefixed({f"layer/{k}": v for k, v in pv.items()}),
         "pv_grad": probs_v_transient(spec, setup) if pv else 0,
+        "sink": _prefixed({f"layer/{k}": v for k, v in sink.items()}),
+        "sink_grad": lse_sink_transient(spec, setup) if sink else 0,
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
@@ -1369,6 +1420,16 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             pv_terms[GRADS] = terms[GRADS]
             pv_terms.update(placed)
             out.append(pv_terms)
+        if part["sink"]:
+            # Granite-SWA: inside logsumexp's backward, after the softmax's.
+            sink_terms = dict(base)
+            sink_terms.update(below_i)
+            _add_into(sink_terms, part["sink"])
+            _add_into(sink_terms, loop_logits)
+            sink_terms[LSE_SINK_GRAD] = part["sink_grad"]
+            sink_terms[GRADS] = terms[GRADS]
+            sink_terms.update(placed)
+            out.append(sink_terms)
         if part["deltanet_grad"] is not None:
             # A Gated DeltaNet layer: inside the backward of its kernel's first
             # solve_triangular (the same layer terms, its own transient instead).

@@ -184,8 +184,12 @@ def _sdpa_mask(spec: ModelSpec, setup: TrainingSetup) -> bool:
     """Whether SDPA gets an explicit mask: a sliding window shorter than the sequence
     (``use_gqa_in_sdpa`` in ``transformers/integrations/sdpa_attention.py`` then declines
     SDPA's own GQA on CPU and CUDA, so K and V are repeated to every head), or packed
-    sequences' block-diagonal mask (:func:`packed_mask`)."""
-    return setup.packed_sequences or any(short_window(k, setup) for k, _ in spec.kinds)
+    sequences' block-diagonal mask (:func:`packed_mask`), or a model that builds an
+    explicit mask for every layer (:attr:`~introspect.spec.ModelSpec.
+    sdpa_mask_every_layer`)."""
+    if setup.packed_sequences or spec.sdpa_mask_every_layer:
+        return True
+    return any(short_window(k, setup) for k, _ in spec.kinds)
 
 
 def packed_mask(setup: TrainingSetup) -> int:

@@ -153,8 +153,10 @@ class Transformers:
     # One layer kind.
     def per_layer(self, spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[str, int]:
         out = hf_saved.per_layer(spec.for_kind(kind), setup)
-        if hf_saved.short_window(kind, setup) and setup.attention != "eager":
-            # SDPA gets this layer's window as an explicit mask, made additive in the
+        explicit = hf_saved.short_window(kind, setup) or spec.sdpa_mask_every_layer
+        if explicit and setup.attention != "eager":
+            # SDPA gets this layer's window (or, ModelSpec.sdpa_mask_every_layer, its
+            # type's mask whatever the window) as an explicit mask, made additive in the
             # query's dtype inside each call and kept (``convert_boolean_attn_mask``).
             out["attention/mask"] = setup.batch_size * setup.seq_len**2 * setup.activation_bytes
         if kind.mixer is not None:

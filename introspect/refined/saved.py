@@ -84,6 +84,9 @@ ATTENTION_SIDE = (
     "attention/linear/v",
     "attention/quadratic/probs",
     "attention/quadratic/probs_cast",
+    # Granite-SWA's masked scores, saved by logsumexp, whose backward runs after the
+    # softmax's (execution._at_lse_sink_backward).
+    "attention/quadratic/sink_scores",
     "attention/quadratic/softcap",
     "attention/quadratic/dropout_mask",
     "attention/quadratic/dropped",

@@ -169,7 +169,14 @@ CLASSES: dict[str, ClassFacts] = {
     # Cohere's (v1) CohereLayerNorm is the same hand-written FP32 LayerNorm
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
+    # Cohere2-MoE's Cohere2MoeLayerNorm is Cohere2's, line for line
+    # (models/cohere2_moe/modeling_cohere2_moe.py l. 68-82), in the same parallel block
+    # (l. 392-402).
+    "cohere2_moe": ClassFacts(layernorm_by_hand=True),
     "granite_swa": ClassFacts(lse_sink_scale=True),
+    # GraniteMoE-SWA's eager_attention_forward is Granite-SWA's, line for line
+    # (models/granitemoe_swa/modeling_granitemoe_swa.py l. 171-199).
+    "granitemoe_swa": ClassFacts(lse_sink_scale=True),
     "bloom": ClassFacts(activation_backward_extra=4),
     # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
     # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
@@ -198,6 +205,10 @@ CLASSES: dict[str, ClassFacts] = {
     "bitnet": ClassFacts(sub_norms=True),
     "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
+    # EXAONE-MoE's ExaoneMoeTopkRouter is GLM-4-MoE's: ``F.linear(hidden_states.type(
+    # torch.float32), self.weight.type(torch.float32))`` (models/exaone_moe/
+    # modeling_exaone_moe.py l. 241-243; ``gate.weight`` kept FP32, l. 396).
+    "exaone_moe": ClassFacts(router_fp32_input=True),
     # DeepseekV3TopkRouter: ``F.linear(hidden_states.type(torch.float32),
     # self.weight.type(torch.float32))`` (models/deepseek_v3/modeling_deepseek_v3.py
     # l. 135; ``gate.weight`` in ``_keep_in_fp32_modules_strict``, l. 551). The
