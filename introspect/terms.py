@@ -1684,6 +1684,32 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/quadratic/returned",
+            category="activations",
+            equation="B·h·T²·4 under autocast with attention dropout where the dropout ran in FP32 (returned_probs); checkpointing: in the recomputed layer's feed-forward moment",
+            source="transformers eager_attention_forward returns attn_weights (the dropout's output), bound by the decoder layer as `hidden_states, _ = self.self_attn(...)` until it returns (models/seed_oss/modeling_seed_oss.py l. 149-154, 254); probs·V's matmul saves only its 16-bit cast (introspect/refined/execution.py: returned_probs)",
+            computed_by=(
+                "introspect/refined/execution.py: returned_probs",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_attention_dropout_rows.py::test_the_returned_probabilities_against_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/dropout_grad",
+            category="transient",
+            equation="2·B·h·T²·dropped_bytes + attention_stream  (dropout_transient; eager attention with attention dropout, inside the dropout's backward, the mask still held)",
+            source="transformers eager_attention_forward (models/emu3/modeling_emu3.py l. 147-150, models/biogpt/modeling_biogpt.py l. 112-115): nn.functional.dropout on the probabilities; its backward (grad * noise) holds the dropped probabilities' gradient and makes the probabilities', the mask alive until it returns (introspect/refined/execution.py: _at_dropout_backward)",
+            computed_by=(
+                "introspect/refined/execution.py: dropout_transient",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_attention_dropout_rows.py::test_the_dropout_backward_moment_against_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/kv_store",
             category="activations",
             equation="forward and backward's start: sum over store layers of kv_store_outputs = BT * kv_dim * (max(s, table) + s); at layer i's backward: kv_store_graph (norm input + 2 stats + FP32 x·rstd, k/v projection inputs and BF16 weights, k_norm's and v_norm's FP32 copies and stats, K and V) for each store layer above i, kv_store_outputs for the others  (kv_store; with checkpointing)",

@@ -107,6 +107,7 @@ SETUPS = {
     "bf16 sdpa ckpt": dict(precision="bf16", **SDPA, **CKPT),
     "amp eager logits loop": dict(precision="amp", loop="logits"),
     "amp sdpa ckpt": dict(precision="amp", **SDPA, **CKPT),
+    "amp eager ckpt": dict(precision="amp", **CKPT),  # attention dropout's recomputation
     "mixed sgd-momentum fused CE": dict(
         precision="mixed", optimizer="sgd_momentum", cross_entropy="fused"
     ),

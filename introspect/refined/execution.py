@@ -1164,6 +1164,73 @@ def _at_probs_v_backward(spec: ModelSpec, setup: TrainingSetup, full: dict, side
     return out
 
 
+#: The dropped probabilities the attention returns to its decoder layer (:func:`returned_probs`).
+RETURNED_PROBS = "attention/quadratic/returned"
+#: The gradients inside eager attention's dropout backward (:func:`dropout_transient`).
+DROPOUT_GRAD = "activations/layer/attention/dropout_grad"
+
+
+def _at_dropout_backward(spec: ModelSpec, setup: TrainingSetup, full: dict, current: dict) -> dict:
+    """A transformers eager attention layer's terms inside the backward of the dropout on
+    its probabilities (``attn_weights = nn.functional.dropout(attn_weights, p=dropout,
+    training=module.training)`` between the softmax and ``torch.matmul(attn_weights,
+    value_states)``, ``eager_attention_forward``, e.g. ``models/emu3/modeling_emu3.py``
+    l. 147-150, ``models/biogpt/modeling_biogpt.py`` l. 112-115; empty without attention
+    dropout): the softmax backward's moment ``current`` (probs·V's backward has freed V and
+    the probabilities' copy it saved) with the dropout's mask still held — the dropout's
+    backward reads it (CPU: ``_dropout_impl``'s ``input * noise``, whose backward is
+    ``grad * noise``) and frees it only when it returns, before the softmax backward
+    runs. Its transient is :func:`dropout_transient`."""
+    impl = implementation_of(spec, setup)
+    eager = setup.attention == "eager" and type(impl).__name__ == "Transformers"
+    if not eager or not impl.keeps_t2(spec, setup) or spec.attention_dropout <= 0:
+        return {}
+    mask = full.get("attention/quadratic/dropout_mask")
+    if not mask:
+        return {}
+    return {**current, "attention/quadratic/dropout_mask": mask}
+
+
+def returned_probs(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of the dropped probabilities the attention returns beside its output and no
+    backward keeps: ``eager_attention_forward`` returns ``attn_output, attn_weights`` (the
+    dropout's output) and the decoder layer binds them (``hidden_states, _ =
+    self.self_attn(...)``, e.g. ``models/seed_oss/modeling_seed_oss.py`` l. 149-154,
+    254; ``models/llama/modeling_llama.py`` l. 299), so ``_`` holds them until the layer
+    returns. Under autocast, where the dropout ran above 16 bits
+    (:func:`~introspect.refined.hf_saved.dropped_bytes`: FP32), probs·V's matmul saves
+    its 16-bit cast and the dropout's multiply only the mask: this B·h·T² tensor is alive
+    beside the saved set through the rest of the layer's forward (its recomputation under
+    checkpointing) and in no other moment. Zero without attention dropout (then
+    ``attn_weights`` is the softmax's output, which its backward keeps anyway) or where
+    the matmul saves the dropped tensor itself."""
+    impl = implementation_of(spec, setup)
+    eager = setup.attention == "eager" and type(impl).__name__ == "Transformers"
+    if not eager or not impl.keeps_t2(spec, setup) or spec.attention_dropout <= 0:
+        return 0
+    dropped = hf_saved.dropped_bytes(spec, setup)
+    if not hf_saved.is_amp(setup) or dropped <= setup.activation_bytes:
+        return 0
+    B, T = setup.batch_size, setup.seq_len
+    return B * spec.num_attention_heads * T * T * dropped
+
+
+def dropout_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """What the attention dropout's backward holds beyond the saved set: the gradient of
+    the dropped probabilities (probs·V's backward's, cast back by autocast's ``_to_copy``
+    to the dtype the dropout made: :func:`~introspect.refined.hf_saved.dropped_bytes`)
+    and the gradient of the probabilities it makes (``grad * noise``, the same dtype),
+    two B·h·T² tensors, beside the residual stream's gradient and grad-of-V
+    (:meth:`~introspect.refined.implementations.Transformers.attention_stream`).
+    Measured (BioGPT and Emu3, d = 64, 4 heads, L = 4, T = 512, autocast with
+    checkpointing, dry run): the step's peak is this moment, four FP32 B·h·T² tensors
+    (probabilities, mask, the two gradients) where the softmax backward holds three."""
+    B, T = setup.batch_size, setup.seq_len
+    impl = implementation_of(spec, setup)
+    t2 = B * spec.num_attention_heads * T * T
+    return 2 * t2 * hf_saved.dropped_bytes(spec, setup) + impl.attention_stream(spec, setup)
+
+
 def probs_v_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """What probs·V's backward holds beyond the saved set: the gradient of its output
     (o_proj's input gradient, B·T·q_dim), the two it makes — the probabilities' (B·h·T²
@@ -1197,6 +1264,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     recompute = _mixer_recompute(spec, setup, att, side) if setup.activation_checkpointing else {}
     pv = _at_probs_v_backward(spec, setup, full, side)
     current = impl.at_attention_backward(spec, setup, full, side)
+    dropout = _at_dropout_backward(spec, setup, full, current)
     if att.kind == "none":
         side = 0
     elif att.kind in ("mamba1", "mamba2", "rglru"):
@@ -1216,17 +1284,27 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         below = _add(below, {RELEASED: -gone})
         whole = _add(whole, {RELEASED: -gone})
         current = _add(current, {RELEASED: -gone})
+        if dropout:
+            dropout = _add(dropout, {RELEASED: -gone})
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
         if pv:
             pv = _add(pv, recomputed)
+        if dropout:
+            dropout = _add(dropout, recomputed)
         again = _recomputed_released(att, setup)
         if again:
             whole = _add(whole, {RELEASED: -again})
             current = _add(current, {RELEASED: -again})
+            if dropout:
+                dropout = _add(dropout, {RELEASED: -again})
         if recompute:
             recompute = _add(recompute, recomputed)
+    held = returned_probs(spec, setup) if setup.activation_checkpointing else 0
+    # Checkpointing: the layer's recomputed forward at its feed-forward, the attention's
+    # returned probabilities still bound (returned_probs), none of its gradients made.
+    refed = _add(whole, {RETURNED_PROBS: held}) if held else {}
     whole, down_params = _after_down_projection(spec, setup, whole)
     # Gemma 4's per-layer-input tail, the block's last op: its gradients come first.
     tail = block_per_layer_input_params(spec)
@@ -1239,6 +1317,9 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "current": _prefixed({f"layer/{k}": v for k, v in current.items()}),
         "pv": _prefixed({f"layer/{k}": v for k, v in pv.items()}),
         "pv_grad": probs_v_transient(spec, setup) if pv else 0,
+        "dropout": _prefixed({f"layer/{k}": v for k, v in dropout.items()}),
+        "refed": _prefixed({f"layer/{k}": v for k, v in refed.items()}),
+        "dropout_grad": dropout_transient(spec, setup) if dropout else 0,
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
@@ -1369,6 +1450,27 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             pv_terms[GRADS] = terms[GRADS]
             pv_terms.update(placed)
             out.append(pv_terms)
+        if part["dropout"]:
+            # Eager attention with dropout on its probabilities: inside the dropout's
+            # backward, between probs·V's and the softmax's.
+            dropout_terms = dict(base)
+            dropout_terms.update(below_i)
+            _add_into(dropout_terms, part["dropout"])
+            _add_into(dropout_terms, loop_logits)
+            dropout_terms[DROPOUT_GRAD] = part["dropout_grad"]
+            dropout_terms[GRADS] = terms[GRADS]
+            dropout_terms.update(placed)
+            out.append(dropout_terms)
+        if part["refed"]:
+            # Checkpointing: the recomputed layer at its feed-forward, the attention's
+            # returned probabilities alive (returned_probs); the gradients above made.
+            refed = dict(base)
+            refed.update(below_i)
+            _add_into(refed, part["refed"])
+            _add_into(refed, loop_logits)
+            refed[GRADS] = grad_bytes(spec, setup, above)
+            refed.update(placed)
+            out.append(refed)
         if part["deltanet_grad"] is not None:
             # A Gated DeltaNet layer: inside the backward of its kernel's first
             # solve_triangular (the same layer terms, its own transient instead).

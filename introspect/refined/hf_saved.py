@@ -107,8 +107,11 @@ def dropped_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     the rotary tables (``cos.to(x.dtype)`` with ``x`` the FP32 residual stream,
     ``LlamaRotaryEmbedding``; ``q * cos`` promotes) or a Llama-style q norm's FP32 weight
     (``self.weight * hidden_states.to(input_dtype)``, Qwen3); otherwise (GPT-2's learned
-    positions) the activations' dtype."""
+    positions) the activations' dtype. A class that does not cast the softmax's output
+    (``ClassFacts.softmax_uncast``, BioGPT) hands the dropout autocast's FP32 softmax."""
     if math_fallback(spec, setup):
+        return FP32
+    if is_amp(setup) and facts(spec).softmax_uncast:
         return FP32
     if is_amp(setup) and spec.position_embedding == "rope":
         return FP32

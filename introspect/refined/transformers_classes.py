@@ -23,6 +23,12 @@ class ClassFacts:
     #: ``nn.functional.softmax`` in the input's dtype, not ``dtype=torch.float32``
     #: (GPT-2's ``eager_attention_forward``, ``models/gpt2/modeling_gpt2.py``).
     softmax_in_input_dtype: bool = False
+    #: The softmax's output goes on as it is, not cast to the query's or V's dtype
+    #: (BioGPT's ``eager_attention_forward``, ``models/biogpt/modeling_biogpt.py`` l.
+    #: 112-115: ``softmax(attn_weights, dim=-1)``, then the dropout and ``matmul(attn_weights,
+    #: value)``): under autocast (softmax on its FP32 list) the dropout reads and makes
+    #: FP32 T×T tensors, and only probs·V's matmul casts them to 16 bits.
+    softmax_uncast: bool = False
     #: The rotary ``torch.cat``s the rotated and the passed parts of Q and K whatever the
     #: rotary fraction (``models/phi3/modeling_phi3.py`` ``apply_rotary_pos_emb``:
     #: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)``), so
@@ -147,6 +153,7 @@ _GEMMA4 = ClassFacts(
 #: The families whose class differs from Llama's, by ``model_type``.
 CLASSES: dict[str, ClassFacts] = {
     "gpt2": ClassFacts(softmax_in_input_dtype=True),
+    "biogpt": ClassFacts(softmax_uncast=True),
     "modernbert-decoder": ClassFacts(rope_tables_per_layer_type=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
