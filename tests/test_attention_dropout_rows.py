@@ -1,16 +1,17 @@
-"""Eager attention with dropout on its probabilities under autocast and checkpointing
-(the ``amp ckpt`` every-type misses at T = 512: BioGPT 0.818, Emu3 0.819, Seed-OSS 0.859;
-``benchmarks/results/every-type-long.md``): each the real transformers class at a small
-shape, the refined closed form against its dry run (FakeTensorMode,
-:func:`introspect.measure.hf_models.measure`) within ±3%, with the peak in the moment the
-mechanism adds. B = 1, the labels loop and AdamW, as ``benchmarks/every_type.py``.
+"""Eager attention under autocast and checkpointing: dropout on its probabilities and
+MPT's boolean mask (the ``amp ckpt`` every-type misses at T = 512: BioGPT 0.818, Emu3
+0.819, Seed-OSS 0.859, MPT 1.052; ``benchmarks/results/every-type-long.md``): each the
+real transformers class at a small shape, the refined closed form against its dry run
+(FakeTensorMode, :func:`introspect.measure.hf_models.measure`) within ±3%, with the peak
+in the moment the mechanism adds. B = 1, the labels loop and AdamW, as ``benchmarks/every_type.py``.
 
 * the dropout's backward holds its mask beside the two gradients
   (:func:`introspect.refined.execution.dropout_transient`);
 * BioGPT's softmax is not cast back, so under autocast the dropout runs in FP32
   (``ClassFacts.softmax_uncast``);
 * the dropped probabilities the attention returns stay bound in the decoder layer through
-  its recomputed feed-forward (:func:`introspect.refined.execution.returned_probs`)."""
+  its recomputed feed-forward (:func:`introspect.refined.execution.returned_probs`);
+* MPT casts its causal mask to bool (``ClassFacts.bool_causal_mask``)."""
 
 from __future__ import annotations
 
@@ -90,4 +91,23 @@ def test_the_returned_probabilities_against_the_dry_run():
 
     est, dry = _closed_and_dry(SEED_OSS, 256)
     assert f"activations/layer/{RETURNED_PROBS}" in est.execution.to_json()["terms"]
+    assert est.total / dry == pytest.approx(1, abs=0.03)
+
+
+#: MPT: ALiBi, the causal mask cast to bool before the blocks.
+MPT = dict(
+    model_type="mpt", d_model=64, n_heads=4, n_layers=4, expansion_ratio=4, vocab_size=512,
+    max_seq_len=2048,
+)  # fmt: skip
+
+
+def test_mpt_checkpointing_keeps_a_boolean_mask():
+    """``create_causal_mask(...).to(torch.bool)``: the mask the checkpointed blocks keep is
+    B·T² bytes (``ClassFacts.bool_causal_mask``), and the step at T = 256 within ±3%."""
+    from introspect.refined import hf_saved
+
+    spec = spec_from_config(MPT)
+    setup = TrainingSetup(batch_size=1, seq_len=256, implementation="transformers", **AMP_CKPT)
+    assert hf_saved.eager_masks(spec, setup, {"full"}) == 256 * 256
+    est, dry = _closed_and_dry(MPT, 256)
     assert est.total / dry == pytest.approx(1, abs=0.03)

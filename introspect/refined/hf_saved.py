@@ -768,9 +768,12 @@ def eager_masks(spec: ModelSpec, setup: TrainingSetup, types: set[str]) -> int:
     closure holds it) until that layer's backward. Below the lowest layer of a type,
     that type's mask is freed: at layer i's backward only the types of layers 0..i are
     alive (measured: Gemma 4 unified's dry run at T = 512, peak at layer 0's backward,
-    holds the sliding mask alone; at T = 2048, peak at the top full layer, both)."""
+    holds the sliding mask alone; at T = 2048, peak at the top full layer, both). A class
+    that casts its mask to bool (``ClassFacts.bool_causal_mask``, MPT) keeps one byte a
+    value."""
     B, T = setup.batch_size, setup.seq_len
-    return max(1, len(types)) * B * T * T * residual_bytes(setup)
+    value = 1 if facts(spec).bool_causal_mask else residual_bytes(setup)
+    return max(1, len(types)) * B * T * T * value
 
 
 def kv_store_layers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, object]]:

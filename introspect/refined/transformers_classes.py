@@ -29,6 +29,11 @@ class ClassFacts:
     #: value)``): under autocast (softmax on its FP32 list) the dropout reads and makes
     #: FP32 T×T tensors, and only probs·V's matmul casts them to 16 bits.
     softmax_uncast: bool = False
+    #: The model turns the causal mask into a boolean one before its blocks read it
+    #: (MPT: ``create_causal_mask(...).to(torch.bool)``, ``models/mpt/modeling_mpt.py``
+    #: l. 322-327; the blocks' ``masked_fill(attention_mask, finfo.min)``, l. 125-126):
+    #: the (B, 1, T, T) mask checkpointing keeps is one byte a value, the additive one freed.
+    bool_causal_mask: bool = False
     #: The rotary ``torch.cat``s the rotated and the passed parts of Q and K whatever the
     #: rotary fraction (``models/phi3/modeling_phi3.py`` ``apply_rotary_pos_emb``:
     #: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)``), so
@@ -154,6 +159,7 @@ _GEMMA4 = ClassFacts(
 CLASSES: dict[str, ClassFacts] = {
     "gpt2": ClassFacts(softmax_in_input_dtype=True),
     "biogpt": ClassFacts(softmax_uncast=True),
+    "mpt": ClassFacts(bool_causal_mask=True),
     "modernbert-decoder": ClassFacts(rope_tables_per_layer_type=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
