@@ -1684,6 +1684,16 @@ def _records() -> tuple[Term, ...]:
             ),
         ),
         Term(
+            name="activations/layer/attention/softmax_forward",
+            category="transient",
+            equation="B·h·T²·(s + 2·4 + 2·p) with p = dropped_bytes (the cast only where p < 4: then s + 2·4 + p + p); checkpointing, ClassFacts.returns_attention_probs (checkpointed_softmax_forward)",
+            source="transformers/models/falcon/modeling_falcon.py l. 349-362, 623, 789-800 and models/bloom/modeling_bloom.py l. 271-311, 403, 528-537: the raw scores bound through the softmax, the FP32 masked scores and softmax, and the previous block's returned probabilities held by the model loop's `outputs` (introspect/refined/execution.py: checkpointed_softmax_forward)",
+            computed_by=("introspect/refined/execution.py: checkpointed_softmax_forward",),
+            tests=(
+                "tests/test_attention_dropout_rows.py::test_the_checkpointed_forward_at_the_softmax_against_the_dry_run",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/quadratic/returned",
             category="activations",
             equation="B·h·T²·4 under autocast with attention dropout where the dropout ran in FP32 (returned_probs); checkpointing: in the recomputed layer's feed-forward moment",

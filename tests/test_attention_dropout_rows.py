@@ -111,3 +111,26 @@ def test_mpt_checkpointing_keeps_a_boolean_mask():
     assert hf_saved.eager_masks(spec, setup, {"full"}) == 256 * 256
     est, dry = _closed_and_dry(MPT, 256)
     assert est.total / dry == pytest.approx(1, abs=0.03)
+
+
+#: Falcon (rotary, one K/V head, the parallel block) and BLOOM (ALiBi): the blocks return
+#: the attention's probabilities to the model's loop.
+FALCON = dict(
+    model_type="falcon", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    vocab_size=512,
+)  # fmt: skip
+BLOOM = dict(model_type="bloom", hidden_size=64, n_layer=4, n_head=8, vocab_size=512)
+
+
+@pytest.mark.parametrize("raw", [FALCON, BLOOM], ids=["falcon", "bloom"])
+def test_the_checkpointed_forward_at_the_softmax_against_the_dry_run(raw):
+    """At T = 512 the step peaks in the top layer's first forward, at its softmax: the raw
+    and masked scores, the softmax (and BLOOM's cast) beside the previous block's
+    probabilities the model's loop still holds
+    (:func:`introspect.refined.execution.checkpointed_softmax_forward`)."""
+    from introspect.refined.execution import SOFTMAX_FORWARD
+
+    est, dry = _closed_and_dry(raw, 512)
+    assert est.peak_phase == "forward"
+    assert SOFTMAX_FORWARD in est.execution.to_json()["terms"]
+    assert est.total / dry == pytest.approx(1, abs=0.03)

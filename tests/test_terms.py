@@ -91,6 +91,9 @@ def specs() -> dict:
     out["bitnet, sub norms"] = spec_from_config(dict(CASES["bitnet, in-branch sub norms"]))
     ernie = CASES["ernie4_5, rotary tables repeated per layer"]
     out["ernie4_5, rotary tables per layer"] = spec_from_config(dict(ernie))
+    from test_attention_dropout_rows import FALCON  # returns its probabilities
+
+    out["falcon, returned probabilities"] = spec_from_config(dict(FALCON))
     from test_walked_extras import MODERNBERT  # the embedding norm, the head transform
 
     modernbert = spec_from_config(dict(MODERNBERT))

@@ -34,6 +34,17 @@ class ClassFacts:
     #: l. 322-327; the blocks' ``masked_fill(attention_mask, finfo.min)``, l. 125-126):
     #: the (B, 1, T, T) mask checkpointing keeps is one byte a value, the additive one freed.
     bool_causal_mask: bool = False
+    #: The block returns the attention's probabilities to the model's loop, which keeps
+    #: them bound (``outputs = block(...)``; ``hidden_states = outputs[0]``) through the
+    #: next block's forward, and the attention keeps its raw scores bound through the
+    #: softmax (Falcon: ``attention_scores = query_layer @ key_layer.transpose(-1, -2)``
+    #: rebound only to the softmax's output, ``return output, attn_weights``,
+    #: ``models/falcon/modeling_falcon.py`` l. 349-362, 588, 623, 789-800; BLOOM:
+    #: ``attention_scores = alibi.baddbmm(...)`` bound to the end, ``softmax(...,
+    #: dtype=torch.float32).to(query_layer.dtype)``, ``return output, attn_weights``,
+    #: ``models/bloom/modeling_bloom.py`` l. 271-311, 382, 403, 528-537):
+    #: :func:`introspect.refined.execution.checkpointed_softmax_forward`.
+    returns_attention_probs: bool = False
     #: The rotary ``torch.cat``s the rotated and the passed parts of Q and K whatever the
     #: rotary fraction (``models/phi3/modeling_phi3.py`` ``apply_rotary_pos_emb``:
     #: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)``), so
@@ -183,7 +194,8 @@ CLASSES: dict[str, ClassFacts] = {
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
     "granite_swa": ClassFacts(lse_sink_scale=True),
-    "bloom": ClassFacts(activation_backward_extra=4),
+    "bloom": ClassFacts(activation_backward_extra=4, returns_attention_probs=True),
+    "falcon": ClassFacts(returns_attention_probs=True),
     # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
     # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
     # multiplies the output (l. 277-278); BeamTopKRouter's ``F.linear(hidden_states.
