@@ -899,8 +899,10 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/mamba2.py: recompute_extra",
                 "introspect/refined/execution.py: at_layer",
                 "introspect/refined/execution.py: _mixer_recompute",
+                "introspect/refined/execution.py: _parallel_mixer_recompute",
             ),
             tests=(
+                "tests/test_falcon_h1.py::test_falcon_h1_checkpointed_mixer_recompute_against_the_dry_run",
                 "tests/test_ssm.py::test_mamba2_recomputed_scan_peak_is_within_3_percent_of_the_dry_run",
                 "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
             ),

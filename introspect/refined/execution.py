@@ -1030,7 +1030,10 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
         out = _deltanet_at_forward_peak(spec, setup, att, side)
         out["attention/recompute"] = setup.tokens * spec.hidden_size * residual_bytes(setup)
         return out
-    if att.kind != "mamba2" or spec.kinds[0][0].mixer is not None:
+    beside = spec.kinds[0][0].mixer
+    if beside is not None and beside.kind == "mamba2":
+        return _parallel_mixer_recompute(spec, setup, beside)
+    if att.kind != "mamba2" or beside is not None:
         return {}
     from introspect.refined import mamba2
     from introspect.refined.stream import is_amp, residual_bytes
@@ -1051,6 +1054,31 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
         # Mamba2ForCausalLM step: the B·T·d FP32 and BF16 gradients, both Temp).
         stream += setup.tokens * spec.hidden_size * BF16
     out["attention/recompute"] = mamba2.recompute_extra(att, setup, spec.hidden_size) + stream
+    return out
+
+
+def _parallel_mixer_recompute(spec: ModelSpec, setup: TrainingSetup, mixer) -> dict[str, int]:
+    """A checkpointed Falcon-H1 layer inside its recomputation, at its Mamba-2 mixer's
+    scan: ``FalconH1DecoderLayer.forward`` runs ``self.mamba`` before ``self.self_attn``
+    (``models/falcon_h1/modeling_falcon_h1.py`` l. 915-935), so only the block norm and
+    the mixer's saved set so far are alive — the mixer's whole saved set
+    (:func:`introspect.refined.falcon_h1.mixer_saved`) and what its scan holds beyond it
+    at the forward's peak (:func:`introspect.refined.mamba2.recompute_extra`, the same
+    ``mamba2_chunk_scan``), none of the attention's — beside the residual stream's
+    gradient that reached the layer (FP32 under autocast, with its BF16 cast for the
+    branch, as :func:`_mixer_recompute`'s Mamba-2 layer)."""
+    from introspect.refined import falcon_h1, mamba2
+    from introspect.refined.stream import is_amp, residual_bytes
+
+    d = spec.hidden_size
+    out = falcon_h1.mixer_saved(mixer, setup, d)
+    norm = hf_saved.attention_norm(spec, setup)
+    norm.pop("autocast_weights", None)
+    out.update(norm)
+    stream = setup.tokens * d * residual_bytes(setup)
+    if is_amp(setup):
+        stream += setup.tokens * d * BF16
+    out["attention/recompute"] = mamba2.recompute_extra(mixer, setup, d) + stream
     return out
 
 
