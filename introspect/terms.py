@@ -899,8 +899,10 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/mamba2.py: recompute_extra",
                 "introspect/refined/execution.py: at_layer",
                 "introspect/refined/execution.py: _mixer_recompute",
+                "introspect/refined/execution.py: _parallel_mixer_recompute",
             ),
             tests=(
+                "tests/test_falcon_h1.py::test_falcon_h1_checkpointed_mixer_recompute_against_the_dry_run",
                 "tests/test_ssm.py::test_mamba2_recomputed_scan_peak_is_within_3_percent_of_the_dry_run",
                 "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
             ),
@@ -1693,6 +1695,42 @@ def _records() -> tuple[Term, ...]:
             ),
             tests=(
                 "tests/test_gemma4_rows.py::test_gemma4_wide_global_heads_fp32_against_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/softmax_forward",
+            category="transient",
+            equation="B·h·T²·(s + 2·4 + 2·p) with p = dropped_bytes (the cast only where p < 4: then s + 2·4 + p + p); checkpointing, ClassFacts.returns_attention_probs (checkpointed_softmax_forward)",
+            source="transformers/models/falcon/modeling_falcon.py l. 349-362, 623, 789-800 and models/bloom/modeling_bloom.py l. 271-311, 403, 528-537: the raw scores bound through the softmax, the FP32 masked scores and softmax, and the previous block's returned probabilities held by the model loop's `outputs` (introspect/refined/execution.py: checkpointed_softmax_forward)",
+            computed_by=("introspect/refined/execution.py: checkpointed_softmax_forward",),
+            tests=(
+                "tests/test_attention_dropout_rows.py::test_the_checkpointed_forward_at_the_softmax_against_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/quadratic/returned",
+            category="activations",
+            equation="B·h·T²·4 under autocast with attention dropout where the dropout ran in FP32 (returned_probs); checkpointing: in the recomputed layer's feed-forward moment",
+            source="transformers eager_attention_forward returns attn_weights (the dropout's output), bound by the decoder layer as `hidden_states, _ = self.self_attn(...)` until it returns (models/seed_oss/modeling_seed_oss.py l. 149-154, 254); probs·V's matmul saves only its 16-bit cast (introspect/refined/execution.py: returned_probs)",
+            computed_by=(
+                "introspect/refined/execution.py: returned_probs",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_attention_dropout_rows.py::test_the_returned_probabilities_against_the_dry_run",
+            ),
+        ),
+        Term(
+            name="activations/layer/attention/dropout_grad",
+            category="transient",
+            equation="2·B·h·T²·dropped_bytes + attention_stream  (dropout_transient; eager attention with attention dropout, inside the dropout's backward, the mask still held)",
+            source="transformers eager_attention_forward (models/emu3/modeling_emu3.py l. 147-150, models/biogpt/modeling_biogpt.py l. 112-115): nn.functional.dropout on the probabilities; its backward (grad * noise) holds the dropped probabilities' gradient and makes the probabilities', the mask alive until it returns (introspect/refined/execution.py: _at_dropout_backward)",
+            computed_by=(
+                "introspect/refined/execution.py: dropout_transient",
+                "introspect/refined/execution.py: _layer_moments",
+            ),
+            tests=(
+                "tests/test_attention_dropout_rows.py::test_the_dropout_backward_moment_against_the_dry_run",
             ),
         ),
         Term(

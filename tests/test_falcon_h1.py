@@ -189,3 +189,35 @@ def test_inconsistent_falcon_h1_sizes_are_one_line_naming_file_and_key(
     assert main(["profile", str(path)]) == 2
     line = one_line_error(capsys)
     assert str(path) in line and key in line
+
+
+#: The every-type row's shrunk config (``benchmarks/every_type.py``): 128 mixer heads of
+#: 8, state 256, chunk 256 — the scan's c×c tensors dominate.
+WIDE_SCAN = {
+    "model_type": "falcon_h1", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 224,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "mamba_d_ssm": 1024, "mamba_n_heads": 128, "mamba_d_head": 8, "mamba_n_groups": 1,
+    "mamba_d_state": 256, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+    "mamba_conv_bias": True, "mamba_proj_bias": False, "mamba_rms_norm": False,
+}  # fmt: skip
+
+
+def test_falcon_h1_checkpointed_mixer_recompute_against_the_dry_run():
+    """Under checkpointing the layer's recomputation runs the Mamba-2 mixer before the
+    attention (``FalconH1DecoderLayer.forward``): its scan's forward peak, beside the
+    mixer's saved set and the stream's gradient, is the step's peak (autocast, T = 64;
+    0.974 without the moment)."""
+    from introspect import refined
+    from introspect.measure import hf_models
+
+    spec = spec_from_config(WIDE_SCAN)
+    setup = TrainingSetup(
+        batch_size=1, seq_len=64, implementation="transformers", loop="labels", device="cpu",
+        optimizer="adamw", precision="amp", attention="eager", activation_checkpointing=True,
+    )  # fmt: skip
+    measured, _ = hf_models.measure(
+        WIDE_SCAN, "falcon_h1", spec, setup, device="fake", census=False
+    )
+    est = refined.estimate(spec, setup)
+    assert "activations/layer/attention/recompute" in est.execution.to_json()["terms"]
+    assert est.total / measured.peak_bytes == pytest.approx(1, abs=0.03)

@@ -91,6 +91,9 @@ def specs() -> dict:
     out["bitnet, sub norms"] = spec_from_config(dict(CASES["bitnet, in-branch sub norms"]))
     ernie = CASES["ernie4_5, rotary tables repeated per layer"]
     out["ernie4_5, rotary tables per layer"] = spec_from_config(dict(ernie))
+    from test_attention_dropout_rows import FALCON  # returns its probabilities
+
+    out["falcon, returned probabilities"] = spec_from_config(dict(FALCON))
     from test_walked_extras import MODERNBERT  # the embedding norm, the head transform
 
     modernbert = spec_from_config(dict(MODERNBERT))
@@ -107,6 +110,7 @@ SETUPS = {
     "bf16 sdpa ckpt": dict(precision="bf16", **SDPA, **CKPT),
     "amp eager logits loop": dict(precision="amp", loop="logits"),
     "amp sdpa ckpt": dict(precision="amp", **SDPA, **CKPT),
+    "amp eager ckpt": dict(precision="amp", **CKPT),  # attention dropout's recomputation
     "mixed sgd-momentum fused CE": dict(
         precision="mixed", optimizer="sgd_momentum", cross_entropy="fused"
     ),

@@ -679,6 +679,9 @@ def moments(
     inside = mixer_forward(spec, setup)
     if inside is not None:
         out.append(("forward", inside))
+    at_softmax = checkpointed_softmax_forward(spec, setup)
+    if at_softmax is not None:
+        out.append(("forward", at_softmax))
     if setup.offload_activations:
         state = state_terms(spec, setup)
         kinds = {
@@ -729,6 +732,48 @@ def moments(
     elif step is not None:
         out.append(("optimizer_step", step))
     return out
+
+
+#: The T×T tensors of a checkpointed eager layer's forward at its softmax
+#: (:func:`checkpointed_softmax_forward`).
+SOFTMAX_FORWARD = "activations/layer/attention/softmax_forward"
+
+
+def checkpointed_softmax_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
+    """The top layer's first (checkpointed) forward at its softmax, in a class whose
+    blocks return the attention's probabilities to the model's loop
+    (``ClassFacts.returns_attention_probs``: Falcon, BLOOM): state, what the embedding
+    and the checkpoints below keep (each layer's input, :func:`~introspect.refined.
+    hf_saved.checkpointed_layer`, and eager's masks), the top layer's fused Q·K·V
+    projection output, and its T×T tensors — the raw scores still bound (16-bit under
+    autocast), the masked scores and the softmax's output (FP32: the FP32 additive mask
+    promotes; ``dtype=torch.float32``), the softmax's cast to the query's dtype where it
+    has one (:func:`~introspect.refined.hf_saved.dropped_bytes` below FP32), and the
+    previous block's returned probabilities at that dtype, which the loop's ``outputs``
+    holds. Nothing of it is saved (checkpointing), so the backward's recomputation of a
+    layer never holds two layers' T×T tensors: without a class fact or checkpointing
+    this moment is not the step's peak. Measured (dry run, d = 64, L = 4, T = 512,
+    autocast with checkpointing, the peak this moment in both): Falcon (4 heads, rotary)
+    0.923 -> 0.984, BLOOM (8 heads, ALiBi) 0.887 -> 0.993. None elsewhere."""
+    if not facts(spec).returns_attention_probs or not setup.activation_checkpointing:
+        return None
+    if setup.attention != "eager" or len(spec.kinds) != 1 or setup.offload_activations:
+        return None
+    if type(implementation_of(spec, setup)).__name__ != "Transformers":
+        return None
+    B, T, s, L = setup.batch_size, setup.seq_len, setup.activation_bytes, spec.num_hidden_layers
+    t2 = B * spec.num_attention_heads * T * T
+    probs = hf_saved.dropped_bytes(spec, setup)
+    cast = t2 * probs if probs < FP32 else 0
+    terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
+    below = hf_saved.checkpointed_layer(spec, setup)
+    _add_into(terms, _prefixed({f"layer/{k}": (L - 1) * v for k, v in below.items()}))
+    terms["activations/layer/attention/linear/q"] = (
+        setup.tokens * (spec.q_dim + 2 * spec.kv_dim) * s
+    )
+    terms[SOFTMAX_FORWARD] = t2 * s + 2 * t2 * FP32 + cast + t2 * probs
+    terms[GRADS] = resident_grads(spec, setup)
+    return terms
 
 
 def resident_grads(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -985,7 +1030,10 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
         out = _deltanet_at_forward_peak(spec, setup, att, side)
         out["attention/recompute"] = setup.tokens * spec.hidden_size * residual_bytes(setup)
         return out
-    if att.kind != "mamba2" or spec.kinds[0][0].mixer is not None:
+    beside = spec.kinds[0][0].mixer
+    if beside is not None and beside.kind == "mamba2":
+        return _parallel_mixer_recompute(spec, setup, beside)
+    if att.kind != "mamba2" or beside is not None:
         return {}
     from introspect.refined import mamba2
     from introspect.refined.stream import is_amp, residual_bytes
@@ -1006,6 +1054,31 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
         # Mamba2ForCausalLM step: the B·T·d FP32 and BF16 gradients, both Temp).
         stream += setup.tokens * spec.hidden_size * BF16
     out["attention/recompute"] = mamba2.recompute_extra(att, setup, spec.hidden_size) + stream
+    return out
+
+
+def _parallel_mixer_recompute(spec: ModelSpec, setup: TrainingSetup, mixer) -> dict[str, int]:
+    """A checkpointed Falcon-H1 layer inside its recomputation, at its Mamba-2 mixer's
+    scan: ``FalconH1DecoderLayer.forward`` runs ``self.mamba`` before ``self.self_attn``
+    (``models/falcon_h1/modeling_falcon_h1.py`` l. 915-935), so only the block norm and
+    the mixer's saved set so far are alive — the mixer's whole saved set
+    (:func:`introspect.refined.falcon_h1.mixer_saved`) and what its scan holds beyond it
+    at the forward's peak (:func:`introspect.refined.mamba2.recompute_extra`, the same
+    ``mamba2_chunk_scan``), none of the attention's — beside the residual stream's
+    gradient that reached the layer (FP32 under autocast, with its BF16 cast for the
+    branch, as :func:`_mixer_recompute`'s Mamba-2 layer)."""
+    from introspect.refined import falcon_h1, mamba2
+    from introspect.refined.stream import is_amp, residual_bytes
+
+    d = spec.hidden_size
+    out = falcon_h1.mixer_saved(mixer, setup, d)
+    norm = hf_saved.attention_norm(spec, setup)
+    norm.pop("autocast_weights", None)
+    out.update(norm)
+    stream = setup.tokens * d * residual_bytes(setup)
+    if is_amp(setup):
+        stream += setup.tokens * d * BF16
+    out["attention/recompute"] = mamba2.recompute_extra(mixer, setup, d) + stream
     return out
 
 
@@ -1164,6 +1237,73 @@ def _at_probs_v_backward(spec: ModelSpec, setup: TrainingSetup, full: dict, side
     return out
 
 
+#: The dropped probabilities the attention returns to its decoder layer (:func:`returned_probs`).
+RETURNED_PROBS = "attention/quadratic/returned"
+#: The gradients inside eager attention's dropout backward (:func:`dropout_transient`).
+DROPOUT_GRAD = "activations/layer/attention/dropout_grad"
+
+
+def _at_dropout_backward(spec: ModelSpec, setup: TrainingSetup, full: dict, current: dict) -> dict:
+    """A transformers eager attention layer's terms inside the backward of the dropout on
+    its probabilities (``attn_weights = nn.functional.dropout(attn_weights, p=dropout,
+    training=module.training)`` between the softmax and ``torch.matmul(attn_weights,
+    value_states)``, ``eager_attention_forward``, e.g. ``models/emu3/modeling_emu3.py``
+    l. 147-150, ``models/biogpt/modeling_biogpt.py`` l. 112-115; empty without attention
+    dropout): the softmax backward's moment ``current`` (probs·V's backward has freed V and
+    the probabilities' copy it saved) with the dropout's mask still held — the dropout's
+    backward reads it (CPU: ``_dropout_impl``'s ``input * noise``, whose backward is
+    ``grad * noise``) and frees it only when it returns, before the softmax backward
+    runs. Its transient is :func:`dropout_transient`."""
+    impl = implementation_of(spec, setup)
+    eager = setup.attention == "eager" and type(impl).__name__ == "Transformers"
+    if not eager or not impl.keeps_t2(spec, setup) or spec.attention_dropout <= 0:
+        return {}
+    mask = full.get("attention/quadratic/dropout_mask")
+    if not mask:
+        return {}
+    return {**current, "attention/quadratic/dropout_mask": mask}
+
+
+def returned_probs(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """Bytes of the dropped probabilities the attention returns beside its output and no
+    backward keeps: ``eager_attention_forward`` returns ``attn_output, attn_weights`` (the
+    dropout's output) and the decoder layer binds them (``hidden_states, _ =
+    self.self_attn(...)``, e.g. ``models/seed_oss/modeling_seed_oss.py`` l. 149-154,
+    254; ``models/llama/modeling_llama.py`` l. 299), so ``_`` holds them until the layer
+    returns. Under autocast, where the dropout ran above 16 bits
+    (:func:`~introspect.refined.hf_saved.dropped_bytes`: FP32), probs·V's matmul saves
+    its 16-bit cast and the dropout's multiply only the mask: this B·h·T² tensor is alive
+    beside the saved set through the rest of the layer's forward (its recomputation under
+    checkpointing) and in no other moment. Zero without attention dropout (then
+    ``attn_weights`` is the softmax's output, which its backward keeps anyway) or where
+    the matmul saves the dropped tensor itself."""
+    impl = implementation_of(spec, setup)
+    eager = setup.attention == "eager" and type(impl).__name__ == "Transformers"
+    if not eager or not impl.keeps_t2(spec, setup) or spec.attention_dropout <= 0:
+        return 0
+    dropped = hf_saved.dropped_bytes(spec, setup)
+    if not hf_saved.is_amp(setup) or dropped <= setup.activation_bytes:
+        return 0
+    B, T = setup.batch_size, setup.seq_len
+    return B * spec.num_attention_heads * T * T * dropped
+
+
+def dropout_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
+    """What the attention dropout's backward holds beyond the saved set: the gradient of
+    the dropped probabilities (probs·V's backward's, cast back by autocast's ``_to_copy``
+    to the dtype the dropout made: :func:`~introspect.refined.hf_saved.dropped_bytes`)
+    and the gradient of the probabilities it makes (``grad * noise``, the same dtype),
+    two B·h·T² tensors, beside the residual stream's gradient and grad-of-V
+    (:meth:`~introspect.refined.implementations.Transformers.attention_stream`).
+    Measured (BioGPT and Emu3, d = 64, 4 heads, L = 4, T = 512, autocast with
+    checkpointing, dry run): the step's peak is this moment, four FP32 B·h·T² tensors
+    (probabilities, mask, the two gradients) where the softmax backward holds three."""
+    B, T = setup.batch_size, setup.seq_len
+    impl = implementation_of(spec, setup)
+    t2 = B * spec.num_attention_heads * T * T
+    return 2 * t2 * hf_saved.dropped_bytes(spec, setup) + impl.attention_stream(spec, setup)
+
+
 def probs_v_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     """What probs·V's backward holds beyond the saved set: the gradient of its output
     (o_proj's input gradient, B·T·q_dim), the two it makes — the probabilities' (B·h·T²
@@ -1245,6 +1385,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
     recompute = _mixer_recompute(spec, setup, att, side) if setup.activation_checkpointing else {}
     pv = _at_probs_v_backward(spec, setup, full, side)
     current = impl.at_attention_backward(spec, setup, full, side)
+    dropout = _at_dropout_backward(spec, setup, full, current)
     if att.kind == "none":
         side = 0
     elif att.kind in ("mamba1", "mamba2", "rglru"):
@@ -1264,18 +1405,28 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         below = _add(below, {RELEASED: -gone})
         whole = _add(whole, {RELEASED: -gone})
         current = _add(current, {RELEASED: -gone})
+        if dropout:
+            dropout = _add(dropout, {RELEASED: -gone})
     if setup.activation_checkpointing:
         recomputed = impl.recomputed_extra(spec, setup)
         whole, current = _add(whole, recomputed), _add(current, recomputed)
         if pv:
             pv = _add(pv, recomputed)
+        if dropout:
+            dropout = _add(dropout, recomputed)
         again = _recomputed_released(att, setup)
         if again:
             whole = _add(whole, {RELEASED: -again})
             current = _add(current, {RELEASED: -again})
+            if dropout:
+                dropout = _add(dropout, {RELEASED: -again})
         if recompute:
             recompute = _add(recompute, recomputed)
     sink = _at_lse_sink_backward(spec, setup, current)
+    held = returned_probs(spec, setup) if setup.activation_checkpointing else 0
+    # Checkpointing: the layer's recomputed forward at its feed-forward, the attention's
+    # returned probabilities still bound (returned_probs), none of its gradients made.
+    refed = _add(whole, {RETURNED_PROBS: held}) if held else {}
     whole, down_params = _after_down_projection(spec, setup, whole)
     # Gemma 4's per-layer-input tail, the block's last op: its gradients come first.
     tail = block_per_layer_input_params(spec)
@@ -1290,6 +1441,9 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "pv_grad": probs_v_transient(spec, setup) if pv else 0,
         "sink": _prefixed({f"layer/{k}": v for k, v in sink.items()}),
         "sink_grad": lse_sink_transient(spec, setup) if sink else 0,
+        "dropout": _prefixed({f"layer/{k}": v for k, v in dropout.items()}),
+        "refed": _prefixed({f"layer/{k}": v for k, v in refed.items()}),
+        "dropout_grad": dropout_transient(spec, setup) if dropout else 0,
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup),
@@ -1430,6 +1584,27 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             sink_terms[GRADS] = terms[GRADS]
             sink_terms.update(placed)
             out.append(sink_terms)
+        if part["dropout"]:
+            # Eager attention with dropout on its probabilities: inside the dropout's
+            # backward, between probs·V's and the softmax's.
+            dropout_terms = dict(base)
+            dropout_terms.update(below_i)
+            _add_into(dropout_terms, part["dropout"])
+            _add_into(dropout_terms, loop_logits)
+            dropout_terms[DROPOUT_GRAD] = part["dropout_grad"]
+            dropout_terms[GRADS] = terms[GRADS]
+            dropout_terms.update(placed)
+            out.append(dropout_terms)
+        if part["refed"]:
+            # Checkpointing: the recomputed layer at its feed-forward, the attention's
+            # returned probabilities alive (returned_probs); the gradients above made.
+            refed = dict(base)
+            refed.update(below_i)
+            _add_into(refed, part["refed"])
+            _add_into(refed, loop_logits)
+            refed[GRADS] = grad_bytes(spec, setup, above)
+            refed.update(placed)
+            out.append(refed)
         if part["deltanet_grad"] is not None:
             # A Gated DeltaNet layer: inside the backward of its kernel's first
             # solve_triangular (the same layer terms, its own transient instead).

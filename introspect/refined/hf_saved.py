@@ -107,8 +107,11 @@ def dropped_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     the rotary tables (``cos.to(x.dtype)`` with ``x`` the FP32 residual stream,
     ``LlamaRotaryEmbedding``; ``q * cos`` promotes) or a Llama-style q norm's FP32 weight
     (``self.weight * hidden_states.to(input_dtype)``, Qwen3); otherwise (GPT-2's learned
-    positions) the activations' dtype."""
+    positions) the activations' dtype. A class that does not cast the softmax's output
+    (``ClassFacts.softmax_uncast``, BioGPT) hands the dropout autocast's FP32 softmax."""
     if math_fallback(spec, setup):
+        return FP32
+    if is_amp(setup) and facts(spec).softmax_uncast:
         return FP32
     if is_amp(setup) and spec.position_embedding == "rope":
         return FP32
@@ -769,9 +772,12 @@ def eager_masks(spec: ModelSpec, setup: TrainingSetup, types: set[str]) -> int:
     closure holds it) until that layer's backward. Below the lowest layer of a type,
     that type's mask is freed: at layer i's backward only the types of layers 0..i are
     alive (measured: Gemma 4 unified's dry run at T = 512, peak at layer 0's backward,
-    holds the sliding mask alone; at T = 2048, peak at the top full layer, both)."""
+    holds the sliding mask alone; at T = 2048, peak at the top full layer, both). A class
+    that casts its mask to bool (``ClassFacts.bool_causal_mask``, MPT) keeps one byte a
+    value."""
     B, T = setup.batch_size, setup.seq_len
-    return max(1, len(types)) * B * T * T * residual_bytes(setup)
+    value = 1 if facts(spec).bool_causal_mask else residual_bytes(setup)
+    return max(1, len(types)) * B * T * T * value
 
 
 def kv_store_layers(spec: ModelSpec, setup: TrainingSetup) -> list[tuple[int, object]]:

@@ -23,6 +23,28 @@ class ClassFacts:
     #: ``nn.functional.softmax`` in the input's dtype, not ``dtype=torch.float32``
     #: (GPT-2's ``eager_attention_forward``, ``models/gpt2/modeling_gpt2.py``).
     softmax_in_input_dtype: bool = False
+    #: The softmax's output goes on as it is, not cast to the query's or V's dtype
+    #: (BioGPT's ``eager_attention_forward``, ``models/biogpt/modeling_biogpt.py`` l.
+    #: 112-115: ``softmax(attn_weights, dim=-1)``, then the dropout and ``matmul(attn_weights,
+    #: value)``): under autocast (softmax on its FP32 list) the dropout reads and makes
+    #: FP32 T×T tensors, and only probs·V's matmul casts them to 16 bits.
+    softmax_uncast: bool = False
+    #: The model turns the causal mask into a boolean one before its blocks read it
+    #: (MPT: ``create_causal_mask(...).to(torch.bool)``, ``models/mpt/modeling_mpt.py``
+    #: l. 322-327; the blocks' ``masked_fill(attention_mask, finfo.min)``, l. 125-126):
+    #: the (B, 1, T, T) mask checkpointing keeps is one byte a value, the additive one freed.
+    bool_causal_mask: bool = False
+    #: The block returns the attention's probabilities to the model's loop, which keeps
+    #: them bound (``outputs = block(...)``; ``hidden_states = outputs[0]``) through the
+    #: next block's forward, and the attention keeps its raw scores bound through the
+    #: softmax (Falcon: ``attention_scores = query_layer @ key_layer.transpose(-1, -2)``
+    #: rebound only to the softmax's output, ``return output, attn_weights``,
+    #: ``models/falcon/modeling_falcon.py`` l. 349-362, 588, 623, 789-800; BLOOM:
+    #: ``attention_scores = alibi.baddbmm(...)`` bound to the end, ``softmax(...,
+    #: dtype=torch.float32).to(query_layer.dtype)``, ``return output, attn_weights``,
+    #: ``models/bloom/modeling_bloom.py`` l. 271-311, 382, 403, 528-537):
+    #: :func:`introspect.refined.execution.checkpointed_softmax_forward`.
+    returns_attention_probs: bool = False
     #: The rotary ``torch.cat``s the rotated and the passed parts of Q and K whatever the
     #: rotary fraction (``models/phi3/modeling_phi3.py`` ``apply_rotary_pos_emb``:
     #: ``torch.cat([(q_rot * cos) + (rotate_half(q_rot) * sin), q_pass], dim=-1)``), so
@@ -147,6 +169,8 @@ _GEMMA4 = ClassFacts(
 #: The families whose class differs from Llama's, by ``model_type``.
 CLASSES: dict[str, ClassFacts] = {
     "gpt2": ClassFacts(softmax_in_input_dtype=True),
+    "biogpt": ClassFacts(softmax_uncast=True),
+    "mpt": ClassFacts(bool_causal_mask=True),
     "modernbert-decoder": ClassFacts(rope_tables_per_layer_type=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
@@ -177,7 +201,8 @@ CLASSES: dict[str, ClassFacts] = {
     # GraniteMoE-SWA's eager_attention_forward is Granite-SWA's, line for line
     # (models/granitemoe_swa/modeling_granitemoe_swa.py l. 171-199).
     "granitemoe_swa": ClassFacts(lse_sink_scale=True),
-    "bloom": ClassFacts(activation_backward_extra=4),
+    "bloom": ClassFacts(activation_backward_extra=4, returns_attention_probs=True),
+    "falcon": ClassFacts(returns_attention_probs=True),
     # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
     # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
     # multiplies the output (l. 277-278); BeamTopKRouter's ``F.linear(hidden_states.
