@@ -46,6 +46,12 @@ class ClassFacts:
     #: the two ``x - mean`` (each written anew), the rstd and the normalized value are kept
     #: in FP32, and not its input (``mean`` and ``-`` save nothing).
     layernorm_by_hand: bool = False
+    #: A LayerNorm run on an FP32 copy of its input and cast back (``OlmoLayerNorm``:
+    #: ``F.layer_norm(hidden_states.to(dtype=torch.float32), self.normalized_shape, None,
+    #: None, eps=1e-5).to(orig_dtype)``, ``models/olmo/modeling_olmo.py`` l. 49-60): with a
+    #: 16-bit stream ``native_layer_norm`` keeps the FP32 copy (not the stream) beside its
+    #: mean and rstd, as RMSNorm's ``.to(torch.float32)`` does.
+    layernorm_fp32_input: bool = False
     #: SwiGLU's activation and product evaluated in FP32 and cast back (Beam's
     #: ``(self.act_fn(gate.float()) * up.float()).to(gate.dtype)``, ``models/beam/
     #: modeling_beam.py`` ``BeamMLP.forward`` and ``BeamExperts._apply_gate``): the FP32
@@ -158,6 +164,10 @@ CLASSES: dict[str, ClassFacts] = {
     "gemma4_unified_text": _GEMMA4,
     "gemma4_text": _GEMMA4,
     "olmo2": ClassFacts(fp32_normalized=True, post_norm=True, rope_tables_fp32=True),
+    # OLMo (v1): the weightless FP32 LayerNorm, and the rotary's uncast FP32 tables
+    # (``OlmoRotaryEmbedding.forward`` returns ``cos, sin``; ``apply_rotary_pos_emb``
+    # casts ``q_embed.to(q_type)``): models/olmo/modeling_olmo.py l. 49-60, 116-121, 187-192.
+    "olmo": ClassFacts(layernorm_fp32_input=True, rope_tables_fp32=True),
     # Cohere2's parallel block (``residual + hidden_states_attention +
     # hidden_states_mlp``) is the spec's (ModelSpec.parallel_block). Its other quirks
     # need no fact: ``logits * self.logit_scale`` (a multiply by a number saves nothing;
@@ -224,6 +234,10 @@ ALIASES: dict[str, str] = {
     # input_dtype)``, uncast rotary tables: models/olmo3/modeling_olmo3.py l. 45-59, 261-267,
     # 326-331) plus sliding-window layers, which are the spec's layer kinds.
     "olmo3": "olmo2",
+    # FlexOlmo's blocks are OLMo2's with a routed feed-forward: post-norms, ``(self.weight
+    # * hidden_states).to(input_dtype)``, uncast rotary tables (models/flex_olmo/
+    # modeling_flex_olmo.py l. 55-61, 104-109, 370-389).
+    "flex_olmo": "olmo2",
     # Sarvam-MoE's config builds Glm4MoeForCausalLM (transformers' causal-LM mapping).
     "sarvam_moe": "glm4_moe",
     # Sarvam-MLA's builds DeepseekV3ForCausalLM (models/auto/modeling_auto.py l. 957);
