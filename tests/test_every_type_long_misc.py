@@ -12,7 +12,9 @@ not the optimizer step, set the peak.
 * HyperCLOVA X's sandwich norms are Llama's RMSNorm: x·rstd kept at the stream's dtype;
 * GPT-NeoX's fused ``query_key_value`` is read as fused: V's view keeps the whole
   output beside the rotary's new Q and K (``hf_saved._fused_qkv_kept``), also on the
-  T×T path at B = 1, where ``matmul``'s fold of V is a view.
+  T×T path at B = 1, where ``matmul``'s fold of V is a view;
+* XGLM's ``torch.max`` clamp keeps the masked scores, and a plain feed-forward's
+  activation output is freed before its activation's backward.
 """
 
 from __future__ import annotations
@@ -61,6 +63,15 @@ GPT_NEOX = dict(
 )  # fmt: skip
 
 
+#: XGLM at the widths benchmarks/every_type.py shrinks to (f = 64·d: its feed-forward
+#: backward sets the FP32 eager peak); dropout off, so the rows test the two mechanisms.
+XGLM = dict(
+    model_type="xglm", d_model=64, ffn_dim=4096, num_layers=4, attention_heads=4,
+    vocab_size=512, max_position_embeddings=4096, dropout=0.0, attention_dropout=0.0,
+    activation_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+)  # fmt: skip
+
+
 def test_olmo_weightless_layernorm_is_read_as_a_layernorm() -> None:
     spec = spec_from_config(OLMO)
     assert spec.norm == "layernorm"
@@ -91,3 +102,21 @@ def test_gpt_neox_query_key_value_is_read_as_fused() -> None:
 def test_gpt_neox_fused_qkv_storage_kept_by_v(setup_name: str) -> None:
     ratio = _ratio(GPT_NEOX, setup_name)
     assert abs(ratio - 1) < 0.02, ratio
+
+
+@pytest.mark.parametrize("setup_name", ["fp32 eager", "amp ckpt"])
+def test_xglm_clamped_scores_and_plain_ffn_backward(setup_name: str) -> None:
+    """XGLM's ``torch.max`` keeps the masked scores (``ClassFacts.scores_clamped``), and
+    inside a plain feed-forward's activation backward the activation's output is freed
+    (``execution._after_down_projection``)."""
+    from introspect import refined
+    from introspect.measure import hf_models
+
+    spec = spec_from_config(XGLM)
+    setup = TrainingSetup(
+        batch_size=1, seq_len=T, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS[setup_name],
+    )  # fmt: skip
+    measured, _ = hf_models.measure(XGLM, "xglm", spec, setup, device="fake", census=False)
+    ratio = refined.estimate(spec, setup).total / measured.peak_bytes
+    assert abs(ratio - 1) < 0.015, ratio

@@ -373,6 +373,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["attention/quadratic/probs"] = t2 * probs
         if spec.attn_logit_softcapping:
             out["attention/quadratic/softcap"] = t2 * s
+        if facts(spec).scores_clamped:
+            # ClassFacts.scores_clamped: the masked scores ``maximum`` keeps
+            out["attention/quadratic/clamped"] = t2 * (FP32 if is_amp(setup) else s)
         if spec.attention_dropout > 0:
             mask = dropout_mask_bytes(setup, dropped_bytes(spec, setup))
             out["attention/quadratic/dropout_mask"] = t2 * mask
@@ -610,7 +613,7 @@ def _fused_qkv_kept(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     ``_split_heads`` views of ``fused_qkv``, ``models/persimmon/modeling_persimmon.py``
     l. 216-254: the q and k parts are ``layernorm/qk_norm`` already; an RMSNorm's
     ``.to(torch.float32)`` and autocast's FP32 ``layer_norm`` copy them instead)."""
-    if not fused(spec, "qkv") or spec.position_embedding != "rope":
+    if not fused(spec, "qkv") or spec.position_embedding != "rope" or facts(spec).alibi:
         return {}
     if kv_repeated(spec, setup) or (keeps_t2(spec, setup) and setup.batch_size > 1):
         return {}

@@ -85,6 +85,7 @@ ATTENTION_SIDE = (
     "attention/quadratic/probs",
     "attention/quadratic/probs_cast",
     "attention/quadratic/softcap",
+    "attention/quadratic/clamped",
     "attention/quadratic/dropout_mask",
     "attention/quadratic/dropped",
     "attention/logsumexp",

@@ -52,6 +52,18 @@ class ClassFacts:
     #: 16-bit stream ``native_layer_norm`` keeps the FP32 copy (not the stream) beside its
     #: mean and rstd, as RMSNorm's ``.to(torch.float32)`` does.
     layernorm_fp32_input: bool = False
+    #: Eager attention clamps the masked scores from below (XGLM's ``attn_weights =
+    #: torch.max(attn_weights + attention_mask, torch.full((), torch.finfo(...).min))``,
+    #: ``models/xglm/modeling_xglm.py`` l. 206-214): ``maximum``'s backward keeps both
+    #: inputs, so the masked scores (B·h·T², FP32 under autocast where the FP32 mask
+    #: promotes the sum) stay saved beside the softmax output.
+    scores_clamped: bool = False
+    #: ALiBi biases the scores instead of rotating Q and K, so Q, K and V all stay views of
+    #: the fused projection's output (BLOOM's ``self._reshape(fused_qkv)``,
+    #: ``models/bloom/modeling_bloom.py`` l. 201-260; MPT's ``mixed_qkv.chunk(3, dim=2)``,
+    #: ``models/mpt/modeling_mpt.py`` l. 98-102): nothing beyond the q, k, v terms (the
+    #: walked spec cannot tell ALiBi from rotary positions; see ``hf_saved._fused_qkv_kept``).
+    alibi: bool = False
     #: SwiGLU's activation and product evaluated in FP32 and cast back (Beam's
     #: ``(self.act_fn(gate.float()) * up.float()).to(gate.dtype)``, ``models/beam/
     #: modeling_beam.py`` ``BeamMLP.forward`` and ``BeamExperts._apply_gate``): the FP32
@@ -168,6 +180,7 @@ CLASSES: dict[str, ClassFacts] = {
     # (``OlmoRotaryEmbedding.forward`` returns ``cos, sin``; ``apply_rotary_pos_emb``
     # casts ``q_embed.to(q_type)``): models/olmo/modeling_olmo.py l. 49-60, 116-121, 187-192.
     "olmo": ClassFacts(layernorm_fp32_input=True, rope_tables_fp32=True),
+    "xglm": ClassFacts(scores_clamped=True),
     # Cohere2's parallel block (``residual + hidden_states_attention +
     # hidden_states_mlp``) is the spec's (ModelSpec.parallel_block). Its other quirks
     # need no fact: ``logits * self.logit_scale`` (a multiply by a number saves nothing;
@@ -180,7 +193,8 @@ CLASSES: dict[str, ClassFacts] = {
     # (models/cohere/modeling_cohere.py l. 58-65), its block Cohere2's parallel one.
     "cohere": ClassFacts(layernorm_by_hand=True),
     "granite_swa": ClassFacts(lse_sink_scale=True),
-    "bloom": ClassFacts(activation_backward_extra=4),
+    "bloom": ClassFacts(activation_backward_extra=4, alibi=True),
+    "mpt": ClassFacts(alibi=True),
     # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
     # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
     # multiplies the output (l. 277-278); BeamTopKRouter's ``F.linear(hidden_states.
