@@ -120,3 +120,16 @@ def test_xglm_clamped_scores_and_plain_ffn_backward(setup_name: str) -> None:
     measured, _ = hf_models.measure(XGLM, "xglm", spec, setup, device="fake", census=False)
     ratio = refined.estimate(spec, setup).total / measured.peak_bytes
     assert abs(ratio - 1) < 0.015, ratio
+
+
+FALCON = dict(
+    model_type="falcon", hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+    vocab_size=512, max_position_embeddings=4096,
+)  # fmt: skip
+
+
+def test_falcon_math_kernel_keeps_its_fp32_copies_not_the_fused_views() -> None:
+    """Falcon's one K/V head sends BF16 SDPA to the math kernel, which upcasts Q, K and V:
+    the fused query_key_value output is not held by V's view."""
+    ratio = _ratio(FALCON, "bf16 sdpa")
+    assert abs(ratio - 1) < 0.01, ratio

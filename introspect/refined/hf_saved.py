@@ -612,12 +612,18 @@ def _fused_qkv_kept(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     given outside autocast (Persimmon's ``q_layernorm(query_states)`` on the
     ``_split_heads`` views of ``fused_qkv``, ``models/persimmon/modeling_persimmon.py``
     l. 216-254: the q and k parts are ``layernorm/qk_norm`` already; an RMSNorm's
-    ``.to(torch.float32)`` and autocast's FP32 ``layer_norm`` copy them instead)."""
+    ``.to(torch.float32)`` and autocast's FP32 ``layer_norm`` copy them instead), nor
+    when SDPA's math kernel upcasts 16-bit Q, K and V and keeps its FP32 copies, not the
+    views (:func:`math_fallback`; dry run of Falcon at one K/V head under BF16 SDPA,
+    ``models/falcon/modeling_falcon.py`` l. 315-345: T = 64 1.018 with the term, 1.001
+    without)."""
     if not fused(spec, "qkv") or spec.position_embedding != "rope" or facts(spec).alibi:
         return {}
     if kv_repeated(spec, setup) or (keeps_t2(spec, setup) and setup.batch_size > 1):
         return {}
     if spec.qk_norm not in ("none", "l2") and spec.norm == "layernorm" and not is_amp(setup):
+        return {}
+    if math_fallback(spec, setup) and setup.activation_bytes < FP32:
         return {}
     return {
         "attention/linear/qkv_fused": setup.tokens
