@@ -86,6 +86,9 @@ class BlockRoles:
     kv_dim: int = 0
     qkv_bias: bool = False
     o_bias: bool = False
+    #: Q, K and V come from one fused projection (c_attn, query_key_value, qkv_proj,
+    #: Wqkv …): ``ModelSpec.fused_linears`` has "qkv".
+    fused_qkv: bool = False
     ffn: str = "plain"
     ffn_width: int = 0
     mlp_bias: bool = False
@@ -391,6 +394,7 @@ def _read_attention(out: BlockRoles, attn: dict, d: int) -> None:
             raise RoleError("a query projection but no key/value projection")
     elif weight("qkv") is not None:
         fused = width(weight("qkv"), d, "the fused qkv projection")
+        out.fused_qkv = True
         out.q_dim = width(o, d, "the output projection") if o is not None else d
         out.kv_dim = (fused - out.q_dim) // 2
         if out.kv_dim <= 0 or (fused - out.q_dim) % 2:

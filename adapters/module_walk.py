@@ -307,6 +307,26 @@ class _Reader:
         except roles.RoleError as e:
             raise self.fail(f"{e} (block {i} at {block.prefix})") from e
 
+    def weightless_norm(self, block: _Block, index: int) -> str | None:
+        """The kind of block ``index``'s norms when none of them has a parameter: the class
+        names of its norm modules (OLMo's ``OlmoLayerNorm``, "LayerNorm but with no
+        learnable weight or bias", ``F.layer_norm(x, shape, None, None)``:
+        ``transformers/models/olmo/modeling_olmo.py`` l. 49-60); None when it has none
+        (q/k norms are not the block's)."""
+        prefix = f"{block.prefix}.{index}."
+        kinds = set()
+        for qname, obj in self.tree.modules.items():
+            leaf = qname.rpartition(".")[2]
+            cls = type(obj).__name__
+            if not qname.startswith(prefix) or not roles.is_norm(leaf, cls):
+                continue
+            if roles._Q_NORM.match(leaf.lower()) or roles._K_NORM.match(leaf.lower()):
+                continue
+            kinds.add(roles.norm_kind(cls, False))
+        if not kinds:
+            return None
+        return "rmsnorm" if kinds == {"rmsnorm"} else "layernorm"
+
     def block_fields(
         self, block: _Block, found: roles.BlockRoles, d: int, *, index: int = 0
     ) -> dict:
@@ -319,12 +339,13 @@ class _Reader:
             head_dim = mla.qk_head_dim
         else:
             heads, kv_heads, head_dim = self.heads(found.q_dim, found.kv_dim, local)
+        norm = found.norm or self.weightless_norm(block, index)
         fields = dict(
             num_attention_heads=heads,
             num_key_value_heads=kv_heads,
             head_dim=head_dim,
             intermediate_size=found.ffn_width,
-            norm=found.norm or "rmsnorm",
+            norm=norm or "rmsnorm",
             norm_bias=found.norm_bias,
             ffn=found.ffn,
             hidden_act=self.activation(found, block.prefix),
@@ -334,11 +355,13 @@ class _Reader:
             qk_norm=self.qk_norm_kind(found, head_dim),
             norms_per_layer=found.norms_per_layer,
         )
+        if found.fused_qkv:
+            fields["fused_linears"] = ("qkv",)
         if found.per_layer_input_size:
             fields["per_layer_input_size"] = found.per_layer_input_size
         if mla is not None:
             fields["_attention"] = mla
-        if found.norm is None:
+        if norm is None:
             self.assume("no norm module found in the blocks; assumed RMSNorm")
         if found.num_experts:
             moe_obj = self.tree.modules.get(f"{block.prefix}.{index}.{found.moe_path}")

@@ -1331,6 +1331,19 @@ def _records() -> tuple[Term, ...]:
             tests=("tests/test_measure_hf.py::test_gemma2_soft_capping_is_counted",),
         ),
         Term(
+            name="activations/layer/attention/quadratic/clamped",
+            category="activations",
+            equation="B·h·T²·s per layer (FP32 under autocast): the masked scores torch.max "
+            "keeps for its backward (ClassFacts.scores_clamped)",
+            source="transformers/models/xglm/modeling_xglm.py: XGLMAttention.forward l. 206-214, "
+            "torch.max(attn_weights + attention_mask, torch.full((), finfo.min)) "
+            "(introspect/refined/hf_saved.py: per_layer)",
+            computed_by=("introspect/refined/hf_saved.py: per_layer",),
+            tests=(
+                "tests/test_every_type_long_misc.py::test_xglm_clamped_scores_and_plain_ffn_backward",
+            ),
+        ),
+        Term(
             name="activations/layer/attention/quadratic/state",
             category="activations",
             equation="s·B·h_v·d_k·d_v per chunk of LINEAR_CHUNK tokens: linear attention's state in place of the T² term",

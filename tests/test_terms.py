@@ -74,6 +74,9 @@ def specs() -> dict:
     from test_zamba2 import ZAMBA2  # a shared transformer block, per use
 
     out["zamba2, shared block"] = spec_from_config(dict(ZAMBA2))
+    from test_every_type_long_misc import XGLM  # XGLM's clamped scores
+
+    out["xglm, clamped scores"] = spec_from_config(dict(XGLM))
     from test_gemma4_rows import GEMMA4  # Gemma 4's V norm, pow rstd, weight casts
 
     out["gemma4_unified_text"] = spec_from_config(dict(GEMMA4))

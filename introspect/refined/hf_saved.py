@@ -84,13 +84,13 @@ ACTIVATION_EXTRA: dict[str, int] = {
 
 def norm_input_bytes(spec: ModelSpec, setup: TrainingSetup) -> int:
     """Bytes per value of a block norm's saved input: RMSNorm's ``.to(torch.float32)``
-    copy (FP32) when the stream is 16-bit; otherwise the stream itself; none for a
-    LayerNorm written by hand (Cohere2's keeps its two ``x - mean`` instead:
-    :func:`_norm_terms`)."""
+    copy (FP32) when the stream is 16-bit, and OLMo's LayerNorm's (``ClassFacts.
+    layernorm_fp32_input``); otherwise the stream itself; none for a LayerNorm written by
+    hand (Cohere2's keeps its two ``x - mean`` instead: :func:`_norm_terms`)."""
     if facts(spec).layernorm_by_hand:
         return 0
     r = residual_bytes(setup)
-    return FP32 if spec.norm == "rmsnorm" else r
+    return FP32 if spec.norm == "rmsnorm" or facts(spec).layernorm_fp32_input else r
 
 
 def dropout_mask_bytes(setup: TrainingSetup, value_bytes: int) -> int:
@@ -380,6 +380,9 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         out["attention/quadratic/probs"] = t2 * probs
         if spec.attn_logit_softcapping:
             out["attention/quadratic/softcap"] = t2 * s
+        if facts(spec).scores_clamped:
+            # ClassFacts.scores_clamped: the masked scores ``maximum`` keeps
+            out["attention/quadratic/clamped"] = t2 * (FP32 if is_amp(setup) else s)
         if spec.attention_dropout > 0:
             mask = dropout_mask_bytes(setup, dropped_bytes(spec, setup))
             out["attention/quadratic/dropout_mask"] = t2 * mask
@@ -407,7 +410,7 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
             # Partial rotary ``torch.cat``s the rotated and passed parts: Q comes out
             # head-major, SDPA's output follows Q's layout, and o_proj's reshape copies it.
             out["attention/linear/context_copy"] = BT * spec.q_dim * s
-        out.update(_fused_qkv_kept(spec, setup))
+    out.update(_fused_qkv_kept(spec, setup))
     if spec.hidden_dropout > 0:
         out["attention/dropout_mask"] = BT * d * dropout_mask_bytes(setup, s)
     if post:
@@ -435,9 +438,15 @@ def per_layer(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     if spec.sandwich_norms and facts(spec).sub_norms:
         out.update(sub_norms(spec, setup))
     elif spec.sandwich_norms:
-        # Two output norms: FP32 input and FP32 normalized value, and an rstd per token.
+        # Two output norms: FP32 input, an rstd per token, and the normalized value: FP32
+        # where the weight multiplies in FP32 (ClassFacts.fp32_normalized: Gemma 2's),
+        # else Llama's ``self.weight * hidden_states.to(input_dtype)`` keeps x·rstd cast
+        # back to the stream's dtype (HyperCLOVA X's ``post_norm1``/``post_norm2`` are
+        # ``HyperCLOVAXRMSNorm``, models/hyperclovax/modeling_hyperclovax.py l. 53-58,
+        # 276-281, 326-333).
+        normalized = FP32 if facts(spec).fp32_normalized else residual_bytes(setup)
         out["layernorm/branch_outputs"] = 2 * (BT * d * FP32 + _rms_stats(spec) * BT * FP32)
-        out["layernorm/branch_outputs/normalized"] = 2 * BT * d * FP32
+        out["layernorm/branch_outputs/normalized"] = 2 * BT * d * normalized
     if norm_weight_casts(spec, setup):
         out["layernorm/weight_casts"] = norm_weight_casts(spec, setup)
     if is_amp(setup):
@@ -599,12 +608,29 @@ def _fused_qkv_kept(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     ``models/phi3/modeling_phi3.py``; ``repeat_kv`` returns its input when K and V are
     not repeated), so the whole B·T·(q + 2·kv) storage stays while the rotary made Q and
     K anew: the q and k parts, B·T·(q + kv), beyond separate projections. Not when K and
-    V are repeated (a copy), nor on the T×T path (``matmul``'s reshape of the strided V
-    view copies it), nor without rotary (GPT-2: Q, K, V are all views of one storage,
-    already the three terms)."""
-    if not fused(spec, "qkv") or spec.position_embedding != "rope":
+    V are repeated (a copy), nor on the T×T path with B > 1: ``torch.matmul(probs, V)``
+    folds V's (B, h, T, hd) view to (B·h, T, hd), which at B = 1 merges the size-1 batch
+    dim and stays a view (``bmm`` then keeps the fused storage: dry run of GPT-NeoX-
+    Japanese's ``_attn``, ``models/gpt_neox_japanese/modeling_gpt_neox_japanese.py``
+    l. 173-186, 241-268, FP32 eager at B = 1) but at B > 1 must copy (the batch stride
+    T·(q + 2·kv) is not h times the head stride; ``reshape`` of such a view at B = 2
+    returns a new storage), nor without rotary (GPT-2: Q, K, V are all views of one
+    storage, already the three terms), nor when a q/k LayerNorm keeps its input as
+    given outside autocast (Persimmon's ``q_layernorm(query_states)`` on the
+    ``_split_heads`` views of ``fused_qkv``, ``models/persimmon/modeling_persimmon.py``
+    l. 216-254: the q and k parts are ``layernorm/qk_norm`` already; an RMSNorm's
+    ``.to(torch.float32)`` and autocast's FP32 ``layer_norm`` copy them instead), nor
+    when SDPA's math kernel upcasts 16-bit Q, K and V and keeps its FP32 copies, not the
+    views (:func:`math_fallback`; dry run of Falcon at one K/V head under BF16 SDPA,
+    ``models/falcon/modeling_falcon.py`` l. 315-345: T = 64 1.018 with the term, 1.001
+    without)."""
+    if not fused(spec, "qkv") or spec.position_embedding != "rope" or facts(spec).alibi:
         return {}
-    if keeps_t2(spec, setup) or kv_repeated(spec, setup):
+    if kv_repeated(spec, setup) or (keeps_t2(spec, setup) and setup.batch_size > 1):
+        return {}
+    if spec.qk_norm not in ("none", "l2") and spec.norm == "layernorm" and not is_amp(setup):
+        return {}
+    if math_fallback(spec, setup) and setup.activation_bytes < FP32:
         return {}
     return {
         "attention/linear/qkv_fused": setup.tokens

@@ -88,6 +88,7 @@ ATTENTION_SIDE = (
     # softmax's (execution._at_lse_sink_backward).
     "attention/quadratic/sink_scores",
     "attention/quadratic/softcap",
+    "attention/quadratic/clamped",
     "attention/quadratic/dropout_mask",
     "attention/quadratic/dropped",
     "attention/logsumexp",

@@ -68,6 +68,24 @@ class ClassFacts:
     #: the two ``x - mean`` (each written anew), the rstd and the normalized value are kept
     #: in FP32, and not its input (``mean`` and ``-`` save nothing).
     layernorm_by_hand: bool = False
+    #: A LayerNorm run on an FP32 copy of its input and cast back (``OlmoLayerNorm``:
+    #: ``F.layer_norm(hidden_states.to(dtype=torch.float32), self.normalized_shape, None,
+    #: None, eps=1e-5).to(orig_dtype)``, ``models/olmo/modeling_olmo.py`` l. 49-60): with a
+    #: 16-bit stream ``native_layer_norm`` keeps the FP32 copy (not the stream) beside its
+    #: mean and rstd, as RMSNorm's ``.to(torch.float32)`` does.
+    layernorm_fp32_input: bool = False
+    #: Eager attention clamps the masked scores from below (XGLM's ``attn_weights =
+    #: torch.max(attn_weights + attention_mask, torch.full((), torch.finfo(...).min))``,
+    #: ``models/xglm/modeling_xglm.py`` l. 206-214): ``maximum``'s backward keeps both
+    #: inputs, so the masked scores (B·h·T², FP32 under autocast where the FP32 mask
+    #: promotes the sum) stay saved beside the softmax output.
+    scores_clamped: bool = False
+    #: ALiBi biases the scores instead of rotating Q and K, so Q, K and V all stay views of
+    #: the fused projection's output (BLOOM's ``self._reshape(fused_qkv)``,
+    #: ``models/bloom/modeling_bloom.py`` l. 201-260; MPT's ``mixed_qkv.chunk(3, dim=2)``,
+    #: ``models/mpt/modeling_mpt.py`` l. 98-102): nothing beyond the q, k, v terms (the
+    #: walked spec cannot tell ALiBi from rotary positions; see ``hf_saved._fused_qkv_kept``).
+    alibi: bool = False
     #: SwiGLU's activation and product evaluated in FP32 and cast back (Beam's
     #: ``(self.act_fn(gate.float()) * up.float()).to(gate.dtype)``, ``models/beam/
     #: modeling_beam.py`` ``BeamMLP.forward`` and ``BeamExperts._apply_gate``): the FP32
@@ -170,7 +188,7 @@ _GEMMA4 = ClassFacts(
 CLASSES: dict[str, ClassFacts] = {
     "gpt2": ClassFacts(softmax_in_input_dtype=True),
     "biogpt": ClassFacts(softmax_uncast=True),
-    "mpt": ClassFacts(bool_causal_mask=True),
+    "mpt": ClassFacts(bool_causal_mask=True, alibi=True),
     "modernbert-decoder": ClassFacts(rope_tables_per_layer_type=True),
     "phi3": ClassFacts(rotary_cat=True),
     "gemma": ClassFacts(fp32_normalized=True),
@@ -182,6 +200,11 @@ CLASSES: dict[str, ClassFacts] = {
     "gemma4_unified_text": _GEMMA4,
     "gemma4_text": _GEMMA4,
     "olmo2": ClassFacts(fp32_normalized=True, post_norm=True, rope_tables_fp32=True),
+    # OLMo (v1): the weightless FP32 LayerNorm, and the rotary's uncast FP32 tables
+    # (``OlmoRotaryEmbedding.forward`` returns ``cos, sin``; ``apply_rotary_pos_emb``
+    # casts ``q_embed.to(q_type)``): models/olmo/modeling_olmo.py l. 49-60, 116-121, 187-192.
+    "olmo": ClassFacts(layernorm_fp32_input=True, rope_tables_fp32=True),
+    "xglm": ClassFacts(scores_clamped=True),
     # Cohere2's parallel block (``residual + hidden_states_attention +
     # hidden_states_mlp``) is the spec's (ModelSpec.parallel_block). Its other quirks
     # need no fact: ``logits * self.logit_scale`` (a multiply by a number saves nothing;
@@ -201,7 +224,7 @@ CLASSES: dict[str, ClassFacts] = {
     # GraniteMoE-SWA's eager_attention_forward is Granite-SWA's, line for line
     # (models/granitemoe_swa/modeling_granitemoe_swa.py l. 171-199).
     "granitemoe_swa": ClassFacts(lse_sink_scale=True),
-    "bloom": ClassFacts(activation_backward_extra=4, returns_attention_probs=True),
+    "bloom": ClassFacts(activation_backward_extra=4, returns_attention_probs=True, alibi=True),
     "falcon": ClassFacts(returns_attention_probs=True),
     # Beam (models/beam/modeling_beam.py): BeamRMSNorm's ``(self.weight *
     # hidden_states).to(input_dtype)`` (l. 57-62); the attention's gate_proj whose sigmoid
@@ -260,6 +283,10 @@ ALIASES: dict[str, str] = {
     # input_dtype)``, uncast rotary tables: models/olmo3/modeling_olmo3.py l. 45-59, 261-267,
     # 326-331) plus sliding-window layers, which are the spec's layer kinds.
     "olmo3": "olmo2",
+    # FlexOlmo's blocks are OLMo2's with a routed feed-forward: post-norms, ``(self.weight
+    # * hidden_states).to(input_dtype)``, uncast rotary tables (models/flex_olmo/
+    # modeling_flex_olmo.py l. 55-61, 104-109, 370-389).
+    "flex_olmo": "olmo2",
     # Sarvam-MoE's config builds Glm4MoeForCausalLM (transformers' causal-LM mapping).
     "sarvam_moe": "glm4_moe",
     # Sarvam-MLA's builds DeepseekV3ForCausalLM (models/auto/modeling_auto.py l. 957);
