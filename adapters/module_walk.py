@@ -327,6 +327,26 @@ class _Reader:
             return None
         return "rmsnorm" if kinds == {"rmsnorm"} else "layernorm"
 
+    def weightless_qk_norm(self, block: _Block, index: int) -> bool:
+        """Whether block ``index`` norms q and k with parameterless RMS norms (NanoChat's
+        ``self.q_norm = NanoChatRMSNorm(eps=…)`` on the rotated heads, ``x.float() *
+        rsqrt(mean(x²) + eps)`` cast back: ``models/nanochat/modeling_nanochat.py``
+        l. 44-53, 200-224) — the saved set of Llama 4's L2 norm (``qk_norm = "l2"``)."""
+        prefix = f"{block.prefix}.{index}."
+        owners = {p.owner for p in self.tree.params}
+        seen = set()
+        for qname, obj in self.tree.modules.items():
+            leaf = qname.rpartition(".")[2].lower()
+            if not qname.startswith(prefix) or "rms" not in type(obj).__name__.lower():
+                continue
+            if qname in owners:
+                continue
+            if roles._Q_NORM.match(leaf):
+                seen.add("q")
+            elif roles._K_NORM.match(leaf):
+                seen.add("k")
+        return seen == {"q", "k"}
+
     def block_fields(
         self, block: _Block, found: roles.BlockRoles, d: int, *, index: int = 0
     ) -> dict:
@@ -355,6 +375,11 @@ class _Reader:
             qk_norm=self.qk_norm_kind(found, head_dim),
             norms_per_layer=found.norms_per_layer,
         )
+        if found.norm is None and norm is not None:
+            fields["norm_weight"] = False
+        if fields["qk_norm"] == "none" and self.weightless_qk_norm(block, index):
+            # a weightless RMSNorm per head on q and k: Llama 4's L2 norm's saved set
+            fields["qk_norm"] = "l2"
         if found.fused_qkv:
             fields["fused_linears"] = ("qkv",)
         if found.per_layer_input_size:

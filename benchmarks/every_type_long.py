@@ -3,6 +3,7 @@ run of the real transformers class (FakeTensorMode), the default config shrunk a
 ``benchmarks/every_type.py`` shrinks it, B=1, each setup with T changed.
 
     .venv/bin/python benchmarks/every_type_long.py --seq 512
+    .venv/bin/python benchmarks/every_type_long.py --seq 512 --redo TYPE,TYPE   # in place
 
 At T = 64 most cells peak at the optimizer step, so they say little about the saved
 activations and the backward moments; at a longer T the activation side dominates. Only
@@ -93,16 +94,40 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, default=512, help="tokens per sample (T)")
     parser.add_argument("--only", help="comma-separated model_types (exact names)")
+    parser.add_argument(
+        "--redo",
+        help="comma-separated model_types run again, the other rows kept from the "
+        "every-type-long.json already there (same --seq)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS, help="results folder")
     args = parser.parse_args()
     if args.seq < 1:
         parser.error("--seq: must be at least 1")
+    if args.redo and args.only:
+        parser.error("--redo and --only: give one")
     every = json.loads((args.results / "every-type.json").read_text())
     only = set(args.only.split(",")) if args.only else None
+    redo = set(args.redo.split(",")) if args.redo else set()
+    kept: dict[str, dict] = {}
+    earlier = ""
+    if redo:
+        saved = args.results / "every-type-long.json"
+        md = saved.with_suffix(".md")
+        if not saved.exists() or f"--seq {args.seq}" not in md.read_text().split("\n")[2]:
+            parser.error(f"--redo: no earlier run at --seq {args.seq} in {args.results}")
+        kept = {r["model_type"]: r for r in json.loads(saved.read_text())}
+        earlier = md.read_text().split("\n")[2].split(". The default config")[0] + ", then "
+        unknown = sorted(redo - {r["model_type"] for r in every})
+        if unknown:
+            parser.error(f"--redo: not in every-type.json: {', '.join(unknown)}")
     start = time.perf_counter()
     rows = []
     for row in every:
         if only and row["model_type"] not in only:
+            continue
+        if redo and row["model_type"] not in redo:
+            if row["model_type"] in kept:
+                rows.append(kept[row["model_type"]])
             continue
         priced = [n for n, c in (row.get("setups") or {}).items() if "ratio" in c]
         if not priced:
@@ -115,8 +140,11 @@ def main() -> int:
         rows.append(out)
     seconds = time.perf_counter() - start
     command = "benchmarks/every_type_long.py " + " ".join(sys.argv[1:])
+    text = render(rows, args.seq, seconds, command)
+    if earlier:  # the other rows' run, as its header gave it: "`CMD` (N s), then `CMD` (M s)"
+        text = text.replace("`" + command, earlier + "`" + command, 1)
     (args.results / "every-type-long.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.results / "every-type-long.md").write_text(render(rows, args.seq, seconds, command))
+    (args.results / "every-type-long.md").write_text(text)
     return 0
 
 

@@ -60,6 +60,11 @@ class ModelSpec:
     norm: NormKind = "layernorm"
     #: LayerNorm with a bias (``elementwise_affine`` with bias); RMSNorm never has one.
     norm_bias: bool = True
+    #: The block and final norms scale by a learned weight; False for a weightless norm
+    #: (NanoChat's ``NanoChatRMSNorm``: ``self._norm(x.float()).type_as(x)``, no weight,
+    #: ``models/nanochat/modeling_nanochat.py`` l. 44-53), which keeps no ``x·rstd`` for
+    #: a weight's gradient.
+    norm_weight: bool = True
     ffn: FFNKind = "plain"
     hidden_act: str = "gelu"
     #: Bias on the q, k and v projections (Qwen2 has them; Llama does not).

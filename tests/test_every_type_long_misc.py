@@ -14,7 +14,12 @@ not the optimizer step, set the peak.
   output beside the rotary's new Q and K (``hf_saved._fused_qkv_kept``), also on the
   T×T path at B = 1, where ``matmul``'s fold of V is a view;
 * XGLM's ``torch.max`` clamp keeps the masked scores, and a plain feed-forward's
-  activation output is freed before its activation's backward.
+  activation output is freed before its activation's backward;
+* Kolibri1's and HY-V3's routers score an FP32 copy of their input (Kolibri1's weight is
+  not kept FP32, so its cast is a copy too);
+* NanoChat's parameterless RMSNorms keep no x·rstd (``ModelSpec.norm_weight``), its q/k
+  norms are Llama 4's weightless L2 norm's saved set, and its final norm runs once more
+  before the layers (``ClassFacts.norm_before_layers``).
 """
 
 from __future__ import annotations
@@ -132,4 +137,61 @@ def test_falcon_math_kernel_keeps_its_fp32_copies_not_the_fused_views() -> None:
     """Falcon's one K/V head sends BF16 SDPA to the math kernel, which upcasts Q, K and V:
     the fused query_key_value output is not held by V's view."""
     ratio = _ratio(FALCON, "bf16 sdpa")
+    assert abs(ratio - 1) < 0.01, ratio
+
+
+KOLIBRI1 = dict(
+    model_type="kolibri1", vocab_size=512, hidden_size=64, num_hidden_layers=5,
+    num_attention_heads=4, num_key_value_heads=1, head_dim=16, hidden_act="silu",
+    max_position_embeddings=4096, sliding_window=513, moe_intermediate_size=8,
+    num_experts_per_tok=2, num_local_experts=4, shared_expert_intermediate_size=8,
+    layer_types=["sliding_attention"] * 4 + ["full_attention"],
+)  # fmt: skip
+HY_V3 = dict(
+    model_type="hy_v3", vocab_size=512, hidden_size=64, intermediate_size=208,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+    max_position_embeddings=4096, num_experts=4, num_experts_per_tok=2,
+    num_shared_experts=1, moe_intermediate_size=24,
+    mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
+)  # fmt: skip
+NANOCHAT = dict(
+    model_type="nanochat", vocab_size=512, hidden_size=64, intermediate_size=680,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
+    max_position_embeddings=2048, hidden_act="relu2", final_logit_softcapping=15.0,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", [KOLIBRI1, HY_V3], ids=["kolibri1", "hy_v3"])
+def test_router_fp32_input_copy(raw: dict) -> None:
+    ratio = _ratio(raw, "bf16 sdpa")
+    assert abs(ratio - 1) < 0.01, ratio
+
+
+def test_nanochat_weightless_norms_are_read_off_the_module_tree() -> None:
+    spec = spec_from_config(NANOCHAT)
+    assert spec.norm == "rmsnorm" and not spec.norm_weight
+    assert spec.qk_norm == "l2"
+
+
+@pytest.mark.parametrize("setup_name", ["bf16 sdpa", "fp32 eager", "amp ckpt"])
+def test_nanochat_weightless_norms_match_the_dry_run(setup_name: str) -> None:
+    ratio = _ratio(NANOCHAT, setup_name)
+    assert abs(ratio - 1) < 0.01, ratio
+
+
+#: GLM-4.7-Flash's MLA with V as wide as Q/K (nope 32 + rope 16 = v 48): the CPU's fused
+#: SDPA kernel runs (no math composition), keeping V's view of kv_b's whole output and
+#: the head-major context twice.
+GLM_LITE_WIDE_V = dict(
+    model_type="glm4_moe_lite", hidden_size=64, intermediate_size=128,
+    moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=4, vocab_size=256, q_lora_rank=48, kv_lora_rank=32,
+    qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=48, n_routed_experts=4,
+    num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
+    topk_group=1, max_position_embeddings=1024,
+)  # fmt: skip
+
+
+def test_mla_fused_sdpa_keeps_kv_b_output_and_the_context_twice() -> None:
+    ratio = _ratio(GLM_LITE_WIDE_V, "bf16 sdpa")
     assert abs(ratio - 1) < 0.01, ratio

@@ -240,7 +240,7 @@ def _norm_terms(spec: ModelSpec, setup: TrainingSetup, consumers: int) -> dict[s
         "layernorm": BT * d * out_bytes,
         "layernorm/statistics": (2 if spec.norm == "layernorm" else _rms_stats(spec)) * BT * FP32,
     }
-    if spec.norm == "rmsnorm":
+    if spec.norm == "rmsnorm" and spec.norm_weight:
         normalized = FP32 if facts(spec).fp32_normalized else r
         terms["layernorm/normalized"] = BT * d * normalized
     return terms
@@ -755,9 +755,10 @@ def embedding(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
         # checkpointed layer among its inputs (each layer's additive copy is made again
         # when it is recomputed)
         out["activations/attention_mask"] = setup.batch_size * setup.seq_len**2
-    if spec.embedding_norm:
+    if spec.embedding_norm or facts(spec).norm_before_layers:
         # A norm on the embedding output before layer 0 (ModernBERT-decoder's
-        # ``embeddings.norm``, BLOOM's ``word_embeddings_layernorm``): it keeps its input,
+        # ``embeddings.norm``, BLOOM's ``word_embeddings_layernorm``, NanoChat's final
+        # norm called first there: ClassFacts.norm_before_layers): it keeps its input,
         # the embedding's output, and its statistics; its output is layer 0's input above.
         norm = _norm_terms(spec, setup, 1)
         out["activations/embedding/norm"] = BT * d * norm_input_bytes(spec, setup) + sum(

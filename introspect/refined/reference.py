@@ -228,6 +228,18 @@ def _attention(spec: ModelSpec, setup: TrainingSetup, kind: LayerKind) -> dict[s
         out["attention/linear/output_gate"] = 3 * BT * att.q_dim * s
     if att.kind == "mla":
         out["attention/linear/latent"] = mla_latent_bytes(spec, setup, kind)
+        if setup.framework == "torch" and not keeps_t2(setup) and not math_sdpa(setup, kind):
+            # A fused SDPA kernel (V as wide as Q/K: GLM-4.7-Flash's 192 + 64 = 256) saves
+            # V as given: a split view of kv_b's output, whose whole (nope + v) storage
+            # stays; Q is ``torch.cat((q_pass, q_rot))``, head-major, so the kernel's
+            # saved output is too and o_proj's reshape copies it: the context twice
+            # (census of Glm4MoeLiteAttention, BF16 SDPA, T = 512: ``mm`` (1, 4, 512,
+            # 448-wide storage), the kernel's output and a ``clone`` (512, 1024);
+            # models/glm4_moe_lite/modeling_glm4_moe_lite.py l. 280-296, 335-354).
+            out["attention/linear/v"] = (
+                BT * att.num_attention_heads * (att.qk_nope_head_dim + att.v_head_dim) * inner
+            )
+            out["attention/linear/context_copy"] = BT * att.context_dim * s
     if att.qk_norm == "head" and not keeps_t2(setup):
         # Per-head q/k norms leave Q head-major, so SDPA's saved output is head-major too
         # and the reshape for o_proj copies it: the context is kept twice (census).

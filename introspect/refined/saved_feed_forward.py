@@ -106,7 +106,8 @@ def router_copies(spec: ModelSpec, setup: TrainingSetup, ff) -> int:
     The module-walked families whose router is written the same way (GLM-4-MoE, Solar
     Open, ERNIE 4.5 MoE: :attr:`~introspect.refined.transformers_classes.ClassFacts.
     router_fp32_input`) keep the same copy; their ``gate.weight`` is in
-    ``_keep_in_fp32_modules_strict`` too."""
+    ``_keep_in_fp32_modules_strict`` too. Kolibri1's is not (``ClassFacts.
+    router_weight_cast``): the weight's FP32 copy, E·d, is kept beside the input's."""
     from introspect.refined.transformers_classes import facts
 
     if setup.implementation != "transformers":
@@ -115,7 +116,8 @@ def router_copies(spec: ModelSpec, setup: TrainingSetup, ff) -> int:
         return 0
     if setup.precision == "amp" or setup.activation_bytes >= FP32:
         return 0
-    return setup.tokens * spec.hidden_size * FP32
+    weight = ff.num_experts * spec.hidden_size if facts(spec).router_weight_cast else 0
+    return (setup.tokens * spec.hidden_size + weight) * FP32
 
 
 def _fp32_group_router(setup: TrainingSetup, ff, d: int) -> dict[str, int]:

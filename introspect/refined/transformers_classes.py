@@ -119,6 +119,17 @@ class ClassFacts:
     #: DeepSeek's family reader states the same on the layer kind
     #: (``FeedForward.router_fp32_input``).
     router_fp32_input: bool = False
+    #: With :attr:`router_fp32_input`, the router's weight is not kept FP32 in a 16-bit
+    #: build, so ``self.weight.type(torch.float32)`` is a new E·d FP32 tensor the linear
+    #: keeps too: Kolibri1's ``_keep_in_fp32_modules_strict`` names only
+    #: ``e_score_correction_bias`` (``models/kolibri1/modeling_kolibri1.py`` l. 289, 382).
+    router_weight_cast: bool = False
+    #: The model's final norm also runs on the embedding output before layer 0 — one
+    #: module called twice, which no walk of the module tree sees (NanoChat's
+    #: ``hidden_states = self.norm(hidden_states)  # Additional norm before the layers``,
+    #: ``models/nanochat/modeling_nanochat.py`` l. 394): the saved set of
+    #: ``ModelSpec.embedding_norm``.
+    norm_before_layers: bool = False
     #: A separate ``gate_proj`` (d → q_dim) whose sigmoid multiplies the attention output
     #: before o_proj (AFMoE: ``output = output * torch.sigmoid(gate_states)``,
     #: ``models/afmoe/modeling_afmoe.py`` l. 336, 354, 384): the sigmoid's output (kept
@@ -253,6 +264,17 @@ CLASSES: dict[str, ClassFacts] = {
     "bitnet": ClassFacts(sub_norms=True),
     "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
+    # Kolibri1TopKRouter: ``F.linear(hidden_states.type(torch.float32), self.weight.type(
+    # torch.float32))`` with ``gate.weight`` at the model's dtype (models/kolibri1/
+    # modeling_kolibri1.py l. 289, 382); its sandwich norms are Llama's RMSNorm (l. 56-61).
+    # NanoChat: its weightless norms are read off the module tree (ModelSpec.norm_weight,
+    # qk_norm "l2"); the final norm's second call is not.
+    "nanochat": ClassFacts(norm_before_layers=True),
+    "kolibri1": ClassFacts(router_fp32_input=True, router_weight_cast=True),
+    # HYV3TopKRouter: ``F.linear(hidden_states.float(), self.weight.float())``, the weight
+    # FP32 (built so and in ``_keep_in_fp32_modules_strict``: models/hy_v3/modeling_hy_v3.py
+    # l. 277, 286, 430).
+    "hy_v3": ClassFacts(router_fp32_input=True),
     # EXAONE-MoE's ExaoneMoeTopkRouter is GLM-4-MoE's: ``F.linear(hidden_states.type(
     # torch.float32), self.weight.type(torch.float32))`` (models/exaone_moe/
     # modeling_exaone_moe.py l. 241-243; ``gate.weight`` kept FP32, l. 396).
