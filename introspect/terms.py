@@ -121,6 +121,7 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/hf_saved.py: embedding",
                 "introspect/refined/hf_saved.py: eager_masks",
                 "introspect/refined/execution.py: _layer_moments",
+                "introspect/refined/execution.py: attention_forward",
             ),
             tests=(
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
@@ -1719,6 +1720,14 @@ def _records() -> tuple[Term, ...]:
             tests=(
                 "tests/test_attention_dropout_rows.py::test_the_checkpointed_forward_at_the_softmax_against_the_dry_run",
             ),
+        ),
+        Term(
+            name="activations/layer/attention/forward_inflight",
+            category="transient",
+            equation="n·B·h·T·keys·4, n = ClassFacts.attention_forward_inflight (keys = T, T + 1 with sinks); the top layer's forward inside its eager attention, no checkpointing (attention_forward)",
+            source="transformers/models/gpt_neox_japanese/modeling_gpt_neox_japanese.py l. 234-268 (torch.zeros for baddbmm and the masked scores bound through probs·V) and models/flint/modeling_flint.py l. 221-228 (the masked scores and their cat with the sinks alive at the softmax) (introspect/refined/execution.py: attention_forward)",
+            computed_by=("introspect/refined/execution.py: attention_forward",),
+            tests=("tests/test_every_type_long_misc.py::test_top_layer_attention_forward_moment",),
         ),
         Term(
             name="activations/layer/attention/quadratic/returned",

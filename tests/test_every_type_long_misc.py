@@ -195,3 +195,44 @@ GLM_LITE_WIDE_V = dict(
 def test_mla_fused_sdpa_keeps_kv_b_output_and_the_context_twice() -> None:
     ratio = _ratio(GLM_LITE_WIDE_V, "bf16 sdpa")
     assert abs(ratio - 1) < 0.01, ratio
+
+
+GPT_NEOX_JAPANESE = dict(
+    model_type="gpt_neox_japanese", vocab_size=512, hidden_size=64, num_hidden_layers=4,
+    num_attention_heads=4, intermediate_multiple_size=4, hidden_act="gelu",
+    max_position_embeddings=2048, attention_dropout=0.1, hidden_dropout=0.0,
+    bos_token_id=511, eos_token_id=511,
+)  # fmt: skip
+FLINT = dict(
+    model_type="flint", vocab_size=512, hidden_size=64, intermediate_size=192,
+    num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+    hidden_act="silu", max_position_embeddings=4096, sliding_window=513,
+    moe_intermediate_size=16, shared_expert_intermediate_size=32, num_experts_per_tok=2,
+    num_experts=4, mlp_only_layers=[0, 1],
+    layer_types=["full_attention"] * 2 + ["sliding_attention"] * 2,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", [GPT_NEOX_JAPANESE, FLINT], ids=["gpt_neox_japanese", "flint"])
+def test_top_layer_attention_forward_moment(raw: dict) -> None:
+    """The step's peak is the top layer's forward inside its eager attention, where the
+    class holds two more T×T tensors than Llama's (``ClassFacts.
+    attention_forward_inflight``): the closed form counts that moment
+    (``execution.attention_forward``)."""
+    from introspect import refined
+
+    spec = spec_from_config(raw)
+    setup = TrainingSetup(
+        batch_size=1, seq_len=T, implementation="transformers", loop="labels",
+        device="cpu", optimizer="adamw", **SETUPS["fp32 eager"],
+    )  # fmt: skip
+    from introspect.measure import hf_models
+
+    estimate = refined.estimate(spec, setup)
+    assert estimate.execution.meta["peak_phase"] == "forward"
+    measured, _ = hf_models.measure(
+        raw, raw["model_type"], spec, setup, device="fake", census=False
+    )
+    assert measured.peak_phase == "forward"
+    ratio = estimate.total / measured.peak_bytes
+    assert abs(ratio - 1) < 0.01, ratio

@@ -77,6 +77,9 @@ def specs() -> dict:
     from test_every_type_long_misc import XGLM  # XGLM's clamped scores
 
     out["xglm, clamped scores"] = spec_from_config(dict(XGLM))
+    from test_every_type_long_misc import GPT_NEOX_JAPANESE  # zeros + masked scores held
+
+    out["gpt_neox_japanese, attention forward"] = spec_from_config(dict(GPT_NEOX_JAPANESE))
     from test_gemma4_rows import GEMMA4  # Gemma 4's V norm, pow rstd, weight casts
 
     out["gemma4_unified_text"] = spec_from_config(dict(GEMMA4))

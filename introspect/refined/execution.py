@@ -682,6 +682,9 @@ def moments(
     at_softmax = checkpointed_softmax_forward(spec, setup)
     if at_softmax is not None:
         out.append(("forward", at_softmax))
+    in_attention = attention_forward(spec, setup)
+    if in_attention is not None:
+        out.append(("forward", in_attention))
     if setup.offload_activations:
         state = state_terms(spec, setup)
         kinds = {
@@ -772,6 +775,59 @@ def checkpointed_softmax_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[
         setup.tokens * (spec.q_dim + 2 * spec.kv_dim) * s
     )
     terms[SOFTMAX_FORWARD] = t2 * s + 2 * t2 * FP32 + cast + t2 * probs
+    terms[GRADS] = resident_grads(spec, setup)
+    return terms
+
+
+ATTENTION_FORWARD = "activations/layer/attention/forward_inflight"
+
+
+def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | None:
+    """The top layer's forward inside its eager attention, in a class that holds more
+    T×T tensors there than Llama's ``eager_attention_forward``
+    (``ClassFacts.attention_forward_inflight``, n of them): state, what the embedding
+    and the layers below keep, the top layer's attention-side saved set (its T×T
+    probabilities, the dropout's mask and output among them), the n in-flight B·h·T²
+    FP32 tensors and eager's additive causal masks (B·T² at the residual dtype, one per
+    layer type, alive through the model's forward). Without the fact the backward of the top layer
+    holds more than any forward moment (its saved set is the whole of this one's plus
+    the two T×T gradients), so the moment is not counted. Measured (dry run, d = 64,
+    L = 4, h = 4, FP32 eager, T = 512): GPT-NeoX-Japanese's peak is this moment, at
+    probs·V's ``bmm`` (its live set: three saved (1, 4, 512, 512) FP32 tensors a layer,
+    the ``zeros`` and the masked scores, the (1, 1, 512, 512) mask)."""
+    n = facts(spec).attention_forward_inflight
+    if not n or setup.activation_checkpointing or setup.offload_activations:
+        return None
+    if setup.attention != "eager" or not spec.runs:
+        return None
+    if type(implementation_of(spec, setup)).__name__ != "Transformers":
+        return None
+    from introspect.refined.stream import residual_bytes
+
+    B, T = setup.batch_size, setup.seq_len
+    top_kind = spec.runs[-1].kind
+    if top_kind.attention.kind not in ("full", "sliding", "chunked"):
+        return None
+    keys = T + (1 if top_kind.attention.sinks else 0)
+    terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
+    below: dict[str, int] = {}
+    for i, run in enumerate(spec.runs):
+        count = run.count - (1 if i == len(spec.runs) - 1 else 0)
+        if count:
+            for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
+                below[name] = below.get(name, 0) + count * value
+    _add_into(terms, _prefixed({f"layer/{k}": v for k, v in below.items()}))
+    one = spec.for_kind(top_kind)
+    layer = layer_saved(one, setup)
+    top = {k: v for k, v in layer.items() if saved.is_attention_side(k)}
+    for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
+        if name in layer:  # the first norm's share (saved.attention_side)
+            top[name] = layer[name] // (one.norms_per_layer or 1)
+    _add_into(terms, _prefixed({f"layer/{k}": v for k, v in top.items()}))
+    terms[ATTENTION_FORWARD] = n * B * one.num_attention_heads * T * keys * FP32
+    # one mask per layer type (hf_saved.eager_masks' rule: Flint's full and sliding)
+    masks = max(1, len(hf_saved.mask_types(spec)))
+    terms["activations/attention_mask"] = masks * B * T * T * residual_bytes(setup)
     terms[GRADS] = resident_grads(spec, setup)
     return terms
 

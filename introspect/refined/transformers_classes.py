@@ -130,6 +130,15 @@ class ClassFacts:
     #: ``models/nanochat/modeling_nanochat.py`` l. 394): the saved set of
     #: ``ModelSpec.embedding_norm``.
     norm_before_layers: bool = False
+    #: B·h·T² FP32 tensors the class's eager attention holds in its forward beside the
+    #: layer's saved T×T set, at its largest moment — where that exceeds what Llama's
+    #: ``eager_attention_forward`` holds (the masked scores, freed as the softmax's
+    #: output is bound) the step's peak can be the top layer's forward, not a backward
+    #: (:func:`~introspect.refined.execution.attention_forward`): GPT-NeoX-Japanese's
+    #: ``torch.zeros`` that ``baddbmm`` adds to and the masked scores, both bound to
+    #: ``_attn``'s end; Flint's masked scores and their ``torch.cat`` with the sinks, alive
+    #: at the softmax.
+    attention_forward_inflight: int = 0
     #: A separate ``gate_proj`` (d → q_dim) whose sigmoid multiplies the attention output
     #: before o_proj (AFMoE: ``output = output * torch.sigmoid(gate_states)``,
     #: ``models/afmoe/modeling_afmoe.py`` l. 336, 354, 384): the sigmoid's output (kept
@@ -270,6 +279,14 @@ CLASSES: dict[str, ClassFacts] = {
     # NanoChat: its weightless norms are read off the module tree (ModelSpec.norm_weight,
     # qk_norm "l2"); the final norm's second call is not.
     "nanochat": ClassFacts(norm_before_layers=True),
+    # GPTNeoXJapaneseAttention._attn: ``attn_scores = torch.zeros(B·h, T, T)`` and the
+    # masked ``attention_scores`` stay bound through the softmax, the dropout and
+    # probs·V (models/gpt_neox_japanese/modeling_gpt_neox_japanese.py l. 234-268).
+    "gpt_neox_japanese": ClassFacts(attention_forward_inflight=2),
+    # Flint's eager_attention_forward: the masked scores stay bound while
+    # ``F.softmax(torch.cat([attn_weights, sinks], dim=-1))`` runs, beside the cat
+    # (models/flint/modeling_flint.py l. 221-228).
+    "flint": ClassFacts(attention_forward_inflight=2),
     "kolibri1": ClassFacts(router_fp32_input=True, router_weight_cast=True),
     # HYV3TopKRouter: ``F.linear(hidden_states.float(), self.weight.float())``, the weight
     # FP32 (built so and in ``_keep_in_fp32_modules_strict``: models/hy_v3/modeling_hy_v3.py
