@@ -133,14 +133,26 @@ def write(structure: str, new: dict[str, list[dict]]) -> None:
             "Read from replays of the traced step (introspect/measure/mlx_replay_ckpt.py), "
             "never from a measured one.",
         ],
-        "command": "; ".join(
-            f"python benchmarks/mlx_derive_ckpt.py {flag}{structure}"
-            for flag in dict.fromkeys("--lora " if "/lora/" in k else "" for k in keys)
-        ),
+        "command": _command(structure, keys),
         "derivation": derive.derivation(structure, keys),
         "counts": keys,
     }
     path.write_text(derive.dump(doc, 0) + "\n", encoding="utf-8")
+
+
+def _command(structure: str, keys: dict) -> str:
+    """The commands that derive ``keys``: ``--lora`` for the LoRA keys; for the others
+    ``--dtype=`` where only one dtype's keys are there (the default derives both)."""
+    commands = []
+    if any("/lora/" in k for k in keys):
+        commands.append(f"python benchmarks/mlx_derive_ckpt.py --lora {structure}")
+    dtypes = sorted({k.split("/")[1] for k in keys if "/lora/" not in k})
+    if dtypes == ["bf16", "fp32"]:
+        commands.append(f"python benchmarks/mlx_derive_ckpt.py {structure}")
+    else:
+        script = "python benchmarks/mlx_derive_ckpt.py"
+        commands += [f"{script} --dtype={d} {structure}" for d in dtypes]
+    return "; ".join(commands)
 
 
 def main() -> None:
