@@ -789,9 +789,9 @@ def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] |
     and the layers below keep, the top layer's attention-side saved set (its T×T
     probabilities, the dropout's mask and output among them), the n in-flight B·h·T²
     FP32 tensors and eager's additive causal masks (B·T² at the residual dtype, one per
-    layer type, alive through the model's forward). Without the fact the backward of the top layer
-    holds more than any forward moment (its saved set is the whole of this one's plus
-    the two T×T gradients), so the moment is not counted. Measured (dry run, d = 64,
+    layer type, alive through the model's forward). Without the fact the backward of
+    the top layer holds more than any forward moment (its saved set is the whole of
+    this one's plus the two T×T gradients), so the moment is not counted. Measured (dry run, d = 64,
     L = 4, h = 4, FP32 eager, T = 512): GPT-NeoX-Japanese's peak is this moment, at
     probs·V's ``bmm`` (its live set: three saved (1, 4, 512, 512) FP32 tensors a layer,
     the ``zeros`` and the masked scores, the (1, 1, 512, 512) mask)."""
@@ -811,8 +811,12 @@ def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] |
     keys = T + (1 if top_kind.attention.sinks else 0)
     terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
     below: dict[str, int] = {}
-    for i, run in enumerate(spec.runs):
-        count = run.count - (1 if i == len(spec.runs) - 1 else 0)
+    # (--num-layers under LoRA: the frozen blocks below the first adapted one keep nothing)
+    lowest = lora.first_recorded(spec, setup) if _lora(setup) else 0
+    top_index, start = spec.num_hidden_layers - 1, 0
+    for run in spec.runs:
+        count = max(0, min(start + run.count, top_index) - max(start, lowest))
+        start += run.count
         if count:
             for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
                 below[name] = below.get(name, 0) + count * value
@@ -829,6 +833,7 @@ def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] |
     masks = max(1, len(hf_saved.mask_types(spec)))
     terms["activations/attention_mask"] = masks * B * T * T * residual_bytes(setup)
     terms[GRADS] = resident_grads(spec, setup)
+    terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
 
 
