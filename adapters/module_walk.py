@@ -307,22 +307,26 @@ class _Reader:
         except roles.RoleError as e:
             raise self.fail(f"{e} (block {i} at {block.prefix})") from e
 
+    def norm_modules(self, block: _Block, index: int):
+        """(qualified name, lower-case leaf name, class name) of each norm module inside
+        block ``index`` (:func:`~introspect.adapters.module_roles.is_norm`)."""
+        prefix = f"{block.prefix}.{index}."
+        for qname, obj in self.tree.modules.items():
+            leaf, cls = qname.rpartition(".")[2], type(obj).__name__
+            if qname.startswith(prefix) and roles.is_norm(leaf, cls):
+                yield qname, leaf.lower(), cls
+
     def weightless_norm(self, block: _Block, index: int) -> str | None:
         """The kind of block ``index``'s norms when none of them has a parameter: the class
         names of its norm modules (OLMo's ``OlmoLayerNorm``, "LayerNorm but with no
         learnable weight or bias", ``F.layer_norm(x, shape, None, None)``:
         ``transformers/models/olmo/modeling_olmo.py`` l. 49-60); None when it has none
         (q/k norms are not the block's)."""
-        prefix = f"{block.prefix}.{index}."
-        kinds = set()
-        for qname, obj in self.tree.modules.items():
-            leaf = qname.rpartition(".")[2]
-            cls = type(obj).__name__
-            if not qname.startswith(prefix) or not roles.is_norm(leaf, cls):
-                continue
-            if roles._Q_NORM.match(leaf.lower()) or roles._K_NORM.match(leaf.lower()):
-                continue
-            kinds.add(roles.norm_kind(cls, False))
+        kinds = {
+            roles.norm_kind(cls, False)
+            for _, leaf, cls in self.norm_modules(block, index)
+            if not (roles._Q_NORM.match(leaf) or roles._K_NORM.match(leaf))
+        }
         if not kinds:
             return None
         return "rmsnorm" if kinds == {"rmsnorm"} else "layernorm"
@@ -332,14 +336,10 @@ class _Reader:
         ``self.q_norm = NanoChatRMSNorm(eps=…)`` on the rotated heads, ``x.float() *
         rsqrt(mean(x²) + eps)`` cast back: ``models/nanochat/modeling_nanochat.py``
         l. 44-53, 200-224) — the saved set of Llama 4's L2 norm (``qk_norm = "l2"``)."""
-        prefix = f"{block.prefix}.{index}."
         owners = {p.owner for p in self.tree.params}
         seen = set()
-        for qname, obj in self.tree.modules.items():
-            leaf = qname.rpartition(".")[2].lower()
-            if not qname.startswith(prefix) or "rms" not in type(obj).__name__.lower():
-                continue
-            if qname in owners:
+        for qname, leaf, cls in self.norm_modules(block, index):
+            if qname in owners or "rms" not in cls.lower():
                 continue
             if roles._Q_NORM.match(leaf):
                 seen.add("q")

@@ -113,10 +113,11 @@ def main() -> int:
     if redo:
         saved = args.results / "every-type-long.json"
         md = saved.with_suffix(".md")
-        if not saved.exists() or f"--seq {args.seq}" not in md.read_text().split("\n")[2]:
+        header = md.read_text().split("\n")[2] if md.exists() else ""
+        if not saved.exists() or f"--seq {args.seq}" not in header:
             parser.error(f"--redo: no earlier run at --seq {args.seq} in {args.results}")
         kept = {r["model_type"]: r for r in json.loads(saved.read_text())}
-        earlier = md.read_text().split("\n")[2].split(". The default config")[0] + ", then "
+        earlier = header.split(". The default config")[0] + ", then "
         unknown = sorted(redo - {r["model_type"] for r in every})
         if unknown:
             parser.error(f"--redo: not in every-type.json: {', '.join(unknown)}")

@@ -38,7 +38,8 @@ pytestmark = pytest.mark.slow
 T = 512
 
 
-def _ratio(raw: dict, setup_name: str, seq_len: int = T) -> float:
+def _estimate_and_dry_run(raw: dict, setup_name: str, seq_len: int = T):
+    """The refined estimate and the dry run of the real class, the every-type step."""
     from introspect import refined
     from introspect.measure import hf_models
 
@@ -51,7 +52,12 @@ def _ratio(raw: dict, setup_name: str, seq_len: int = T) -> float:
     measured, _ = hf_models.measure(
         raw, raw["model_type"], spec, setup, device="fake", census=False
     )
-    return refined.estimate(spec, setup).total / measured.peak_bytes
+    return refined.estimate(spec, setup), measured
+
+
+def _ratio(raw: dict, setup_name: str, seq_len: int = T) -> float:
+    estimate, measured = _estimate_and_dry_run(raw, setup_name, seq_len)
+    return estimate.total / measured.peak_bytes
 
 
 _SMALL = dict(
@@ -219,20 +225,8 @@ def test_top_layer_attention_forward_moment(raw: dict) -> None:
     class holds two more T×T tensors than Llama's (``ClassFacts.
     attention_forward_inflight``): the closed form counts that moment
     (``execution.attention_forward``)."""
-    from introspect import refined
-
-    spec = spec_from_config(raw)
-    setup = TrainingSetup(
-        batch_size=1, seq_len=T, implementation="transformers", loop="labels",
-        device="cpu", optimizer="adamw", **SETUPS["fp32 eager"],
-    )  # fmt: skip
-    from introspect.measure import hf_models
-
-    estimate = refined.estimate(spec, setup)
+    estimate, measured = _estimate_and_dry_run(raw, "fp32 eager")
     assert estimate.execution.meta["peak_phase"] == "forward"
-    measured, _ = hf_models.measure(
-        raw, raw["model_type"], spec, setup, device="fake", census=False
-    )
     assert measured.peak_phase == "forward"
     ratio = estimate.total / measured.peak_bytes
     assert abs(ratio - 1) < 0.01, ratio

@@ -791,10 +791,10 @@ def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] |
     FP32 tensors and eager's additive causal masks (B·T² at the residual dtype, one per
     layer type, alive through the model's forward). Without the fact the backward of
     the top layer holds more than any forward moment (its saved set is the whole of
-    this one's plus the two T×T gradients), so the moment is not counted. Measured (dry run, d = 64,
-    L = 4, h = 4, FP32 eager, T = 512): GPT-NeoX-Japanese's peak is this moment, at
-    probs·V's ``bmm`` (its live set: three saved (1, 4, 512, 512) FP32 tensors a layer,
-    the ``zeros`` and the masked scores, the (1, 1, 512, 512) mask)."""
+    this one's plus the two T×T gradients), so the moment is not counted. Measured (dry
+    run, d = 64, L = 4, h = 4, FP32 eager, T = 512): GPT-NeoX-Japanese's peak is this
+    moment, at probs·V's ``bmm`` (its live set: three saved (1, 4, 512, 512) FP32
+    tensors a layer, the ``zeros`` and the masked scores, the (1, 1, 512, 512) mask)."""
     n = facts(spec).attention_forward_inflight
     if not n or setup.activation_checkpointing or setup.offload_activations:
         return None
@@ -810,23 +810,10 @@ def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] |
         return None
     keys = T + (1 if top_kind.attention.sinks else 0)
     terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
-    below: dict[str, int] = {}
-    # (--num-layers under LoRA: the frozen blocks below the first adapted one keep nothing)
-    lowest = lora.first_recorded(spec, setup) if _lora(setup) else 0
-    top_index, start = spec.num_hidden_layers - 1, 0
-    for run in spec.runs:
-        count = max(0, min(start + run.count, top_index) - max(start, lowest))
-        start += run.count
-        if count:
-            for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
-                below[name] = below.get(name, 0) + count * value
+    below = _saved_below(spec, setup, spec.num_hidden_layers - 1)
     _add_into(terms, _prefixed({f"layer/{k}": v for k, v in below.items()}))
     one = spec.for_kind(top_kind)
-    layer = layer_saved(one, setup)
-    top = {k: v for k, v in layer.items() if saved.is_attention_side(k)}
-    for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
-        if name in layer:  # the first norm's share (saved.attention_side)
-            top[name] = layer[name] // (one.norms_per_layer or 1)
+    top = saved.attention_side_terms(layer_saved(one, setup), one)
     _add_into(terms, _prefixed({f"layer/{k}": v for k, v in top.items()}))
     terms[ATTENTION_FORWARD] = n * B * one.num_attention_heads * T * keys * FP32
     # one mask per layer type (hf_saved.eager_masks' rule: Flint's full and sliding)
@@ -835,6 +822,30 @@ def attention_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] |
     terms[GRADS] = resident_grads(spec, setup)
     terms.update(sharding.moment_terms(spec, setup, "forward_end", working_weight_bytes(setup)))
     return terms
+
+
+def _runs_below(spec: ModelSpec, setup: TrainingSetup, index: int) -> list[tuple]:
+    """Each run of layers below layer ``index`` that keeps its saved set, with how many of
+    its layers do: under LoRA with ``--num-layers`` the frozen blocks below the first
+    adapted one keep nothing (:func:`introspect.refined.lora.first_recorded`)."""
+    lowest = lora.first_recorded(spec, setup) if _lora(setup) else 0
+    out, start = [], 0
+    for run in spec.runs:
+        count = max(0, min(start + run.count, index) - max(start, lowest))
+        if count:
+            out.append((run, count))
+        start += run.count
+    return out
+
+
+def _saved_below(spec: ModelSpec, setup: TrainingSetup, index: int) -> dict[str, int]:
+    """The saved sets of the layers below layer ``index`` (:func:`_runs_below`), summed by
+    term (unprefixed, as :func:`layer_saved` names them)."""
+    below: dict[str, int] = {}
+    for run, count in _runs_below(spec, setup, index):
+        for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
+            below[name] = below.get(name, 0) + count * value
+    return below
 
 
 def resident_grads(spec: ModelSpec, setup: TrainingSetup) -> int:
@@ -1269,22 +1280,14 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
         return None
     kind, index = top
     terms = _add(state_terms(spec, setup), embedding_saved(spec, setup))
-    below: dict = {}
-    start = 0
-    # (--num-layers under LoRA: the frozen blocks below the first adapted one keep nothing)
-    lowest = lora.first_recorded(spec, setup) if _lora(setup) else 0
-    for run in spec.runs:
-        count = max(0, min(start + run.count, index) - max(start, lowest))
-        if count:
-            for name, value in layer_saved(spec.for_kind(run.kind), setup).items():
-                below[name] = below.get(name, 0) + count * value
-            if run.kind.attention.kind == "linear":
-                # What each finished DeltaNet layer's forward freed again of its saved set.
-                gone = count * deltanet.released(run.kind.attention, setup)
-                below["attention/deltanet/released"] = (
-                    below.get("attention/deltanet/released", 0) - gone
-                )
-        start += run.count
+    below = _saved_below(spec, setup, index)
+    for run, count in _runs_below(spec, setup, index):
+        if run.kind.attention.kind == "linear":
+            # What each finished DeltaNet layer's forward freed again of its saved set.
+            gone = count * deltanet.released(run.kind.attention, setup)
+            below["attention/deltanet/released"] = (
+                below.get("attention/deltanet/released", 0) - gone
+            )
     _add_into(terms, _prefixed({f"layer/{k}": v for k, v in below.items()}))
     one = spec.for_kind(kind)
     full = layer_saved(one, setup)

@@ -119,15 +119,21 @@ def is_attention_side(name: str) -> bool:
     return name in ATTENTION_SIDE or name.startswith(ATTENTION_SIDE_PREFIXES)
 
 
-def attention_side(layer: dict[str, int], spec: ModelSpec) -> int:
-    """Bytes of ``layer`` still held during its attention backward: the attention-side
+def attention_side_terms(layer: dict[str, int], spec: ModelSpec) -> dict[str, int]:
+    """The terms of ``layer`` still held during its attention backward: the attention-side
     terms plus the first norm's output and statistics (half of the norm terms when the
     block has two norms)."""
-    kept = sum(v for k, v in layer.items() if is_attention_side(k))
+    kept = {k: v for k, v in layer.items() if is_attention_side(k)}
     n = spec.norms_per_layer or 1
     for name in ("layernorm", "layernorm/statistics", "layernorm/normalized"):
-        kept += layer.get(name, 0) // n
+        if name in layer:
+            kept[name] = layer[name] // n
     return kept
+
+
+def attention_side(layer: dict[str, int], spec: ModelSpec) -> int:
+    """Bytes of :func:`attention_side_terms`."""
+    return sum(attention_side_terms(layer, spec).values())
 
 
 def final(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:

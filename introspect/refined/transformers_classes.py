@@ -273,9 +273,6 @@ CLASSES: dict[str, ClassFacts] = {
     "bitnet": ClassFacts(sub_norms=True),
     "afmoe": ClassFacts(fp32_normalized=True, output_gate_proj=True),
     "glm4_moe": ClassFacts(router_fp32_input=True),
-    # Kolibri1TopKRouter: ``F.linear(hidden_states.type(torch.float32), self.weight.type(
-    # torch.float32))`` with ``gate.weight`` at the model's dtype (models/kolibri1/
-    # modeling_kolibri1.py l. 289, 382); its sandwich norms are Llama's RMSNorm (l. 56-61).
     # NanoChat: its weightless norms are read off the module tree (ModelSpec.norm_weight,
     # qk_norm "l2"); the final norm's second call is not.
     "nanochat": ClassFacts(norm_before_layers=True),
@@ -287,6 +284,9 @@ CLASSES: dict[str, ClassFacts] = {
     # ``F.softmax(torch.cat([attn_weights, sinks], dim=-1))`` runs, beside the cat
     # (models/flint/modeling_flint.py l. 221-228).
     "flint": ClassFacts(attention_forward_inflight=2),
+    # Kolibri1TopKRouter: ``F.linear(hidden_states.type(torch.float32), self.weight.type(
+    # torch.float32))`` with ``gate.weight`` at the model's dtype (models/kolibri1/
+    # modeling_kolibri1.py l. 289, 382); its sandwich norms are Llama's RMSNorm (l. 56-61).
     "kolibri1": ClassFacts(router_fp32_input=True, router_weight_cast=True),
     # HYV3TopKRouter: ``F.linear(hidden_states.float(), self.weight.float())``, the weight
     # FP32 (built so and in ``_keep_in_fp32_modules_strict``: models/hy_v3/modeling_hy_v3.py
