@@ -202,22 +202,38 @@ WIDE_SCAN = {
 }  # fmt: skip
 
 
-def test_falcon_h1_checkpointed_mixer_recompute_against_the_dry_run():
+#: A state wide beside the head (n = 128 over p = 4) in several chunks: under autocast the
+#: ``C_times_states`` einsum's FP32 copy of C, alive through its ``bmm``, outweighs the
+#: three B·T_p·I rows the scan's last line makes (0.912 and 0.913 before that moment).
+WIDE_STATE = {
+    "mamba_d_ssm": 128, "mamba_n_heads": 32, "mamba_d_head": 4, "mamba_d_state": 128,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change,B,T",
+    [
+        ({}, 1, 64),
+        ({**WIDE_STATE, "mamba_chunk_size": 32}, 1, 96),
+        ({**WIDE_STATE, "mamba_chunk_size": 64}, 2, 64),
+    ],
+    ids=["wide scan, one chunk", "wide state, 3 chunks", "wide state, 2 rows"],
+)
+def test_falcon_h1_checkpointed_mixer_recompute_against_the_dry_run(change, B, T):
     """Under checkpointing the layer's recomputation runs the Mamba-2 mixer before the
     attention (``FalconH1DecoderLayer.forward``): its scan's forward peak, beside the
-    mixer's saved set and the stream's gradient, is the step's peak (autocast, T = 64;
-    0.974 without the moment)."""
+    mixer's saved set and the stream's gradient, is the step's peak (autocast; 0.974
+    without the moment at the wide scan's one chunk)."""
     from introspect import refined
     from introspect.measure import hf_models
 
-    spec = spec_from_config(WIDE_SCAN)
+    config = {**WIDE_SCAN, **change}
+    spec = spec_from_config(config)
     setup = TrainingSetup(
-        batch_size=1, seq_len=64, implementation="transformers", loop="labels", device="cpu",
+        batch_size=B, seq_len=T, implementation="transformers", loop="labels", device="cpu",
         optimizer="adamw", precision="amp", attention="eager", activation_checkpointing=True,
     )  # fmt: skip
-    measured, _ = hf_models.measure(
-        WIDE_SCAN, "falcon_h1", spec, setup, device="fake", census=False
-    )
+    measured, _ = hf_models.measure(config, "falcon_h1", spec, setup, device="fake", census=False)
     est = refined.estimate(spec, setup)
     assert "activations/layer/attention/recompute" in est.execution.to_json()["terms"]
     assert est.total / measured.peak_bytes == pytest.approx(1, abs=0.03)

@@ -175,19 +175,32 @@ def recompute_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> i
     """Bytes the mixer's forward holds at its scan's peak beyond its whole saved set, as
     checkpointing's recomputation runs it again inside the backward (may be negative).
 
-    The peak is ``(Y_diag + Y_off).contiguous()`` in ``mamba2_chunk_scan``
-    (``transformers/models/nemotron_h/modeling_nemotron_h.py`` l. 273–377, the function
-    Falcon-H1 and Granite-4.0-H call too): every local the function still binds is
-    alive — ``D_residual`` and the three B·T_p·I FP32 tensors the line makes or reads
-    (``Y_off``, the sum, its contiguous copy), the Y_diag einsum's output (B·T_p·I·m),
-    the zero initial state (B·h·p·n·m), the padded A and its cumsum (2·B·T_p·h·4).
-    Under autocast the FP32 tensors whose BF16 casts the einsums saved are locals too —
-    the padded C and x, ``B_decay`` (B·T_p·(2·h·n + I)·4) and M (B·h·N·c²·4) — and so
-    are the caller's BF16 in_proj output (B·T·P·2), the conv's SiLU output (B·T·C·2),
-    the conv bias cast (C·2) and the clamped dt (B·T·h·2); under BF16 the SiLU output
-    and clamped dt (FP32 keeps both). Not yet made: the gated norm's saved set
-    (``gated_norm``), out_proj's input (``context``) and, under autocast, its weight
-    cast. Read from a live-storage trace of ``NemotronHMamba2Mixer``'s forward."""
+    Without autocast the peak is ``(Y_diag + Y_off).contiguous()`` in
+    ``mamba2_chunk_scan`` (``transformers/models/nemotron_h/modeling_nemotron_h.py``
+    l. 274–377, the function Falcon-H1 and Granite-4.0-H call too): every local the
+    function still binds is alive — ``D_residual`` and the three B·T_p·I FP32 tensors the
+    line makes or reads (``Y_off``, the sum, its contiguous copy), the Y_diag einsum's
+    output (B·T_p·I·m), the zero initial state (B·h·p·n·m), the padded A and its cumsum
+    (2·B·T_p·h·4). Under autocast the FP32 tensors whose BF16 casts the einsums saved are
+    locals too — the padded C and x, ``B_decay`` (B·T_p·(2·h·n + I)·4) and M
+    (B·h·N·c²·4) — and so are the caller's BF16 in_proj output (B·T·P·2), the conv's
+    SiLU output (B·T·C·2), the conv bias cast (C·2) and the clamped dt (B·T·h·2); under
+    BF16 the SiLU output and clamped dt (FP32 keeps both). Not yet made: the gated norm's
+    saved set (``gated_norm``), out_proj's input (``context``) and, under autocast, its
+    weight cast. Read from a live-storage trace of ``NemotronHMamba2Mixer``'s forward.
+
+    Under autocast, where the batch and chunk do not collapse to one (B·N > 1), an
+    einsum's permuted operand is first copied in FP32 (``einsum``'s
+    ``permute(...).reshape``; with B·N = 1 the head-major view is a valid strided
+    ``bmm`` operand) and only then cast by ``bmm``'s autocast, so the FP32 copy is alive
+    through the ``bmm`` as well (without autocast that copy is the operand ``bmm`` saves,
+    already in the saved set). Two such moments can outgrow the last line: the Y_diag
+    einsum (M's copy, B·h·N·c²·4, and x's, B·h·T_p·p·4, before anything after it is
+    made) and the ``C_times_states`` einsum (C's copy, B·h·T_p·n·4, before ``Y_off``;
+    the chunk states are head-leading already); the first wins where the chunk is long
+    beside the state, the second where the state is wide beside the head (Falcon-H1
+    shrunk to p = 8, n = 256: a live-storage trace of ``FalconH1ForCausalLM``'s
+    checkpointed step at T = 512). The peak is the largest of the three."""
     B, T, a = setup.batch_size, setup.seq_len, setup.activation_bytes
     autocast = setup.precision == "amp"
     h, p, n = att.mamba_num_heads, att.mamba_head_dim, att.mamba_state_size
@@ -197,10 +210,16 @@ def recompute_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> i
     N = -(-T // c)
     Tp = N * c
     m = BF16 if autocast else FP32
-    held = B * Tp * inner * (4 * FP32 + m) + B * h * p * n * m + 2 * B * Tp * h * FP32
+    caller = 0  # the mixer's locals outside the scan
+    if autocast:
+        caller += B * T * proj * BF16 + conv * BF16 * (1 if att.mamba_conv_bias else 0)
+    if autocast or a != FP32:
+        caller += B * T * conv * a + B * T * h * a
+    rows = B * Tp * inner  # D_residual, Y_diag, Y_off, the sum and its copy: B·T_p·I each
+    padded_a = 2 * B * Tp * h * FP32
+    held = caller + rows * (4 * FP32 + m) + B * h * p * n * m + padded_a
     if autocast:
         held += B * Tp * (2 * h * n + inner) * FP32 + B * h * N * c * c * FP32
-        held += B * T * proj * BF16 + conv * BF16 * (1 if att.mamba_conv_bias else 0)
     elif B * N > 1:
         # The einsums copy their operands here (the saved set's views are the one-row,
         # one-chunk case's): the padded x and B_decay are locals beside their copies,
@@ -209,10 +228,28 @@ def recompute_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> i
     if N > 1:
         # The recurrence's output, whose first N chunks the output einsum copied.
         held += B * h * (N + 1) * p * n * m
-    if autocast or a != FP32:
-        held += B * T * conv * a + B * T * h * a
     kept = saved(att, setup, d)
     later = kept["attention/mamba/gated_norm"] + kept["attention/linear/context"]
     if autocast:
         later += inner * d * BF16
+        copies = B * N > 1  # the einsums' FP32 operand copies (see above)
+        # C_times_states's bmm: C's FP32 copy; Y_off and after not made.
+        output_einsum = held - 3 * rows * FP32 + (B * h * Tp * n * FP32 if copies else 0)
+        # Y_diag's bmm: M's and x's FP32 copies; B_decay, steps 2-4's saved set, the
+        # zero state, the recurrence's output, Y_off and after not made.
+        not_made = (
+            kept["attention/mamba/states"]
+            - B * Tp * h * n * FP32  # the padded B, a local already
+            + kept["attention/mamba/state_output"]
+        )
+        y_diag = (
+            caller
+            + rows * (FP32 + m)
+            + padded_a
+            + B * Tp * (h * n + inner) * FP32
+            + B * h * N * c * c * FP32
+            + (B * h * (N * c * c + Tp * p) * FP32 if copies else 0)
+            - not_made
+        )
+        held = max(held, output_einsum, y_diag)
     return held - later
