@@ -882,10 +882,11 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/grad",
             category="transient",
-            equation="eager: 2·B·h·T²·4, the FP32 gradients of the probabilities and of the scores, plus 2·B·T·d (the residual stream's gradient and grad-of-V); SDPA: the gradients of Q, K and V instead; Mamba-2: 5·B·T·I·4 of its gated norm's backward less x·rstd, the rstd (and autocast's out_proj weight copy) it freed, plus the stream's gradient B·T·d (introspect/refined/mamba2.py: backward_transient)",
-            source="eager softmax backward, SDPA's backward; no library file recorded (introspect/refined/execution.py: attention_transient)",
+            equation="eager: 2·B·h·T²·4, the FP32 gradients of the probabilities and of the scores, plus 2·B·T·d (the residual stream's gradient and grad-of-V); SDPA: the gradients of Q, K and V instead; Mamba-2: 5·B·T·I·4 of its gated norm's backward less x·rstd, the rstd (and autocast's out_proj weight copy) it freed, plus the stream's gradient B·T·d (introspect/refined/mamba2.py: backward_transient); Falcon-H1's parallel mixer: the larger of the attention's and the scan's backward (G's einsum, or M = G * L's with M's gradient beside both products, B·h·N·c²·4 each), less the attention's own saved terms its earlier backward freed (introspect/refined/falcon_h1.py: backward_transient)",
+            source="eager softmax backward, SDPA's backward; transformers/models/falcon_h1/modeling_falcon_h1.py: mamba2_chunk_scan (l. 473-570); torch/utils/checkpoint.py: unpack_hook (introspect/refined/execution.py: attention_transient)",
             computed_by=("introspect/refined/execution.py: at_layer",),
             tests=(
+                "tests/test_falcon_h1.py::test_falcon_h1_mixer_scan_moments_against_the_dry_run",
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
                 "tests/test_ssm.py::test_granite_closed_form_is_within_3_percent_of_the_dry_run",
@@ -894,7 +895,7 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/recompute",
             category="transient",
-            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; plus the stream's gradient B·T·d, under autocast also its BF16 cast for the branch B·T·d·2 (a Gated DeltaNet layer: the stream's gradient alone, its peak being attention/deltanet/forward)",
+            equation="checkpointing, Mamba-2: what mamba2_chunk_scan holds at (Y_diag + Y_off).contiguous() beyond the mixer's saved set as the recomputation runs it: B·T_p·I·(4·4 + m) (D_residual, Y_off, the sum, its copy, Y_diag) + B·h·p·n·m + 2·B·T_p·h·4; under autocast the FP32 locals behind the BF16 einsum casts B·T_p·(2·h·n + I)·4 + B·h·N·c²·4 and B·T·P·2; less the gated norm's and out_proj's saved set not yet made; under autocast with B·N > 1 the larger of that line and two einsum moments, each with its FP32 operand copy alive through the bmm (C_times_states: C's, B·h·T_p·n·4, before Y_off; Y_diag: M's and x's, before B_decay); plus the stream's gradient B·T·d, under autocast also its BF16 cast for the branch B·T·d·2 (a Gated DeltaNet layer: the stream's gradient alone, its peak being attention/deltanet/forward)",
             source="transformers/models/nemotron_h/modeling_nemotron_h.py: mamba2_chunk_scan (l. 273-377), NemotronHMamba2Mixer.torch_forward; torch/utils/checkpoint.py: unpack_hook (recompute at the first unpack) (introspect/refined/mamba2.py: recompute_extra)",
             computed_by=(
                 "introspect/refined/mamba2.py: recompute_extra",
@@ -903,7 +904,7 @@ def _records() -> tuple[Term, ...]:
                 "introspect/refined/execution.py: _parallel_mixer_recompute",
             ),
             tests=(
-                "tests/test_falcon_h1.py::test_falcon_h1_checkpointed_mixer_recompute_against_the_dry_run",
+                "tests/test_falcon_h1.py::test_falcon_h1_mixer_scan_moments_against_the_dry_run",
                 "tests/test_ssm.py::test_mamba2_recomputed_scan_peak_is_within_3_percent_of_the_dry_run",
                 "tests/test_deltanet_rows.py::test_every_type_stacks_are_within_3_percent_of_the_dry_run",
             ),
@@ -911,15 +912,17 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/mamba/forward",
             category="transient",
-            equation="Mamba-2 without checkpointing, at the topmost Mamba-2 layer's scan peak ((Y_diag + Y_off).contiguous() in mamba2_chunk_scan): the same bytes beyond the mixer's saved set as attention/recompute's (recompute_extra), with no gradient beside them; the layers below saved, the feed-forward not made yet",
+            equation="Mamba-2 without checkpointing, at the topmost Mamba-2 layer's scan peak ((Y_diag + Y_off).contiguous() in mamba2_chunk_scan, or an einsum's bmm under autocast): the same bytes beyond the mixer's saved set as attention/recompute's (recompute_extra), with no gradient beside them; the layers below saved, the feed-forward not made yet (Falcon-H1: the mixer runs before the attention, none of whose saved set is made yet)",
             source="transformers/models/mamba2/modeling_mamba2.py: mamba2_chunk_scan (l. 258-362), Mamba2Mixer.forward (l. 461-606) (introspect/refined/mamba2.py: recompute_extra)",
             computed_by=(
                 "introspect/refined/mamba2.py: recompute_extra",
                 "introspect/refined/execution.py: mixer_forward",
                 "introspect/refined/execution.py: _mamba2_at_forward_peak",
+                "introspect/refined/execution.py: _parallel_mixer_at_scan",
             ),
             tests=(
                 "tests/test_mamba2_stack.py::test_mamba2_forward_peak_at_the_default_widths_is_within_3_percent_of_the_dry_run",
+                "tests/test_falcon_h1.py::test_falcon_h1_mixer_scan_moments_against_the_dry_run",
             ),
         ),
         Term(

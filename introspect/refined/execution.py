@@ -523,13 +523,26 @@ def logits_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     return 3 * min(setup.tokens, CE_CHUNK_TOKENS) * V * FP32
 
 
-def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = True) -> int:
+def _attention_own(term: str) -> bool:
+    """Whether a layer's saved term is its attention's own — what the attention's
+    backward frees — rather than a parallel mixer's or a weight cast's."""
+    return term.startswith("attention/quadratic/") or term in (
+        "attention/linear/q",
+        "attention/linear/k",
+        "attention/linear/v",
+    )
+
+
+def attention_transient(
+    spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = True, current: dict | None = None
+) -> int:
     """One layer's attention backward transient: eager softmax backward holds the
     gradient of the probabilities and of the scores (two B·h·T² FP32 tensors); SDPA's
     backward makes the gradients of Q, K and V. Either way the residual stream's gradient
     and grad-of-V (two B·T·d tensors) are alive too. With a parallel mixer (Falcon-H1;
     ``mixer=False``: the attention's alone) the larger of its backward and the
-    attention's."""
+    attention's, the mixer's less the attention's own terms of the moment ``current``
+    (its backward ran first)."""
     B, T, s = setup.batch_size, setup.seq_len, setup.activation_bytes
     impl = implementation_of(spec, setup)
     att = spec.kinds[0][0].attention
@@ -544,6 +557,10 @@ def attention_transient(spec: ModelSpec, setup: TrainingSetup, *, mixer: bool = 
 
         stream = B * T * spec.hidden_size * residual_bytes(setup)
         scan = falcon_h1.backward_transient(beside, setup, spec.hidden_size) + stream
+        # The attention ran after the mixer, so its backward ran first: by the scan's
+        # moment it has freed its own saved set (Q, K, V, the probabilities) of the
+        # moment's terms ``current``.
+        scan -= sum(v for k, v in (current or {}).items() if _attention_own(k))
         return max(scan, attention_transient(spec, setup, mixer=False))
     if att.kind in ("mamba1", "mamba2", "rglru"):
         # A Mamba-2 mixer: its gated norm's backward; a Mamba-1 mixer and RecurrentGemma's
@@ -1154,26 +1171,36 @@ def _mixer_recompute(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> 
 
 def _parallel_mixer_recompute(spec: ModelSpec, setup: TrainingSetup, mixer) -> dict[str, int]:
     """A checkpointed Falcon-H1 layer inside its recomputation, at its Mamba-2 mixer's
-    scan: ``FalconH1DecoderLayer.forward`` runs ``self.mamba`` before ``self.self_attn``
+    scan (:func:`_parallel_mixer_at_scan`), beside the residual stream's gradient that
+    reached the layer (FP32 under autocast, with its BF16 cast for the branch, as
+    :func:`_mixer_recompute`'s Mamba-2 layer)."""
+    from introspect.refined.stream import is_amp, residual_bytes
+
+    d = spec.hidden_size
+    out = _parallel_mixer_at_scan(spec, setup, mixer)
+    stream = setup.tokens * d * residual_bytes(setup)
+    if is_amp(setup):
+        stream += setup.tokens * d * BF16
+    out["attention/recompute"] = out.pop("attention/mamba/forward") + stream
+    return out
+
+
+def _parallel_mixer_at_scan(spec: ModelSpec, setup: TrainingSetup, mixer) -> dict[str, int]:
+    """A Falcon-H1 layer's own terms at its Mamba-2 mixer's scan peak:
+    ``FalconH1DecoderLayer.forward`` runs ``self.mamba`` before ``self.self_attn``
     (``models/falcon_h1/modeling_falcon_h1.py`` l. 915-935), so only the block norm and
     the mixer's saved set so far are alive — the mixer's whole saved set
     (:func:`introspect.refined.falcon_h1.mixer_saved`) and what its scan holds beyond it
     at the forward's peak (:func:`introspect.refined.mamba2.recompute_extra`, the same
-    ``mamba2_chunk_scan``), none of the attention's — beside the residual stream's
-    gradient that reached the layer (FP32 under autocast, with its BF16 cast for the
-    branch, as :func:`_mixer_recompute`'s Mamba-2 layer)."""
+    ``mamba2_chunk_scan``, as ``attention/mamba/forward``), none of the attention's."""
     from introspect.refined import falcon_h1, mamba2
-    from introspect.refined.stream import is_amp, residual_bytes
 
     d = spec.hidden_size
     out = falcon_h1.mixer_saved(mixer, setup, d)
     norm = hf_saved.attention_norm(spec, setup)
     norm.pop("autocast_weights", None)
     out.update(norm)
-    stream = setup.tokens * d * residual_bytes(setup)
-    if is_amp(setup):
-        stream += setup.tokens * d * BF16
-    out["attention/recompute"] = mamba2.recompute_extra(mixer, setup, d) + stream
+    out["attention/mamba/forward"] = mamba2.recompute_extra(mixer, setup, d)
     return out
 
 
@@ -1221,10 +1248,15 @@ def _deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, att, side: 
 
 
 def _mamba2_forward_applies(kind) -> bool:
-    """Whether a layer kind's forward peak is :func:`_mamba2_at_forward_peak`'s: a Mamba-2
-    mixer alone on its branch (not Falcon-H1's beside attention, not after Zamba2's
-    shared block, whose terms the moment does not hold)."""
-    return kind.attention.kind == "mamba2" and kind.mixer is None and kind.shared is None
+    """Whether a layer kind's forward peak is inside a Mamba-2 scan: a Mamba-2 mixer alone
+    on its branch (:func:`_mamba2_at_forward_peak`) or Falcon-H1's beside its attention
+    (:func:`_parallel_mixer_at_scan`), not after Zamba2's shared block, whose terms the
+    moment does not hold."""
+    if kind.shared is not None:
+        return False
+    if kind.mixer is not None:
+        return kind.mixer.kind == "mamba2"
+    return kind.attention.kind == "mamba2"
 
 
 def _mamba2_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, att, side: dict) -> dict:
@@ -1294,6 +1326,8 @@ def mixer_forward(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int] | Non
     side = {k: v for k, v in full.items() if saved.is_attention_side(k)}
     if kind.attention.kind == "linear":
         own = _deltanet_at_forward_peak(one, setup, kind.attention, side)
+    elif kind.mixer is not None:
+        own = _parallel_mixer_at_scan(one, setup, kind.mixer)
     else:
         own = _mamba2_at_forward_peak(one, setup, kind.attention, side)
     _add_into(terms, _prefixed({f"layer/{k}": v for k, v in own.items()}))
@@ -1533,7 +1567,7 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "dropout_grad": dropout_transient(spec, setup) if dropout else 0,
         "recompute": _prefixed({f"layer/{k}": v for k, v in recompute.items()}),
         "ffn_grad": ffn_transient(spec, setup),
-        "attention_grad": attention_transient(spec, setup),
+        "attention_grad": attention_transient(spec, setup, current=current),
         "deltanet_grad": _deltanet_backward(spec, setup, att),
         "params": layer_parameters(spec) + tail,
         "down_params": down_params + tail,

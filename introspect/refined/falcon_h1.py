@@ -99,7 +99,18 @@ def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -
     N = -(-T // c)
     Tp = N * c
     h, inner = att.mamba_num_heads, att.mamba_num_heads * att.mamba_head_dim
-    held = 2 * B * h * N * c * c * FP32 + 2 * B * h * Tp * att.mamba_state_size * FP32
+    square = B * h * N * c * c * FP32
+    # The larger of two moments: G's einsum backward (the two products, C's and B's
+    # gradients) and, just before, the second product of ``M = G * L``'s backward, while
+    # the gradient of M it multiplies (B·h·N·c²·4: FP32 whether Y_diag's bmm ran on M's
+    # FP32 copy or autocast's BF16 cast, whose backward casts back) is alive beside the
+    # first — the later wins where the chunk is long beside the state (c > 2n). Under
+    # autocast G is BF16, so G's product is cast down (``mul_tensor_backward``'s
+    # ``.to(self's dtype)``) while all three are alive; checkpointed, the node had
+    # unpacked G (popped from the checkpoint's storage, ``torch/utils/checkpoint.py``)
+    # into a local freed after its last use, just before that cast: no net growth.
+    cast = square // 2 if setup.precision == "amp" and not setup.activation_checkpointing else 0
+    held = 2 * square + max(2 * B * h * Tp * att.mamba_state_size * FP32, square + cast)
     held += B * Tp * inner * FP32 + B * T * inner * FP32
     saved = mixer_saved(att, setup, hidden_size)
     autocast = setup.precision == "amp"
