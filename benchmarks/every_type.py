@@ -701,8 +701,30 @@ def _earlier(md: Path) -> str:
     """The earlier run(s) a results file's header records, as the prefix of a command
     that reran some of its rows (``--redo``, ``--recount``): "CMD` (N s), then `"."""
     head = md.read_text(encoding="utf-8").splitlines()[2] if md.exists() else ""
-    ran = re.match(r"`(.*)` \((\d+) s\)\. Counts", head)
-    return f"{ran.group(1)}` ({ran.group(2)} s), then `" if ran else ""
+    return earlier_runs(head.split(". Counts")[0])
+
+
+_RERUNS = re.compile(r"then (\d+) reruns? of some rows \(`--redo`, `--recount`; (\d+) s in all\)")
+
+
+def earlier_runs(runs: str) -> str:
+    """A header's record of the runs behind its rows (``runs``: "`CMD` (N s), then `CMD`
+    (M s)…"), as the prefix of the next run's command: the first run as it was, and every
+    rerun since folded into one count, so the header stays one readable line."""
+    found = re.findall(r"`([^`]*)` \((\d+) s\)", runs)
+    if not found:
+        return ""
+    (first, first_s), later = found[0], found[1:]
+    folded = _RERUNS.search(runs)
+    count = len(later) + (int(folded.group(1)) if folded else 0)
+    seconds = sum(int(s) for _, s in later) + (int(folded.group(2)) if folded else 0)
+    if not count:
+        return f"{first}` ({first_s} s), then `"
+    reruns = "rerun" if count == 1 else "reruns"
+    return (
+        f"{first}` ({first_s} s), then {count} {reruns} of some rows "
+        f"(`--redo`, `--recount`; {seconds} s in all), then `"
+    )
 
 
 def main() -> int:

@@ -117,7 +117,9 @@ def main() -> int:
         if not saved.exists() or f"--seq {args.seq}" not in header:
             parser.error(f"--redo: no earlier run at --seq {args.seq} in {args.results}")
         kept = {r["model_type"]: r for r in json.loads(saved.read_text())}
-        earlier = header.split(". The default config")[0] + ", then "
+        from every_type import earlier_runs
+
+        earlier = earlier_runs(header.split(". The default config")[0])
         unknown = sorted(redo - {r["model_type"] for r in every})
         if unknown:
             parser.error(f"--redo: not in every-type.json: {', '.join(unknown)}")
@@ -143,7 +145,7 @@ def main() -> int:
     command = "benchmarks/every_type_long.py " + " ".join(sys.argv[1:])
     text = render(rows, args.seq, seconds, command)
     if earlier:  # the other rows' run, as its header gave it: "`CMD` (N s), then `CMD` (M s)"
-        text = text.replace("`" + command, earlier + "`" + command, 1)
+        text = text.replace("`" + command, "`" + earlier + command, 1)
     (args.results / "every-type-long.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.results / "every-type-long.md").write_text(text)
     return 0

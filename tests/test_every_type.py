@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from every_type import _period, shrink  # noqa: E402
+from every_type import _period, earlier_runs, shrink  # noqa: E402
 
 pytest.importorskip("transformers")
 
@@ -252,3 +252,18 @@ def test_reclassify_marks_the_classs_own_refusal_and_keeps_other_failures():
     assert reclassify(rows) == 1
     assert "no SDPA path" in rows[0]["setups"]["bf16 sdpa"]["refused"]
     assert rows[0]["setups"]["fp32 eager"] == {"note": "x"}
+
+
+def test_the_header_folds_every_rerun_into_one_count():
+    """A results header keeps the first run as it ran and folds each rerun into one
+    count and its seconds, so reruns do not grow it without end."""
+    first = "`every_type.py` (900 s), then `every_type.py --redo a,b` (20 s)"
+    once = earlier_runs(first)
+    assert once == (
+        "every_type.py` (900 s), then 1 rerun of some rows "
+        "(`--redo`, `--recount`; 20 s in all), then `"
+    )
+    again = earlier_runs("`" + once + "every_type.py --redo c` (5 s)")
+    assert "then 2 reruns of some rows (`--redo`, `--recount`; 25 s in all), then `" in again
+    assert earlier_runs("`every_type.py` (900 s)") == "every_type.py` (900 s), then `"
+    assert earlier_runs("no run recorded") == ""
