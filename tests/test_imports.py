@@ -15,7 +15,6 @@ import ast
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import introspect.adapters
@@ -198,21 +197,67 @@ def test_the_spec_imports_no_estimator():
     assert not {m for m in reach if m in estimators or m.startswith("introspect.refined.")}
 
 
-def _import_alone(module: str) -> tuple[str, int, str]:
-    proc = subprocess.run(
-        [sys.executable, "-c", f"import {module}"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=PACKAGE.parent,
-    )
-    return module, proc.returncode, proc.stderr.strip().splitlines()[-1:]
+#: Run in a fresh interpreter that has imported none of introspect: it loads the heavy
+#: third-party libraries once (an import order of *their* modules is not what the test
+#: checks), then forks one child per module, which imports that module first and reports
+#: the last line of its error. ``fork`` copies the loaded libraries, so each child costs
+#: its own modules' import, not torch's again.
+_FORKING_IMPORTER = r"""
+import importlib, os, sys, traceback
+for heavy in ("torch", "transformers", "safetensors", "huggingface_hub", "numpy"):
+    try:
+        importlib.import_module(heavy)
+    except Exception:
+        pass
+assert not any(m == "introspect" or m.startswith("introspect.") for m in sys.modules)
+failed = []
+for module in sys.argv[1:]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        code, message = 0, ""
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            code, message = 1, traceback.format_exc().strip().splitlines()[-1]
+        os.write(write, message.encode())
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        message = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        failed.append(f"{module}: {message or status}")
+print("\n".join(failed))
+sys.exit(1 if failed else 0)
+"""
 
 
 def test_every_module_imports_on_its_own():
-    """Each module first in a fresh interpreter (two at a time: the machine is shared)."""
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        # __main__ runs the command line when imported: not a module to import alone
-        results = list(pool.map(_import_alone, sorted(set(MODULES) - {"introspect.__main__"})))
-    failed = [f"{m}: {err}" for m, rc, err in results if rc != 0]
-    assert not failed, "\n".join(failed)
+    """Each module first in an interpreter that has imported nothing of introspect."""
+    # __main__ runs the command line when imported: not a module to import alone
+    modules = sorted(set(MODULES) - {"introspect.__main__"})
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORKING_IMPORTER, *modules],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=PACKAGE.parent,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+
+
+def test_the_importer_reports_a_module_that_fails_alone(tmp_path):
+    """The forking importer names a module whose import fails, with its error."""
+    (tmp_path / "broken_alone.py").write_text("import introspect_missing_module\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORKING_IMPORTER, "json", "broken_alone"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert proc.returncode == 1
+    assert "broken_alone: ModuleNotFoundError" in proc.stdout and "json" not in proc.stdout
