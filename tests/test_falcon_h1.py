@@ -219,15 +219,20 @@ LONG_CHUNK = {
 }  # fmt: skip
 
 
+RECOMPUTE = "activations/layer/attention/recompute"
+SCAN_FORWARD = "activations/layer/attention/mamba/forward"
+SCAN_BACKWARD = "activations/layer/attention/grad"
+
+
 @pytest.mark.parametrize(
-    "change,B,T,checkpointing",
+    "change,B,T,checkpointing,moment",
     [
-        ({}, 1, 64, True),
-        ({**WIDE_STATE, "mamba_chunk_size": 32}, 1, 96, True),
-        ({**WIDE_STATE, "mamba_chunk_size": 64}, 2, 64, True),
-        ({**WIDE_STATE, "mamba_chunk_size": 32}, 1, 96, False),
-        (LONG_CHUNK, 1, 256, True),
-        (LONG_CHUNK, 1, 256, False),
+        ({}, 1, 64, True, RECOMPUTE),
+        ({**WIDE_STATE, "mamba_chunk_size": 32}, 1, 96, True, RECOMPUTE),
+        ({**WIDE_STATE, "mamba_chunk_size": 64}, 2, 64, True, RECOMPUTE),
+        ({**WIDE_STATE, "mamba_chunk_size": 32}, 1, 96, False, SCAN_FORWARD),
+        (LONG_CHUNK, 1, 256, True, SCAN_BACKWARD),
+        (LONG_CHUNK, 1, 256, False, SCAN_BACKWARD),
     ],
     ids=[
         "wide scan, one chunk",
@@ -238,7 +243,7 @@ LONG_CHUNK = {
         "long chunk, no checkpointing",
     ],
 )
-def test_falcon_h1_mixer_scan_moments_against_the_dry_run(change, B, T, checkpointing):
+def test_falcon_h1_mixer_scan_moments_against_the_dry_run(change, B, T, checkpointing, moment):
     """Autocast. Checkpointed, the layer's recomputation runs the Mamba-2 mixer before the
     attention (``FalconH1DecoderLayer.forward``): its scan's forward peak, beside the
     mixer's saved set and the stream's gradient, is the step's peak (0.974 without the
@@ -258,4 +263,5 @@ def test_falcon_h1_mixer_scan_moments_against_the_dry_run(change, B, T, checkpoi
     )  # fmt: skip
     measured, _ = hf_models.measure(config, "falcon_h1", spec, setup, device="fake", census=False)
     est = refined.estimate(spec, setup)
+    assert moment in est.execution.to_json()["terms"]  # the moment the peak is
     assert est.total / measured.peak_bytes == pytest.approx(1, abs=0.03)
