@@ -882,14 +882,15 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/attention/grad",
             category="transient",
-            equation="eager: 2·B·h·T²·4, the FP32 gradients of the probabilities and of the scores, plus 2·B·T·d (the residual stream's gradient and grad-of-V); SDPA: the gradients of Q, K and V instead; Mamba-2: 5·B·T·I·4 of its gated norm's backward less x·rstd, the rstd (and autocast's out_proj weight copy) it freed, plus the stream's gradient B·T·d (introspect/refined/mamba2.py: backward_transient); Falcon-H1's parallel mixer: the larger of the attention's and the scan's backward (G's einsum, or M = G * L's with M's gradient beside both products, B·h·N·c²·4 each), less the attention's own saved terms its earlier backward freed (introspect/refined/falcon_h1.py: backward_transient)",
-            source="eager softmax backward, SDPA's backward; transformers/models/falcon_h1/modeling_falcon_h1.py: mamba2_chunk_scan (l. 473-570); torch/utils/checkpoint.py: unpack_hook (introspect/refined/execution.py: attention_transient)",
+            equation="eager: 2·B·h·T²·4, the FP32 gradients of the probabilities and of the scores, plus 2·B·T·d (the residual stream's gradient and grad-of-V); SDPA: the gradients of Q, K and V instead; Mamba-2: the larger of 5·B·T·I·4 of its gated norm's backward less x·rstd, the rstd (and autocast's out_proj weight copy) it freed, and the scan's backward (the largest of three moments: B * decay_states's, four B·h·T_p·n·4 gradients; M = G * L's, M's gradient beside both products, B·h·N·c²·4 each; G's einsum's; beside the off-diagonal branch's C, B, x and A_cumsum gradients, less steps 2-4's saved set, M, G and the gated norm's as each is freed), plus the stream's gradient B·T·d (introspect/refined/mamba2.py: backward_transient, scan_backward_transient); Falcon-H1's parallel mixer: the larger of the attention's and the same scan backward over its own saved set, less the attention's own saved terms its earlier backward freed (introspect/refined/falcon_h1.py: backward_transient)",
+            source="eager softmax backward, SDPA's backward; transformers/models/granitemoehybrid/modeling_granitemoehybrid.py: mamba2_chunk_scan (l. 389-500, Falcon-H1's and Nemotron-H's the same); torch/csrc/autograd/engine.cpp: ReadyQueue by sequence number; torch/utils/checkpoint.py: unpack_hook (introspect/refined/execution.py: attention_transient)",
             computed_by=("introspect/refined/execution.py: at_layer",),
             tests=(
                 "tests/test_falcon_h1.py::test_falcon_h1_mixer_scan_moments_against_the_dry_run",
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
                 "tests/test_ssm.py::test_granite_closed_form_is_within_3_percent_of_the_dry_run",
+                "tests/test_ssm.py::test_mamba2_scan_backward_peak_is_within_3_percent_of_the_dry_run",
             ),
         ),
         Term(

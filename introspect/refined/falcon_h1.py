@@ -81,43 +81,17 @@ def mixer_saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[
 
 
 def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
-    """Bytes the mixer's backward holds beyond its saved set at its scan's peak
-    (``mamba2_chunk_scan`` run in reverse), read from a live-storage trace of
-    ``FalconH1Mixer``'s backward: at the backward of ``G = einsum(C, B)`` the two products
-    of ``M = G * L``'s backward (grad·L for G, grad·G for L: two B·h·N·c² FP32 tensors,
-    L's waiting for ``exp``'s backward) are alive with G's einsum gradients of C and B
-    (B·h·T_p·n·4 each), the padded gradient of the scan output
-    (``output[:, :seq_len]``'s backward, B·T_p·I·4) and the gate's gradient (B·T·I·4,
-    waiting for in_proj's). By then the backward has freed what the ops after G's einsum
-    alone saved: out_proj's input (``context``) and, under autocast, its BF16 weight copy,
-    the output gate (``gate`` or ``gated_norm``), ``D * pad(x)``'s (``residual``), the
-    output einsum's and ``* state_decay_out``'s (``state_output``) and M, saved by the
-    Y_diag einsum — so this may be negative: the moment is then no larger than the
-    attention's. The c×c gradients make it the layer's
-    peak when the chunk is long against T and d (h·N·c² ≫ T·I)."""
-    B, T, c = setup.batch_size, setup.seq_len, att.mamba_chunk_size
-    N = -(-T // c)
-    Tp = N * c
-    h, inner = att.mamba_num_heads, att.mamba_num_heads * att.mamba_head_dim
-    square = B * h * N * c * c * FP32
-    # The larger of two moments: G's einsum backward (the two products, C's and B's
-    # gradients) and, just before, the second product of ``M = G * L``'s backward, while
-    # the gradient of M it multiplies (B·h·N·c²·4: FP32 whether Y_diag's bmm ran on M's
-    # FP32 copy or autocast's BF16 cast, whose backward casts back) is alive beside the
-    # first — the later wins where the chunk is long beside the state (c > 2n). Under
-    # autocast G is BF16, so G's product is cast down (``mul_tensor_backward``'s
-    # ``.to(self's dtype)``) while all three are alive; checkpointed, the node had
-    # unpacked G (popped from the checkpoint's storage, ``torch/utils/checkpoint.py``)
-    # into a local freed after its last use, just before that cast: no net growth.
-    cast = square // 2 if setup.precision == "amp" and not setup.activation_checkpointing else 0
-    held = 2 * square + max(2 * B * h * Tp * att.mamba_state_size * FP32, square + cast)
-    held += B * Tp * inner * FP32 + B * T * inner * FP32
-    saved = mixer_saved(att, setup, hidden_size)
-    autocast = setup.precision == "amp"
-    freed = saved["attention/mamba/context"] + saved["attention/mamba/state_output"]
-    freed += saved.get("attention/mamba/gate", saved.get("attention/mamba/gated_norm", 0))
-    freed += saved["attention/mamba/residual"]  # D * pad(x): its backward has run
-    freed += B * h * N * c * c * (2 if autocast else FP32)  # M, saved by Y_diag's einsum
-    if autocast:
-        freed += inner * hidden_size * 2
-    return held - freed
+    """Bytes the mixer's backward holds beyond its saved set at its scan's peak: the same
+    ``mamba2_chunk_scan`` backward as the Mamba-2 stacks'
+    (:func:`introspect.refined.mamba2.scan_backward_transient`: B_decay's, ``M = G * L``'s
+    or G's einsum's moment), less this mixer's own saved set as the backward frees it —
+    out_proj's input (``context``), the output gate (``gate`` or ``gated_norm``), steps
+    2–4's and the chunk matrices M and G. This may be negative: the moment is then no
+    larger than the attention's. The c×c and B·h·T_p·n gradients make it the layer's
+    peak when the chunk or the state is wide against T and d. The closed form over the
+    dry run of ``FalconH1ForCausalLM`` (``tests/test_falcon_h1.py``'s shapes), from this
+    mixer's own two moments to these: the long chunk under autocast 0.994 → 1.006
+    (checkpointed) and 0.995 → 1.003; FP32 at the wide state, two rows, checkpointed,
+    0.937 → 0.977."""
+    kept = mixer_saved(att, setup, hidden_size)
+    return mamba2.scan_backward_transient(att, setup, hidden_size, kept)

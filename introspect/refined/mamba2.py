@@ -145,8 +145,11 @@ def saved(att: Attention, setup: TrainingSetup, hidden_size: int) -> dict[str, i
 
 
 def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -> int:
-    """Bytes the mixer's backward holds beyond its saved set at its peak, which is inside
-    the gated RMSNorm's backward (``pow(2).mean`` of the gated FP32 product): five
+    """Bytes the mixer's backward holds beyond its saved set at its peak: the larger of
+    two moments, the gated norm's backward and the scan's (:func:`scan_backward_transient`,
+    the peak where the chunk matrices are large beside the B·T·I rows).
+
+    Inside the gated RMSNorm's backward (``pow(2).mean`` of the gated FP32 product) five
     B·T·I FP32 gradients are alive — the weight multiply's input gradient, ``mean``'s
     expanded gradient (``div``), and ``pow``'s backward (``pow(x, 1)``, ``· 2`` and the
     product with the incoming gradient) — while the backward already freed x·rstd (after
@@ -161,7 +164,77 @@ def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -
     freed = rows * FP32 + B * T * att.mamba_n_groups * FP32
     if setup.precision == "amp":
         freed += inner * hidden_size * BF16
-    return 5 * rows * FP32 - freed
+    norm = 5 * rows * FP32 - freed
+    return max(norm, scan_backward_transient(att, setup, hidden_size))
+
+
+def scan_backward_transient(
+    att: Attention, setup: TrainingSetup, hidden_size: int, kept: dict[str, int] | None = None
+) -> int:
+    """Bytes the mixer's backward holds beyond its saved set inside ``mamba2_chunk_scan``'s
+    backward (may be negative), read from live-storage traces of
+    ``GraniteMoeHybridMambaLayer``'s and ``NemotronHMamba2Mixer``'s backward (chunks of
+    64–256, states of 32–256, one or two rows). ``kept`` is the mixer's saved set by term
+    (:func:`saved`, or Falcon-H1's).
+
+    The engine runs ready nodes highest sequence number first, so after the output sum's
+    backward the off-diagonal branch (Y_off, the chunk recurrence, the states einsum: all
+    made after Y_diag) runs, then Y_diag's einsum, and ``D * pad(x)``'s multiply, made
+    first, waits: its pad and the padded scan output's gradient (B·T_p·I·4) stay, beside
+    the gate's gradient (B·T·I·4, waiting for in_proj's split) and A_cumsum's summed one
+    (B·h·T_p·4). By the first moment the backward has freed out_proj's input (and under
+    autocast its BF16 weight), the gated norm's saved set, the output einsum's and the
+    recurrence's, and the states einsum's operand copies. With X = B·h·T_p·n·4, one
+    gradient of the padded B or C, the largest of three moments:
+
+    * ``B * decay_states``'s backward: the output einsum's C gradient and the states
+      einsum's B_decay and x gradients, beside the multiply's two products (4·X + x's).
+    * ``M = G * L``'s backward, after exp's backward freed decay_states, the multiply the
+      padded B (unless one row and one chunk outside autocast, where G reads it as a
+      view), and Y_diag's einsum M and its copy of x: M's gradient beside both products
+      (three B·h·N·c² FP32 tensors; under autocast without checkpointing G's product also
+      cast down to BF16, ``mul_tensor_backward``'s ``.to(self's dtype)``; checkpointed,
+      the node had unpacked G into a local freed just before), the two off-diagonal
+      gradients and the chunked x's.
+    * G's einsum backward: M's gradient and G (the multiply saved it) gone, its C and B
+      gradients made beside the off-diagonal two.
+
+    M's wins where the chunk is long beside the state (c > n); B_decay's and G's where the
+    state is wide."""
+    B, T, c = setup.batch_size, setup.seq_len, att.mamba_chunk_size
+    N = -(-T // c)
+    Tp = N * c
+    h, n, p = att.mamba_num_heads, att.mamba_state_size, att.mamba_head_dim
+    inner = h * p
+    autocast = setup.precision == "amp"
+    m = BF16 if autocast else FP32
+    square = B * h * N * c * c * FP32
+    X = B * h * Tp * n * FP32  # one gradient of the padded B or C
+    kept = saved(att, setup, hidden_size) if kept is None else kept
+    # Alive at every moment: the padded scan output's gradient, the gate's and, from
+    # state_decay_out's exp, A_cumsum's.
+    common = B * Tp * inner * FP32 + B * T * inner * FP32 + B * h * Tp * FP32
+    freed = kept.get("attention/linear/context", kept.get("attention/mamba/context", 0))
+    freed += kept.get("attention/mamba/gated_norm", kept.get("attention/mamba/gate", 0))
+    freed += kept["attention/mamba/state_output"] + 2 * (N + 1) ** 2
+    # The states term but its exp and the padded B, which B_decay's multiply still holds.
+    freed += kept["attention/mamba/states"] - B * h * Tp * FP32 - B * Tp * h * n * FP32
+    if autocast:
+        freed += inner * hidden_size * BF16
+    # B_decay's backward: the output einsum's C gradient and the states einsum's B_decay
+    # gradient beside the multiply's two products, and the states einsum's x gradient.
+    b_decay = 4 * X + B * h * Tp * p * FP32
+    # Then exp's backward freed decay_states, the multiply the padded B (unless G reads
+    # it as a view), the Y_diag einsum M and its copy of x.
+    later = B * h * Tp * FP32 + B * h * N * c * c * m + B * h * Tp * p * m
+    if not (B * N == 1 and not autocast):
+        later += B * Tp * h * n * FP32
+    cast = square // 2 if autocast and not setup.activation_checkpointing else 0
+    mul = 3 * square + cast + 2 * X + B * Tp * inner * FP32 - later
+    # G's einsum: M's gradient gone, and G itself (the multiply saved it); its C and B
+    # gradients made.
+    g = 2 * square + 4 * X + B * Tp * inner * FP32 - later - B * h * N * c * c * m
+    return common + max(b_decay, mul, g) - freed
 
 
 def made_before_peak(att: Attention, hidden_size: int) -> int:
