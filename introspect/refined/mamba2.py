@@ -295,9 +295,9 @@ def recompute_extra(att: Attention, setup: TrainingSetup, hidden_size: int) -> i
         held += B * Tp * (2 * h * n + inner) * FP32 + B * h * N * c * c * FP32
     elif B * N > 1:
         # The einsums copy their operands here (the saved set's views are the one-row,
-        # one-chunk case's): the padded x and B_decay are locals beside their copies,
-        # and with several chunks the padded C too.
-        held += B * Tp * (inner + h * n) * FP32 + (B * Tp * h * n * FP32 if N > 1 else 0)
+        # one-chunk case's): the padded x, C and B_decay are locals beside their copies
+        # (two rows in one chunk as much as several chunks: tests/test_ssm.py).
+        held += B * Tp * (inner + 2 * h * n) * FP32
     if N > 1:
         # The recurrence's output, whose first N chunks the output einsum copied.
         held += B * h * (N + 1) * p * n * m
