@@ -1504,12 +1504,13 @@ def _records() -> tuple[Term, ...]:
         Term(
             name="activations/layer/feed_forward/grad",
             category="transient",
-            equation="the gradients of the activation and of up (B·T·f each; + the product's, gated) and the residual stream's gradient B·T·d; MoE: routed_transient, the routed rows' larger moment",
+            equation="the gradients of the activation and of up (B·T·f each; + the product's, gated) and the residual stream's gradient B·T·d; MoE: routed_transient, the largest of the routed rows' three moments (S = k·B·T rows: the activation's backward, the up matmul's, or weighted_out[inv_perm]'s, three S·d)",
             source="transformers/integrations/moe.py: grouped_mm_experts_forward run in reverse (routed experts); dense: source not recorded (introspect/refined/execution.py: ffn_transient, routed_transient)",
             computed_by=("introspect/refined/execution.py: at_layer",),
             tests=(
                 "tests/test_refined_execution.py::test_peak_matches_a_measured_torch_step",
                 "tests/test_refined_transformers.py::test_refined_is_within_3_percent_of_the_real_step",
+                "tests/test_hybrids.py::test_nemotron_h_with_experts_is_within_3_percent_of_the_dry_run",
             ),
         ),
         Term(

@@ -637,8 +637,11 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     backward, three f-wide gradients (the product's, the activation's, the up half's; two
     plain), or inside the up (gate_up) grouped matmul's backward, the gradient of
     gate_up's output (``S·2f``; ``S·f`` plain) and of the gathered input it makes
-    (``S·d``) — whichever is larger (measured: gpt-oss's clamped SwiGLU, f > d, holds
-    exactly the first at its peak, ``benchmarks/families.py``). Llama 4 runs every expert
+    (``S·d``), or first of all at ``weighted_out[inv_perm]``'s backward, three S·d (the
+    per-token sum's expanded gradient, copied for its view, the index backward's zeros
+    and its ``index_put``) — whichever is largest (measured: gpt-oss's clamped SwiGLU,
+    f > d, holds exactly the first at its peak, ``benchmarks/families.py``; small
+    experts, f < d, the last: ``tests/test_hybrids.py``'s Nemotron-H). Llama 4 runs every expert
     on every token (:attr:`~introspect.layers.FeedForward.all_experts`; measured: its
     transients at the peak are exactly these bytes, ``tests/test_measure_hf.py``)."""
     ff = spec.kinds[0][0].feed_forward
@@ -653,9 +656,12 @@ def routed_transient(spec: ModelSpec, setup: TrainingSetup) -> int:
     S, e = spec.num_experts_per_tok * setup.tokens, saved_feed_forward.expert_bytes(setup)
     width = (2 if spec.ffn == "gated" else 1) * spec.ffn_dim
     buffers = ffn_buffers(spec, setup)
-    # The larger of its two moments: the activation's backward (the product's, the
-    # activation's and the up half's gradients, as a dense MLP's) and the up matmul's.
-    return S * max(buffers * spec.ffn_dim, width + spec.hidden_size) * e
+    # The largest of its three moments: the activation's backward (the product's, the
+    # activation's and the up half's gradients, as a dense MLP's), the up matmul's, and
+    # first of all ``weighted_out[inv_perm]``'s: the per-token sum's expanded gradient,
+    # copied for its view, beside the index backward's zeros and its ``index_put``
+    # (three S·d).
+    return S * max(buffers * spec.ffn_dim, width + spec.hidden_size, 3 * spec.hidden_size) * e
 
 
 def _add(terms: dict[str, int], more: dict[str, int]) -> dict[str, int]:
