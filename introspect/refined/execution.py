@@ -1575,6 +1575,11 @@ def _kind_parts(spec: ModelSpec, setup: TrainingSetup) -> dict:
         "ffn_grad": ffn_transient(spec, setup),
         "attention_grad": attention_transient(spec, setup, current=current),
         "deltanet_grad": _deltanet_backward(spec, setup, att),
+        "deltanet_adapters": _prefixed(
+            {f"layer/{k}": v for k, v in lora.deltanet_at_backward_peak(spec, setup).items()}
+        )
+        if _lora(setup) and att.kind == "linear"
+        else {},
         "params": layer_parameters(spec) + tail,
         "down_params": down_params + tail,
         "attention_side_params": attention_side_params,
@@ -1738,6 +1743,8 @@ def _layer_moments(spec: ModelSpec, setup: TrainingSetup, state: dict[str, int],
             terms = dict(terms)
             terms.pop("activations/layer/attention/grad")
             terms["activations/layer/attention/deltanet/backward"] = part["deltanet_grad"]
+            # Under LoRA, the adapters of the projections made before the kernel.
+            _add_into(terms, part["deltanet_adapters"])
             out.append(terms)
         if part["recompute"]:
             # Checkpointing: the mixer's forward peak as the recomputation runs it, with

@@ -863,6 +863,25 @@ def deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, layer: dict)
     return {k: v for k, v in out.items() if v}
 
 
+def deltanet_at_backward_peak(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
+    """What a Gated DeltaNet layer (homogeneous ``spec``) under LoRA still holds of its
+    adapters inside its kernel's first ``solve_triangular`` backward
+    (:func:`introspect.refined.deltanet.backward_transient`): the input projections made
+    before the kernel have not run their backward, so each one's ``lora_A`` output and
+    its own input copy (:func:`adapter_input_bytes`) are alive. OLMo-Hybrid's ``g_proj``
+    runs after the kernel and its out projection last, so their backwards (and their
+    adapters' saved sets) are done. Read off a live-storage trace of OLMo-Hybrid's LoRA
+    step (the dry run's peak at that ``neg``: five BF16 input casts and five B·T·r A
+    outputs, one per q/k/v/a/b adapter)."""
+    BT, r = setup.tokens, setup.lora_rank
+    shapes = module_shapes(spec)
+    ins = [t for t in _kind_targets(spec, setup) if t in MIXER_INPUT_LINEARS and t != "g_proj"]
+    own = adapter_input_bytes(setup)
+    out = {"lora/inputs": sum(BT * shapes[t][0] * own for t in ins)}
+    out.update({f"lora/{t}/a_output": BT * r * a_output_bytes(setup) for t in ins})
+    return {k: v for k, v in out.items() if v}
+
+
 def first_layer_saving(spec: ModelSpec, setup: TrainingSetup) -> dict[str, int]:
     """What the first layer keeps less than the others when the embedding is frozen:
     its input needs no gradient, so its first norm keeps no statistics and dropout on the
