@@ -197,10 +197,10 @@ LONG_CHUNK = {"mamba_n_heads": 16, "mamba_d_state": 32, "mamba_chunk_size": 128}
 
 
 def _long_chunk(variant: str) -> dict:
-    base = {"dense": GRANITE, "bamba": BAMBA, "nemotron_h": NEMOTRON_H}[variant]
+    """Granite's (``dense``) or Nemotron-H's blocks with chunks of 128."""
     if variant == "nemotron_h":
-        return {**base, "mamba_num_heads": 16, "ssm_state_size": 32, "chunk_size": 128}
-    return {**base, **LONG_CHUNK, "mamba_d_head": 8}
+        return {**NEMOTRON_H, "mamba_num_heads": 16, "ssm_state_size": 32, "chunk_size": 128}
+    return {**GRANITE, **LONG_CHUNK, "mamba_d_head": 8}
 
 
 RECOMPUTE = "activations/layer/attention/recompute"

@@ -92,6 +92,7 @@ def backward_transient(att: Attention, setup: TrainingSetup, hidden_size: int) -
     dry run of ``FalconH1ForCausalLM`` (``tests/test_falcon_h1.py``'s shapes), from this
     mixer's own two moments to these: the long chunk under autocast 0.994 → 1.006
     (checkpointed) and 0.995 → 1.003; FP32 at the wide state, two rows, checkpointed,
-    0.937 → 0.977."""
+    0.937 → 0.977 (0.996 with :func:`introspect.refined.mamba2.recompute_extra`'s
+    padded C)."""
     kept = mixer_saved(att, setup, hidden_size)
     return mamba2.scan_backward_transient(att, setup, hidden_size, kept)

@@ -837,6 +837,23 @@ def _frozen_deltanet(spec: ModelSpec, setup: TrainingSetup, out: dict[str, int])
     }
 
 
+def _mixer_input_adapters(spec: ModelSpec, setup: TrainingSetup, after: tuple = ()) -> dict:
+    """Each adapted mixer input projection's ``lora_A`` output and its own input copy
+    (:func:`adapter_input_bytes`), but those named in ``after``."""
+    BT, r = setup.tokens, setup.lora_rank
+    shapes = module_shapes(spec)
+    ins = [t for t in _kind_targets(spec, setup) if t in MIXER_INPUT_LINEARS and t not in after]
+    own = adapter_input_bytes(setup)
+    out = {"lora/inputs": sum(BT * shapes[t][0] * own for t in ins)}
+    out.update({f"lora/{t}/a_output": BT * r * a_output_bytes(setup) for t in ins})
+    return out
+
+
+#: Mixer input projections a Gated DeltaNet runs after its kernel: OLMo-Hybrid's output
+#: gate (``g_proj``); Qwen3-Next's and Qwen3.5's gate comes from in_proj_z, before it.
+AFTER_KERNEL_LINEARS = ("g_proj",)
+
+
 def deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, layer: dict) -> dict:
     """What a Gated DeltaNet layer (homogeneous ``spec``) under LoRA holds at its
     forward's peak in the kernel (:func:`introspect.refined.deltanet.forward_moments`)
@@ -849,17 +866,12 @@ def deltanet_at_forward_peak(spec: ModelSpec, setup: TrainingSetup, layer: dict)
     from introspect.refined import saved as full_saved
 
     full = full_saved.per_layer(spec, setup)
-    BT, r = setup.tokens, setup.lora_rank
-    shapes = module_shapes(spec)
-    ins = [t for t in _kind_targets(spec, setup) if t in MIXER_INPUT_LINEARS]
-    own = adapter_input_bytes(setup)
     names = ("attention/deltanet/gated_norm", "attention/linear/context")
     out = {
         # (added to forward_extra's own term: what the forward holds beyond the saved set)
         "attention/deltanet/forward": sum(full.get(n, 0) - layer.get(n, 0) for n in names),
-        "lora/inputs": sum(BT * shapes[t][0] * own for t in ins),
     }
-    out.update({f"lora/{t}/a_output": BT * r * a_output_bytes(setup) for t in ins})
+    out.update(_mixer_input_adapters(spec, setup))
     return {k: v for k, v in out.items() if v}
 
 
@@ -868,17 +880,12 @@ def deltanet_at_backward_peak(spec: ModelSpec, setup: TrainingSetup) -> dict[str
     adapters inside its kernel's first ``solve_triangular`` backward
     (:func:`introspect.refined.deltanet.backward_transient`): the input projections made
     before the kernel have not run their backward, so each one's ``lora_A`` output and
-    its own input copy (:func:`adapter_input_bytes`) are alive. OLMo-Hybrid's ``g_proj``
-    runs after the kernel and its out projection last, so their backwards (and their
-    adapters' saved sets) are done. Read off a live-storage trace of OLMo-Hybrid's LoRA
-    step (the dry run's peak at that ``neg``: five BF16 input casts and five B·T·r A
-    outputs, one per q/k/v/a/b adapter)."""
-    BT, r = setup.tokens, setup.lora_rank
-    shapes = module_shapes(spec)
-    ins = [t for t in _kind_targets(spec, setup) if t in MIXER_INPUT_LINEARS and t != "g_proj"]
-    own = adapter_input_bytes(setup)
-    out = {"lora/inputs": sum(BT * shapes[t][0] * own for t in ins)}
-    out.update({f"lora/{t}/a_output": BT * r * a_output_bytes(setup) for t in ins})
+    its own input copy are alive. Those run after it (:data:`AFTER_KERNEL_LINEARS`) and
+    the out projection have run theirs, and their adapters' saved sets are freed. Read
+    off a live-storage trace of OLMo-Hybrid's LoRA step (the dry run's peak at that
+    ``neg``: five BF16 input casts and five B·T·r A outputs, one per q/k/v/a/b
+    adapter)."""
+    out = _mixer_input_adapters(spec, setup, after=AFTER_KERNEL_LINEARS)
     return {k: v for k, v in out.items() if v}
 
 
